@@ -1,0 +1,190 @@
+// Typed errors for what the SQL raises, plus PermanentError for handlers.
+// fromPgError maps a pg DatabaseError through ERROR_CLASSES, the one table
+// from SQLSTATE to class; a contract test compares its keys with the codes
+// the SQL functions raise.
+
+import type { DuplicatePolicy, IdemqErrorCode, JobState } from "./contract.ts";
+
+/** The fields of a PostgreSQL error that idemq errors carry. */
+export interface SqlErrorFields {
+  code?: string | undefined;
+  detail?: string | undefined;
+  hint?: string | undefined;
+}
+
+/** Base class of every error raised by idemq's SQL (or by its client-side argument checks). */
+export class IdemqError extends Error {
+  /** The code of an error built without one (a client-side check); XX000 is PostgreSQL's internal_error. */
+  static readonly defaultCode: string = "XX000";
+
+  /** SQLSTATE, e.g. "IQ409" or "22023". */
+  readonly code: string;
+  readonly detail: string | undefined;
+  readonly hint: string | undefined;
+
+  constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = fields.code ?? (new.target as typeof IdemqError).defaultCode;
+    this.detail = fields.detail;
+    this.hint = fields.hint;
+  }
+}
+
+/** Bad input: SQLSTATE IQ400 or any of class 22, or a client-side check. */
+export class BadArgumentError extends IdemqError {
+  static override readonly defaultCode: string = "IQ400";
+}
+
+/** IQ404: no such job. */
+export class JobNotFoundError extends IdemqError {
+  static override readonly defaultCode: string = "IQ404";
+}
+
+/** IQ409: enqueue (or retry) rejected by the duplicate policy of the key. */
+export class DuplicateJobError extends IdemqError {
+  static override readonly defaultCode: string = "IQ409";
+  readonly key: string;
+  /** The job holding the key; a bigint kept exact as a string. */
+  readonly existingJobId: string;
+  readonly existingState: JobState;
+  readonly policy: DuplicatePolicy;
+
+  constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
+    super(message, fields, options);
+    const detail = parseDetail(fields.detail, ["key", "existing_job_id", "existing_state", "policy"]);
+    this.key = String(detail.json.key);
+    this.existingJobId = detail.existingJobId;
+    this.existingState = detail.json.existing_state as JobState;
+    this.policy = detail.json.policy as DuplicatePolicy;
+  }
+}
+
+/** IQ410: this (job_id, attempt) no longer holds the job, or the effect claim is not this owner's. */
+export class LeaseLostError extends IdemqError {
+  static override readonly defaultCode: string = "IQ410";
+}
+
+/** IQ412: the job's state does not allow this operation. */
+export class InvalidStateError extends IdemqError {
+  static override readonly defaultCode: string = "IQ412";
+}
+
+/** IQ422: idempotency key reused for different work while its job is active. */
+export class KeyReuseError extends IdemqError {
+  static override readonly defaultCode: string = "IQ422";
+  readonly key: string;
+  readonly existingJobId: string;
+  /** DETAIL as parsed JSON, for any fields beyond key and existing_job_id. */
+  readonly details: Readonly<Record<string, unknown>>;
+
+  constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
+    super(message, fields, options);
+    const detail = parseDetail(fields.detail, ["key", "existing_job_id"]);
+    this.key = String(detail.json.key);
+    this.existingJobId = detail.existingJobId;
+    this.details = detail.json;
+  }
+}
+
+/**
+ * Thrown by a handler to fail the job at once, without retries (like a
+ * Hangfire ExceptOn match). Not a database error, hence not an IdemqError.
+ */
+export class PermanentError extends Error {
+  constructor(message?: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "PermanentError";
+  }
+}
+
+export type IdemqErrorClass = new (message: string, fields?: SqlErrorFields, options?: ErrorOptions) => IdemqError;
+
+/** SQLSTATE -> class, one entry per idemq error code (exhaustive by type). */
+export const ERROR_CLASSES = {
+  IQ400: BadArgumentError,
+  IQ404: JobNotFoundError,
+  IQ409: DuplicateJobError,
+  IQ410: LeaseLostError,
+  IQ412: InvalidStateError,
+  IQ422: KeyReuseError,
+} as const satisfies Record<IdemqErrorCode, IdemqErrorClass>;
+
+/**
+ * Fallbacks by SQLSTATE class (first two characters) when no exact code
+ * matches: PostgreSQL's data exceptions are bad arguments; an IQ code the
+ * table does not know yet still becomes an IdemqError.
+ */
+export const SQLSTATE_CLASS_FALLBACKS: Readonly<Record<string, IdemqErrorClass>> = {
+  "22": BadArgumentError,
+  IQ: IdemqError,
+};
+
+interface PgErrorLike {
+  code: string;
+  message: string;
+  detail?: string | undefined;
+  hint?: string | undefined;
+}
+
+function isPgErrorLike(err: unknown): err is PgErrorLike {
+  if (typeof err !== "object" || err === null) return false;
+  const e = err as Record<string, unknown>;
+  return typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code) && typeof e.message === "string";
+}
+
+/**
+ * Maps a pg DatabaseError to its idemq class by SQLSTATE; returns anything
+ * else (including SQL errors idemq does not own) unchanged.
+ */
+export function fromPgError(err: unknown): unknown {
+  if (err instanceof IdemqError || !isPgErrorLike(err)) return err;
+  const cls: IdemqErrorClass | undefined =
+    (ERROR_CLASSES as Readonly<Record<string, IdemqErrorClass>>)[err.code] ??
+    SQLSTATE_CLASS_FALLBACKS[err.code.slice(0, 2)];
+  if (cls === undefined) return err;
+  const fields: SqlErrorFields = {
+    code: err.code,
+    detail: typeof err.detail === "string" ? err.detail : undefined,
+    hint: typeof err.hint === "string" ? err.hint : undefined,
+  };
+  try {
+    return new cls(err.message, fields, { cause: err });
+  } catch {
+    // A DETAIL that breaks the contract still yields an error with the right
+    // code rather than hiding the original failure.
+    return new IdemqError(err.message, fields, { cause: err });
+  }
+}
+
+interface ParsedDetail {
+  json: Record<string, unknown>;
+  existingJobId: string;
+}
+
+function parseDetail(detail: string | undefined, required: readonly string[]): ParsedDetail {
+  let json: unknown;
+  try {
+    json = JSON.parse(detail ?? "");
+  } catch {
+    throw new Error(`DETAIL is not JSON: ${String(detail)}`);
+  }
+  if (typeof json !== "object" || json === null || Array.isArray(json)) {
+    throw new Error(`DETAIL is not a JSON object: ${String(detail)}`);
+  }
+  const obj = json as Record<string, unknown>;
+  for (const field of required) {
+    if (obj[field] === undefined || obj[field] === null) throw new Error(`DETAIL lacks ${field}: ${detail}`);
+  }
+  return { json: obj, existingJobId: exactId(detail as string, obj.existing_job_id) };
+}
+
+// A bigint id in JSON may exceed 2^53, where JSON.parse rounds it: read the
+// digits from the text instead.
+function exactId(detail: string, parsed: unknown): string {
+  if (typeof parsed === "string") return parsed;
+  if (typeof parsed === "number" && Number.isSafeInteger(parsed)) return String(parsed);
+  const m = /"existing_job_id"\s*:\s*(-?\d+)/.exec(detail);
+  if (m?.[1] !== undefined) return m[1];
+  throw new Error(`DETAIL existing_job_id is not an integer: ${detail}`);
+}
