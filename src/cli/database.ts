@@ -1,0 +1,20 @@
+// The --database-url option shared by every command that talks to PostgreSQL.
+import { type Command, Option } from "commander";
+import { UsageError } from "./output.ts";
+
+export interface DatabaseOption {
+  databaseUrl?: string;
+}
+
+export function addDatabaseOption(command: Command): Command {
+  return command.addOption(
+    new Option("--database-url <url>", "PostgreSQL connection string").env("DATABASE_URL"),
+  );
+}
+
+/** The connection string to use; a UsageError when there is none. */
+export function resolveDatabaseUrl(options: DatabaseOption): string {
+  const url = options.databaseUrl?.trim();
+  if (url) return url;
+  throw new UsageError("no database given: pass --database-url <url> or set DATABASE_URL");
+}

@@ -1,0 +1,45 @@
+// The idemq CLI. Each command lives in src/cli/commands/<name>.ts and exports a
+// register function that adds it to the program.
+import { realpathSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { Command, CommanderError } from "commander";
+import { registerMigrateCommands } from "./commands/migrate.ts";
+import { EXIT_USAGE } from "./output.ts";
+
+export function buildProgram(): Command {
+  const program = new Command("idemq")
+    .description("PostgreSQL-native background-job queue")
+    // An option after a subcommand belongs to that subcommand.
+    .enablePositionalOptions()
+    .showSuggestionAfterError()
+    .exitOverride();
+  registerMigrateCommands(program);
+  return program;
+}
+
+/** Runs the CLI and returns the exit code (the process exits when its work is done). */
+export async function main(argv: readonly string[] = process.argv): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync([...argv]);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Commander has already printed its message; help and --version are not errors.
+      return error.exitCode === 0 ? 0 : EXIT_USAGE;
+    }
+    throw error;
+  }
+  return typeof process.exitCode === "number" ? process.exitCode : 0;
+}
+
+function isEntryPoint(): boolean {
+  const entry = process.argv[1];
+  if (entry === undefined) return false;
+  try {
+    return realpathSync(entry) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isEntryPoint()) process.exitCode = await main();

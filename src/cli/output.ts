@@ -1,0 +1,66 @@
+// Shared CLI plumbing: --json output, one-line errors, exit codes.
+// Exit codes: 0 success, 1 failure, 2 usage error (bad or missing arguments).
+import { type Command, Option } from "commander";
+
+/** A mistake in how the CLI was called: exit code 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+
+export interface JsonOption {
+  json?: boolean;
+}
+
+export function addJsonOption(command: Command): Command {
+  return command.addOption(new Option("--json", "print machine-readable JSON on stdout"));
+}
+
+/** Prints `value` as one JSON line when --json was given, else the human-readable lines. */
+export function emit(options: JsonOption, value: unknown, human: string | string[]): void {
+  if (options.json) {
+    process.stdout.write(`${JSON.stringify(value)}\n`);
+    return;
+  }
+  const text = Array.isArray(human) ? human.join("\n") : human;
+  if (text !== "") process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
+}
+
+/**
+ * Wraps a command's action: any error becomes one line on stderr (no stack
+ * trace) and exit code 1, or 2 for a UsageError.
+ */
+export function action<Args extends unknown[]>(
+  run: (...args: Args) => Promise<void> | void,
+): (...args: Args) => Promise<void> {
+  return async (...args: Args) => {
+    try {
+      await run(...args);
+    } catch (error) {
+      reportError(error);
+    }
+  };
+}
+
+export function reportError(error: unknown): void {
+  process.stderr.write(`idemq: ${errorLine(error)}\n`);
+  process.exitCode = error instanceof UsageError ? EXIT_USAGE : EXIT_FAILURE;
+}
+
+/** One line describing an error, with the SQLSTATE of a PostgreSQL error. */
+export function errorLine(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  let message = error.message;
+  // A refused connection to a host with several addresses is an AggregateError with an empty message.
+  if (message === "" && error instanceof AggregateError) {
+    message = [...new Set(error.errors.map((inner) => (inner instanceof Error ? inner.message : String(inner))))].join("; ");
+  }
+  const { code } = error as { code?: unknown };
+  if (message === "" && typeof code === "string") message = code;
+  if (message === "") message = error.name;
+  if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) message += ` (SQLSTATE ${code})`;
+  if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH/.test(message)) message = `cannot connect to the database: ${message}`;
+  return message.replace(/\s*\n\s*/g, " ").trim();
+}
