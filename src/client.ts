@@ -1,0 +1,165 @@
+// The Client: enqueue and admin calls over a pg.Pool. Every call goes through
+// sql-api.ts; this class adds pool ownership, the caller's transaction
+// (`client` option) and events for what the database cannot count.
+
+import { EventEmitter } from "node:events";
+import pg from "pg";
+import type { Duration, JobState } from "./contract.ts";
+import { DuplicateJobError } from "./errors.ts";
+import { getJob, listJobs, type Job, type ListJobsFilter } from "./job-reads.ts";
+import * as sql from "./sql-api.ts";
+import type {
+  EnqueueManyJob,
+  EnqueueManyResult,
+  EnqueueOptions,
+  EnqueueResult,
+  Instant,
+  JobIdInput,
+  Queryable,
+  StatsRow,
+} from "./sql-api.ts";
+
+export type ClientOptions =
+  | {
+      /** A pool you own: the Client never ends it. */
+      pool: pg.Pool;
+      onError?: (err: Error) => void;
+    }
+  | {
+      connectionString: string;
+      /** Further settings for the pool the Client creates (and ends in close()). */
+      poolConfig?: Omit<pg.PoolConfig, "connectionString">;
+      onError?: (err: Error) => void;
+    };
+
+/** Run on your own transaction's client instead of the pool (an outbox-style enqueue). */
+export interface InTransaction {
+  client?: Queryable;
+}
+
+/** An IQ409 raised by enqueue: it rolls back with the statement, so SQL cannot count it. */
+export interface EnqueueRejectedEvent {
+  task: string;
+  error: DuplicateJobError;
+}
+
+export interface ClientEvents {
+  "enqueue:rejected": [EnqueueRejectedEvent];
+  /** An idle pool connection failed (e.g. the server restarted); the pool replaces it. */
+  "client:error": [Error];
+}
+
+export class Client extends EventEmitter<ClientEvents> {
+  readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly onPoolError: (err: Error) => void;
+  private closed = false;
+
+  constructor(options: ClientOptions | pg.Pool) {
+    super();
+    if (isPool(options)) {
+      this.pool = options;
+      this.ownsPool = false;
+    } else if ("pool" in options && options.pool !== undefined) {
+      this.pool = options.pool;
+      this.ownsPool = false;
+    } else if ("connectionString" in options && typeof options.connectionString === "string") {
+      this.pool = new pg.Pool({ ...options.poolConfig, connectionString: options.connectionString });
+      this.ownsPool = true;
+    } else {
+      throw new TypeError("new Client() needs { connectionString }, { pool } or a pg.Pool");
+    }
+    const onError = isPool(options) ? undefined : options.onError;
+    // Without a listener, an idle client's error would crash the process.
+    this.onPoolError = (err) => {
+      if (onError !== undefined) onError(err);
+      else if (this.listenerCount("client:error") > 0) this.emit("client:error", err);
+      else console.warn("[idemq] idle PostgreSQL connection error:", err.message);
+    };
+    this.pool.on("error", this.onPoolError);
+  }
+
+  private db(opts?: InTransaction): Queryable {
+    if (this.closed) throw new Error("idemq Client is closed");
+    return opts?.client ?? this.pool;
+  }
+
+  async enqueue(task: string, payload?: unknown, opts: EnqueueOptions & InTransaction = {}): Promise<EnqueueResult> {
+    const { client, ...options } = opts;
+    try {
+      return await sql.enqueue(this.db({ client }), task, payload, options);
+    } catch (err) {
+      if (err instanceof DuplicateJobError) this.emit("enqueue:rejected", { task, error: err });
+      throw err;
+    }
+  }
+
+  /** Bulk enqueue: rejections and conflicts are row outcomes, never raised. */
+  enqueueMany(jobs: readonly EnqueueManyJob[], opts: InTransaction = {}): Promise<EnqueueManyResult[]> {
+    return sql.enqueueMany(this.db(opts), jobs);
+  }
+
+  /** Returns the job's new state. */
+  cancel(jobId: JobIdInput, opts: InTransaction = {}): Promise<JobState> {
+    return sql.cancel(this.db(opts), jobId);
+  }
+
+  /** A failed, cancelled or expired job back to `enqueued` with fresh attempts; returns its new state. */
+  retry(jobId: JobIdInput, opts: InTransaction = {}): Promise<JobState> {
+    return sql.retry(this.db(opts), jobId);
+  }
+
+  reschedule(jobId: JobIdInput, runAt: Instant, opts: InTransaction = {}): Promise<JobState> {
+    return sql.reschedule(this.db(opts), jobId, runAt);
+  }
+
+  /** Deletes finished jobs older than `olderThan`; keys stay until pruneKeys. Returns the count. */
+  purge(opts: { olderThan: Duration; states?: readonly JobState[] } & InTransaction): Promise<number> {
+    return sql.purge(this.db(opts), opts);
+  }
+
+  /** Releases idempotency keys; without olderThan, the SQL default retention applies. */
+  pruneKeys(opts: { olderThan?: Duration } & InTransaction = {}): Promise<number> {
+    return sql.pruneKeys(this.db(opts), opts);
+  }
+
+  rescue(opts: InTransaction = {}): Promise<number> {
+    return sql.rescue(this.db(opts));
+  }
+
+  stats(opts: InTransaction = {}): Promise<StatsRow[]> {
+    return sql.stats(this.db(opts));
+  }
+
+  getJob(jobId: JobIdInput, opts: InTransaction = {}): Promise<Job | null> {
+    return getJob(this.db(opts), jobId);
+  }
+
+  /** Newest first. */
+  listJobs(filter: ListJobsFilter & InTransaction = {}): Promise<Job[]> {
+    return listJobs(this.db(filter), filter);
+  }
+
+  /** Ends the pool if this Client created it; idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsPool) await this.pool.end();
+    // After end(): errors of connections still closing stay handled.
+    this.pool.off("error", this.onPoolError);
+  }
+}
+
+function isPool(value: unknown): value is pg.Pool {
+  return (
+    value instanceof pg.Pool ||
+    (typeof value === "object" &&
+      value !== null &&
+      typeof (value as pg.Pool).connect === "function" &&
+      typeof (value as pg.Pool).query === "function" &&
+      typeof (value as pg.Pool).end === "function" &&
+      typeof (value as pg.Pool).on === "function" &&
+      // A pg.Client has the four methods above too, but no pool counters.
+      typeof (value as pg.Pool).totalCount === "number")
+  );
+}

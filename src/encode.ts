@@ -1,0 +1,99 @@
+// Client-side checks and encodings of call arguments. The SQL functions are
+// the real boundary; these catch the obvious mistakes with a clearer message
+// and turn TypeScript values into what the parameters expect.
+
+import {
+  DUPLICATE_POLICIES,
+  JOB_STATES,
+  isDuplicatePolicy,
+  isJobState,
+  toPgInterval,
+  type Duration,
+  type DuplicatePolicy,
+  type JobState,
+} from "./contract.ts";
+import { BadArgumentError } from "./errors.ts";
+
+/** A job id as callers may hold it; idemq always returns ids as exact strings. */
+export type JobIdInput = string | bigint | number;
+/** An instant: a Date or a timestamptz literal (ISO 8601). */
+export type Instant = Date | string;
+
+export function bad(message: string, hint?: string): BadArgumentError {
+  return new BadArgumentError(message, { hint });
+}
+
+export function toJobId(id: JobIdInput, what = "job id"): string {
+  if (typeof id === "bigint") return id.toString();
+  if (typeof id === "number" && Number.isSafeInteger(id)) return String(id);
+  if (typeof id === "string" && /^-?\d+$/.test(id.trim())) return id.trim();
+  throw bad(`${what} must be an integer (a string, a bigint or a safe integer), got ${String(id)}`);
+}
+
+export function optionalJobIds(ids: readonly JobIdInput[] | undefined, what: string): string[] | undefined {
+  if (ids === undefined) return undefined;
+  if (!Array.isArray(ids)) throw bad(`${what} must be an array of job ids`);
+  return ids.map((id) => toJobId(id, what));
+}
+
+export function integer(value: number | undefined, what: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isInteger(value)) throw bad(`${what} must be an integer, got ${String(value)}`);
+  return value;
+}
+
+export function text(value: string | undefined, what: string): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "string") throw bad(`${what} must be a string, got ${typeof value}`);
+  return value;
+}
+
+export function requiredText(value: string, what: string): string {
+  if (typeof value !== "string" || value.trim() === "") throw bad(`${what} must be a non-empty string`);
+  return value;
+}
+
+export function instant(value: Instant | undefined, what: string): Date | string | undefined {
+  if (value === undefined) return undefined;
+  if (value instanceof Date) {
+    if (Number.isNaN(value.getTime())) throw bad(`${what} is an invalid Date`);
+    return value;
+  }
+  if (typeof value !== "string") throw bad(`${what} must be a Date or a timestamp string`);
+  return value;
+}
+
+export function interval(value: Duration | undefined): string | undefined {
+  return value === undefined ? undefined : toPgInterval(value);
+}
+
+export function policy(value: DuplicatePolicy | undefined): DuplicatePolicy | undefined {
+  if (value === undefined || isDuplicatePolicy(value)) return value;
+  throw bad(`unknown duplicate policy ${JSON.stringify(value)}`, `use one of ${DUPLICATE_POLICIES.join(", ")}`);
+}
+
+export function states(value: readonly JobState[] | undefined): JobState[] | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value)) throw bad("states must be an array of job states");
+  for (const s of value) {
+    if (!isJobState(s)) throw bad(`unknown job state ${JSON.stringify(s)}`, `use one of ${JOB_STATES.join(", ")}`);
+  }
+  return [...value];
+}
+
+/**
+ * JSON text for a jsonb parameter: pg would send a JS array as a SQL array
+ * and a JS string as plain text. undefined stays undefined (left out), null
+ * is SQL NULL.
+ */
+export function jsonb(value: unknown, what: string): string | null | undefined {
+  if (value === undefined || value === null) return value;
+  let out: string | undefined;
+  try {
+    out = JSON.stringify(value);
+  } catch (err) {
+    throw new BadArgumentError(`${what} is not JSON-serializable: ${(err as Error).message}`, {}, { cause: err });
+  }
+  if (out === undefined) throw bad(`${what} is not JSON-serializable (${typeof value})`);
+  return out;
+}

@@ -1,0 +1,53 @@
+// The public API of idemq: only what users use.
+
+export { Client } from "./client.ts";
+export type { ClientEvents, ClientOptions, EnqueueRejectedEvent, InTransaction } from "./client.ts";
+
+// The worker: createWorker and its types are exported here once src/worker/ exists.
+// export { createWorker } from "./worker/index.ts";
+// export type { WorkerOptions, TaskDefinition, JobContext } from "./worker/index.ts";
+
+export {
+  BadArgumentError,
+  DuplicateJobError,
+  IdemqError,
+  InvalidStateError,
+  JobNotFoundError,
+  KeyReuseError,
+  LeaseLostError,
+  PermanentError,
+} from "./errors.ts";
+
+export {
+  ACTIVE_STATES,
+  BACKOFF_KINDS,
+  DUPLICATE_POLICIES,
+  ERROR_CODES,
+  JOB_STATES,
+  NOTIFY_CHANNEL,
+  TERMINAL_STATES,
+  toPgInterval,
+} from "./contract.ts";
+export type {
+  Backoff,
+  BackoffKind,
+  Duration,
+  DuplicatePolicy,
+  EffectStatus,
+  EnqueueOutcome,
+  IdemqErrorCode,
+  JobState,
+  StatsMetric,
+} from "./contract.ts";
+
+export type {
+  EnqueueManyJob,
+  EnqueueManyResult,
+  EnqueueOptions,
+  EnqueueResult,
+  Instant,
+  JobIdInput,
+  Queryable,
+  StatsRow,
+} from "./sql-api.ts";
+export type { Job, ListJobsFilter } from "./job-reads.ts";

@@ -1,0 +1,115 @@
+// Admin reads of idemq.jobs (getJob, listJobs). These are the only SQL the
+// client writes by hand rather than as a call of an idemq.* function: reading
+// the documented jobs view for admin tools is allowed; writing never is.
+
+import { CLIENT_DEFAULTS, type JobState } from "./contract.ts";
+import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
+import { runQuery, type Queryable } from "./sql-api.ts";
+
+export interface Job {
+  id: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  state: JobState;
+  priority: number;
+  runAt: Date | null;
+  attempt: number;
+  maxAttempts: number;
+  idempotencyKey: string | null;
+  lockedBy: string | null;
+  leaseExpiresAt: Date | null;
+  /** One entry per failed attempt (attempt, started_at, failed_at, error class, message). */
+  errors: unknown[];
+  result: unknown;
+  createdAt: Date;
+  finishedAt: Date | null;
+  expiresAt: Date | null;
+}
+
+export interface ListJobsFilter {
+  state?: JobState | readonly JobState[];
+  queue?: string;
+  task?: string;
+  /** Idempotency key. */
+  key?: string;
+  /** Default CLIENT_DEFAULTS.listLimit. */
+  limit?: number;
+}
+
+const JOB_COLUMNS =
+  "j.id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, " +
+  "j.idempotency_key, j.locked_by, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at";
+
+interface JobRow {
+  id: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  state: JobState;
+  priority: number;
+  run_at: Date | null;
+  attempt: number;
+  max_attempts: number;
+  idempotency_key: string | null;
+  locked_by: string | null;
+  lease_expires_at: Date | null;
+  errors: unknown[] | null;
+  result: unknown;
+  created_at: Date;
+  finished_at: Date | null;
+  expires_at: Date | null;
+}
+
+function toJob(r: JobRow): Job {
+  return {
+    id: r.id,
+    task: r.task,
+    queue: r.queue,
+    payload: r.payload,
+    state: r.state,
+    priority: r.priority,
+    runAt: r.run_at,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    idempotencyKey: r.idempotency_key,
+    lockedBy: r.locked_by,
+    leaseExpiresAt: r.lease_expires_at,
+    errors: r.errors ?? [],
+    result: r.result,
+    createdAt: r.created_at,
+    finishedAt: r.finished_at,
+    expiresAt: r.expires_at,
+  };
+}
+
+export async function getJob(db: Queryable, jobId: JobIdInput): Promise<Job | null> {
+  const rows = await runQuery<JobRow>(db, `SELECT ${JOB_COLUMNS} FROM idemq.jobs j WHERE j.id = $1`, [toJobId(jobId)]);
+  return rows[0] === undefined ? null : toJob(rows[0]);
+}
+
+/** Newest first. One static statement: an unset filter is a NULL parameter. */
+export async function listJobs(db: Queryable, filter: ListJobsFilter = {}): Promise<Job[]> {
+  const stateList =
+    filter.state === undefined ? undefined : states(typeof filter.state === "string" ? [filter.state] : filter.state);
+  const limit = integer(filter.limit, "limit") ?? CLIENT_DEFAULTS.listLimit;
+  if (limit < 1) throw bad(`limit must be at least 1, got ${limit}`);
+  const rows = await runQuery<JobRow>(
+    db,
+    `SELECT ${JOB_COLUMNS} FROM idemq.jobs j
+      WHERE ($1::idemq.job_state[] IS NULL OR j.state = ANY ($1::idemq.job_state[]))
+        AND ($2::text IS NULL OR j.queue = $2::text)
+        AND ($3::text IS NULL OR j.task = $3::text)
+        AND ($4::text IS NULL OR j.idempotency_key = $4::text)
+      ORDER BY j.id DESC
+      LIMIT $5`,
+    [
+      stateList ?? null,
+      text(filter.queue, "queue") ?? null,
+      text(filter.task, "task") ?? null,
+      text(filter.key, "key") ?? null,
+      limit,
+    ],
+  );
+  return rows.map(toJob);
+}

@@ -1,0 +1,477 @@
+// The one module through which the TypeScript runtime calls idemq's SQL.
+// Functions are called by named parameters, and options left undefined are
+// left out of the call, so each default lives once, in SQL. The argument list
+// follows the function's declared parameter order (SQL_FUNCTIONS), never the
+// caller's key order, so the same set of options always gives the same
+// statement text. Ids are bigint in SQL and exact strings here.
+// One exported function per SQL function, so the module is a little over
+// 400 lines: splitting it would scatter the call shapes it exists to gather.
+
+import type pg from "pg";
+import { randomUUID } from "node:crypto";
+import {
+  toBackoffJson,
+  toPgInterval,
+  type Backoff,
+  type Duration,
+  type DuplicatePolicy,
+  type EffectStatus,
+  type EnqueueOutcome,
+  type JobState,
+  type StatsMetric,
+} from "./contract.ts";
+import { fromPgError } from "./errors.ts";
+import {
+  bad,
+  instant,
+  integer,
+  interval,
+  jsonb,
+  optionalJobIds,
+  policy,
+  requiredText,
+  states,
+  text,
+  toJobId,
+  type Instant,
+  type JobIdInput,
+} from "./encode.ts";
+
+export type { Instant, JobIdInput } from "./encode.ts";
+
+/** Anything with pg's promise `query`: a pg.Pool, pg.PoolClient or pg.Client. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<pg.QueryResult>;
+}
+
+/** Parameters of each public SQL function, in declaration order (DESIGN.md). */
+export const SQL_FUNCTIONS = {
+  enqueue: [
+    "task",
+    "payload",
+    "queue",
+    "run_at",
+    "priority",
+    "max_attempts",
+    "idempotency_key",
+    "duplicate_policy",
+    "backoff",
+    "expires_at",
+    "after",
+  ],
+  enqueue_many: ["jobs"],
+  claim: ["worker_id", "queues", "batch_size", "lease"],
+  complete: ["job_id", "attempt", "result"],
+  complete_many: ["job_ids", "attempts"],
+  fail: ["job_id", "attempt", "error", "retryable", "retry_at"],
+  heartbeat: ["job_ids", "attempts", "lease"],
+  snooze: ["job_id", "attempt", "run_at"],
+  rescue: [],
+  guard: ["key", "task"],
+  effect_claim: ["key", "owner", "stale_after"],
+  effect_done: ["key", "owner", "result"],
+  effect_release: ["key", "owner"],
+  cancel: ["job_id"],
+  retry: ["job_id"],
+  reschedule: ["job_id", "run_at"],
+  purge: ["older_than", "states"],
+  prune_keys: ["older_than"],
+  stats: [],
+} as const satisfies Record<string, readonly string[]>;
+
+export type SqlFunction = keyof typeof SQL_FUNCTIONS;
+type ParamOf<F extends SqlFunction> = (typeof SQL_FUNCTIONS)[F][number];
+
+/** An argument computed in SQL from a parameter, e.g. now() + an interval. */
+class SqlExpression {
+  constructor(
+    readonly value: unknown,
+    readonly sql: (placeholder: string) => string,
+  ) {}
+}
+
+type Arg = unknown;
+type Args<F extends SqlFunction> = Partial<Record<ParamOf<F>, Arg>>;
+
+/**
+ * Builds `SELECT * FROM idemq.fn(name => $1, ...) AS r`. Undefined arguments
+ * are left out; null is passed as SQL NULL. A function returning a scalar
+ * yields one column named `r`.
+ */
+export function buildCall<F extends SqlFunction>(
+  fn: F,
+  args: Args<F>,
+  suffix = "",
+): { text: string; values: unknown[] } {
+  const named: string[] = [];
+  const values: unknown[] = [];
+  for (const name of SQL_FUNCTIONS[fn] as readonly ParamOf<F>[]) {
+    const arg = args[name];
+    if (arg === undefined) continue;
+    values.push(arg instanceof SqlExpression ? arg.value : arg);
+    const placeholder = `$${values.length}`;
+    named.push(`${name} => ${arg instanceof SqlExpression ? arg.sql(placeholder) : placeholder}`);
+  }
+  return { text: `SELECT * FROM idemq.${fn}(${named.join(", ")}) AS r${suffix}`, values };
+}
+
+/** Runs one statement, mapping SQL errors to idemq's classes. */
+export async function runQuery<R extends pg.QueryResultRow>(
+  db: Queryable,
+  sql: string,
+  values: unknown[],
+): Promise<R[]> {
+  try {
+    return (await db.query(sql, values)).rows as R[];
+  } catch (err) {
+    throw fromPgError(err);
+  }
+}
+
+function call<F extends SqlFunction, R extends pg.QueryResultRow>(
+  db: Queryable,
+  fn: F,
+  args: Args<F>,
+  suffix = "",
+): Promise<R[]> {
+  const { text, values } = buildCall(fn, args, suffix);
+  return runQuery<R>(db, text, values);
+}
+
+async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, args: Args<F>): Promise<T> {
+  const rows = await call<F, { r: T }>(db, fn, args);
+  return rows[0]!.r;
+}
+
+// ------------------------------------------------------------- enqueue
+
+export interface EnqueueOptions {
+  queue?: string;
+  /** When the job becomes runnable; exclusive with `delay`. */
+  runAt?: Instant;
+  /** Runnable after this long, measured by the database clock; exclusive with `runAt`. */
+  delay?: Duration;
+  /** Higher runs first. */
+  priority?: number;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  duplicatePolicy?: DuplicatePolicy;
+  backoff?: Backoff;
+  expiresAt?: Instant;
+  /** Parent jobs: this job waits in `awaiting` until they finish. */
+  after?: readonly JobIdInput[];
+}
+
+export interface EnqueueResult {
+  jobId: string;
+  deduplicated: boolean;
+}
+
+export async function enqueue(
+  db: Queryable,
+  task: string,
+  payload?: unknown,
+  opts: EnqueueOptions = {},
+): Promise<EnqueueResult> {
+  if (opts.runAt !== undefined && opts.delay !== undefined) throw bad("give either runAt or delay, not both");
+  const delay = interval(opts.delay);
+  const rows = await call<"enqueue", { job_id: string; deduplicated: boolean }>(db, "enqueue", {
+    task: requiredText(task, "task"),
+    payload: jsonb(payload, "payload"),
+    queue: text(opts.queue, "queue"),
+    // The database clock, not this process's, so app/DB clock skew cannot shift the delay.
+    run_at:
+      delay === undefined
+        ? instant(opts.runAt, "runAt")
+        : new SqlExpression(delay, (p) => `statement_timestamp() + ${p}::interval`),
+    priority: integer(opts.priority, "priority"),
+    max_attempts: integer(opts.maxAttempts, "maxAttempts"),
+    idempotency_key: text(opts.idempotencyKey, "idempotencyKey"),
+    duplicate_policy: policy(opts.duplicatePolicy),
+    backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
+    expires_at: instant(opts.expiresAt, "expiresAt"),
+    after: optionalJobIds(opts.after, "after"),
+  });
+  const row = rows[0]!;
+  return { jobId: row.job_id, deduplicated: row.deduplicated };
+}
+
+/** One job of a bulk enqueue. No `delay` here: `enqueue_many` takes run_at only. */
+export interface EnqueueManyJob extends Omit<EnqueueOptions, "delay"> {
+  task: string;
+  payload?: unknown;
+}
+
+export interface EnqueueManyResult {
+  /** Position of the job in the input array, as `enqueue_many` numbers it. */
+  ordinal: number;
+  /** The created or existing job; null when SQL reports none (e.g. a rejection). */
+  jobId: string | null;
+  outcome: EnqueueOutcome;
+}
+
+export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]): Promise<EnqueueManyResult[]> {
+  if (!Array.isArray(jobs)) throw bad("jobs must be an array");
+  // Ids go into the JSON as exact numbers (not strings, not rounded floats):
+  // marked as strings for JSON.stringify, unquoted afterwards.
+  const marker = `idemq-id-${randomUUID()}:`;
+  const elements = jobs.map((job, i) => {
+    const what = `jobs[${i}]`;
+    if (job === null || typeof job !== "object") throw bad(`${what} must be an object`);
+    if ("delay" in job) throw bad(`${what}.delay is not supported in bulk; give runAt`);
+    const el: Record<string, unknown> = {
+      task: requiredText(job.task, `${what}.task`),
+      payload: job.payload,
+      queue: text(job.queue, `${what}.queue`),
+      run_at: instant(job.runAt, `${what}.runAt`),
+      priority: integer(job.priority, `${what}.priority`),
+      max_attempts: integer(job.maxAttempts, `${what}.maxAttempts`),
+      idempotency_key: text(job.idempotencyKey, `${what}.idempotencyKey`),
+      duplicate_policy: policy(job.duplicatePolicy),
+      backoff: job.backoff === undefined ? undefined : toBackoffJson(job.backoff),
+      expires_at: instant(job.expiresAt, `${what}.expiresAt`),
+      after: optionalJobIds(job.after, `${what}.after`)?.map((id) => marker + id),
+    };
+    return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
+  });
+  const json = jsonb(elements, "jobs")!.replace(new RegExp(`"${marker}(-?\\d+)"`, "g"), "$1");
+  const rows = await call<"enqueue_many", { ordinal: number; job_id: string | null; outcome: EnqueueOutcome }>(
+    db,
+    "enqueue_many",
+    { jobs: json },
+    " ORDER BY r.ordinal",
+  );
+  return rows.map((r) => ({ ordinal: r.ordinal, jobId: r.job_id, outcome: r.outcome }));
+}
+
+// ---------------------------------------------------------------- work
+
+export interface ClaimOptions {
+  workerId: string;
+  queues?: readonly string[];
+  batchSize?: number;
+  lease?: Duration;
+}
+
+export interface ClaimedJob {
+  id: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  attempt: number;
+  maxAttempts: number;
+  idempotencyKey: string | null;
+  leaseExpiresAt: Date;
+  /** The previous attempt lost its lease: its effect may have happened. */
+  reclaimed: boolean;
+}
+
+/** The fencing token of one attempt. */
+export interface JobAttempt {
+  jobId: JobIdInput;
+  attempt: number;
+}
+
+export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJob[]> {
+  if (opts.queues !== undefined && (!Array.isArray(opts.queues) || opts.queues.some((q) => typeof q !== "string"))) {
+    throw bad("queues must be an array of queue names");
+  }
+  const rows = await call<"claim", ClaimedJobRow>(db, "claim", {
+    worker_id: requiredText(opts.workerId, "workerId"),
+    queues: opts.queues === undefined ? undefined : [...opts.queues],
+    batch_size: integer(opts.batchSize, "batchSize"),
+    lease: interval(opts.lease),
+  });
+  return rows.map((r) => ({
+    id: r.id,
+    task: r.task,
+    queue: r.queue,
+    payload: r.payload,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    idempotencyKey: r.idempotency_key,
+    leaseExpiresAt: r.lease_expires_at,
+    reclaimed: r.reclaimed,
+  }));
+}
+
+interface ClaimedJobRow {
+  id: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  attempt: number;
+  max_attempts: number;
+  idempotency_key: string | null;
+  lease_expires_at: Date;
+  reclaimed: boolean;
+}
+
+function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attempts: number[] } {
+  if (!Array.isArray(jobs)) throw bad("jobs must be an array of { jobId, attempt }");
+  return {
+    job_ids: jobs.map((j) => toJobId(j.jobId)),
+    attempts: jobs.map((j) => integer(j.attempt, "attempt")!),
+  };
+}
+
+export async function complete(db: Queryable, jobId: JobIdInput, attempt: number, result?: unknown): Promise<void> {
+  await call(db, "complete", {
+    job_id: toJobId(jobId),
+    attempt: integer(attempt, "attempt"),
+    result: jsonb(result, "result"),
+  });
+}
+
+/** Completes the attempts that still hold their jobs; returns the ids completed. */
+export async function completeMany(db: Queryable, jobs: readonly JobAttempt[]): Promise<string[]> {
+  const rows = await call<"complete_many", { r: string }>(db, "complete_many", attemptArrays(jobs));
+  return rows.map((row) => row.r);
+}
+
+export interface FailOptions {
+  /** false fails the job at once, whatever attempts remain. */
+  retryable?: boolean;
+  /** Overrides the backoff for the next attempt. */
+  retryAt?: Instant;
+}
+
+/** Records a failed attempt; returns the job's new state (`scheduled` or `failed`). */
+export function fail(
+  db: Queryable,
+  jobId: JobIdInput,
+  attempt: number,
+  error: unknown,
+  opts: FailOptions = {},
+): Promise<JobState> {
+  return scalar(db, "fail", {
+    job_id: toJobId(jobId),
+    attempt: integer(attempt, "attempt"),
+    error: jsonb(error, "error") ?? null,
+    retryable: opts.retryable,
+    retry_at: instant(opts.retryAt, "retryAt"),
+  });
+}
+
+/** Extends the leases still held; returns their job ids (a missing id was lost). */
+export async function heartbeat(
+  db: Queryable,
+  jobs: readonly JobAttempt[],
+  opts: { lease?: Duration } = {},
+): Promise<string[]> {
+  const rows = await call<"heartbeat", { r: string }>(db, "heartbeat", {
+    ...attemptArrays(jobs),
+    lease: interval(opts.lease),
+  });
+  return rows.map((row) => row.r);
+}
+
+/** Back to `scheduled` without spending an attempt: give exactly one of runAt or delay. */
+export async function snooze(
+  db: Queryable,
+  jobId: JobIdInput,
+  attempt: number,
+  when: { runAt: Instant; delay?: undefined } | { delay: Duration; runAt?: undefined },
+): Promise<void> {
+  await call(db, "snooze", {
+    job_id: toJobId(jobId),
+    attempt: integer(attempt, "attempt"),
+    run_at: runAtArg(when, "snooze"),
+  });
+}
+
+function runAtArg(when: { runAt?: Instant; delay?: Duration }, what: string): unknown {
+  if ((when.runAt === undefined) === (when.delay === undefined)) {
+    throw bad(`${what} needs exactly one of runAt or delay`);
+  }
+  if (when.runAt !== undefined) return instant(when.runAt, "runAt");
+  return new SqlExpression(toPgInterval(when.delay!), (p) => `statement_timestamp() + ${p}::interval`);
+}
+
+/** Returns the number of jobs rescued from expired leases or expired. */
+export function rescue(db: Queryable): Promise<number> {
+  return scalar(db, "rescue", {});
+}
+
+// -------------------------------------------------------- effects once
+
+/** true: go ahead (in this transaction); false: another delivery already committed this effect. */
+export function guard(db: Queryable, key: string, task?: string): Promise<boolean> {
+  return scalar(db, "guard", { key: requiredText(key, "key"), task: text(task, "task") });
+}
+
+export interface EffectClaimResult {
+  status: EffectStatus;
+  /** What the effect returned, when status is `done`. */
+  result: unknown;
+}
+
+export async function effectClaim(
+  db: Queryable,
+  key: string,
+  owner: string,
+  opts: { staleAfter?: Duration } = {},
+): Promise<EffectClaimResult> {
+  const rows = await call<"effect_claim", { status: EffectStatus; result: unknown }>(db, "effect_claim", {
+    key: requiredText(key, "key"),
+    owner: requiredText(owner, "owner"),
+    stale_after: interval(opts.staleAfter),
+  });
+  const row = rows[0]!;
+  return { status: row.status, result: row.result };
+}
+
+export async function effectDone(db: Queryable, key: string, owner: string, result?: unknown): Promise<void> {
+  await call(db, "effect_done", {
+    key: requiredText(key, "key"),
+    owner: requiredText(owner, "owner"),
+    result: jsonb(result, "result") ?? null,
+  });
+}
+
+export async function effectRelease(db: Queryable, key: string, owner: string): Promise<void> {
+  await call(db, "effect_release", { key: requiredText(key, "key"), owner: requiredText(owner, "owner") });
+}
+
+// ------------------------------------------------------------- operate
+
+export function cancel(db: Queryable, jobId: JobIdInput): Promise<JobState> {
+  return scalar(db, "cancel", { job_id: toJobId(jobId) });
+}
+
+export function retry(db: Queryable, jobId: JobIdInput): Promise<JobState> {
+  return scalar(db, "retry", { job_id: toJobId(jobId) });
+}
+
+export function reschedule(db: Queryable, jobId: JobIdInput, runAt: Instant): Promise<JobState> {
+  return scalar(db, "reschedule", { job_id: toJobId(jobId), run_at: instant(runAt, "runAt") ?? null });
+}
+
+/** Deletes finished jobs older than `olderThan` (by default in terminal states); returns the count. */
+export function purge(db: Queryable, opts: { olderThan: Duration; states?: readonly JobState[] }): Promise<number> {
+  if (opts?.olderThan === undefined) throw bad("purge needs olderThan", 'e.g. { olderThan: "7 days" }');
+  return scalar(db, "purge", { older_than: toPgInterval(opts.olderThan), states: states(opts.states) });
+}
+
+/** Releases idempotency keys whose latest job finished more than `olderThan` ago; returns the count. */
+export function pruneKeys(db: Queryable, opts: { olderThan?: Duration } = {}): Promise<number> {
+  return scalar(db, "prune_keys", { older_than: interval(opts.olderThan) });
+}
+
+export interface StatsRow {
+  queue: string | null;
+  task: string | null;
+  metric: StatsMetric;
+  value: number;
+}
+
+export async function stats(db: Queryable): Promise<StatsRow[]> {
+  const rows = await call<"stats", { queue: string | null; task: string | null; metric: StatsMetric; value: string }>(
+    db,
+    "stats",
+    {},
+  );
+  // Counts, not ids: a number is exact far beyond any realistic count.
+  return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value) }));
+}
+
