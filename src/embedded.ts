@@ -21,6 +21,8 @@ export interface EmbeddedPostgresOptions {
   ephemeral?: boolean;
   /** Receives the server's log, one line at a time. Silent by default. */
   log?: (line: string) => void;
+  /** Extra server settings, passed as `-c name=value` (e.g. `{ max_connections: "200" }`). */
+  settings?: Record<string, string>;
 }
 
 export interface EmbeddedPostgresServer {
@@ -77,6 +79,7 @@ export async function startEmbeddedPostgres(
 
   const flags = ["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="];
   if (ephemeral) flags.push("-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off");
+  for (const [name, value] of Object.entries(options.settings ?? {})) flags.push("-c", `${name}=${value}`);
 
   let lastError: Error | undefined;
   for (let attempt = 1; attempt <= PORT_ATTEMPTS; attempt++) {

@@ -1,0 +1,86 @@
+// Runs once per `vitest run`: picks the server (DATABASE_URL, or a throwaway
+// embedded PostgreSQL 18), migrates a template database once, and hands both to
+// the test files, which clone the template (test/helpers/db.ts).
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import type { TestProject } from "vitest/node";
+import { databaseUrl, type EmbeddedPostgresServer, startEmbeddedPostgres } from "../src/embedded.ts";
+import { migrate } from "../src/migrate.ts";
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  let server: EmbeddedPostgresServer | undefined;
+  let tempDir: string | undefined;
+  let serverUrl = process.env.DATABASE_URL;
+  if (!serverUrl) {
+    tempDir = await mkdtemp(join(tmpdir(), "idemq-test-"));
+    server = await startEmbeddedPostgres({
+      dataDir: join(tempDir, "pg"),
+      ephemeral: true,
+      settings: { max_connections: "300" },
+    });
+    serverUrl = server.url;
+  }
+
+  // Unique per run, so concurrent runs against one server do not collide; the
+  // test databases share it as a prefix, so teardown can drop any left behind.
+  const template = `idemq_t${Date.now().toString(36)}${randomBytes(3).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  admin.on("error", () => {});
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${admin.escapeIdentifier(template)} TEMPLATE template0`);
+    await migrate({ connectionString: databaseUrl(serverUrl, template) });
+    // node-pg-migrate does not wait for its connection to close; a clone fails
+    // while any session is connected to the template.
+    await waitForNoSessions(admin, template);
+    await admin.query(`ALTER DATABASE ${admin.escapeIdentifier(template)} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false`);
+  } catch (error) {
+    await admin.end();
+    await server?.stop();
+    if (tempDir) await rm(tempDir, { recursive: true, force: true });
+    throw error;
+  }
+  await admin.end();
+
+  project.provide("idemqServerUrl", serverUrl);
+  project.provide("idemqTemplate", template);
+
+  return async () => {
+    try {
+      const client = new pg.Client({ connectionString: serverUrl });
+      client.on("error", () => {});
+      await client.connect();
+      try {
+        await client.query(`ALTER DATABASE ${client.escapeIdentifier(template)} WITH IS_TEMPLATE false`);
+        const { rows } = await client.query<{ datname: string }>(
+          "SELECT datname FROM pg_database WHERE datname = $1 OR starts_with(datname, $2)",
+          [template, `${template}_`],
+        );
+        for (const { datname } of rows) {
+          await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(datname)} WITH (FORCE)`);
+        }
+      } finally {
+        await client.end();
+      }
+    } finally {
+      await server?.stop();
+      if (tempDir) await rm(tempDir, { recursive: true, force: true });
+    }
+  };
+}
+
+async function waitForNoSessions(admin: pg.Client, database: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const { rows } = await admin.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1",
+      [database],
+    );
+    if (rows[0]?.n === 0) return;
+    if (Date.now() > deadline) throw new Error(`sessions still connected to the template database ${database}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
