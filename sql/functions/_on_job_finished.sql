@@ -1,0 +1,83 @@
+-- idemq._on_job_finished() RETURNS trigger
+--
+-- Trigger (AFTER UPDATE OF state ON idemq.jobs, for rows entering a terminal
+-- state that have an idempotency key or children): keeps the key ledger and
+-- continuations in step with the job, whichever function finished it.
+--
+-- Guarantees:
+--   * The key, if it still points at this job, records its terminal state and
+--     finished_at, so the duplicate policy applies from now on.
+--   * Children waiting on this job (after): when it succeeded, each child whose
+--     parents have all succeeded becomes runnable (enqueued, or scheduled if
+--     its run_at is later) and idle workers are notified; when it failed, was
+--     cancelled or expired, its awaiting children are cancelled with the
+--     reason in their errors (and theirs in turn, through this trigger).
+--     Their other dependency rows stay until those parents finish; they
+--     only ever release jobs still awaiting.
+-- Concurrency: runs inside the finishing transaction; children are locked
+--   in id order.
+-- Errors: none of its own.
+-- Tests: test/continuations.test.ts, test/enqueue-policies.test.ts
+CREATE OR REPLACE FUNCTION idemq._on_job_finished()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_queues text[];
+BEGIN
+  IF NEW.idempotency_key IS NOT NULL THEN
+    UPDATE idemq.keys AS k
+    SET finished_state = NEW.state, finished_at = NEW.finished_at
+    WHERE k.key = NEW.idempotency_key AND k.job_id = NEW.id;
+  END IF;
+
+  IF NEW.has_children THEN
+    IF NEW.state = 'succeeded' THEN
+      WITH released AS (
+        DELETE FROM idemq.job_dependencies AS d
+        WHERE d.parent_id = NEW.id
+        RETURNING d.child_id
+      ), ready AS MATERIALIZED (
+        SELECT j.id FROM idemq.jobs j
+        WHERE j.id IN (SELECT r.child_id FROM released r)
+          AND j.state = 'awaiting'
+          AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d2
+                          WHERE d2.child_id = j.id AND d2.parent_id <> NEW.id)
+        ORDER BY j.id
+        FOR NO KEY UPDATE
+      ), moved AS (
+        UPDATE idemq.jobs AS j
+        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state
+        FROM ready r
+        WHERE j.id = r.id
+        RETURNING j.queue, j.state
+      )
+      SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
+      PERFORM pg_notify('idemq_jobs', q) FROM unnest(v_queues) q;
+    ELSE
+      WITH released AS (
+        DELETE FROM idemq.job_dependencies AS d
+        WHERE d.parent_id = NEW.id
+        RETURNING d.child_id
+      ), doomed AS MATERIALIZED (
+        SELECT j.id FROM idemq.jobs j
+        WHERE j.id IN (SELECT r.child_id FROM released r) AND j.state = 'awaiting'
+        ORDER BY j.id
+        FOR NO KEY UPDATE
+      )
+      UPDATE idemq.jobs AS j
+      SET state = 'cancelled', finished_at = now(),
+          errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
+            'message', format('parent job %s ended %s before this job could run', NEW.id, NEW.state)))
+      FROM doomed dm
+      WHERE j.id = dm.id;
+    END IF;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._on_job_finished() IS
+  'Trigger: on a job entering a terminal state, finish its key in the ledger and release or cancel its children.';

@@ -1,0 +1,98 @@
+-- idemq.claim(worker_id text, queues text[] DEFAULT NULL, batch_size int DEFAULT 1,
+--   lease interval DEFAULT '30 seconds') RETURNS SETOF idemq.claimed_job
+--
+-- Hands up to batch_size runnable jobs to a worker, each under a lease.
+--
+-- Guarantees:
+--   * Runnable: state enqueued or scheduled with run_at <= now() (a due
+--     scheduled job needs no promoter), and not past expires_at.
+--   * Order: priority desc, then run_at, then id.
+--   * Each claimed job moves to processing with attempt + 1, locked_by =
+--     worker_id, lease_expires_at = now() + lease. (id, attempt) is the
+--     fencing token for complete, fail, snooze and heartbeat.
+--   * reclaimed is true when the previous attempt lost its lease (its effect
+--     may have happened: reconcile first).
+--   * Never takes a job in processing: a lease that ran out is taken away
+--     only by rescue().
+-- Concurrency: FOR UPDATE SKIP LOCKED over the jobs_runnable partial index:
+--   concurrent claimers never block each other and never get the same job.
+--   Jobs locked by another transaction (being claimed, cancelled...) are
+--   skipped, not waited for.
+-- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, batch_size
+--   outside 1..1000, empty queue name, bad lease.
+-- Tests: test/claim.test.ts, test/claim-concurrency.test.ts, test/fencing.test.ts
+CREATE OR REPLACE FUNCTION idemq.claim(
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  batch_size int DEFAULT 1,
+  lease interval DEFAULT '30 seconds')
+RETURNS SETOF idemq.claimed_job
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'claim: worker_id must be a non-empty string',
+      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
+  END IF;
+  IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
+      HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
+  END IF;
+  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s', queues),
+      HINT = 'Pass NULL to claim from every queue.';
+  END IF;
+  PERFORM idemq._check_lease(lease, 'claim');
+
+  -- Two static statements rather than one with "queues IS NULL OR ...": each
+  -- gets a plan that walks jobs_runnable in claim order and stops at the limit.
+  IF queues IS NULL THEN
+    RETURN QUERY
+    WITH picked AS MATERIALIZED (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND j.run_at <= now()
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE idemq.jobs AS j
+    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+    FROM picked p
+    WHERE j.id = p.id
+    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+              j.idempotency_key, j.lease_expires_at, p.lease_lost;
+  ELSE
+    RETURN QUERY
+    WITH picked AS MATERIALIZED (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND j.run_at <= now()
+        AND j.queue = ANY (queues)
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    )
+    UPDATE idemq.jobs AS j
+    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+    FROM picked p
+    WHERE j.id = p.id
+    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+              j.idempotency_key, j.lease_expires_at, p.lease_lost;
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval) IS
+  'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';

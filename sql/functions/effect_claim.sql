@@ -1,0 +1,78 @@
+-- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
+--   RETURNS TABLE(status text, result jsonb)
+--
+-- The claim-first record for an effect outside the database (an email, a
+-- charge, a webhook). Call it in its own transaction (autocommit) before the
+-- external call, then effect_done() or effect_release().
+--
+-- Guarantees: status is one of
+--   claimed   no record existed: this owner may make the call;
+--   reclaimed an earlier claim is older than stale_after (its owner likely
+--             died, perhaps after the call): check with the external system
+--             first, or resend with the same idempotency key;
+--   done      the effect was recorded; result holds what the call returned;
+--   busy      a fresh claim is held by someone (this owner included): retry
+--             later, never skip.
+--   Of several concurrent reclaimers of one stale claim exactly one gets
+--   `reclaimed`; the others get `busy`.
+-- Concurrency: the primary key serialises first claims; the reclaim is an
+--   UPDATE conditioned on claimed_at, re-checked after a concurrent reclaimer
+--   commits, so only one wins.
+-- Errors: 22004 NULL argument; 22023 empty key/owner or stale_after <= 0.
+-- Tests: test/effects.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp())
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND e.claimed_at < clock_timestamp() - effect_claim.stale_after;
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';

@@ -1,0 +1,41 @@
+-- idemq.effect_release(key text, owner text) RETURNS void
+--
+-- Gives up a claim: the external call definitely did not happen, so a new
+-- claim may make it.
+--
+-- Guarantees: deletes the claim record; the next effect_claim answers `claimed`.
+-- Concurrency: row lock on the record.
+-- Errors: IQ410 the claim is not this owner's (or does not exist);
+--   IQ412 the effect is already done (it cannot be undone by releasing);
+--   22004 NULL key/owner.
+-- Tests: test/effects.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+BEGIN
+  IF effect_release.key IS NULL OR effect_release.owner IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_release: key and owner must not be NULL',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  DELETE FROM idemq.effects AS e
+  WHERE e.key = effect_release.key AND e.owner = effect_release.owner AND e.status = 'claimed';
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM idemq.effects e WHERE e.key = effect_release.key AND e.status = 'done') THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ412',
+      MESSAGE = format('effect_release: effect "%s" is already done and cannot be released', effect_release.key),
+      HINT = 'A done effect happened; do not retry it.';
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'IQ410',
+    MESSAGE = format('effect_release: the claim on effect "%s" is not held by %s', effect_release.key, effect_release.owner),
+    DETAIL = jsonb_build_object('key', effect_release.key, 'owner', effect_release.owner)::text,
+    HINT = 'Another owner reclaimed it after it went stale; leave it to them.';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_release(text, text) IS
+  'Give up a claim whose external call did not happen; IQ410 if not this owner''s.';

@@ -1,0 +1,102 @@
+-- idemq.enqueue(task text, payload jsonb DEFAULT '{}', queue text DEFAULT 'default',
+--   run_at timestamptz DEFAULT NULL, priority int DEFAULT 0, max_attempts int DEFAULT 10,
+--   idempotency_key text DEFAULT NULL,
+--   duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
+--   backoff jsonb DEFAULT NULL, expires_at timestamptz DEFAULT NULL, after bigint[] DEFAULT NULL)
+--   RETURNS TABLE(job_id bigint, deduplicated boolean)
+--
+-- Adds a job, or returns the active job that already holds its idempotency key.
+--
+-- Guarantees:
+--   * Without a key: always a new job.
+--   * A key held by an active job (scheduled, enqueued, processing, awaiting)
+--     returns that job with deduplicated = true, whatever the policy.
+--   * A key whose latest job is terminal: duplicate_policy decides
+--     (idemq._policy_rejects): a new job, or IQ409.
+--   * run_at NULL means now; a job runnable now NOTIFYs idemq_jobs at commit,
+--     so enqueueing inside the caller's transaction works like an outbox.
+--   * after: the job waits in `awaiting` until every parent succeeded.
+--   * expires_at may already be past: the job is never claimed, and rescue()
+--     marks it expired.
+-- Concurrency: N concurrent calls with one key create exactly one job and all
+--   get its id; if the first inserter rolls back, a waiter creates it (the key
+--   row's primary key serialises them; see _enqueue_rows).
+-- Errors: 22004 a required argument is NULL; 22023 bad argument (empty task,
+--   payload not an object, max_attempts < 1, malformed backoff...);
+--   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"});
+--   IQ422 the key is held by an active job for a different task or payload
+--   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
+-- Tests: test/enqueue.test.ts, test/enqueue-policies.test.ts,
+--   test/enqueue-concurrency.test.ts, test/continuations.test.ts, test/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.enqueue(
+  task text,
+  payload jsonb DEFAULT '{}',
+  queue text DEFAULT 'default',
+  run_at timestamptz DEFAULT NULL,
+  priority int DEFAULT 0,
+  max_attempts int DEFAULT 10,
+  idempotency_key text DEFAULT NULL,
+  duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
+  backoff jsonb DEFAULT NULL,
+  expires_at timestamptz DEFAULT NULL,
+  after bigint[] DEFAULT NULL)
+RETURNS TABLE(job_id bigint, deduplicated boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_null text;
+  v_result record;
+BEGIN
+  v_null := CASE
+    WHEN enqueue.task IS NULL THEN 'task'
+    WHEN enqueue.payload IS NULL THEN 'payload'
+    WHEN enqueue.queue IS NULL THEN 'queue'
+    WHEN enqueue.priority IS NULL THEN 'priority'
+    WHEN enqueue.max_attempts IS NULL THEN 'max_attempts'
+    WHEN enqueue.duplicate_policy IS NULL THEN 'duplicate_policy'
+  END;
+  IF v_null IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('enqueue: %s must not be NULL', v_null),
+      HINT = format('Pass a value for %s, or leave the argument out to use its default.', v_null);
+  END IF;
+  IF jsonb_typeof(enqueue.payload) <> 'object' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('enqueue: payload must be a JSON object, not %s', enqueue.payload),
+      HINT = 'Wrap the value in an object, e.g. {"value": ...}.';
+  END IF;
+
+  SELECT r.r_job_id, r.r_outcome, r.r_existing_state, r.r_policy INTO v_result
+  FROM idemq._enqueue_rows(jsonb_build_array(jsonb_build_object(
+         'task', enqueue.task, 'payload', enqueue.payload, 'queue', enqueue.queue,
+         'run_at', enqueue.run_at, 'priority', enqueue.priority,
+         'max_attempts', enqueue.max_attempts, 'idempotency_key', enqueue.idempotency_key,
+         'duplicate_policy', enqueue.duplicate_policy, 'backoff', enqueue.backoff,
+         'expires_at', enqueue.expires_at, 'after', enqueue.after)), true) r;
+
+  IF v_result.r_outcome = 'rejected' THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ409',
+      MESSAGE = format('idempotency key "%s" was used by job %s, which %s; duplicate_policy %s rejects a new job',
+                       enqueue.idempotency_key, v_result.r_job_id, v_result.r_existing_state, v_result.r_policy),
+      DETAIL = jsonb_build_object('key', enqueue.idempotency_key, 'existing_job_id', v_result.r_job_id,
+                                  'existing_state', v_result.r_existing_state, 'policy', v_result.r_policy)::text,
+      HINT = format('Read job %s for its outcome; to run the work again, enqueue with a policy that allows it '
+                    '(allow_after_failed) or retry job %s.', v_result.r_job_id, v_result.r_job_id);
+  ELSIF v_result.r_outcome = 'conflict' THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ422',
+      MESSAGE = format('idempotency key "%s" is held by active job %s for different work (task or payload differ)',
+                       enqueue.idempotency_key, v_result.r_job_id),
+      DETAIL = jsonb_build_object('key', enqueue.idempotency_key, 'existing_job_id', v_result.r_job_id)::text,
+      HINT = 'A key must name one piece of work: derive it from the task and the payload''s identity, '
+             'or wait until the existing job finishes.';
+  END IF;
+
+  job_id := v_result.r_job_id;
+  deduplicated := v_result.r_outcome = 'deduplicated';
+  RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[]) IS
+  'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';

@@ -1,0 +1,37 @@
+-- idemq.enqueue_many(jobs jsonb) RETURNS TABLE(ordinal int, job_id bigint, outcome text)
+--
+-- Adds many jobs in one statement: the fast path. `jobs` is a JSON array of
+-- objects with enqueue()'s fields (task required; payload, queue, run_at,
+-- priority, max_attempts, idempotency_key, duplicate_policy, backoff,
+-- expires_at, after optional, with enqueue()'s defaults).
+--
+-- Guarantees:
+--   * One row per element, in order (`ordinal` is 1-based). outcome:
+--     `created`; `deduplicated` (job_id: the active job holding the key);
+--     `rejected` (the policy refused; job_id: the key's latest job);
+--     `conflict` (the key is held by an active job for different work; job_id: that job).
+--     Rejections and conflicts do not raise, and are counted in stats().
+--   * Within one call the first element with a key decides; later elements
+--     with the same key are deduplicated against the job the key then holds
+--     (or `conflict`), or share the first element's rejection.
+--   * All elements are validated before anything is written: one bad element
+--     raises and nothing is enqueued.
+--   * Set-based: a constant number of statements whatever the batch size.
+-- Concurrency: as enqueue(); keys are taken in key order.
+-- Errors: 22023 jobs is not an array, or an element is malformed (the message
+--   names the element as jobs[N]); IQ404 a parent in `after` does not exist.
+-- Tests: test/enqueue-many.test.ts, test/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.enqueue_many(jobs jsonb)
+RETURNS TABLE(ordinal int, job_id bigint, outcome text)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+BEGIN
+  RETURN QUERY
+  SELECT r.r_ordinal, r.r_job_id, r.r_outcome
+  FROM idemq._enqueue_rows(enqueue_many.jobs, false) r;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.enqueue_many(jsonb) IS
+  'Add many jobs in one call; returns (ordinal, job_id, outcome) per element, never raising for duplicates.';

@@ -1,0 +1,75 @@
+-- idemq.fail(job_id bigint, attempt int, error jsonb, retryable boolean DEFAULT true,
+--   retry_at timestamptz DEFAULT NULL) RETURNS idemq.job_state
+--
+-- Records a failed attempt; schedules a retry or fails the job for good.
+--
+-- Guarantees:
+--   * Appends to errors one entry: {attempt, started_at, failed_at, worker,
+--     error_class, message, ...the other fields of `error`}.
+--   * The job goes to `scheduled` at retry_at, or after the job's backoff
+--     (_backoff_delay with the number of counted attempts so far, 1 for the
+--     first failure); or to `failed` when the error is not retryable or the
+--     counted attempts reached max_attempts. Snoozes do not count.
+--   * Fenced like complete(): a stale attempt changes nothing.
+-- Concurrency: row lock on the job, as complete().
+-- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
+--   22023 error is not a JSON object or string.
+-- Tests: test/fail.test.ts, test/backoff.test.ts
+CREATE OR REPLACE FUNCTION idemq.fail(
+  job_id bigint,
+  attempt int,
+  error jsonb,
+  retryable boolean DEFAULT true,
+  retry_at timestamptz DEFAULT NULL)
+RETURNS idemq.job_state
+LANGUAGE plpgsql VOLATILE
+-- The parameter named "error" (fixed by the contract) would be read as a
+-- variable in a "#variable_conflict error" line, so the setting comes from here.
+SET plpgsql.variable_conflict = 'error'
+AS $$
+DECLARE
+  v_error jsonb;
+  v_job record;
+  v_state idemq.job_state;
+BEGIN
+  IF fail.error IS NULL OR fail.retryable IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'fail: error and retryable must not be NULL',
+      HINT = 'Pass the error as {"class": "TimeoutError", "message": "..."}.';
+  END IF;
+  v_error := CASE jsonb_typeof(fail.error)
+    WHEN 'object' THEN fail.error
+    WHEN 'string' THEN jsonb_build_object('message', fail.error #>> '{}')
+  END;
+  IF v_error IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: error must be a JSON object or string, not %s', fail.error),
+      HINT = 'Pass {"class": "TimeoutError", "message": "...", "stack": "..."}.';
+  END IF;
+
+  SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
+  FROM idemq.jobs j
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND j.state = 'processing'
+  FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
+  END IF;
+  v_state := CASE WHEN NOT fail.retryable OR v_job.attempt - v_job.uncounted >= v_job.max_attempts
+                  THEN 'failed' ELSE 'scheduled' END;
+
+  UPDATE idemq.jobs AS j
+  SET state = v_state,
+      run_at = CASE WHEN v_state = 'scheduled'
+                    THEN coalesce(fail.retry_at, now() + idemq._backoff_delay(v_job.backoff, v_job.attempt - v_job.uncounted))
+                    ELSE j.run_at END,
+      finished_at = CASE WHEN v_state = 'failed' THEN now() END,
+      errors = j.errors || jsonb_build_array(v_error || jsonb_build_object(
+        'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by)),
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = fail.job_id;
+  RETURN v_state;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz) IS
+  'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';

@@ -1,0 +1,45 @@
+-- idemq.guard(key text, task text DEFAULT NULL) RETURNS boolean
+--
+-- The guard row for a database effect: call it in the same transaction as the
+-- effect. true: go ahead (this transaction now owns the key); false: another
+-- delivery already committed this effect, so skip it.
+--
+-- Guarantees:
+--   * Inserts key into idemq.processed (ON CONFLICT DO NOTHING). The row
+--     commits or rolls back with the caller's effect, so there is no window
+--     in which one exists without the other: N deliveries, one effect.
+--   * Usable by any at-least-once consumer (Kafka, SQS, RabbitMQ, Celery...),
+--     not only idemq jobs.
+--   * task (optional) names the work, so stats() can count guard duplicates per task.
+--   * Guard rows live until prune_keys() passes their retention.
+-- Concurrency: a concurrent second caller with the same key waits for the
+--   first transaction: if it commits, the second gets false; if it rolls back,
+--   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
+-- Errors: 22004 NULL key; 22023 empty key.
+-- Tests: test/guard.test.ts
+CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+BEGIN
+  IF guard.key IS NULL OR guard.key = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN guard.key IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'guard: key must be a non-empty string',
+      HINT = 'Use a key that names the effect, e.g. ''credit:order-42''.';
+  END IF;
+  INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
+  ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
+  IF FOUND THEN
+    RETURN true;
+  END IF;
+  IF guard.task IS NOT NULL THEN
+    INSERT INTO idemq.counters AS c (task, event, n) VALUES (guard.task, 'guard_duplicate', 1)
+    ON CONFLICT ON CONSTRAINT counters_pkey DO UPDATE SET n = c.n + 1;
+  END IF;
+  RETURN false;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.guard(text, text) IS
+  'Insert a guard row in the caller''s transaction: true = do the effect, false = already done by another delivery.';

@@ -1,0 +1,66 @@
+-- idemq.retry(job_id bigint) RETURNS idemq.job_state
+--
+-- Runs a failed, cancelled or expired job again: back to `enqueued`, runnable
+-- now, with fresh attempts. Returns `enqueued`.
+--
+-- Guarantees:
+--   * Fresh attempts: the attempts spent so far stop counting against
+--     max_attempts; `attempt` itself keeps growing (it is the fencing token,
+--     so a worker of the old run can never complete the new one).
+--   * The error history is kept. An expired job's expires_at is cleared (so
+--     is any expires_at already past).
+--   * A keyed job takes its key again; if another active job holds the key,
+--     IQ409. Idle workers are notified.
+-- Concurrency: row locks on the job and its key row.
+-- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
+--   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
+--   "existing_state","policy"}, policy null).
+-- Tests: test/admin.test.ts
+CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
+RETURNS idemq.job_state
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_job idemq.jobs;
+  v_holder record;
+BEGIN
+  v_job := idemq._lock_job(retry.job_id, 'retry');
+  IF v_job.state NOT IN ('failed', 'cancelled', 'expired') THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ412',
+      MESSAGE = format('retry: job %s is %s; only failed, cancelled or expired jobs can be retried', v_job.id, v_job.state),
+      DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,
+      HINT = CASE WHEN v_job.state = 'succeeded' THEN 'A succeeded job''s effect happened; enqueue new work instead.'
+                  ELSE 'The job has not finished; wait for it, or cancel it first.' END;
+  END IF;
+
+  IF v_job.idempotency_key IS NOT NULL THEN
+    SELECT k.job_id, k.finished_state INTO v_holder
+    FROM idemq.keys k WHERE k.key = v_job.idempotency_key FOR NO KEY UPDATE;
+    IF FOUND AND v_holder.job_id <> v_job.id AND v_holder.finished_state IS NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'IQ409',
+        MESSAGE = format('retry: idempotency key "%s" of job %s is held by active job %s',
+                         v_job.idempotency_key, v_job.id, v_holder.job_id),
+        DETAIL = jsonb_build_object('key', v_job.idempotency_key, 'existing_job_id', v_holder.job_id,
+                                    'existing_state', (SELECT j.state FROM idemq.jobs j WHERE j.id = v_holder.job_id),
+                                    'policy', NULL)::text,
+        HINT = format('Job %s already does this work; cancel it first to retry job %s.', v_holder.job_id, v_job.id);
+    END IF;
+    INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+    VALUES (v_job.idempotency_key, v_job.id, v_job.task, md5(v_job.payload::text))
+    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+      SET job_id = EXCLUDED.job_id, task = EXCLUDED.task, payload_md5 = EXCLUDED.payload_md5,
+          finished_state = NULL, finished_at = NULL;
+  END IF;
+
+  UPDATE idemq.jobs AS j
+  SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
+      expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
+  WHERE j.id = v_job.id;
+  PERFORM pg_notify('idemq_jobs', v_job.queue);
+  RETURN 'enqueued';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.retry(bigint) IS
+  'Run a failed, cancelled or expired job again with fresh attempts; IQ409 if its key is held by another active job.';

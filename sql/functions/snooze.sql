@@ -1,0 +1,35 @@
+-- idemq.snooze(job_id bigint, attempt int, run_at timestamptz) RETURNS void
+--
+-- Puts a held job back to `scheduled` at run_at without spending an attempt.
+--
+-- Guarantees:
+--   * Waiting on a rate limit or a dependency is not a failure: no error is
+--     recorded and the snoozed attempt does not count against max_attempts
+--     (attempt still advances on the next claim, since it is the fencing token).
+--   * Fenced like complete().
+-- Concurrency: row lock on the job, as complete().
+-- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
+-- Tests: test/snooze.test.ts
+CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+BEGIN
+  IF snooze.run_at IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'snooze: run_at must not be NULL',
+      HINT = 'Pass when the job should run again, e.g. now() + interval ''1 minute''.';
+  END IF;
+  UPDATE idemq.jobs AS j
+  SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.state = 'processing';
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz) IS
+  'Reschedule a held job without spending an attempt (rate limits, dependencies).';
