@@ -1,11 +1,16 @@
 // Prints the closing line CI reads: "N passed, N failed" (tests, not files).
-// A file that fails outside its tests (an import error, a failing beforeAll
-// with no test failing) and an unhandled error each count as one failure, so
-// a red run can never print "0 failed".
-import type { Reporter, SerializedError, TestModule } from "vitest/node";
+// So that a red run never prints "0 failed", a file that fails outside its
+// tests (an import error, a failing beforeAll) and each unhandled error count
+// as one failure, and a run vitest calls failed with nothing counted (a
+// global setup that threw, no test files found) counts as one.
+import type { Reporter, SerializedError, TestModule, TestRunEndReason } from "vitest/node";
 
 export default class SummaryLineReporter implements Reporter {
-  onTestRunEnd(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>): void {
+  onTestRunEnd(
+    testModules: ReadonlyArray<TestModule>,
+    unhandledErrors: ReadonlyArray<SerializedError>,
+    reason: TestRunEndReason,
+  ): void {
     let passed = 0;
     let failed = 0;
     for (const testModule of testModules) {
@@ -19,6 +24,7 @@ export default class SummaryLineReporter implements Reporter {
       failed += failedHere;
     }
     failed += unhandledErrors.length;
+    if (reason !== "passed" && failed === 0) failed = 1;
     process.stdout.write(`${passed} passed, ${failed} failed\n`);
   }
 }

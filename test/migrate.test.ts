@@ -1,0 +1,172 @@
+// The migration runner (src/migrate.ts): idempotent, reversible, safe under
+// concurrency, and its psql script builds the same catalog as `migrate`.
+// Each case runs on the package's sql/migrations and on a fixture set, so the
+// runner is proven on its own and the real migrations are proven with it.
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, it } from "vitest";
+import { DEFAULT_MIGRATIONS_DIR, migrate, migrationStatus, pendingSql } from "../src/migrate.ts";
+import { catalogSnapshot } from "./helpers/catalog.ts";
+import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
+
+const run = promisify(execFile);
+const FIXTURE_MIGRATIONS = resolve(import.meta.dirname, "fixtures", "migrations");
+
+const databases: TestDatabase[] = [];
+afterAll(async () => {
+  await Promise.all(databases.map((db) => db.drop()));
+});
+
+async function emptyDatabase(): Promise<TestDatabase> {
+  const db = await freshDatabase({ empty: true });
+  databases.push(db);
+  return db;
+}
+
+/** Rows of idemq_meta.migrations, in insertion order ([] when the table does not exist). */
+async function appliedRows(db: TestDatabase): Promise<string[]> {
+  const exists = await db.pool.query("SELECT to_regclass('idemq_meta.migrations') IS NOT NULL AS found");
+  if (!exists.rows[0].found) return [];
+  const { rows } = await db.pool.query<{ name: string }>("SELECT name FROM idemq_meta.migrations ORDER BY id");
+  return rows.map((row) => row.name);
+}
+
+const psqlAvailable = await run("psql", ["--version"]).then(
+  () => true,
+  () => false,
+);
+
+describe.each([
+  { set: "sql/migrations", migrationsDir: DEFAULT_MIGRATIONS_DIR },
+  { set: "fixture migrations", migrationsDir: FIXTURE_MIGRATIONS },
+])("migrations: $set", ({ migrationsDir }) => {
+  async function allNames(db: TestDatabase): Promise<string[]> {
+    return (await migrationStatus({ connectionString: db.url, migrationsDir })).pending;
+  }
+
+  it("running migrate twice is a no-op the second time", async () => {
+    const db = await emptyDatabase();
+    const names = await allNames(db);
+    expect(await migrate({ connectionString: db.url, migrationsDir })).toEqual(names);
+    const after = await catalogSnapshot(db.pool);
+    expect(await migrate({ connectionString: db.url, migrationsDir })).toEqual([]);
+    expect(await catalogSnapshot(db.pool)).toEqual(after);
+    expect(await migrationStatus({ connectionString: db.url, migrationsDir })).toEqual({ applied: names, pending: [] });
+    expect(await appliedRows(db)).toEqual(names);
+  });
+
+  it("up, down, up gives the same catalog", async () => {
+    const db = await emptyDatabase();
+    const names = await allNames(db);
+    await migrate({ connectionString: db.url, migrationsDir });
+    const first = await catalogSnapshot(db.pool);
+
+    const reverted = await migrate({ connectionString: db.url, migrationsDir, direction: "down", count: names.length });
+    expect(reverted).toEqual([...names].reverse());
+    expect(await appliedRows(db)).toEqual([]);
+    const { rows } = await db.pool.query("SELECT 1 FROM pg_namespace WHERE nspname = 'idemq'");
+    expect(rows).toHaveLength(0);
+
+    expect(await migrate({ connectionString: db.url, migrationsDir })).toEqual(names);
+    expect(await catalogSnapshot(db.pool)).toEqual(first);
+  });
+
+  it("4 concurrent migrate calls on an empty database: each migration runs exactly once", async () => {
+    const db = await emptyDatabase();
+    const names = await allNames(db);
+    const results = await Promise.all(
+      Array.from({ length: 4 }, () => migrate({ connectionString: db.url, migrationsDir })),
+    );
+    expect(results.flat().sort()).toEqual([...names].sort());
+    expect(await appliedRows(db)).toEqual(names);
+  });
+
+  it.skipIf(!psqlAvailable)("pendingSql applied with psql builds the same catalog as migrate", async () => {
+    const [viaMigrate, viaPsql] = await Promise.all([emptyDatabase(), emptyDatabase()]);
+    const names = await allNames(viaMigrate);
+    await migrate({ connectionString: viaMigrate.url, migrationsDir });
+
+    const script = await pendingSql({ connectionString: viaPsql.url, migrationsDir });
+    const dir = await mkdtemp(join(tmpdir(), "idemq-sql-"));
+    try {
+      const file = join(dir, "pending.sql");
+      await writeFile(file, script);
+      await run("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file, viaPsql.url], { env: psqlEnv() });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+
+    expect(await catalogSnapshot(viaPsql.pool)).toEqual(await catalogSnapshot(viaMigrate.pool));
+    expect(await appliedRows(viaPsql)).toEqual(names);
+    expect(await migrationStatus({ connectionString: viaPsql.url, migrationsDir })).toEqual({
+      applied: names,
+      pending: [],
+    });
+    expect(await migrate({ connectionString: viaPsql.url, migrationsDir })).toEqual([]);
+    expect(await pendingSql({ connectionString: viaPsql.url, migrationsDir })).toBe(
+      "-- idemq: no pending migrations\n",
+    );
+  });
+});
+
+describe("migrations: partly applied (fixture set)", () => {
+  const migrationsDir = FIXTURE_MIGRATIONS;
+
+  it("status and pendingSql cover only what is not applied yet; count limits migrate", async () => {
+    const db = await emptyDatabase();
+    expect(await migrate({ connectionString: db.url, migrationsDir, count: 1 })).toEqual(["0001_fixture_schema"]);
+    expect(await migrationStatus({ connectionString: db.url, migrationsDir })).toEqual({
+      applied: ["0001_fixture_schema"],
+      pending: ["0002_fixture_more"],
+    });
+    const script = await pendingSql({ connectionString: db.url, migrationsDir });
+    expect(script).toMatch(/^BEGIN;$/m);
+    expect(script).toMatch(/^COMMIT;$/m);
+    expect(script).toContain("0002_fixture_more");
+    expect(script).not.toContain("CREATE SCHEMA idemq;");
+  });
+
+  it.skipIf(!psqlAvailable)("a stale script refuses to run twice and changes nothing", async () => {
+    const db = await emptyDatabase();
+    const script = await pendingSql({ connectionString: db.url, migrationsDir });
+    await migrate({ connectionString: db.url, migrationsDir });
+    const before = await catalogSnapshot(db.pool);
+    const dir = await mkdtemp(join(tmpdir(), "idemq-sql-"));
+    try {
+      const file = join(dir, "stale.sql");
+      await writeFile(file, script);
+      const failure = await run("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file, db.url], {
+        env: psqlEnv(),
+      }).then(
+        () => undefined,
+        (error: { code?: number; stderr?: string }) => error,
+      );
+      expect(failure?.code).toBe(3);
+      expect(failure?.stderr).toContain("applied since this script was generated");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(await catalogSnapshot(db.pool)).toEqual(before);
+    expect(await appliedRows(db)).toEqual(["0001_fixture_schema", "0002_fixture_more"]);
+  });
+
+  it("migrate works on a caller's connected client and leaves it open", async () => {
+    const db = await emptyDatabase();
+    const client = await db.newClient();
+    expect(await migrate({ client, migrationsDir })).toEqual(["0001_fixture_schema", "0002_fixture_more"]);
+    expect((await client.query("SELECT idemq.fixture_add('x') AS id")).rows[0].id).toBe("1");
+    expect(await migrationStatus({ client, migrationsDir })).toEqual({
+      applied: ["0001_fixture_schema", "0002_fixture_more"],
+      pending: [],
+    });
+  });
+});
+
+function psqlEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const key of Object.keys(env)) if (key.startsWith("PG")) delete env[key];
+  return env;
+}
