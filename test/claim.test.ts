@@ -1,0 +1,158 @@
+// idemq.claim: which jobs it hands out, in which order, and what it records.
+// Every case runs in a transaction that rolls back, so now() is one instant
+// and times can be compared exactly.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { claim, claimOne, enqueue, expireLease, fail, jobRow, makeDue, rescue, sql } from "./helpers/work.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+describe("claim", () => {
+  it("orders by priority desc, then run_at, then id", async () => {
+    await inRollback(db.pool, async (c) => {
+      const low = await enqueue(c, { priority: 0, run_at: sql("now() - interval '1 hour'") });
+      const highLater = await enqueue(c, { priority: 5, run_at: sql("now() - interval '1 minute'") });
+      const highEarlierB = await enqueue(c, { priority: 5, run_at: sql("now() - interval '10 minutes'") });
+      const highEarlierA = await enqueue(c, { priority: 5, run_at: sql("now() - interval '10 minutes'") });
+      const top = await enqueue(c, { priority: 9, run_at: sql("now()") });
+      const rows = await claim(c, { batch_size: 10 });
+      // highEarlierB was enqueued first, so it has the lower id.
+      expect(rows.map((r) => r.id)).toEqual([top, highEarlierB, highEarlierA, highLater, low]);
+    });
+  });
+
+  it("respects batch_size, taking the first jobs in claim order", async () => {
+    await inRollback(db.pool, async (c) => {
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) ids.push(await enqueue(c, { priority: 10 - i }));
+      expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(0, 2));
+      expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(2, 4));
+      expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(4));
+      expect(await claim(c, { batch_size: 2 })).toEqual([]);
+    });
+  });
+
+  it("increments attempt and records locked_by and lease_expires_at = now() + lease", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { task: "send", payload: { n: 1 }, queue: "mail", max_attempts: 4, idempotency_key: "k-1" });
+      const [job] = await claim(c, { worker_id: "host:42", lease: "45 seconds" });
+      expect(job).toMatchObject({
+        id,
+        task: "send",
+        queue: "mail",
+        payload: { n: 1 },
+        attempt: 1,
+        max_attempts: 4,
+        idempotency_key: "k-1",
+        reclaimed: false,
+      });
+      const row = await jobRow(c, id);
+      expect(row).toMatchObject({ state: "processing", attempt: 1, locked_by: "host:42", lease_in: 45 });
+      expect(row.lease_expires_at).toEqual(job!.lease_expires_at);
+    });
+  });
+
+  it("uses a 30-second lease by default", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c);
+      await claimOne(c);
+      expect((await jobRow(c, id)).lease_in).toBe(30);
+    });
+  });
+
+  it("takes only jobs from the queues asked for; NULL means every queue", async () => {
+    await inRollback(db.pool, async (c) => {
+      const a = await enqueue(c, { queue: "a" });
+      const b = await enqueue(c, { queue: "b" });
+      const other = await enqueue(c, { queue: "c" });
+      expect(await claim(c, { queues: ["nowhere"], batch_size: 10 })).toEqual([]);
+      const ab = await claim(c, { queues: ["b", "a"], batch_size: 10 });
+      expect(ab.map((r) => r.id).sort()).toEqual([a, b].sort());
+      expect((await claim(c, { queues: null, batch_size: 10 })).map((r) => r.id)).toEqual([other]);
+    });
+  });
+
+  it("skips a scheduled retry whose run_at is in the future", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: { kind: "fixed", delays: ["1 minute"] } });
+      const first = await claimOne(c);
+      expect(await fail(c, id, first.attempt)).toBe("scheduled");
+      expect(await claim(c, { batch_size: 10 })).toEqual([]);
+      // One microsecond before due: still not claimable.
+      await c.query("UPDATE idemq.jobs SET run_at = now() + interval '1 microsecond' WHERE id = $1", [id]);
+      expect(await claim(c)).toEqual([]);
+      await makeDue(c, id);
+      expect((await claimOne(c)).attempt).toBe(2);
+    });
+  });
+
+  it("claims a delayed job once its run_at has come, with no promoter in between", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { run_at: sql("now() + interval '1 hour'") });
+      expect((await jobRow(c, id)).state).toBe("scheduled");
+      expect(await claim(c)).toEqual([]);
+      await makeDue(c, id); // run_at = now(): due exactly now
+      expect((await jobRow(c, id)).state).toBe("scheduled");
+      expect((await claimOne(c)).id).toBe(id);
+    });
+  });
+
+  it("never hands out a job at or past its expires_at, and takes one just before it", async () => {
+    await inRollback(db.pool, async (c) => {
+      const past = await enqueue(c, { expires_at: sql("now() - interval '1 second'") });
+      const atNow = await enqueue(c, { expires_at: sql("now() + interval '1 hour'") });
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [atNow]);
+      const justBefore = await enqueue(c, { expires_at: sql("now() + interval '1 microsecond'") });
+      const rows = await claim(c, { batch_size: 10 });
+      expect(rows.map((r) => r.id)).toEqual([justBefore]);
+      expect((await jobRow(c, past)).state).toBe("enqueued");
+      expect((await jobRow(c, atNow)).state).toBe("enqueued");
+    });
+  });
+
+  it("never takes a processing job, even when its lease has run out", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c);
+      const job = await claimOne(c, { worker_id: "crashed" });
+      await expireLease(c, id, "1 hour");
+      expect(await claim(c, { worker_id: "other", batch_size: 10 })).toEqual([]);
+      const row = await jobRow(c, id);
+      expect(row).toMatchObject({ state: "processing", attempt: job.attempt, locked_by: "crashed" });
+    });
+  });
+
+  it("reports reclaimed = true only on the first claim after a rescue", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: { kind: "fixed", delays: ["1 second"] } });
+      const first = await claimOne(c);
+      expect(first.reclaimed).toBe(false);
+      await expireLease(c, id);
+      expect(await rescue(c)).toBe(1);
+      const second = await claimOne(c);
+      expect(second).toMatchObject({ id, attempt: 2, reclaimed: true });
+      // attempt 2 fails normally: attempt 3 is an ordinary retry, not a reclaim.
+      expect(await fail(c, id, 2)).toBe("scheduled");
+      await makeDue(c, id);
+      expect(await claimOne(c)).toMatchObject({ id, attempt: 3, reclaimed: false });
+    });
+  });
+
+  it("takes neither awaiting nor finished jobs", async () => {
+    await inRollback(db.pool, async (c) => {
+      const parent = await enqueue(c, { priority: -1 });
+      const child = await enqueue(c, { after: [parent], priority: 100 });
+      expect((await jobRow(c, child)).state).toBe("awaiting");
+      const [only] = await claim(c, { batch_size: 10 });
+      expect(only!.id).toBe(parent);
+      await c.query("SELECT idemq.complete($1, 1)", [parent]);
+      expect((await jobRow(c, child)).state).toBe("enqueued");
+      expect((await claim(c, { batch_size: 10 })).map((r) => r.id)).toEqual([child]);
+    });
+  });
+});
