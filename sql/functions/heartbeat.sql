@@ -34,13 +34,18 @@ BEGIN
   PERFORM idemq._check_lease(lease, 'heartbeat');
 
   RETURN QUERY
+  -- Driven from the arrays through LATERAL, so each pair is one primary-key
+  -- probe. A plain join lets the planner scan every processing job (the
+  -- jobs_leases partial index matches the predicate) once per pair: with
+  -- hundreds of jobs in flight that is a quadratic plan.
   WITH held AS MATERIALIZED (
-    SELECT j.id
-    FROM idemq.jobs j
-    JOIN unnest(job_ids, attempts) AS t(id, attempt) ON j.id = t.id AND j.attempt = t.attempt
-    WHERE j.state = 'processing'
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j
+    SELECT h.id
+    FROM (SELECT DISTINCT t.id, t.attempt FROM unnest(job_ids, attempts) AS t(id, attempt) ORDER BY t.id) t
+    CROSS JOIN LATERAL (
+      SELECT j.id FROM idemq.jobs j
+      WHERE j.id = t.id AND j.attempt = t.attempt AND j.state = 'processing'
+      FOR NO KEY UPDATE
+    ) h
   )
   UPDATE idemq.jobs AS j
   SET lease_expires_at = now() + lease
