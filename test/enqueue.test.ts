@@ -1,0 +1,205 @@
+// idemq.enqueue: a new job without a key, the defaults of its signature, what it
+// returns, an expires_at already past, and NOTIFY idemq_jobs at commit only for
+// jobs runnable now (an outbox: nothing is sent for a rolled-back enqueue).
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { count, driveTo, enqueue, enqueueMany, job, Listener, unique } from "./helpers/jobs.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+describe("enqueue: new jobs", () => {
+  it("without a key, the same task and payload always make a new job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const ids = new Set<string>();
+      for (let i = 0; i < 3; i++) {
+        const r = await enqueue(c, { task: "no_key", payload: { order: 1 } });
+        expect(r.deduplicated).toBe(false);
+        ids.add(r.job_id);
+      }
+      expect(ids.size).toBe(3);
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = 'no_key'")).toBe(3);
+      expect(await count(c, "SELECT 1 FROM idemq.keys")).toBe(0);
+    });
+  });
+
+  it("returns exactly the columns (job_id, deduplicated); the id is the job's, deduplicated false when created", async () => {
+    await inRollback(db.pool, async (c) => {
+      const { rows, fields } = await c.query("SELECT * FROM idemq.enqueue(task => 'ret')");
+      expect(fields.map((f) => f.name)).toEqual(["job_id", "deduplicated"]);
+      expect(rows).toHaveLength(1);
+      expect(rows[0].deduplicated).toBe(false);
+      expect((await job(c, rows[0].job_id)).task).toBe("ret");
+
+      const key = unique("k");
+      const first = await enqueue(c, { task: "ret", idempotency_key: key });
+      const again = await enqueue(c, { task: "ret", idempotency_key: key });
+      expect(first.deduplicated).toBe(false);
+      expect(again).toEqual({ job_id: first.job_id, deduplicated: true });
+    });
+  });
+
+  it("applies the defaults: queue default, priority 0, max_attempts 10, payload {}, run_at now, state enqueued", async () => {
+    await inRollback(db.pool, async (c) => {
+      const { job_id } = await enqueue(c, { task: "defaults" });
+      const row = await job(c, job_id);
+      const { rows } = await c.query<{ now: Date }>("SELECT now() AS now");
+      expect(row).toMatchObject({
+        task: "defaults",
+        queue: "default",
+        priority: 0,
+        max_attempts: 10,
+        payload: {},
+        state: "enqueued",
+        attempt: 0,
+        idempotency_key: null,
+        errors: [],
+        finished_at: null,
+        expires_at: null,
+        backoff: null,
+      });
+      expect(row.run_at).toEqual(rows[0]!.now);
+      expect(row.created_at).toEqual(rows[0]!.now);
+    });
+  });
+
+  it("a run_at in the future makes the job scheduled; run_at now or past makes it enqueued", async () => {
+    await inRollback(db.pool, async (c) => {
+      const future = await enqueue(c, { task: "when", run_at: new Date(Date.now() + 3_600_000) });
+      const past = await enqueue(c, { task: "when", run_at: "2000-01-01T00:00:00Z" });
+      expect((await job(c, future.job_id)).state).toBe("scheduled");
+      expect((await job(c, past.job_id)).state).toBe("enqueued");
+      // Just inside / just outside "now" (the transaction's now()).
+      const { rows } = await c.query<{ at: string; later: string }>(
+        "SELECT now()::text AS at, (now() + interval '1 microsecond')::text AS later",
+      );
+      const atNow = await enqueue(c, { task: "when", run_at: rows[0]!.at });
+      const justLater = await enqueue(c, { task: "when", run_at: rows[0]!.later });
+      expect((await job(c, atNow.job_id)).state).toBe("enqueued");
+      expect((await job(c, justLater.job_id)).state).toBe("scheduled");
+    });
+  });
+
+  it("stores task, payload, queue, priority, max_attempts, backoff and expires_at as given", async () => {
+    await inRollback(db.pool, async (c) => {
+      const payload = { to: "a@example.com", lines: [1, 2, { nested: true }], note: null };
+      const backoff = { kind: "fixed", delays: ["2 seconds"] };
+      const { job_id } = await enqueue(c, {
+        task: "send_email",
+        payload,
+        queue: "mail",
+        priority: -5,
+        max_attempts: 3,
+        backoff,
+        expires_at: "2100-01-01T00:00:00Z",
+      });
+      expect(await job(c, job_id)).toMatchObject({
+        task: "send_email",
+        payload,
+        queue: "mail",
+        priority: -5,
+        max_attempts: 3,
+        backoff,
+        expires_at: new Date("2100-01-01T00:00:00Z"),
+        state: "enqueued",
+      });
+    });
+  });
+
+  it("accepts an expires_at already past: the job is created, never claimed, and rescue expires it", async () => {
+    await inRollback(db.pool, async (c) => {
+      const queue = unique("q");
+      const { job_id } = await enqueue(c, { task: "late", queue, expires_at: "2000-01-01T00:00:00Z" });
+      expect((await job(c, job_id)).state).toBe("enqueued");
+      const claimed = await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [queue]);
+      expect(claimed.rows).toEqual([]);
+      await driveTo(c, job_id, "expired");
+      expect((await job(c, job_id)).finished_at).not.toBeNull();
+    });
+  });
+});
+
+describe("enqueue: NOTIFY idemq_jobs", () => {
+  let listener: Listener;
+  let sender: pg.Client;
+  beforeAll(async () => {
+    listener = await Listener.start(await db.newClient());
+    sender = await db.newClient();
+  });
+
+  it("a job runnable now notifies with its queue name, delivered at commit, not before", async () => {
+    const queue = unique("q");
+    await sender.query("BEGIN");
+    await enqueue(sender, { task: "notify", queue });
+    // Anything sent before this sentinel has arrived by the time it does.
+    await listener.sync(db.pool);
+    expect(listener.payloads()).not.toContain(queue);
+    await sender.query("COMMIT");
+    await listener.waitFor(queue);
+    await listener.sync(sender);
+    expect(listener.payloads().filter((p) => p === queue)).toEqual([queue]);
+  });
+
+  it("a job with a future run_at sends no notification", async () => {
+    const queue = unique("q");
+    const { job_id } = await enqueue(sender, { task: "notify", queue, run_at: new Date(Date.now() + 3_600_000) });
+    expect((await job(sender, job_id)).state).toBe("scheduled");
+    await listener.sync(sender);
+    expect(listener.payloads()).not.toContain(queue);
+  });
+
+  it("a rolled-back enqueue sends no notification", async () => {
+    const queue = unique("q");
+    await sender.query("BEGIN");
+    await enqueue(sender, { task: "notify", queue });
+    await sender.query("ROLLBACK");
+    await listener.sync(sender);
+    expect(listener.payloads()).not.toContain(queue);
+    expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE queue = $1", [queue])).toBe(0);
+  });
+
+  it("a deduplicated enqueue sends no notification of its own", async () => {
+    const queue = unique("q");
+    const key = unique("k");
+    await enqueue(sender, { task: "notify", queue, idempotency_key: key });
+    await listener.sync(sender);
+    const before = listener.payloads().filter((p) => p === queue).length;
+    expect(before).toBe(1);
+    const again = await enqueue(sender, { task: "notify", queue, idempotency_key: key });
+    expect(again.deduplicated).toBe(true);
+    await listener.sync(sender);
+    expect(listener.payloads().filter((p) => p === queue)).toHaveLength(1);
+  });
+
+  it("an awaiting job (continuation) sends no notification at enqueue", async () => {
+    const parentQueue = unique("q");
+    const queue = unique("q");
+    const parent = await enqueue(sender, { task: "parent", queue: parentQueue });
+    const child = await enqueue(sender, { task: "child", queue, after: [parent.job_id] });
+    expect((await job(sender, child.job_id)).state).toBe("awaiting");
+    await listener.sync(sender);
+    expect(listener.payloads()).not.toContain(queue);
+  });
+
+  it("enqueue_many notifies each queue that got a job runnable now, and not the others", async () => {
+    const [a, b, later] = [unique("q"), unique("q"), unique("q")];
+    const future = new Date(Date.now() + 3_600_000).toISOString();
+    await enqueueMany(sender, [
+      { task: "t", queue: a },
+      { task: "t", queue: a },
+      { task: "t", queue: b },
+      { task: "t", queue: later, run_at: future },
+    ]);
+    await listener.sync(sender);
+    const payloads = listener.payloads();
+    expect(payloads.filter((p) => p === a)).toHaveLength(1);
+    expect(payloads.filter((p) => p === b)).toHaveLength(1);
+    expect(payloads).not.toContain(later);
+  });
+});

@@ -1,0 +1,278 @@
+// Fixtures for tests of enqueue, duplicate policies, continuations and
+// retention: a raw-SQL enqueue call (named parameters, unset options left out,
+// so the SQL defaults are what is tested), a driver that moves a job into a
+// given state through the real functions, and a NOTIFY listener whose "nothing
+// arrived" checks wait for a sentinel notification instead of sleeping.
+import { randomBytes } from "node:crypto";
+import type pg from "pg";
+import { expect } from "vitest";
+
+export type Queryable = pg.Pool | pg.ClientBase;
+
+export const TERMINAL_STATES = ["succeeded", "failed", "expired", "cancelled"] as const;
+export const ACTIVE_STATES = ["scheduled", "enqueued", "processing", "awaiting"] as const;
+export const POLICIES = ["allow_after_failed", "reject_if_failed", "reject_always", "reject_if_succeeded"] as const;
+export type TerminalState = (typeof TERMINAL_STATES)[number];
+export type ActiveState = (typeof ACTIVE_STATES)[number];
+export type Policy = (typeof POLICIES)[number];
+
+/** A name no other test uses (queues, keys, tasks), so claims and counts stay targeted. */
+export function unique(prefix: string): string {
+  return `${prefix}-${randomBytes(5).toString("hex")}`;
+}
+
+export interface EnqueueArgs {
+  task?: string;
+  payload?: unknown;
+  /** Raw jsonb text for the payload (to test key order and whitespace). */
+  payloadText?: string;
+  queue?: string;
+  run_at?: string | Date;
+  priority?: number;
+  max_attempts?: number;
+  idempotency_key?: string;
+  duplicate_policy?: Policy;
+  backoff?: unknown;
+  expires_at?: string | Date;
+  after?: (string | number)[];
+}
+
+export interface Enqueued {
+  job_id: string;
+  deduplicated: boolean;
+}
+
+/** SELECT * FROM idemq.enqueue(...) with only the given arguments, by name. */
+export async function enqueue(db: Queryable, args: EnqueueArgs = {}): Promise<Enqueued> {
+  const names: string[] = [];
+  const values: unknown[] = [];
+  const add = (name: string, cast: string, value: unknown) => {
+    values.push(value);
+    names.push(`${name} => $${values.length}::${cast}`);
+  };
+  add("task", "text", args.task ?? "test_task");
+  if (args.payloadText !== undefined) add("payload", "jsonb", args.payloadText);
+  else if (args.payload !== undefined) add("payload", "jsonb", JSON.stringify(args.payload));
+  if (args.queue !== undefined) add("queue", "text", args.queue);
+  if (args.run_at !== undefined) add("run_at", "timestamptz", args.run_at);
+  if (args.priority !== undefined) add("priority", "int", args.priority);
+  if (args.max_attempts !== undefined) add("max_attempts", "int", args.max_attempts);
+  if (args.idempotency_key !== undefined) add("idempotency_key", "text", args.idempotency_key);
+  if (args.duplicate_policy !== undefined) add("duplicate_policy", "idemq.duplicate_policy", args.duplicate_policy);
+  if (args.backoff !== undefined) add("backoff", "jsonb", JSON.stringify(args.backoff));
+  if (args.expires_at !== undefined) add("expires_at", "timestamptz", args.expires_at);
+  if (args.after !== undefined) add("after", "bigint[]", args.after.map(String));
+  const { rows } = await db.query<Enqueued>(`SELECT * FROM idemq.enqueue(${names.join(", ")})`, values);
+  expect(rows).toHaveLength(1);
+  return rows[0]!;
+}
+
+export interface ManyRow {
+  ordinal: number;
+  job_id: string | null;
+  outcome: "created" | "deduplicated" | "rejected" | "conflict";
+}
+
+/** SELECT * FROM idemq.enqueue_many($1) in ordinal order. */
+export async function enqueueMany(db: Queryable, jobs: unknown): Promise<ManyRow[]> {
+  const { rows } = await db.query<ManyRow>("SELECT * FROM idemq.enqueue_many($1::jsonb) ORDER BY ordinal", [
+    JSON.stringify(jobs),
+  ]);
+  return rows;
+}
+
+export interface JobRow {
+  id: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  state: string;
+  priority: number;
+  run_at: Date;
+  attempt: number;
+  max_attempts: number;
+  idempotency_key: string | null;
+  errors: Array<Record<string, unknown>>;
+  created_at: Date;
+  finished_at: Date | null;
+  expires_at: Date | null;
+  backoff: unknown;
+}
+
+export async function job(db: Queryable, id: string | number): Promise<JobRow> {
+  const { rows } = await db.query<JobRow>("SELECT * FROM idemq.jobs WHERE id = $1", [String(id)]);
+  if (rows.length !== 1) throw new Error(`job ${id} not found`);
+  return rows[0]!;
+}
+
+export async function stateOf(db: Queryable, id: string | number): Promise<string> {
+  return (await job(db, id)).state;
+}
+
+/** The key ledger row of `key`, or undefined. */
+export async function keyRow(
+  db: Queryable,
+  key: string,
+): Promise<{ job_id: string; finished_state: string | null; finished_at: Date | null } | undefined> {
+  const { rows } = await db.query("SELECT job_id, finished_state, finished_at FROM idemq.keys WHERE key = $1", [key]);
+  return rows[0];
+}
+
+export async function count(db: Queryable, sql: string, values: unknown[] = []): Promise<number> {
+  const { rows } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM (${sql}) s`, values);
+  return Number(rows[0]!.n);
+}
+
+/**
+ * Claims job `id`, which must be the only runnable job of its queue (give each
+ * job a unique() queue). Returns its attempt.
+ */
+export async function claimJob(db: Queryable, id: string): Promise<number> {
+  const { queue } = await job(db, id);
+  const { rows } = await db.query<{ id: string; attempt: number }>(
+    "SELECT id, attempt FROM idemq.claim(worker_id => 'test-worker', queues => ARRAY[$1::text])",
+    [queue],
+  );
+  expect(rows.map((r) => r.id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
+  return rows[0]!.attempt;
+}
+
+/**
+ * Moves job `id` (runnable now, alone in its queue) into `state` through the
+ * real functions: claim + complete, claim + fail (not retryable), cancel, or
+ * an expires_at in the past + rescue.
+ */
+export async function driveTo(db: Queryable, id: string, state: TerminalState | "processing"): Promise<void> {
+  switch (state) {
+    case "processing":
+      await claimJob(db, id);
+      break;
+    case "succeeded": {
+      const attempt = await claimJob(db, id);
+      await db.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt]);
+      break;
+    }
+    case "failed": {
+      const attempt = await claimJob(db, id);
+      await db.query(
+        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "TestError", "message": "boom"}', retryable => false)`,
+        [id, attempt],
+      );
+      break;
+    }
+    case "cancelled":
+      await db.query("SELECT idemq.cancel(job_id => $1)", [id]);
+      break;
+    case "expired":
+      // A deadline not yet past is moved into the past (direct SQL is allowed
+      // in tests); then rescue expires the job.
+      await db.query(
+        "UPDATE idemq.jobs SET expires_at = now() - interval '1 second' WHERE id = $1 AND (expires_at IS NULL OR expires_at > now())",
+        [id],
+      );
+      await db.query("SELECT idemq.rescue()");
+      break;
+  }
+  expect(await stateOf(db, id), `job ${id} driven to ${state}`).toBe(state);
+}
+
+/**
+ * Enqueues a job (in a queue of its own unless given) and brings it into
+ * `state`: any terminal state, or an active one (scheduled: run_at tomorrow;
+ * processing: claimed; awaiting: after a parent that is still enqueued).
+ */
+export async function jobIn(
+  db: Queryable,
+  state: TerminalState | ActiveState,
+  args: EnqueueArgs = {},
+): Promise<string> {
+  const queue = args.queue ?? unique("q");
+  if (state === "scheduled") {
+    const { job_id } = await enqueue(db, { ...args, queue, run_at: new Date(Date.now() + 86_400_000) });
+    expect(await stateOf(db, job_id)).toBe("scheduled");
+    return job_id;
+  }
+  if (state === "awaiting") {
+    const parent = await enqueue(db, { task: "parent_task", queue: unique("q") });
+    const { job_id } = await enqueue(db, { ...args, queue, after: [parent.job_id] });
+    expect(await stateOf(db, job_id)).toBe("awaiting");
+    return job_id;
+  }
+  // An expired job is enqueued with its deadline already past (enqueue accepts it).
+  const expires_at = state === "expired" ? (args.expires_at ?? "2000-01-01T00:00:00Z") : args.expires_at;
+  const { job_id } = await enqueue(db, { ...args, queue, ...(expires_at === undefined ? {} : { expires_at }) });
+  if (state !== "enqueued") await driveTo(db, job_id, state);
+  expect(await stateOf(db, job_id)).toBe(state);
+  return job_id;
+}
+
+/**
+ * Runs `work` inside a savepoint of the caller's transaction, rolling back to
+ * it when `work` fails, so an expected error leaves the transaction usable.
+ */
+export async function savepoint<T>(client: pg.ClientBase, work: () => Promise<T>): Promise<T> {
+  await client.query("SAVEPOINT expect_error");
+  try {
+    const result = await work();
+    await client.query("RELEASE SAVEPOINT expect_error");
+    return result;
+  } catch (error) {
+    await client.query("ROLLBACK TO SAVEPOINT expect_error");
+    throw error;
+  }
+}
+
+/**
+ * Collects notifications on a connection of its own. `quiet()` proves that
+ * nothing else arrived: it sends a sentinel through `sender` and waits for it;
+ * notifications are delivered in commit order, so anything committed before
+ * the sentinel has arrived by then.
+ */
+export class Listener {
+  readonly received: Array<{ channel: string; payload: string }> = [];
+  private waiters: Array<() => void> = [];
+
+  private constructor(private readonly client: pg.Client) {
+    client.on("notification", (msg) => {
+      this.received.push({ channel: msg.channel, payload: msg.payload ?? "" });
+      for (const wake of this.waiters.splice(0)) wake();
+    });
+  }
+
+  static async start(client: pg.Client, channel = "idemq_jobs"): Promise<Listener> {
+    await client.query(`LISTEN ${client.escapeIdentifier(channel)}`);
+    return new Listener(client);
+  }
+
+  /** Payloads received so far on idemq_jobs. */
+  payloads(): string[] {
+    return this.received.filter((n) => n.channel === "idemq_jobs").map((n) => n.payload);
+  }
+
+  /** Waits until a notification with `payload` has arrived (fails after timeoutMs). */
+  async waitFor(payload: string, timeoutMs = 10_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.received.some((n) => n.payload === payload)) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`notification "${payload}" did not arrive within ${timeoutMs} ms`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+
+  /** Sends a sentinel on idemq_jobs through `sender` (autocommit) and waits for it to arrive. */
+  async sync(sender: Queryable): Promise<void> {
+    const sentinel = unique("sentinel");
+    await sender.query("SELECT pg_notify('idemq_jobs', $1)", [sentinel]);
+    await this.waitFor(sentinel);
+  }
+
+  async stop(): Promise<void> {
+    await this.client.query("UNLISTEN *");
+  }
+}
