@@ -1586,7 +1586,7 @@ COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz) IS
 -- Concurrency: a concurrent second caller with the same key waits for the
 --   first transaction: if it commits, the second gets false; if it rolls back,
 --   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
--- Errors: 22004 NULL key; 22023 empty key.
+-- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine).
 -- Tests: test/guard.test.ts
 CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
 RETURNS boolean
@@ -1598,6 +1598,11 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN guard.key IS NULL THEN '22004' ELSE '22023' END,
       MESSAGE = 'guard: key must be a non-empty string',
       HINT = 'Use a key that names the effect, e.g. ''credit:order-42''.';
+  END IF;
+  IF guard.task = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'guard: task must be NULL or a non-empty string',
+      HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
   END IF;
   INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
   ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
