@@ -4,7 +4,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { byId, claim, claimOne, complete, enqueue, expireLease, fail, jobRow, rescue } from "./helpers/work.ts";
+import { byId, claim, claimOne, complete, enqueue, expireLease, fail, jobRow, rescue, underSavepoint } from "./helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -13,16 +13,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await db?.drop();
 });
-
-/** Runs `statement` under a savepoint and rolls back to it, so the test's transaction survives the error. */
-async function underSavepoint<T>(c: pg.ClientBase, statement: () => Promise<T>): Promise<T> {
-  await c.query("SAVEPOINT before_call");
-  try {
-    return await statement();
-  } finally {
-    await c.query("ROLLBACK TO SAVEPOINT before_call");
-  }
-}
 
 async function completeMany(c: pg.ClientBase, ids: unknown, attempts: unknown): Promise<string[]> {
   const { rows } = await c.query<{ id: string }>(

@@ -218,3 +218,13 @@ export async function rescue(db: Queryable): Promise<number> {
 export function byId(a: string, b: string): number {
   return Number(BigInt(a) - BigInt(b));
 }
+
+/** Runs `statement` under a savepoint and rolls back to it, so the caller's transaction survives an error. */
+export async function underSavepoint<T>(c: pg.ClientBase, statement: () => Promise<T>): Promise<T> {
+  await c.query("SAVEPOINT before_call");
+  try {
+    return await statement();
+  } finally {
+    await c.query("ROLLBACK TO SAVEPOINT before_call");
+  }
+}
