@@ -7,7 +7,7 @@
 --   call by the same owner is a no-op.
 -- Concurrency: row lock on the record.
 -- Errors: IQ410 the claim is not this owner's (reclaimed by another, or
---   never claimed); 22004 NULL key/owner.
+--   never claimed; DETAIL {"key","owner"}); 22004 NULL key/owner; 22023 empty key/owner.
 -- Tests: test/effects.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
 RETURNS void
@@ -20,6 +20,11 @@ BEGIN
   IF effect_done.key IS NULL OR effect_done.owner IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
       MESSAGE = 'effect_done: key and owner must not be NULL',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  IF effect_done.key = '' OR effect_done.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_done: key and owner must be non-empty',
       HINT = 'Pass the key and owner given to effect_claim().';
   END IF;
   UPDATE idemq.effects AS e

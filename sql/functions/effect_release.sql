@@ -5,9 +5,9 @@
 --
 -- Guarantees: deletes the claim record; the next effect_claim answers `claimed`.
 -- Concurrency: row lock on the record.
--- Errors: IQ410 the claim is not this owner's (or does not exist);
---   IQ412 the effect is already done (it cannot be undone by releasing);
---   22004 NULL key/owner.
+-- Errors: IQ410 the claim is not this owner's (or does not exist; DETAIL
+--   {"key","owner"}); IQ412 the effect is already done (it cannot be undone
+--   by releasing; DETAIL {"key","status"}); 22004 NULL key/owner; 22023 empty key/owner.
 -- Tests: test/effects.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
 RETURNS void
@@ -20,6 +20,11 @@ BEGIN
       MESSAGE = 'effect_release: key and owner must not be NULL',
       HINT = 'Pass the key and owner given to effect_claim().';
   END IF;
+  IF effect_release.key = '' OR effect_release.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_release: key and owner must be non-empty',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
   DELETE FROM idemq.effects AS e
   WHERE e.key = effect_release.key AND e.owner = effect_release.owner AND e.status = 'claimed';
   IF FOUND THEN
@@ -28,6 +33,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM idemq.effects e WHERE e.key = effect_release.key AND e.status = 'done') THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ412',
       MESSAGE = format('effect_release: effect "%s" is already done and cannot be released', effect_release.key),
+      DETAIL = jsonb_build_object('key', effect_release.key, 'status', 'done')::text,
       HINT = 'A done effect happened; do not retry it.';
   END IF;
   RAISE EXCEPTION USING ERRCODE = 'IQ410',

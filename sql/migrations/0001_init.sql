@@ -345,8 +345,9 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 --   * Validation comes first and covers every element, so bad input raises and
 --     writes nothing. `single` only changes how errors name the job.
 --   * A key held by an active job yields that job (outcome `deduplicated`), or
---     `conflict` when the task or payload differ (jsonb equality, via md5 of the
---     canonical jsonb text). A key whose latest job is terminal follows the
+--     `conflict` when the task or payload differ (jsonb equality: the md5 of the
+--     jsonb text is only a fast path, since numbers equal as jsonb can print
+--     differently, e.g. 1 and 1.0). A key whose latest job is terminal follows the
 --     job's duplicate_policy: `rejected`, or a new job that takes the key over.
 --   * Within one call, the first element with a key decides; later elements
 --     with that key are deduplicated against the job the key then holds (or
@@ -383,8 +384,8 @@ DECLARE
   v_elem jsonb;
   v_rows idemq._job_input[];
   v_round int := 0;
-  -- Resolved keys: key -> [job_id, outcome, existing_state, task, payload_md5] of the
-  -- job the key holds after this call. A jsonb map rather than a join between two
+  -- Resolved keys: key -> [job_id, outcome, existing_state, task, payload_md5, payload]
+  -- of the job the key holds after this call (payload NULL when it is terminal). A jsonb map rather than a join between two
   -- unnest() calls: the planner cannot size those, and a nested loop over
   -- 20,000 x 20,000 elements is the trap this avoids. Same for parents below.
   v_keys jsonb := '{}';
@@ -520,7 +521,7 @@ BEGIN
     -- 3a. New keys: insert; a concurrent inserter of the same key makes us wait
     --     for its transaction, then either we insert (it rolled back) or skip.
     WITH leader AS (
-      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5
+      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.payload
       FROM unnest(v_rows) r
       WHERE r.idempotency_key IS NOT NULL AND NOT v_keys ? r.idempotency_key
       ORDER BY r.idempotency_key, r.ordinal
@@ -533,14 +534,14 @@ BEGIN
       RETURNING k.key, k.job_id, k.task, k.payload_md5
     )
     SELECT v_keys || coalesce(jsonb_object_agg(i.key,
-             jsonb_build_array(i.job_id, 'created', NULL, i.task, i.payload_md5)), '{}')
+             jsonb_build_array(i.job_id, 'created', NULL, i.task, i.payload_md5, l.payload)), '{}')
     INTO v_keys
-    FROM ins i;
+    FROM ins i JOIN leader l ON l.idempotency_key = i.key;
 
     -- 3b. Keys whose latest job is terminal and whose policy allows: take them
     --     over. The row lock makes a concurrent taker wait, then see the key active.
     WITH leader AS (
-      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.duplicate_policy
+      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.payload, r.duplicate_policy
       FROM unnest(v_rows) r
       WHERE r.idempotency_key IS NOT NULL AND NOT v_keys ? r.idempotency_key
       ORDER BY r.idempotency_key, r.ordinal
@@ -555,15 +556,17 @@ BEGIN
       RETURNING k.key, k.job_id, k.task, k.payload_md5
     )
     SELECT v_keys || coalesce(jsonb_object_agg(u.key,
-             jsonb_build_array(u.job_id, 'created', NULL, u.task, u.payload_md5)), '{}')
+             jsonb_build_array(u.job_id, 'created', NULL, u.task, u.payload_md5, l.payload)), '{}')
     INTO v_keys
-    FROM upd u;
+    FROM upd u JOIN leader l ON l.idempotency_key = u.key;
 
     -- 3c. The rest: held by an active job (deduplicated, or conflict when the
     --     work differs), or refused by the policy. A key that vanished (pruned)
     --     or turned terminal in between stays unresolved for the next round.
+    --     An active key's job exists (purge deletes only terminal jobs) and
+    --     committed with the key row, so its payload settles jsonb equality.
     WITH leader AS (
-      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.duplicate_policy
+      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.payload, r.duplicate_policy
       FROM unnest(v_rows) r
       WHERE r.idempotency_key IS NOT NULL AND NOT v_keys ? r.idempotency_key
       ORDER BY r.idempotency_key, r.ordinal
@@ -571,12 +574,14 @@ BEGIN
     SELECT v_keys || coalesce(jsonb_object_agg(k.key, jsonb_build_array(
              k.job_id,
              CASE WHEN k.finished_state IS NOT NULL THEN 'rejected'
-                  WHEN k.task = l.task AND k.payload_md5 = l.payload_md5 THEN 'deduplicated'
+                  WHEN k.task = l.task AND (k.payload_md5 = l.payload_md5 OR j.payload = l.payload)
+                    THEN 'deduplicated'
                   ELSE 'conflict' END,
-             k.finished_state, k.task, k.payload_md5)), '{}')
+             k.finished_state, k.task, k.payload_md5, j.payload)), '{}')
     INTO v_keys
     FROM leader l
     JOIN idemq.keys k ON k.key = l.idempotency_key
+    LEFT JOIN idemq.jobs j ON j.id = k.job_id AND k.finished_state IS NULL
     WHERE k.finished_state IS NULL OR idemq._policy_rejects(l.duplicate_policy, k.finished_state);
   END LOOP;
 
@@ -603,7 +608,7 @@ BEGIN
 
   -- 5. The plan: per element, its outcome, its job id, and the state a new job starts in.
   WITH el AS (
-    SELECT r.ordinal, r.idempotency_key, r.task, r.payload_md5, r.after, r.run_at,
+    SELECT r.ordinal, r.idempotency_key, r.task, r.payload_md5, r.payload, r.after, r.run_at,
            min(r.ordinal) OVER (PARTITION BY r.idempotency_key) AS leader_ordinal,
            v_keys->r.idempotency_key AS k
     FROM unnest(v_rows) r
@@ -613,7 +618,7 @@ BEGIN
              WHEN el.idempotency_key IS NULL THEN 'created'
              WHEN el.ordinal = el.leader_ordinal THEN el.k->>1
              WHEN el.k->>1 = 'rejected' THEN 'rejected'
-             WHEN el.k->>3 = el.task AND el.k->>4 = el.payload_md5 THEN 'deduplicated'
+             WHEN el.k->>3 = el.task AND (el.k->>4 = el.payload_md5 OR el.k->5 = el.payload) THEN 'deduplicated'
              ELSE 'conflict'
            END AS outcome
     FROM el
@@ -1269,7 +1274,7 @@ COMMENT ON FUNCTION idemq.effect_claim(text, text, interval) IS
 --   call by the same owner is a no-op.
 -- Concurrency: row lock on the record.
 -- Errors: IQ410 the claim is not this owner's (reclaimed by another, or
---   never claimed); 22004 NULL key/owner.
+--   never claimed; DETAIL {"key","owner"}); 22004 NULL key/owner; 22023 empty key/owner.
 -- Tests: test/effects.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
 RETURNS void
@@ -1282,6 +1287,11 @@ BEGIN
   IF effect_done.key IS NULL OR effect_done.owner IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
       MESSAGE = 'effect_done: key and owner must not be NULL',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  IF effect_done.key = '' OR effect_done.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_done: key and owner must be non-empty',
       HINT = 'Pass the key and owner given to effect_claim().';
   END IF;
   UPDATE idemq.effects AS e
@@ -1313,9 +1323,9 @@ COMMENT ON FUNCTION idemq.effect_done(text, text, jsonb) IS
 --
 -- Guarantees: deletes the claim record; the next effect_claim answers `claimed`.
 -- Concurrency: row lock on the record.
--- Errors: IQ410 the claim is not this owner's (or does not exist);
---   IQ412 the effect is already done (it cannot be undone by releasing);
---   22004 NULL key/owner.
+-- Errors: IQ410 the claim is not this owner's (or does not exist; DETAIL
+--   {"key","owner"}); IQ412 the effect is already done (it cannot be undone
+--   by releasing; DETAIL {"key","status"}); 22004 NULL key/owner; 22023 empty key/owner.
 -- Tests: test/effects.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
 RETURNS void
@@ -1328,6 +1338,11 @@ BEGIN
       MESSAGE = 'effect_release: key and owner must not be NULL',
       HINT = 'Pass the key and owner given to effect_claim().';
   END IF;
+  IF effect_release.key = '' OR effect_release.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_release: key and owner must be non-empty',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
   DELETE FROM idemq.effects AS e
   WHERE e.key = effect_release.key AND e.owner = effect_release.owner AND e.status = 'claimed';
   IF FOUND THEN
@@ -1336,6 +1351,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM idemq.effects e WHERE e.key = effect_release.key AND e.status = 'done') THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ412',
       MESSAGE = format('effect_release: effect "%s" is already done and cannot be released', effect_release.key),
+      DETAIL = jsonb_build_object('key', effect_release.key, 'status', 'done')::text,
       HINT = 'A done effect happened; do not retry it.';
   END IF;
   RAISE EXCEPTION USING ERRCODE = 'IQ410',
