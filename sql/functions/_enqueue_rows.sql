@@ -10,8 +10,9 @@
 --   * Validation comes first and covers every element, so bad input raises and
 --     writes nothing. `single` only changes how errors name the job.
 --   * A key held by an active job yields that job (outcome `deduplicated`), or
---     `conflict` when the task or payload differ (jsonb equality, via md5 of the
---     canonical jsonb text). A key whose latest job is terminal follows the
+--     `conflict` when the task or payload differ (jsonb equality: the md5 of the
+--     jsonb text is only a fast path, since numbers equal as jsonb can print
+--     differently, e.g. 1 and 1.0). A key whose latest job is terminal follows the
 --     job's duplicate_policy: `rejected`, or a new job that takes the key over.
 --   * Within one call, the first element with a key decides; later elements
 --     with that key are deduplicated against the job the key then holds (or
@@ -48,8 +49,8 @@ DECLARE
   v_elem jsonb;
   v_rows idemq._job_input[];
   v_round int := 0;
-  -- Resolved keys: key -> [job_id, outcome, existing_state, task, payload_md5] of the
-  -- job the key holds after this call. A jsonb map rather than a join between two
+  -- Resolved keys: key -> [job_id, outcome, existing_state, task, payload_md5, payload]
+  -- of the job the key holds after this call (payload NULL when it is terminal). A jsonb map rather than a join between two
   -- unnest() calls: the planner cannot size those, and a nested loop over
   -- 20,000 x 20,000 elements is the trap this avoids. Same for parents below.
   v_keys jsonb := '{}';
@@ -185,7 +186,7 @@ BEGIN
     -- 3a. New keys: insert; a concurrent inserter of the same key makes us wait
     --     for its transaction, then either we insert (it rolled back) or skip.
     WITH leader AS (
-      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5
+      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.payload
       FROM unnest(v_rows) r
       WHERE r.idempotency_key IS NOT NULL AND NOT v_keys ? r.idempotency_key
       ORDER BY r.idempotency_key, r.ordinal
@@ -198,14 +199,14 @@ BEGIN
       RETURNING k.key, k.job_id, k.task, k.payload_md5
     )
     SELECT v_keys || coalesce(jsonb_object_agg(i.key,
-             jsonb_build_array(i.job_id, 'created', NULL, i.task, i.payload_md5)), '{}')
+             jsonb_build_array(i.job_id, 'created', NULL, i.task, i.payload_md5, l.payload)), '{}')
     INTO v_keys
-    FROM ins i;
+    FROM ins i JOIN leader l ON l.idempotency_key = i.key;
 
     -- 3b. Keys whose latest job is terminal and whose policy allows: take them
     --     over. The row lock makes a concurrent taker wait, then see the key active.
     WITH leader AS (
-      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.duplicate_policy
+      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.payload, r.duplicate_policy
       FROM unnest(v_rows) r
       WHERE r.idempotency_key IS NOT NULL AND NOT v_keys ? r.idempotency_key
       ORDER BY r.idempotency_key, r.ordinal
@@ -220,15 +221,17 @@ BEGIN
       RETURNING k.key, k.job_id, k.task, k.payload_md5
     )
     SELECT v_keys || coalesce(jsonb_object_agg(u.key,
-             jsonb_build_array(u.job_id, 'created', NULL, u.task, u.payload_md5)), '{}')
+             jsonb_build_array(u.job_id, 'created', NULL, u.task, u.payload_md5, l.payload)), '{}')
     INTO v_keys
-    FROM upd u;
+    FROM upd u JOIN leader l ON l.idempotency_key = u.key;
 
     -- 3c. The rest: held by an active job (deduplicated, or conflict when the
     --     work differs), or refused by the policy. A key that vanished (pruned)
     --     or turned terminal in between stays unresolved for the next round.
+    --     An active key's job exists (purge deletes only terminal jobs) and
+    --     committed with the key row, so its payload settles jsonb equality.
     WITH leader AS (
-      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.duplicate_policy
+      SELECT DISTINCT ON (r.idempotency_key) r.idempotency_key, r.task, r.payload_md5, r.payload, r.duplicate_policy
       FROM unnest(v_rows) r
       WHERE r.idempotency_key IS NOT NULL AND NOT v_keys ? r.idempotency_key
       ORDER BY r.idempotency_key, r.ordinal
@@ -236,12 +239,14 @@ BEGIN
     SELECT v_keys || coalesce(jsonb_object_agg(k.key, jsonb_build_array(
              k.job_id,
              CASE WHEN k.finished_state IS NOT NULL THEN 'rejected'
-                  WHEN k.task = l.task AND k.payload_md5 = l.payload_md5 THEN 'deduplicated'
+                  WHEN k.task = l.task AND (k.payload_md5 = l.payload_md5 OR j.payload = l.payload)
+                    THEN 'deduplicated'
                   ELSE 'conflict' END,
-             k.finished_state, k.task, k.payload_md5)), '{}')
+             k.finished_state, k.task, k.payload_md5, j.payload)), '{}')
     INTO v_keys
     FROM leader l
     JOIN idemq.keys k ON k.key = l.idempotency_key
+    LEFT JOIN idemq.jobs j ON j.id = k.job_id AND k.finished_state IS NULL
     WHERE k.finished_state IS NULL OR idemq._policy_rejects(l.duplicate_policy, k.finished_state);
   END LOOP;
 
@@ -268,7 +273,7 @@ BEGIN
 
   -- 5. The plan: per element, its outcome, its job id, and the state a new job starts in.
   WITH el AS (
-    SELECT r.ordinal, r.idempotency_key, r.task, r.payload_md5, r.after, r.run_at,
+    SELECT r.ordinal, r.idempotency_key, r.task, r.payload_md5, r.payload, r.after, r.run_at,
            min(r.ordinal) OVER (PARTITION BY r.idempotency_key) AS leader_ordinal,
            v_keys->r.idempotency_key AS k
     FROM unnest(v_rows) r
@@ -278,7 +283,7 @@ BEGIN
              WHEN el.idempotency_key IS NULL THEN 'created'
              WHEN el.ordinal = el.leader_ordinal THEN el.k->>1
              WHEN el.k->>1 = 'rejected' THEN 'rejected'
-             WHEN el.k->>3 = el.task AND el.k->>4 = el.payload_md5 THEN 'deduplicated'
+             WHEN el.k->>3 = el.task AND (el.k->>4 = el.payload_md5 OR el.k->5 = el.payload) THEN 'deduplicated'
              ELSE 'conflict'
            END AS outcome
     FROM el
