@@ -1,0 +1,331 @@
+// idemq.enqueue_many: one (ordinal, job_id, outcome) row per element, in order;
+// duplicates within a batch (the first element with a key decides); bulk sizes
+// in one call; all-or-nothing validation; counters behind stats().
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type pg from "pg";
+import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { count, enqueue, enqueueMany, job, jobIn, savepoint, unique } from "./helpers/jobs.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+async function snapshotCounts(c: pg.ClientBase): Promise<number[]> {
+  const { rows } = await c.query<{ jobs: string; keys: string; counters: string; deps: string }>(
+    `SELECT (SELECT count(*) FROM idemq.jobs) AS jobs, (SELECT count(*) FROM idemq.keys) AS keys,
+            (SELECT coalesce(sum(n), 0) FROM idemq.counters) AS counters,
+            (SELECT count(*) FROM idemq.job_dependencies) AS deps`,
+  );
+  const r = rows[0]!;
+  return [r.jobs, r.keys, r.counters, r.deps].map(Number);
+}
+
+describe("outcomes", () => {
+  it("returns created, deduplicated, rejected and conflict per element, in order, with the job each refers to", async () => {
+    await inRollback(db.pool, async (c) => {
+      const [active, done, other] = [unique("k"), unique("k"), unique("k")];
+      const activeJob = await jobIn(c, "enqueued", { task: "t", payload: { n: 1 }, idempotency_key: active });
+      const doneJob = await jobIn(c, "succeeded", { task: "t", payload: { n: 2 }, idempotency_key: done });
+      const otherJob = await jobIn(c, "processing", { task: "t", payload: { n: 3 }, idempotency_key: other });
+
+      const rows = await enqueueMany(c, [
+        { task: "t", payload: { n: 0 } },
+        { task: "t", payload: { n: 1 }, idempotency_key: active },
+        { task: "t", payload: { n: 2 }, idempotency_key: done, duplicate_policy: "reject_if_succeeded" },
+        { task: "t", payload: { n: 99 }, idempotency_key: other },
+        { task: "t", payload: { n: 4 }, idempotency_key: unique("k") },
+      ]);
+      expect(rows.map((r) => [r.ordinal, r.outcome])).toEqual([
+        [1, "created"],
+        [2, "deduplicated"],
+        [3, "rejected"],
+        [4, "conflict"],
+        [5, "created"],
+      ]);
+      expect(rows[1]!.job_id).toBe(activeJob);
+      expect(rows[2]!.job_id).toBe(doneJob);
+      expect(rows[3]!.job_id).toBe(otherJob);
+      expect(await job(c, rows[0]!.job_id!)).toMatchObject({ payload: { n: 0 }, state: "enqueued" });
+      expect(await job(c, rows[4]!.job_id!)).toMatchObject({ payload: { n: 4 }, state: "enqueued" });
+      // Rejected and conflicting elements wrote no job; the others' jobs are untouched.
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE payload IN ('{\"n\": 99}')")).toBe(0);
+      expect((await job(c, doneJob)).state).toBe("succeeded");
+      expect((await job(c, otherJob)).state).toBe("processing");
+    });
+  });
+
+  it("an empty array enqueues nothing and returns no rows", async () => {
+    await inRollback(db.pool, async (c) => {
+      const before = await snapshotCounts(c);
+      expect(await enqueueMany(c, [])).toEqual([]);
+      expect(await snapshotCounts(c)).toEqual(before);
+    });
+  });
+
+  it("elements get enqueue()'s defaults, and their own fields when given", async () => {
+    await inRollback(db.pool, async (c) => {
+      const [plain, full] = await enqueueMany(c, [
+        { task: "plain" },
+        {
+          task: "full",
+          payload: { a: 1 },
+          queue: "q1",
+          run_at: "2100-01-01T00:00:00Z",
+          priority: 5,
+          max_attempts: 2,
+          backoff: { kind: "exponential", initial: "1 second" },
+          expires_at: "2100-02-01T00:00:00Z",
+        },
+      ]);
+      expect(await job(c, plain!.job_id!)).toMatchObject({
+        queue: "default",
+        priority: 0,
+        max_attempts: 10,
+        payload: {},
+        state: "enqueued",
+        backoff: null,
+        expires_at: null,
+      });
+      expect(await job(c, full!.job_id!)).toMatchObject({
+        queue: "q1",
+        priority: 5,
+        max_attempts: 2,
+        payload: { a: 1 },
+        state: "scheduled",
+        run_at: new Date("2100-01-01T00:00:00Z"),
+        expires_at: new Date("2100-02-01T00:00:00Z"),
+        backoff: { kind: "exponential", initial: "1 second" },
+      });
+    });
+  });
+
+  it("an element with after waits for its parent like enqueue()", async () => {
+    await inRollback(db.pool, async (c) => {
+      const parent = await enqueue(c, { task: "p" });
+      const [child] = await enqueueMany(c, [{ task: "c", after: [Number(parent.job_id)] }]);
+      expect(child!.outcome).toBe("created");
+      expect((await job(c, child!.job_id!)).state).toBe("awaiting");
+    });
+  });
+});
+
+describe("duplicates within one batch: the first element with a key decides", () => {
+  it("the same work twice: created, then deduplicated against that job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const key = unique("k");
+      const rows = await enqueueMany(c, [
+        { task: "t", payload: { a: 1, b: 2 }, idempotency_key: key },
+        { task: "t", payload: { b: 2, a: 1 }, idempotency_key: key },
+      ]);
+      expect(rows.map((r) => r.outcome)).toEqual(["created", "deduplicated"]);
+      expect(rows[1]!.job_id).toBe(rows[0]!.job_id);
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE idempotency_key = $1", [key])).toBe(1);
+    });
+  });
+
+  it("a later element with different work is a conflict with the first element's job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const key = unique("k");
+      const rows = await enqueueMany(c, [
+        { task: "t", payload: { a: 1 }, idempotency_key: key },
+        { task: "t", payload: { a: 2 }, idempotency_key: key },
+        { task: "u", payload: { a: 1 }, idempotency_key: key },
+      ]);
+      expect(rows.map((r) => r.outcome)).toEqual(["created", "conflict", "conflict"]);
+      expect(rows.map((r) => r.job_id)).toEqual(Array(3).fill(rows[0]!.job_id));
+      expect((await job(c, rows[0]!.job_id!)).payload).toEqual({ a: 1 });
+    });
+  });
+
+  it("a first element refused by its policy makes later elements with the key rejected too, whatever their policy", async () => {
+    await inRollback(db.pool, async (c) => {
+      const key = unique("k");
+      const old = await jobIn(c, "failed", { task: "t", idempotency_key: key });
+      const rows = await enqueueMany(c, [
+        { task: "t", idempotency_key: key, duplicate_policy: "reject_if_failed" },
+        { task: "t", idempotency_key: key, duplicate_policy: "allow_after_failed" },
+      ]);
+      expect(rows.map((r) => [r.outcome, r.job_id])).toEqual([
+        ["rejected", old],
+        ["rejected", old],
+      ]);
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE idempotency_key = $1", [key])).toBe(1);
+    });
+  });
+
+  it("a first element allowed by its policy takes the key; a later rejecting element is deduplicated against the new job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const key = unique("k");
+      const old = await jobIn(c, "failed", { task: "t", idempotency_key: key });
+      const rows = await enqueueMany(c, [
+        { task: "t", idempotency_key: key, duplicate_policy: "allow_after_failed" },
+        { task: "t", idempotency_key: key, duplicate_policy: "reject_always" },
+      ]);
+      expect(rows.map((r) => r.outcome)).toEqual(["created", "deduplicated"]);
+      expect(rows[0]!.job_id).not.toBe(old);
+      expect(rows[1]!.job_id).toBe(rows[0]!.job_id);
+    });
+  });
+
+  it("after a first element's conflict with an active job, a later element matching that job is deduplicated against it", async () => {
+    await inRollback(db.pool, async (c) => {
+      const key = unique("k");
+      const active = await jobIn(c, "enqueued", { task: "t", payload: { v: 1 }, idempotency_key: key });
+      const rows = await enqueueMany(c, [
+        { task: "t", payload: { v: 2 }, idempotency_key: key },
+        { task: "t", payload: { v: 1 }, idempotency_key: key },
+      ]);
+      expect(rows.map((r) => [r.outcome, r.job_id])).toEqual([
+        ["conflict", active],
+        ["deduplicated", active],
+      ]);
+    });
+  });
+});
+
+describe("bulk", () => {
+  it("20,000 unkeyed jobs in one call are all created", async () => {
+    await inRollback(db.pool, async (c) => {
+      const queue = unique("bulk");
+      const jobs = Array.from({ length: 20_000 }, (_, i) => ({ task: "bulk", queue, payload: { i } }));
+      const rows = await enqueueMany(c, jobs);
+      expect(rows).toHaveLength(20_000);
+      expect(rows.every((r, i) => r.ordinal === i + 1 && r.outcome === "created")).toBe(true);
+      expect(new Set(rows.map((r) => r.job_id)).size).toBe(20_000);
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE queue = $1 AND state = 'enqueued'", [queue])).toBe(20_000);
+      // Each element's job carries that element's payload.
+      const { rows: sample } = await c.query<{ id: string; i: number }>(
+        "SELECT id::text, (payload->>'i')::int AS i FROM idemq.jobs WHERE id = ANY($1::bigint[])",
+        [[rows[0]!.job_id, rows[12_345]!.job_id, rows[19_999]!.job_id]],
+      );
+      expect(new Map(sample.map((s) => [s.id, s.i]))).toEqual(
+        new Map([
+          [rows[0]!.job_id, 0],
+          [rows[12_345]!.job_id, 12_345],
+          [rows[19_999]!.job_id, 19_999],
+        ]),
+      );
+    });
+  });
+
+  it("5,000 keyed jobs in one call are created, and the same call again deduplicates all 5,000", async () => {
+    await inRollback(db.pool, async (c) => {
+      const prefix = unique("bk");
+      const jobs = Array.from({ length: 5_000 }, (_, i) => ({
+        task: "bulk_keyed",
+        payload: { i },
+        idempotency_key: `${prefix}-${i}`,
+      }));
+      const first = await enqueueMany(c, jobs);
+      expect(first).toHaveLength(5_000);
+      expect(first.every((r) => r.outcome === "created")).toBe(true);
+      expect(await count(c, "SELECT 1 FROM idemq.keys WHERE starts_with(key, $1)", [prefix])).toBe(5_000);
+
+      const again = await enqueueMany(c, jobs);
+      expect(again.every((r) => r.outcome === "deduplicated")).toBe(true);
+      expect(again.map((r) => r.job_id)).toEqual(first.map((r) => r.job_id));
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = 'bulk_keyed'")).toBe(5_000);
+    });
+  });
+});
+
+describe("all or nothing", () => {
+  it("a bad element (empty task) raises 22023 naming jobs[N], and nothing is written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const before = await snapshotCounts(c);
+      await expectSqlError(
+        savepoint(c, () =>
+          enqueueMany(c, [
+            { task: "ok", idempotency_key: unique("k") },
+            { task: "ok" },
+            { task: "" },
+            { task: "ok" },
+          ]),
+        ),
+        { code: "22023", message: /^jobs\[3\] /, hint: /element 3/ },
+      );
+      expect(await snapshotCounts(c)).toEqual(before);
+    });
+  });
+
+  it("a timestamp that does not parse raises 22023 naming its element, and nothing is written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const before = await snapshotCounts(c);
+      await expectSqlError(
+        savepoint(c, () => enqueueMany(c, [{ task: "ok" }, { task: "ok", run_at: "next tuesday-ish" }])),
+        { code: "22023", message: /^jobs\[2\] run_at\/expires_at/ },
+      );
+      expect(await snapshotCounts(c)).toEqual(before);
+    });
+  });
+
+  it("an unknown parent in after raises IQ404 after other elements were resolved, and nothing is written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const parent = await enqueue(c, { task: "p" });
+      const before = await snapshotCounts(c);
+      await expectSqlError(
+        savepoint(c, () =>
+          enqueueMany(c, [
+            { task: "ok", idempotency_key: unique("k") },
+            { task: "ok", after: [Number(parent.job_id)] },
+            { task: "ok", after: [Number(parent.job_id), 999_999_999] },
+          ]),
+        ),
+        { code: "IQ404", message: /999999999/ },
+      );
+      expect(await snapshotCounts(c)).toEqual(before);
+    });
+  });
+});
+
+describe("counters for stats()", () => {
+  it("counts deduplicated, rejected and conflict outcomes per task, created ones not", async () => {
+    await inRollback(db.pool, async (c) => {
+      const [taskA, taskB] = [unique("task"), unique("task")];
+      const [ka, kb, kdone] = [unique("k"), unique("k"), unique("k")];
+      await jobIn(c, "failed", { task: taskB, idempotency_key: kdone });
+      await enqueueMany(c, [
+        { task: taskA, payload: { x: 1 }, idempotency_key: ka }, // created
+        { task: taskA, payload: { x: 1 }, idempotency_key: ka }, // deduplicated
+        { task: taskA, payload: { x: 1 }, idempotency_key: ka }, // deduplicated
+        { task: taskA, payload: { x: 2 }, idempotency_key: ka }, // conflict
+        { task: taskB, idempotency_key: kb }, // created
+        { task: taskB, idempotency_key: kdone, duplicate_policy: "reject_if_failed" }, // rejected
+        { task: taskB, idempotency_key: kb }, // deduplicated
+      ]);
+      // A single enqueue's deduplication counts too.
+      await enqueue(c, { task: taskB, idempotency_key: kb });
+
+      const { rows } = await c.query<{ task: string; metric: string; value: string }>(
+        "SELECT task, metric, value FROM idemq.stats() WHERE queue IS NULL AND task = ANY($1) ORDER BY task, metric",
+        [[taskA, taskB]],
+      );
+      const got = rows.map((r) => [r.task, r.metric, Number(r.value)]);
+      expect(got).toEqual(
+        [
+          [taskA, "conflict", 1],
+          [taskA, "deduplicated", 2],
+          [taskB, "deduplicated", 2],
+          [taskB, "rejected", 1],
+        ].sort((x, y) => String(x[0]).localeCompare(String(y[0])) || String(x[1]).localeCompare(String(y[1]))),
+      );
+    });
+  });
+
+  it("a rejection raised by enqueue() rolls back with the statement and is not counted", async () => {
+    await inRollback(db.pool, async (c) => {
+      const task = unique("task");
+      const key = unique("k");
+      await jobIn(c, "succeeded", { task, idempotency_key: key });
+      await expectSqlError(
+        savepoint(c, () => enqueue(c, { task, idempotency_key: key, duplicate_policy: "reject_always" })),
+        { code: "IQ409" },
+      );
+      expect(await count(c, "SELECT 1 FROM idemq.counters WHERE task = $1", [task])).toBe(0);
+    });
+  });
+});
