@@ -8,6 +8,9 @@
 --   exponential: initial * factor^(a-1), capped at max, then scaled by a
 --     uniform factor in [1 - jitter, 1 + jitter];
 --   fixed: delays[a], the last delay repeating.
+--   Whatever the kind, the delay is at most 10^9 seconds (about 31.7 years),
+--   so no attempt number (up to max_attempts = 2^31-1) and no accepted
+--   specification overflows a float8, an interval or now() + the delay.
 -- Concurrency: none (volatile only because of random()).
 -- Errors: none for a valid backoff.
 -- Tests: test/backoff.test.ts
@@ -18,27 +21,38 @@ AS $$
 #variable_conflict error
 DECLARE
   v_kind text := coalesce(backoff->>'kind', 'polynomial');
-  v_delay interval;
-  v_jitter float8;
+  v_ceiling constant numeric := 1e9;
+  v_secs numeric;
+  v_initial numeric;
+  v_factor numeric;
+  v_cap numeric;
   v_n int;
 BEGIN
+  -- Seconds are computed as numeric: float8 overflows at factor^(a-1) for a
+  -- few hundred attempts and cannot even read a factor like 1e400.
   IF v_kind = 'polynomial' THEN
-    RETURN make_interval(secs => power(failed_attempt - 1, 4) + 15 + floor(random() * 30) * failed_attempt);
+    v_secs := power((failed_attempt - 1)::numeric, 4) + 15 + floor(random() * 30)::numeric * failed_attempt;
   ELSIF v_kind = 'exponential' THEN
-    -- Computed in seconds as float8 so a large attempt cannot overflow an interval.
-    v_delay := make_interval(secs => least(
-      extract(epoch FROM (backoff->>'initial')::interval)::float8
-        * power(coalesce((backoff->>'factor')::float8, 2), failed_attempt - 1),
-      coalesce(extract(epoch FROM (backoff->>'max')::interval)::float8, 1e9)));
-    v_jitter := coalesce((backoff->>'jitter')::float8, 0);
-    IF v_jitter > 0 THEN
-      v_delay := v_delay * (1 + v_jitter * (2 * random() - 1));
+    v_initial := extract(epoch FROM (backoff->>'initial')::interval);
+    v_factor := coalesce((backoff->>'factor')::numeric, 2);
+    v_cap := least(coalesce(extract(epoch FROM (backoff->>'max')::interval), v_ceiling), v_ceiling);
+    -- Compare logarithms first so factor^(a-1) is only computed when it is
+    -- below cap / initial (a large attempt would overflow even numeric).
+    IF (failed_attempt - 1) * ln(v_factor) < ln(v_cap / v_initial) THEN
+      v_secs := least(v_initial * power(v_factor, failed_attempt - 1), v_cap);
+    ELSE
+      v_secs := v_cap;
     END IF;
-    RETURN v_delay;
+    IF coalesce((backoff->>'jitter')::numeric, 0) > 0 THEN
+      v_secs := v_secs * (1 + (backoff->>'jitter')::numeric * (2 * random()::numeric - 1));
+    END IF;
   ELSE
+    -- Kept as an interval, so "1 mon" means a calendar month from now.
     v_n := jsonb_array_length(backoff->'delays');
-    RETURN (backoff->'delays'->>(least(failed_attempt, v_n) - 1))::interval;
+    RETURN least((backoff->'delays'->>(least(failed_attempt, v_n) - 1))::interval,
+                 make_interval(secs => v_ceiling::float8));
   END IF;
+  RETURN make_interval(secs => least(v_secs, v_ceiling)::float8);
 END;
 $$;
 

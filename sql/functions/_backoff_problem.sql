@@ -36,8 +36,9 @@ BEGIN
     WHEN 'fixed' THEN ARRAY['kind', 'delays']
   END;
   IF v_allowed IS NULL THEN
+    -- ::text first: a bare 'missing' would be read as jsonb and fail to parse.
     RETURN format('backoff kind must be "polynomial", "exponential" or "fixed", not %s',
-                  coalesce(backoff->'kind', 'missing'));
+                  coalesce((backoff->'kind')::text, 'missing'));
   END IF;
   SELECT k INTO v_field FROM jsonb_object_keys(backoff) k WHERE k <> ALL (v_allowed) LIMIT 1;
   IF v_field IS NOT NULL THEN
