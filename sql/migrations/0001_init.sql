@@ -1529,8 +1529,10 @@ COMMENT ON FUNCTION idemq.enqueue_many(jsonb) IS
 -- Records a failed attempt; schedules a retry or fails the job for good.
 --
 -- Guarantees:
---   * Appends to errors one entry: {attempt, started_at, failed_at, worker,
---     error_class, message, ...the other fields of `error`}.
+--   * Appends to errors one entry: the fields of `error` (by convention
+--     class and message; a JSON string is taken as the message), with
+--     attempt, started_at (the claim), failed_at and worker set by fail()
+--     over any fields of the same names.
 --   * The job goes to `scheduled` at retry_at, or after the job's backoff
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the

@@ -1,0 +1,180 @@
+// idemq.fail: records the failed attempt in errors, then schedules a retry
+// (backoff or retry_at) or fails the job for good (not retryable, or out of
+// attempts). Backoff arithmetic itself is in backoff.test.ts.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { claimOne, enqueue, fail, jobRow, makeDue, sql, underSavepoint } from "./helpers/work.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+const FIXED = { kind: "fixed", delays: ["2 seconds"] };
+
+describe("fail", () => {
+  it("schedules a retry at the backoff time and clears the lease", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: FIXED, max_attempts: 3 });
+      const job = await claimOne(c);
+      expect(await fail(c, id, job.attempt)).toBe("scheduled");
+      expect(await jobRow(c, id)).toMatchObject({
+        state: "scheduled",
+        run_in: 2,
+        attempt: 1,
+        locked_by: null,
+        lease_expires_at: null,
+        finished_at: null,
+      });
+    });
+  });
+
+  it("retry_at overrides the backoff", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: FIXED });
+      await claimOne(c);
+      expect(await fail(c, id, 1, "rate limited", { retry_at: sql("now() + interval '1 hour'") })).toBe("scheduled");
+      expect((await jobRow(c, id)).run_in).toBe(3600);
+    });
+  });
+
+  it("a non-retryable error fails the job at once, attempts left or not", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { max_attempts: 10 });
+      await claimOne(c);
+      const state = await fail(c, id, 1, { class: "ValidationError", message: "bad payload" }, {
+        retryable: false,
+        retry_at: sql("now() + interval '1 hour'"),
+      });
+      expect(state).toBe("failed");
+      expect(await jobRow(c, id)).toMatchObject({
+        state: "failed",
+        finished_now: true,
+        locked_by: null,
+        lease_expires_at: null,
+        attempt: 1,
+      });
+    });
+  });
+
+  it("with max_attempts 3, the first two failures retry and the third fails the job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: FIXED, max_attempts: 3 });
+      const states: string[] = [];
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        const job = await claimOne(c);
+        expect(job.attempt).toBe(attempt);
+        // retry_at cannot buy an attempt past max_attempts.
+        states.push(await fail(c, id, attempt, "boom", { retry_at: sql("now()") }));
+        if (attempt < 3) await makeDue(c, id);
+      }
+      expect(states).toEqual(["scheduled", "scheduled", "failed"]);
+      expect(await jobRow(c, id)).toMatchObject({ state: "failed", attempt: 3, finished_now: true });
+      expect(await c.query("SELECT * FROM idemq.claim('w2')")).toMatchObject({ rowCount: 0 });
+    });
+  });
+
+  it("keeps every failed attempt's error: attempt, started_at, failed_at, worker, class, message and extra fields", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: FIXED, max_attempts: 2 });
+      await claimOne(c, { worker_id: "host-a:1" });
+      // The attempt started five minutes before it failed.
+      await c.query("UPDATE idemq.jobs SET locked_at = now() - interval '5 minutes' WHERE id = $1", [id]);
+      await fail(c, id, 1, { class: "TimeoutError", message: "took too long", stack: "at x()" });
+      await makeDue(c, id);
+      await claimOne(c, { worker_id: "host-b:2" });
+      await fail(c, id, 2, { class: "HttpError", message: "503", status: 503 });
+
+      const { rows } = await c.query(
+        `SELECT e - 'started_at' - 'failed_at' AS entry,
+                (e->>'started_at')::timestamptz = now() - interval '5 minutes' AS started_5_min_ago,
+                (e->>'started_at')::timestamptz = now() AS started_now,
+                (e->>'failed_at')::timestamptz = now() AS failed_now
+         FROM idemq.jobs j, jsonb_array_elements(j.errors) WITH ORDINALITY AS x(e, n)
+         WHERE j.id = $1 ORDER BY n`,
+        [id],
+      );
+      expect(rows).toEqual([
+        {
+          entry: { attempt: 1, worker: "host-a:1", class: "TimeoutError", message: "took too long", stack: "at x()" },
+          started_5_min_ago: true,
+          started_now: false,
+          failed_now: true,
+        },
+        {
+          entry: { attempt: 2, worker: "host-b:2", class: "HttpError", message: "503", status: 503 },
+          started_5_min_ago: false,
+          started_now: true,
+          failed_now: true,
+        },
+      ]);
+    });
+  });
+
+  it("accepts an error given as a plain JSON string, as the message", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c);
+      await claimOne(c);
+      await fail(c, id, 1, "connection reset");
+      const [entry] = (await jobRow(c, id)).errors;
+      expect(entry).toMatchObject({ attempt: 1, worker: "w1", message: "connection reset" });
+    });
+  });
+
+  it("records its own attempt, worker and times over fields of the same name in the error", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c);
+      await claimOne(c, { worker_id: "real" });
+      await fail(c, id, 1, { class: "E", message: "m", attempt: 99, worker: "fake", failed_at: "never" });
+      const [entry] = (await jobRow(c, id)).errors;
+      expect(entry).toMatchObject({ attempt: 1, worker: "real", class: "E" });
+      expect(entry!.failed_at).not.toBe("never");
+    });
+  });
+
+  it("finishes the job's idempotency key when it fails for good", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { idempotency_key: "charge-9", max_attempts: 1 });
+      await claimOne(c);
+      expect(await fail(c, id, 1)).toBe("failed");
+      const { rows } = await c.query("SELECT finished_state::text AS state FROM idemq.keys WHERE key = 'charge-9'");
+      expect(rows).toEqual([{ state: "failed" }]);
+    });
+  });
+
+  it("rejects an error that is neither an object nor a string (22023), and NULL error or retryable (22004)", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c);
+      await claimOne(c);
+      for (const error of [42, ["a"], true]) {
+        await underSavepoint(c, () =>
+          expectSqlError(fail(c, id, 1, error), { code: "22023", message: /error must be a JSON object or string/ }),
+        );
+      }
+      await underSavepoint(c, () =>
+        expectSqlError(c.query("SELECT idemq.fail($1, 1, NULL)", [id]), { code: "22004" }),
+      );
+      await underSavepoint(c, () =>
+        expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', retryable => NULL)`, [id]), { code: "22004" }),
+      );
+      expect(await jobRow(c, id)).toMatchObject({ state: "processing", errors: [] });
+    });
+  });
+
+  it("raises IQ404 for an unknown job and IQ410 for a job the attempt does not hold", async () => {
+    await inRollback(db.pool, async (c) => {
+      await underSavepoint(c, () => expectSqlError(fail(c, "987654321", 1), { code: "IQ404" }));
+      const id = await enqueue(c);
+      await underSavepoint(c, () =>
+        expectSqlError(fail(c, id, 1), {
+          code: "IQ410",
+          detail: { job_id: Number(id), attempt: 1, current_attempt: 0, current_state: "enqueued" },
+        }),
+      );
+      expect(await jobRow(c, id)).toMatchObject({ state: "enqueued", errors: [] });
+    });
+  });
+});
