@@ -6,13 +6,16 @@
 -- Guarantees:
 --   * A job in processing whose lease_expires_at has passed (a crashed or
 --     partitioned worker) goes back to enqueued, runnable now, or to failed
---     when that was its last counted attempt. Its errors record
+--     when that was its last counted attempt, or to expired when it is past
+--     its expires_at (it could never be claimed again). Its errors record
 --     {"class": "LeaseExpired", "message": "lease expired", ...}, and the next
 --     claim reports reclaimed = true. The old attempt is fenced out from then on.
 --   * Every active job that is not processing and is past its expires_at
 --     (never started, or a retry waiting past its deadline) becomes expired.
+--   * Each job changed counts once in the result.
 --   * Idempotent: any number of workers, or pg_cron, may call it at any time;
---     no leader is needed.
+--     no leader is needed. Idle workers are notified (idemq_jobs, the queue)
+--     of jobs it put back to enqueued.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows another transaction holds (a
 --   completing worker, a concurrent rescue) are left for the next call.
 -- Errors: none.
@@ -35,9 +38,13 @@ BEGIN
     FOR NO KEY UPDATE SKIP LOCKED
   ), moved AS (
     UPDATE idemq.jobs AS j
-    SET state = CASE WHEN j.attempt - j.uncounted >= j.max_attempts
-                     THEN 'failed' ELSE 'enqueued' END::idemq.job_state,
-        finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts THEN now() END,
+    -- Straight to expired rather than enqueued-then-expired below, so the
+    -- job counts once and no worker is woken for it.
+    SET state = CASE WHEN j.attempt - j.uncounted >= j.max_attempts THEN 'failed'
+                     WHEN j.expires_at <= now() THEN 'expired'
+                     ELSE 'enqueued' END::idemq.job_state,
+        finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts OR j.expires_at <= now()
+                           THEN now() END,
         run_at = now(),
         lease_lost = true,
         errors = j.errors || jsonb_build_array(jsonb_build_object(

@@ -377,7 +377,8 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 --   between overlapping batches). Parents named in `after` are row-locked (their
 --   has_children is set) so a parent finishing concurrently cannot miss a child.
 --   Under REPEATABLE READ a concurrent committed duplicate raises 40001: retry.
--- Errors: 22023/22004 for bad input (message names the element; HINT the fix);
+-- Errors: 22023/22004 for bad input (message names the element; HINT the fix),
+--   e.g. a queue name over 1000 characters (it is the NOTIFY payload);
 --   IQ404 for a parent job that does not exist; 40001 if keys keep changing
 --   under the call (pruned and re-created repeatedly).
 -- Tests: test/enqueue.test.ts, test/enqueue-many.test.ts, test/enqueue-policies.test.ts,
@@ -435,6 +436,10 @@ BEGIN
         format('payload must be a JSON object, not %s', e.val->'payload')
       WHEN jsonb_typeof(e.val->'queue') NOT IN ('string', 'null') OR e.val->>'queue' = '' THEN
         format('queue must be a non-empty string, not %s', e.val->'queue')
+      -- The queue name is the NOTIFY payload (limit 8000 bytes): a longer one
+      -- would make every later notify for the job fail (rescue included).
+      WHEN length(e.val->>'queue') > 1000 THEN
+        format('queue must be at most 1000 characters, not %s', length(e.val->>'queue'))
       WHEN jsonb_typeof(e.val->'run_at') NOT IN ('string', 'null') THEN
         format('run_at must be a timestamp string, not %s', e.val->'run_at')
       WHEN jsonb_typeof(e.val->'expires_at') NOT IN ('string', 'null') THEN
@@ -1404,7 +1409,8 @@ COMMENT ON FUNCTION idemq.effect_release(text, text) IS
 --   get its id; if the first inserter rolls back, a waiter creates it (the key
 --   row's primary key serialises them; see _enqueue_rows).
 -- Errors: 22004 a required argument is NULL; 22023 bad argument (empty task,
---   payload not an object, max_attempts < 1, malformed backoff...);
+--   payload not an object, max_attempts < 1, malformed backoff, a queue name
+--   over 1000 characters...);
 --   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"});
 --   IQ422 the key is held by an active job for a different task or payload
 --   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
@@ -1881,13 +1887,16 @@ COMMENT ON FUNCTION idemq.reschedule(bigint, timestamptz) IS
 -- Guarantees:
 --   * A job in processing whose lease_expires_at has passed (a crashed or
 --     partitioned worker) goes back to enqueued, runnable now, or to failed
---     when that was its last counted attempt. Its errors record
+--     when that was its last counted attempt, or to expired when it is past
+--     its expires_at (it could never be claimed again). Its errors record
 --     {"class": "LeaseExpired", "message": "lease expired", ...}, and the next
 --     claim reports reclaimed = true. The old attempt is fenced out from then on.
 --   * Every active job that is not processing and is past its expires_at
 --     (never started, or a retry waiting past its deadline) becomes expired.
+--   * Each job changed counts once in the result.
 --   * Idempotent: any number of workers, or pg_cron, may call it at any time;
---     no leader is needed.
+--     no leader is needed. Idle workers are notified (idemq_jobs, the queue)
+--     of jobs it put back to enqueued.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows another transaction holds (a
 --   completing worker, a concurrent rescue) are left for the next call.
 -- Errors: none.
@@ -1910,9 +1919,13 @@ BEGIN
     FOR NO KEY UPDATE SKIP LOCKED
   ), moved AS (
     UPDATE idemq.jobs AS j
-    SET state = CASE WHEN j.attempt - j.uncounted >= j.max_attempts
-                     THEN 'failed' ELSE 'enqueued' END::idemq.job_state,
-        finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts THEN now() END,
+    -- Straight to expired rather than enqueued-then-expired below, so the
+    -- job counts once and no worker is woken for it.
+    SET state = CASE WHEN j.attempt - j.uncounted >= j.max_attempts THEN 'failed'
+                     WHEN j.expires_at <= now() THEN 'expired'
+                     ELSE 'enqueued' END::idemq.job_state,
+        finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts OR j.expires_at <= now()
+                           THEN now() END,
         run_at = now(),
         lease_lost = true,
         errors = j.errors || jsonb_build_array(jsonb_build_object(
