@@ -3,8 +3,8 @@
 // jobs runnable now (an outbox: nothing is sent for a rolled-back enqueue).
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { count, driveTo, enqueue, enqueueMany, job, Listener, unique } from "./helpers/jobs.ts";
+import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { count, driveTo, enqueue, enqueueMany, job, Listener, savepoint, unique } from "./helpers/jobs.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -121,6 +121,25 @@ describe("enqueue: new jobs", () => {
       expect(claimed.rows).toEqual([]);
       await driveTo(c, job_id, "expired");
       expect((await job(c, job_id)).finished_at).not.toBeNull();
+    });
+  });
+});
+
+describe("enqueue: the queue name is the NOTIFY payload", () => {
+  it("a queue name of 1000 characters is accepted; 1001 raises 22023 and nothing is written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const ok = await enqueue(c, { task: "long_queue", queue: "q".repeat(1000) });
+      expect((await job(c, ok.job_id)).queue).toHaveLength(1000);
+      // Scheduled too: the notify would come later (rescue, a parent's release), so it is refused up front.
+      await expectSqlError(
+        savepoint(c, () => enqueue(c, { task: "long_queue", queue: "q".repeat(1001), run_at: "2100-01-01T00:00:00Z" })),
+        { code: "22023", message: /queue must be at most 1000 characters/ },
+      );
+      await expectSqlError(
+        savepoint(c, () => enqueueMany(c, [{ task: "long_queue" }, { task: "long_queue", queue: "é".repeat(1001) }])),
+        { code: "22023", message: /^jobs\[2\] queue must be at most 1000 characters/ },
+      );
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = 'long_queue'")).toBe(1);
     });
   });
 });

@@ -27,7 +27,8 @@
 --   between overlapping batches). Parents named in `after` are row-locked (their
 --   has_children is set) so a parent finishing concurrently cannot miss a child.
 --   Under REPEATABLE READ a concurrent committed duplicate raises 40001: retry.
--- Errors: 22023/22004 for bad input (message names the element; HINT the fix);
+-- Errors: 22023/22004 for bad input (message names the element; HINT the fix),
+--   e.g. a queue name over 1000 characters (it is the NOTIFY payload);
 --   IQ404 for a parent job that does not exist; 40001 if keys keep changing
 --   under the call (pruned and re-created repeatedly).
 -- Tests: test/enqueue.test.ts, test/enqueue-many.test.ts, test/enqueue-policies.test.ts,
@@ -85,6 +86,10 @@ BEGIN
         format('payload must be a JSON object, not %s', e.val->'payload')
       WHEN jsonb_typeof(e.val->'queue') NOT IN ('string', 'null') OR e.val->>'queue' = '' THEN
         format('queue must be a non-empty string, not %s', e.val->'queue')
+      -- The queue name is the NOTIFY payload (limit 8000 bytes): a longer one
+      -- would make every later notify for the job fail (rescue included).
+      WHEN length(e.val->>'queue') > 1000 THEN
+        format('queue must be at most 1000 characters, not %s', length(e.val->>'queue'))
       WHEN jsonb_typeof(e.val->'run_at') NOT IN ('string', 'null') THEN
         format('run_at must be a timestamp string, not %s', e.val->'run_at')
       WHEN jsonb_typeof(e.val->'expires_at') NOT IN ('string', 'null') THEN

@@ -22,7 +22,8 @@
 --   get its id; if the first inserter rolls back, a waiter creates it (the key
 --   row's primary key serialises them; see _enqueue_rows).
 -- Errors: 22004 a required argument is NULL; 22023 bad argument (empty task,
---   payload not an object, max_attempts < 1, malformed backoff...);
+--   payload not an object, max_attempts < 1, malformed backoff, a queue name
+--   over 1000 characters...);
 --   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"});
 --   IQ422 the key is held by an active job for a different task or payload
 --   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
