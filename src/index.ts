@@ -3,9 +3,21 @@
 export { Client } from "./client.ts";
 export type { ClientEvents, ClientOptions, EnqueueRejectedEvent, InTransaction } from "./client.ts";
 
-// The worker: createWorker and its types are exported here once src/worker/ exists.
-// export { createWorker } from "./worker/index.ts";
-// export type { WorkerOptions, TaskDefinition, JobContext } from "./worker/index.ts";
+// The worker.
+export { createWorker, EffectBusyError, Worker, WorkerConfigError } from "./worker/index.ts";
+export type {
+  EffectOptions,
+  ErrorInfo,
+  JobContext,
+  JobInfo,
+  LogEntry,
+  TaskConfig,
+  TaskDefinition,
+  Tasks,
+  TransactionalJobContext,
+  WorkerEvents,
+  WorkerOptions,
+} from "./worker/index.ts";
 
 export {
   BadArgumentError,

@@ -4,6 +4,7 @@ import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
 import { registerMigrateCommands } from "./commands/migrate.ts";
+import { registerWorkerCommand } from "./commands/worker.ts";
 import { EXIT_USAGE } from "./output.ts";
 
 export function buildProgram(): Command {
@@ -14,6 +15,7 @@ export function buildProgram(): Command {
     .showSuggestionAfterError()
     .exitOverride();
   registerMigrateCommands(program);
+  registerWorkerCommand(program);
   return program;
 }
 

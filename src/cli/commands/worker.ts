@@ -1,0 +1,177 @@
+// idemq worker --tasks ./tasks.js [--queues a,b] [--concurrency N] [--log-format json|pretty]
+//
+// Loads a module exporting `tasks` (and optionally `workerOptions`), runs a
+// worker until SIGTERM/SIGINT (a second signal exits at once), and prints its
+// events: JSON lines, or a readable log. TypeScript modules load through tsx,
+// which bin/idemq.js registers.
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { type Command, InvalidArgumentError, Option } from "commander";
+import { createWorker, type Worker } from "../../worker/create-worker.ts";
+import type { WorkerEvents } from "../../worker/events.ts";
+import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
+import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
+import { addDatabaseOption, type DatabaseOption, resolveDatabaseUrl } from "../database.ts";
+import { errorLine, reportError, UsageError } from "../output.ts";
+
+type LogFormat = "json" | "pretty";
+
+interface Options extends DatabaseOption {
+  tasks: string;
+  queues?: string[];
+  concurrency?: number;
+  logFormat?: LogFormat;
+}
+
+export function registerWorkerCommand(program: Command): void {
+  const worker = program
+    .command("worker")
+    .description("run jobs with the tasks a module exports, until SIGTERM/SIGINT")
+    .requiredOption("--tasks <module>", "module (JavaScript or TypeScript) that exports `tasks`")
+    .option("--queues <names>", "comma-separated queues to work (default: all)", parseQueues)
+    .option("--concurrency <n>", "jobs running at once (default 10)", parseConcurrency)
+    .addOption(
+      new Option("--log-format <format>", "events as JSON lines or a readable log (default: pretty on a terminal, else json)").choices([
+        "json",
+        "pretty",
+      ]),
+    )
+    .action(async (_options: Options, command: Command) => {
+      // Exits explicitly: a tasks module may hold handles (pools, sockets) that would keep the process alive.
+      try {
+        await runWorker(command.optsWithGlobals<Options>());
+        process.exit(0);
+      } catch (error) {
+        reportError(error);
+        process.exit(process.exitCode ?? 1);
+      }
+    });
+  addDatabaseOption(worker);
+}
+
+async function runWorker(options: Options): Promise<void> {
+  const connectionString = resolveDatabaseUrl(options);
+  const { tasks, workerOptions } = await loadTasksModule(options.tasks);
+  const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
+  let worker: Worker;
+  try {
+    worker = createWorker({
+      ...workerOptions,
+      tasks,
+      connectionString,
+      ...(options.queues === undefined ? {} : { queues: options.queues }),
+      ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+      handleSignals: true,
+    });
+  } catch (error) {
+    if (error instanceof WorkerConfigError) throw new UsageError(`${options.tasks}: ${error.message}`);
+    throw error;
+  }
+  printEvents(worker, format);
+  await worker.start();
+  await worker.wait();
+}
+
+/** Imports the module and checks its tasks; a mistake is one UsageError line. */
+export async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOptions: ModuleWorkerOptions }> {
+  const file = resolve(path);
+  if (!existsSync(file)) throw new UsageError(`--tasks ${path}: no such file`);
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+  } catch (error) {
+    throw new Error(`cannot load ${path}: ${errorLine(error)}`, { cause: error });
+  }
+  const fromDefault = (name: string): unknown =>
+    mod.default !== null && typeof mod.default === "object" ? (mod.default as Record<string, unknown>)[name] : undefined;
+  const tasks = mod.tasks ?? fromDefault("tasks");
+  if (tasks === undefined) {
+    throw new UsageError(
+      `${path} exports no tasks: add \`export const tasks = { taskName: async (payload, ctx) => { ... } }\``,
+    );
+  }
+  try {
+    normalizeTasks(tasks);
+  } catch (error) {
+    if (error instanceof WorkerConfigError) throw new UsageError(`${path}: ${error.message}`);
+    throw error;
+  }
+  const workerOptions = mod.workerOptions ?? fromDefault("workerOptions") ?? {};
+  if (workerOptions === null || typeof workerOptions !== "object") {
+    throw new UsageError(`${path}: workerOptions must be an object of worker settings`);
+  }
+  return { tasks: tasks as Tasks, workerOptions: workerOptions as ModuleWorkerOptions };
+}
+
+const EVENTS = [
+  "worker:started",
+  "worker:stopped",
+  "worker:error",
+  "job:start",
+  "job:success",
+  "job:retry",
+  "job:failed",
+  "job:duplicate",
+  "job:lease-lost",
+  "job:snoozed",
+  "log",
+] as const satisfies readonly (keyof WorkerEvents)[];
+
+function printEvents(worker: Worker, format: LogFormat): void {
+  for (const event of EVENTS) {
+    worker.on(event, (payload: object) => {
+      const line = format === "json" ? jsonLine(event, payload) : prettyLine(event, payload as Record<string, unknown>);
+      process.stdout.write(`${line}\n`);
+    });
+  }
+}
+
+function jsonLine(event: string, payload: object): string {
+  return JSON.stringify({ time: new Date().toISOString(), event, ...payload }, (key, value: unknown) =>
+    value instanceof Error ? { class: value.constructor.name, message: value.message } : value,
+  );
+}
+
+function prettyLine(event: string, p: Record<string, unknown>): string {
+  const time = new Date().toISOString().slice(11, 23);
+  const job = p.jobId === undefined ? "" : ` ${String(p.task)}#${String(p.jobId)} attempt ${String(p.attempt)}`;
+  const took = typeof p.durationMs === "number" ? ` (${p.durationMs.toFixed(1)} ms)` : "";
+  const error = p.error as { class?: string; constructor?: { name: string }; message?: string } | undefined;
+  const why =
+    error === undefined
+      ? ""
+      : `: ${error instanceof Error ? error.constructor.name : String(error.class)}: ${String(error.message)}`;
+  switch (event) {
+    case "log":
+      return `${time} ${String(p.level).padEnd(5)}${job} ${String(p.message)}`;
+    case "worker:error":
+      return `${time} error worker, during ${String(p.during)}${why}`;
+    case "job:duplicate":
+      return `${time} ${event}${job}${took}: guard key ${String(p.guardKey)} already done`;
+    case "job:lease-lost":
+      return `${time} ${event}${job}${took}: ${String(p.reason)}`;
+    case "job:retry":
+      return `${time} ${event}${job}${took}${why}${p.retryAt instanceof Date ? `; next at ${p.retryAt.toISOString()}` : ""}`;
+    case "job:snoozed":
+      return `${time} ${event}${job}${took} for ${String(p.delay)}`;
+    case "job:start":
+      return `${time} ${event}${job}${p.reclaimed ? " (reclaimed: the previous attempt lost its lease)" : ""}`;
+    default:
+      return `${time} ${event}${job || ` ${String(p.workerId)}`}${took}${why}`;
+  }
+}
+
+function parseQueues(value: string): string[] {
+  const queues = value.split(",").map((q) => q.trim());
+  if (queues.some((q) => q === "")) throw new InvalidArgumentError("give queue names separated by commas, e.g. emails,reports");
+  return queues;
+}
+
+function parseConcurrency(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || !Number.isInteger(n) || n < 1 || n > 1000) {
+    throw new InvalidArgumentError("must be an integer from 1 to 1000");
+  }
+  return n;
+}

@@ -1,0 +1,33 @@
+// Settings that exist only in the worker process (timers, buffer sizes).
+// SQL defaults are not repeated here, with one deliberate exception: the
+// lease. The worker schedules its heartbeats from the lease it asked for, so
+// it always passes one to claim() and heartbeat() instead of relying on
+// claim's own default. Key retention and an effect's stale_after are left out
+// of the calls when not configured, so their defaults live only in SQL.
+
+export const WORKER_DEFAULTS = {
+  /** Jobs running at once. */
+  concurrency: 10,
+  /** How long a claimed job is this worker's between heartbeats. */
+  lease: "30 seconds",
+  /** A heartbeat every lease / heartbeatsPerLease, so two may fail before a lease runs out. */
+  heartbeatsPerLease: 3,
+  /** Fallback poll when no NOTIFY arrives (jittered ±25%); it also finds due retries and delayed jobs. */
+  pollInterval: "2 seconds",
+  /** rescue() on a jittered timer (±25%). */
+  rescueInterval: "15 seconds",
+  /** prune_keys() on a slower jittered timer. */
+  pruneInterval: "1 hour",
+  /** How long stop() lets running jobs finish before handing them back. */
+  shutdownTimeout: "25 seconds",
+  /** Jobs completed by one complete_many call at most. */
+  completionBatch: 1000,
+  /** Wait before retrying a failed claim or completion (jittered). */
+  errorBackoff: "1 second",
+} as const;
+
+/** The largest batch claim() accepts (its batch_size range is 1..1000). */
+export const MAX_CLAIM_BATCH = 1000;
+
+/** Shows up in pg_stat_activity unless the connection string names an application. */
+export const APPLICATION_NAME = { pool: "idemq-worker", listener: "idemq-listener" } as const;

@@ -1,0 +1,83 @@
+// ctx.effect(key, fn, { staleAfter, reconcile }): the claim-first protocol of
+// DESIGN.md ("Effects once") for an effect outside the database.
+//
+//   effect_claim -> claimed:   call fn(key), then effect_done with its result
+//                   done:      return the stored result; fn is not called
+//                   busy:      throw EffectBusyError, a retryable error (never skip:
+//                              the other run may yet fail and release the claim)
+//                   reclaimed: an earlier claim went stale, its owner may have made
+//                              the call: reconcile(key) first when given (it may
+//                              return the earlier result), else call fn(key) again
+//                              with the same key, so an API that honours
+//                              idempotency keys replays instead of acting twice
+//   fn throws a definite failure -> effect_release, so a later attempt claims afresh
+//
+// Every call runs on the pool in its own transaction, also in a transactional
+// task: the claim must be committed before the external call is made.
+import * as sql from "../sql-api.ts";
+import type { HeldJob, Runtime } from "./runtime.ts";
+import type { EffectOptions } from "./types.ts";
+
+/** effect_claim answered busy: a fresh claim on the key is held elsewhere. The job is retried. */
+export class EffectBusyError extends Error {
+  readonly key: string;
+  constructor(key: string) {
+    super(`effect "${key}" is claimed by another run that has not finished; retrying later`);
+    this.name = "EffectBusyError";
+    this.key = key;
+  }
+}
+
+/** The owner of an effect claim: one attempt of one job on one worker. */
+export function effectOwner(rt: Runtime, held: HeldJob): string {
+  return `job:${held.job.id}:${held.job.attempt}@${rt.settings.workerId}`;
+}
+
+export async function runEffect<T>(
+  rt: Runtime,
+  held: HeldJob,
+  key: string,
+  fn: (key: string) => Promise<T> | T,
+  options: EffectOptions<T> = {},
+): Promise<T> {
+  if (typeof key !== "string" || key === "") throw new TypeError("ctx.effect: key must be a non-empty string");
+  if (typeof fn !== "function") throw new TypeError("ctx.effect: fn must be a function (key) => result");
+  // A lost lease (or a shutdown past its timeout): start no new external call.
+  held.controller.signal.throwIfAborted();
+  const owner = effectOwner(rt, held);
+  const claim = await sql.effectClaim(rt.pool, key, owner, { staleAfter: options.staleAfter });
+  switch (claim.status) {
+    case "done":
+      return claim.result as T;
+    case "busy":
+      throw new EffectBusyError(key);
+    case "reclaimed":
+      if (options.reconcile !== undefined) {
+        // A failing reconcile keeps the claim: nobody knows whether the effect happened.
+        const earlier = await options.reconcile(key);
+        if (earlier !== undefined) {
+          await sql.effectDone(rt.pool, key, owner, earlier);
+          return earlier;
+        }
+      }
+      break;
+    case "claimed":
+      break;
+  }
+  let result: T;
+  try {
+    result = await fn(key);
+  } catch (error) {
+    if (options.definiteFailure?.(error) ?? true) {
+      try {
+        await sql.effectRelease(rt.pool, key, owner);
+      } catch (releaseError) {
+        // The claim stays and goes stale; the job's error is fn's.
+        rt.report(`effect_release of "${key}"`, releaseError);
+      }
+    }
+    throw error;
+  }
+  await sql.effectDone(rt.pool, key, owner, result);
+  return result;
+}

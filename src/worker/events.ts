@@ -1,0 +1,79 @@
+// The worker's events, for logs and metrics. Every job event carries the job
+// id, task, queue and attempt; events that end an attempt carry its duration.
+
+/** An error as recorded in the job's errors list and in events. */
+export interface ErrorInfo {
+  /** The error's class (constructor name), e.g. "TypeError". */
+  class: string;
+  message: string;
+  stack?: string;
+}
+
+export interface JobEvent {
+  jobId: string;
+  task: string;
+  queue: string;
+  attempt: number;
+  workerId: string;
+}
+
+export interface JobEndEvent extends JobEvent {
+  /** From the start of the attempt (the handler, or the guard) to its end. */
+  durationMs: number;
+}
+
+export interface LogEntry {
+  level: "debug" | "info" | "warn" | "error";
+  message: string;
+  workerId: string;
+  jobId?: string;
+  task?: string;
+  attempt?: number;
+  [field: string]: unknown;
+}
+
+export interface WorkerEvents {
+  "job:start": [JobEvent & { reclaimed: boolean }];
+  "job:success": [JobEndEvent];
+  /** Failed; another attempt is scheduled (at retryAt, when the task's own backoff chose it). */
+  "job:retry": [JobEndEvent & { error: ErrorInfo; retryAt?: Date }];
+  /** Failed for good: out of attempts, or a permanent error. */
+  "job:failed": [JobEndEvent & { error: ErrorInfo; permanent: boolean }];
+  /** A transactional task's guard key was already taken: completed without running the handler. */
+  "job:duplicate": [JobEndEvent & { guardKey: string }];
+  /** This attempt no longer holds the job: its result was discarded and its transaction rolled back. */
+  "job:lease-lost": [JobEndEvent & { reason: string }];
+  /** Back to `scheduled` without spending an attempt. */
+  "job:snoozed": [JobEndEvent & { delay: string }];
+  /** Something outside a job failed (a claim, a heartbeat, the listener...); the worker keeps going. */
+  "worker:error": [{ workerId: string; during: string; error: Error }];
+  "worker:started": [{ workerId: string }];
+  "worker:stopped": [{ workerId: string }];
+  /** ctx.log lines, and the worker's own notices. */
+  log: [LogEntry];
+}
+
+/** What the job's errors list records for a thrown value. */
+export function errorInfo(error: unknown): ErrorInfo {
+  if (error instanceof Error) {
+    const info: ErrorInfo = { class: error.constructor?.name || error.name || "Error", message: error.message };
+    if (typeof error.stack === "string") info.stack = error.stack;
+    return info;
+  }
+  if (error !== null && typeof error === "object") {
+    const ctor = (error as object).constructor?.name;
+    let message: string;
+    try {
+      message = JSON.stringify(error);
+    } catch {
+      message = String(error);
+    }
+    return { class: ctor && ctor !== "Object" ? ctor : "NonErrorThrown", message };
+  }
+  return { class: "NonErrorThrown", message: String(error) };
+}
+
+/** An Error for worker:error from anything thrown. */
+export function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}

@@ -1,0 +1,64 @@
+// The ctx a handler receives: job, tx, signal, log, snooze, effect.
+import type pg from "pg";
+import { toPgInterval, type Duration } from "../contract.ts";
+import { runEffect } from "./effect.ts";
+import type { HeldJob, Runtime } from "./runtime.ts";
+import type { EffectOptions, JobContext, JobInfo, JobLog } from "./types.ts";
+
+/**
+ * Thrown by ctx.snooze() to end the handler. The worker snoozes the job
+ * whatever the handler does with it (catching it does not undo the snooze).
+ */
+export class JobSnoozed extends Error {
+  constructor(readonly delay: Duration) {
+    super(`job snoozed for ${toPgInterval(delay)}`);
+    this.name = "JobSnoozed";
+  }
+}
+
+export function jobInfo(held: HeldJob): JobInfo {
+  const { job, task } = held;
+  return {
+    id: job.id,
+    task: job.task,
+    queue: job.queue,
+    attempt: job.attempt,
+    maxAttempts: Math.min(task?.maxAttempts ?? job.maxAttempts, job.maxAttempts),
+    key: job.idempotencyKey,
+    reclaimed: job.reclaimed,
+  };
+}
+
+export function makeContext(rt: Runtime, held: HeldJob, tx: pg.PoolClient | undefined): JobContext {
+  return {
+    job: jobInfo(held),
+    tx,
+    signal: held.controller.signal,
+    log: makeLog(rt, held),
+    snooze(delay: Duration): never {
+      toPgInterval(delay); // a bad duration throws here, as a failure of the handler
+      held.snoozeDelay = delay;
+      throw new JobSnoozed(delay);
+    },
+    effect<T>(key: string, fn: (key: string) => Promise<T> | T, options?: EffectOptions<T>): Promise<T> {
+      return runEffect(rt, held, key, fn, options);
+    },
+  };
+}
+
+function makeLog(rt: Runtime, held: HeldJob): JobLog {
+  const line =
+    (level: "debug" | "info" | "warn" | "error") =>
+    (message: string, fields: Record<string, unknown> = {}): void => {
+      rt.emit("log", {
+        ...fields,
+        level,
+        message,
+        workerId: rt.settings.workerId,
+        jobId: held.job.id,
+        task: held.job.task,
+        attempt: held.job.attempt,
+      });
+    };
+  return { debug: line("debug"), info: line("info"), warn: line("warn"), error: line("error") };
+}

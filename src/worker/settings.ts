@@ -1,0 +1,74 @@
+// createWorker's options, validated, with the worker's defaults applied.
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { toPgInterval, type Duration } from "../contract.ts";
+import { MAX_CLAIM_BATCH, WORKER_DEFAULTS } from "./defaults.ts";
+import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
+import type { WorkerOptions } from "./types.ts";
+
+export interface Settings {
+  workerId: string;
+  queues: string[] | undefined;
+  concurrency: number;
+  prefetch: number;
+  lease: { interval: string; ms: number };
+  heartbeatMs: number;
+  pollMs: number;
+  rescueMs: number;
+  pruneMs: number;
+  /** Interval text for prune_keys(older_than); undefined: left out, the SQL default applies. */
+  keyRetention: string | undefined;
+  shutdownTimeoutMs: number;
+  handleSignals: boolean;
+  errorBackoffMs: number;
+  completionBatch: number;
+}
+
+export function normalizeSettings(options: WorkerOptions): Settings {
+  const concurrency = options.concurrency ?? WORKER_DEFAULTS.concurrency;
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CLAIM_BATCH) {
+    throw new WorkerConfigError(`concurrency must be an integer from 1 to ${MAX_CLAIM_BATCH}, got ${String(concurrency)}`);
+  }
+  const prefetch = options.prefetch ?? concurrency;
+  if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_CLAIM_BATCH) {
+    throw new WorkerConfigError(`prefetch must be an integer from 0 to ${MAX_CLAIM_BATCH}, got ${String(prefetch)}`);
+  }
+  const queues = options.queues === undefined ? undefined : [...options.queues];
+  if (queues !== undefined && (queues.length === 0 || queues.some((q) => typeof q !== "string" || q.trim() === ""))) {
+    throw new WorkerConfigError("queues must be a non-empty list of queue names (leave it out for every queue)");
+  }
+  const workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`;
+  if (typeof workerId !== "string" || workerId.trim() === "") throw new WorkerConfigError("workerId must be a non-empty string");
+  const workerLease = lease(options.lease ?? WORKER_DEFAULTS.lease, "lease");
+  const heartbeatMs =
+    options.heartbeatInterval === undefined
+      ? workerLease.ms / WORKER_DEFAULTS.heartbeatsPerLease
+      : positive(options.heartbeatInterval, "heartbeatInterval");
+  let keyRetention: string | undefined;
+  if (options.keyRetention !== undefined) {
+    durationMs(options.keyRetention, "keyRetention");
+    keyRetention = toPgInterval(options.keyRetention);
+  }
+  return {
+    workerId,
+    queues,
+    concurrency,
+    prefetch,
+    lease: workerLease,
+    heartbeatMs,
+    pollMs: positive(options.pollInterval ?? WORKER_DEFAULTS.pollInterval, "pollInterval"),
+    rescueMs: durationMs(options.rescueInterval ?? WORKER_DEFAULTS.rescueInterval, "rescueInterval"),
+    pruneMs: durationMs(options.pruneInterval ?? WORKER_DEFAULTS.pruneInterval, "pruneInterval"),
+    keyRetention,
+    shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),
+    handleSignals: options.handleSignals ?? true,
+    errorBackoffMs: durationMs(WORKER_DEFAULTS.errorBackoff, "errorBackoff"),
+    completionBatch: WORKER_DEFAULTS.completionBatch,
+  };
+}
+
+function positive(value: Duration, what: string): number {
+  const ms = durationMs(value, what);
+  if (ms <= 0) throw new WorkerConfigError(`${what} must be more than 0`);
+  return ms;
+}

@@ -1,0 +1,132 @@
+// Validates the tasks given to createWorker (or exported by a tasks module):
+// each is a function or { run, transactional?, guardKey?, maxAttempts?,
+// backoff?, exceptOn?, onlyOn?, lease? }. A mistake is one WorkerConfigError
+// whose message names the task and the option.
+import { toMilliseconds, toPgInterval, type Duration } from "../contract.ts";
+import { toBackoffSchedule, type BackoffSchedule } from "./backoff.ts";
+import type { ErrorClass, Payload } from "./types.ts";
+
+/** A mistake in the worker's options or tasks (not a database error, hence no SQLSTATE). */
+export class WorkerConfigError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "WorkerConfigError";
+  }
+}
+
+export interface NormalizedTask {
+  name: string;
+  run: (payload: Payload, ctx: never) => unknown;
+  transactional: boolean;
+  guardKey: ((payload: Payload) => string) | undefined;
+  maxAttempts: number | undefined;
+  backoff: BackoffSchedule | undefined;
+  exceptOn: readonly ErrorClass[];
+  onlyOn: readonly ErrorClass[] | undefined;
+  /** The task's lease as an interval literal, and in ms; undefined: the worker's. */
+  lease: { interval: string; ms: number } | undefined;
+}
+
+const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease"];
+
+const TASK_SHAPE = "a function (payload, ctx) => ... or { run, transactional?, guardKey?, maxAttempts?, backoff?, exceptOn?, onlyOn?, lease? }";
+
+/** Validates a tasks object; returns the tasks by name. */
+export function normalizeTasks(tasks: unknown): Map<string, NormalizedTask> {
+  if (tasks === null || typeof tasks !== "object" || Array.isArray(tasks)) {
+    throw new WorkerConfigError(`tasks must be an object mapping task names to handlers, got ${describe(tasks)}`);
+  }
+  const entries = Object.entries(tasks as Record<string, unknown>);
+  if (entries.length === 0) throw new WorkerConfigError("tasks is empty: define at least one task");
+  return new Map(entries.map(([name, definition]) => [name, normalizeTask(name, definition)]));
+}
+
+function normalizeTask(name: string, definition: unknown): NormalizedTask {
+  if (name.trim() === "") throw new WorkerConfigError("a task name must be a non-empty string");
+  const what = `task "${name}"`;
+  if (typeof definition === "function") {
+    return {
+      name,
+      run: definition as NormalizedTask["run"],
+      transactional: false,
+      guardKey: undefined,
+      maxAttempts: undefined,
+      backoff: undefined,
+      exceptOn: [],
+      onlyOn: undefined,
+      lease: undefined,
+    };
+  }
+  if (definition === null || typeof definition !== "object" || typeof (definition as { run?: unknown }).run !== "function") {
+    throw new WorkerConfigError(`${what} is not a function or { run }: got ${describe(definition)}; expected ${TASK_SHAPE}`);
+  }
+  const config = definition as Record<string, unknown>;
+  const unknown = Object.keys(config).find((key) => !TASK_OPTIONS.includes(key));
+  if (unknown !== undefined) {
+    throw new WorkerConfigError(`${what} has an unknown option "${unknown}" (options: ${TASK_OPTIONS.join(", ")})`);
+  }
+  const transactional = config.transactional ?? false;
+  if (typeof transactional !== "boolean") throw new WorkerConfigError(`${what}: transactional must be true or false`);
+  const guardKey = config.guardKey;
+  if (guardKey !== undefined) {
+    if (typeof guardKey !== "function") throw new WorkerConfigError(`${what}: guardKey must be a function (payload) => key`);
+    if (!transactional) {
+      throw new WorkerConfigError(`${what}: guardKey needs transactional: true (the guard row commits in the job's transaction)`);
+    }
+  }
+  const maxAttempts = config.maxAttempts;
+  if (maxAttempts !== undefined && (!Number.isInteger(maxAttempts) || (maxAttempts as number) < 1)) {
+    throw new WorkerConfigError(`${what}: maxAttempts must be an integer >= 1, got ${describe(maxAttempts)}`);
+  }
+  let backoff: BackoffSchedule | undefined;
+  if (config.backoff !== undefined) {
+    try {
+      backoff = toBackoffSchedule(config.backoff as never, what);
+    } catch (error) {
+      throw new WorkerConfigError((error as Error).message, { cause: error });
+    }
+  }
+  return {
+    name,
+    run: config.run as NormalizedTask["run"],
+    transactional,
+    guardKey: guardKey as NormalizedTask["guardKey"],
+    maxAttempts: maxAttempts as number | undefined,
+    backoff,
+    exceptOn: errorClasses(config.exceptOn, `${what}: exceptOn`) ?? [],
+    onlyOn: errorClasses(config.onlyOn, `${what}: onlyOn`),
+    lease: config.lease === undefined ? undefined : lease(config.lease as Duration, `${what}: lease`),
+  };
+}
+
+function errorClasses(value: unknown, what: string): ErrorClass[] | undefined {
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value) || value.some((c) => typeof c !== "function")) {
+    throw new WorkerConfigError(`${what} must be an array of error classes, e.g. [ValidationError]`);
+  }
+  return value as ErrorClass[];
+}
+
+/** A lease: a duration of more than 0 and at most a day (claim's range), as interval text and ms. */
+export function lease(value: Duration, what: string): { interval: string; ms: number } {
+  const ms = durationMs(value, what);
+  if (ms <= 0 || ms > 86_400_000) throw new WorkerConfigError(`${what} must be more than 0 and at most 1 day`);
+  return { interval: toPgInterval(value), ms };
+}
+
+/** A duration in ms, or a WorkerConfigError naming the option. */
+export function durationMs(value: Duration, what: string): number {
+  try {
+    return toMilliseconds(value);
+  } catch (error) {
+    throw new WorkerConfigError(`${what}: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (typeof value === "object") return "an object without a run function";
+  if (typeof value === "string") return `the string ${JSON.stringify(value)}`;
+  return `${typeof value} ${String(value)}`;
+}

@@ -1,0 +1,164 @@
+// Public types of the worker: options, task definitions, the handler's ctx.
+import type pg from "pg";
+import type { Backoff, Duration } from "../contract.ts";
+
+/**
+ * A payload as the handler receives it (parsed jsonb). `any`, because it is
+ * whatever the enqueuer sent; it keeps handlers free of casts.
+ */
+export type Payload = any;
+
+/** An error class for exceptOn / onlyOn. */
+export type ErrorClass = abstract new (...args: never[]) => unknown;
+
+export interface JobInfo {
+  /** The job id (a bigint, kept exact as a string). */
+  id: string;
+  task: string;
+  queue: string;
+  /** This attempt's number: with id, the fencing token. */
+  attempt: number;
+  /** Attempts allowed: the job's max_attempts, lowered by the task's maxAttempts when set. */
+  maxAttempts: number;
+  /** The job's idempotency key. */
+  key: string | null;
+  /** The previous attempt lost its lease: its effects may have happened. */
+  reclaimed: boolean;
+}
+
+export interface JobLog {
+  debug(message: string, fields?: Record<string, unknown>): void;
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}
+
+export interface EffectOptions<T> {
+  /** After how long another attempt may take over an unfinished claim (effect_claim's stale_after; SQL default when unset). */
+  staleAfter?: Duration;
+  /**
+   * Called instead of fn when an earlier claim went stale (its owner may have
+   * made the call): return the earlier result if the effect happened, or
+   * undefined to call fn again with the same key.
+   */
+  reconcile?: (key: string) => Promise<T | undefined> | T | undefined;
+  /**
+   * Whether an error thrown by fn means the call definitely did not happen
+   * (then the claim is released so a later attempt claims afresh). Default:
+   * every error. Return false for ambiguous failures (a timeout): the claim
+   * is kept, goes stale after staleAfter, and the next attempt reconciles.
+   */
+  definiteFailure?: (error: unknown) => boolean;
+}
+
+export interface JobContext {
+  job: JobInfo;
+  /** Aborts when the lease is lost, or when shutdownTimeout runs out during shutdown. */
+  signal: AbortSignal;
+  /** Structured log lines carrying the job id, task and attempt. */
+  log: JobLog;
+  /**
+   * Ends this attempt without spending it: the job goes back to `scheduled`
+   * and runs again after `delay`. Throws (do not catch it); a transactional
+   * task's transaction is rolled back.
+   */
+  snooze(delay: Duration): never;
+  /**
+   * Runs an effect outside the database once per key (DESIGN.md, "Effects
+   * once"): claims the key first, runs fn(key), records its JSON result.
+   * A key already done returns the stored result without calling fn.
+   */
+  effect<T>(key: string, fn: (key: string) => Promise<T> | T, options?: EffectOptions<T>): Promise<T>;
+  /** The job's transaction (transactional tasks only). */
+  tx: pg.PoolClient | undefined;
+}
+
+export interface TransactionalJobContext extends JobContext {
+  /** The transaction in which the worker calls guard() and complete(): write the job's effects here. */
+  tx: pg.PoolClient;
+}
+
+export type TaskHandler = (payload: Payload, ctx: JobContext) => unknown;
+export type TransactionalTaskHandler = (payload: Payload, ctx: TransactionalJobContext) => unknown;
+
+interface TaskOptions {
+  /** Attempts allowed, counted by ctx.job.attempt; the job's own max_attempts still applies. */
+  maxAttempts?: number;
+  /** Retry schedule computed by the worker (instead of the job's backoff). */
+  backoff?: Backoff;
+  /** Errors of these classes fail the job at once. */
+  exceptOn?: readonly ErrorClass[];
+  /** Only errors of these classes are retried; any other fails the job at once. */
+  onlyOn?: readonly ErrorClass[];
+  /** This task's lease (heartbeats extend it by this much). */
+  lease?: Duration;
+}
+
+export interface PlainTaskConfig extends TaskOptions {
+  transactional?: false;
+  run: TaskHandler;
+}
+
+export interface TransactionalTaskConfig extends TaskOptions {
+  transactional: true;
+  /**
+   * The guard key: the business key of the effect (e.g. p => `credit:order-${p.orderId}`).
+   * Without it the job's idempotency key is used; with neither, the task runs unguarded.
+   */
+  guardKey?: (payload: Payload) => string;
+  run: TransactionalTaskHandler;
+}
+
+export type TaskConfig = PlainTaskConfig | TransactionalTaskConfig;
+
+/** A task: a handler function, or a handler with options. */
+export type TaskDefinition = TaskHandler | TaskConfig;
+
+export type Tasks = Record<string, TaskDefinition>;
+
+interface WorkerSettings {
+  tasks: Tasks;
+  /** Queues to claim from; all queues when unset. */
+  queues?: readonly string[];
+  /** Jobs running at once (default 10). */
+  concurrency?: number;
+  /** Claimed jobs waiting locally for a free slot (default: concurrency; 0 claims only for free slots). */
+  prefetch?: number;
+  /** Names this worker in locked_by and in error entries (default host:pid:random). */
+  workerId?: string;
+  /** Lease of claimed jobs (default 30 seconds). */
+  lease?: Duration;
+  /** Default lease / 3. */
+  heartbeatInterval?: Duration;
+  /** Fallback poll (default 2 seconds, jittered). */
+  pollInterval?: Duration;
+  /** rescue() timer (default 15 seconds, jittered); 0 disables it. */
+  rescueInterval?: Duration;
+  /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
+  pruneInterval?: Duration;
+  /** Key retention passed to prune_keys(); when unset the SQL default applies. */
+  keyRetention?: Duration;
+  /** Running jobs get this long to finish on stop() before they are handed back (default 25 seconds). */
+  shutdownTimeout?: Duration;
+  /** Install SIGTERM/SIGINT handlers that stop the worker (default true). */
+  handleSignals?: boolean;
+}
+
+/** The options of createWorker: tasks and settings, plus where the database is. */
+export type WorkerOptions = WorkerSettings &
+  (
+    | {
+        connectionString: string;
+        /** Settings for the pool the worker creates (default max: concurrency + 4). */
+        poolConfig?: Omit<pg.PoolConfig, "connectionString">;
+        pool?: undefined;
+      }
+    | {
+        /** A pool you own: the worker never ends it. Give it at least concurrency + 2 connections. */
+        pool: pg.Pool;
+        connectionString?: undefined;
+      }
+  );
+
+/** What a tasks module may export besides its tasks (for `idemq worker --tasks`). */
+export type ModuleWorkerOptions = Omit<WorkerSettings, "tasks">;
