@@ -2,8 +2,20 @@
 // Every case runs in a transaction that rolls back, so now() is one instant
 // and times can be compared exactly.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { claim, claimOne, enqueue, expireLease, fail, jobRow, makeDue, rescue, sql } from "./helpers/work.ts";
+import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import {
+  claim,
+  claimOne,
+  enqueue,
+  expireLease,
+  fail,
+  jobRow,
+  makeDue,
+  rescue,
+  sql,
+  underSavepoint,
+  type ClaimArgs,
+} from "./helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -153,6 +165,29 @@ describe("claim", () => {
       await c.query("SELECT idemq.complete($1, 1)", [parent]);
       expect((await jobRow(c, child)).state).toBe("enqueued");
       expect((await claim(c, { batch_size: 10 })).map((r) => r.id)).toEqual([child]);
+    });
+  });
+
+  it("rejects bad arguments (worker_id, batch_size outside 1..1000, queues, lease) and claims nothing", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c);
+      const cases: Array<[ClaimArgs, string, RegExp]> = [
+        [{ worker_id: sql("NULL") }, "22004", /worker_id/],
+        [{ worker_id: "" }, "22023", /worker_id/],
+        [{ batch_size: 0 }, "22023", /batch_size must be between 1 and 1000, not 0/],
+        [{ batch_size: 1001 }, "22023", /batch_size must be between 1 and 1000, not 1001/],
+        [{ batch_size: sql("NULL") }, "22004", /batch_size/],
+        [{ queues: [] }, "22023", /queues/],
+        [{ queues: ["a", ""] }, "22023", /queues/],
+        [{ lease: "0 seconds" }, "22023", /lease/],
+        [{ lease: "2 days" }, "22023", /lease/],
+        [{ lease: sql("NULL") }, "22004", /lease/],
+      ];
+      for (const [args, code, message] of cases) {
+        await underSavepoint(c, () => expectSqlError(claim(c, args), { code, message }));
+      }
+      expect(await claim(c, { batch_size: 1000 })).toHaveLength(1);
+      expect((await jobRow(c, id)).attempt).toBe(1);
     });
   });
 });

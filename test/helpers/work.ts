@@ -71,11 +71,12 @@ export interface ClaimedJob {
   reclaimed: boolean;
 }
 
+/** claim() arguments; a Sql value (e.g. sql("NULL")) is inlined. */
 export interface ClaimArgs {
-  worker_id?: string;
-  queues?: string[] | null;
-  batch_size?: number;
-  lease?: string;
+  worker_id?: string | Sql;
+  queues?: string[] | null | Sql;
+  batch_size?: number | Sql;
+  lease?: string | Sql;
 }
 
 /** idemq.claim(...) as worker "w1" unless given, rows in the order claim returns them. */
