@@ -1,0 +1,54 @@
+-- idemq from plain SQL: any client that speaks SQL can enqueue, claim,
+-- complete and fail jobs. Run it with psql on a migrated database
+-- (`npx idemq migrate` first):
+--
+--   psql -v ON_ERROR_STOP=1 -f examples/sql-only.sql "$DATABASE_URL"
+--
+-- test/examples.test.ts runs this file on a fresh database and checks its output.
+
+\pset footer off
+
+\echo '== 1. Enqueue with an idempotency key'
+SELECT job_id AS invoice_job, deduplicated
+FROM idemq.enqueue(task => 'send_invoice', payload => '{"order_id": 42}',
+                   queue => 'example', idempotency_key => 'invoice:42') \gset
+\echo 'enqueued job' :invoice_job
+
+\echo '== 2. The same key again: the same job, deduplicated'
+SELECT job_id = :invoice_job AS same_job, deduplicated
+FROM idemq.enqueue(task => 'send_invoice', payload => '{"order_id": 42}',
+                   queue => 'example', idempotency_key => 'invoice:42');
+
+\echo '== 3. A worker claims it under a 30-second lease; (id, attempt) is the fencing token'
+SELECT id AS claimed_id, attempt AS claimed_attempt
+FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
+SELECT id, task, state, attempt, locked_by FROM idemq.jobs WHERE id = :claimed_id;
+
+\echo '== 4. Complete it in the transaction that writes its effect (guarded: once per key)'
+BEGIN;
+SELECT idemq.guard(key => 'invoice-email:42', task => 'send_invoice') AS go_ahead;
+-- ... the job's own writes go here, in the same transaction ...
+SELECT idemq.complete(job_id => :claimed_id, attempt => :claimed_attempt, result => '{"sent": true}');
+COMMIT;
+SELECT id, state, result FROM idemq.jobs WHERE id = :claimed_id;
+
+\echo '== 5. A job that fails, is retried, then succeeds'
+SELECT job_id AS charge_job
+FROM idemq.enqueue(task => 'charge_card', payload => '{"order_id": 42, "amount": 1000}',
+                   queue => 'example', max_attempts => 3,
+                   backoff => '{"kind": "fixed", "delays": ["5 seconds"]}') \gset
+SELECT id AS charge_id, attempt AS charge_attempt
+FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
+-- retry_at => now() retries at once; leave it out to wait for the backoff (5 seconds here).
+SELECT idemq.fail(job_id => :charge_id, attempt => :charge_attempt,
+                  error => '{"class": "CardDeclined", "message": "try again"}',
+                  retryable => true, retry_at => now()) AS state_after_failure;
+SELECT id AS charge_id, attempt AS charge_attempt
+FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
+\echo 'claimed again: attempt' :charge_attempt
+SELECT idemq.complete(job_id => :charge_id, attempt => :charge_attempt);
+SELECT id, state, attempt, jsonb_array_length(errors) AS errors, errors->0->>'class' AS first_error
+FROM idemq.jobs WHERE id = :charge_id;
+
+\echo '== 6. stats(): jobs per queue, task and state; events per task'
+SELECT * FROM idemq.stats() WHERE metric <> 'oldest_runnable_seconds';
