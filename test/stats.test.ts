@@ -158,6 +158,17 @@ describe("stats", () => {
     });
   });
 
+  it("oldest_runnable_seconds leaves out a job past its expires_at (claim never hands it out): expires_at = now() excluded, now() + 1 µs counted", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enq(c, "late", "late", ", expires_at => now() + interval '1 hour'");
+      await c.query("UPDATE idemq.jobs SET run_at = now() - interval '30 seconds', expires_at = now() WHERE id = $1", [id]);
+      expect(await stats(c, ["oldest_runnable_seconds"])).toEqual([]);
+      expect((await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['late'])")).rows).toEqual([]);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() + interval '1 microsecond' WHERE id = $1", [id]);
+      expect(await stats(c, ["oldest_runnable_seconds"])).toEqual([["late", "late", "oldest_runnable_seconds", 30]]);
+    });
+  });
+
   it("events per task, queue NULL: deduplicated, rejected, conflict (enqueue_many) and guard_duplicate", async () => {
     await inRollback(db.pool, async (c) => {
       // deduplicated: by enqueue twice, and by enqueue_many once.

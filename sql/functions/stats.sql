@@ -3,7 +3,8 @@
 -- Counts for dashboards and scripts, one row per (queue, task, metric):
 --   metric = a job state: jobs in that state (only non-zero rows);
 --   metric = 'lease_expired': processing jobs whose lease ran out, not yet rescued;
---   metric = 'oldest_runnable_seconds': age of the oldest runnable job (run_at passed);
+--   metric = 'oldest_runnable_seconds': age of the oldest runnable job (run_at passed,
+--     not past expires_at: what claim() would hand out);
 --   metric = 'deduplicated' | 'rejected' | 'conflict' | 'guard_duplicate'
 --     (queue NULL): events counted per task since install. A rejection raised
 --     by enqueue() rolls back with the caller's statement and is not counted
@@ -12,7 +13,7 @@
 -- Guarantees: a consistent snapshot of the jobs table (one statement).
 -- Concurrency: plain reads; no locks beyond the snapshot.
 -- Errors: none.
--- Tests: test/stats.test.ts
+-- Tests: test/stats.test.ts, test/examples.test.ts
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
 LANGUAGE plpgsql STABLE
@@ -33,6 +34,7 @@ BEGIN
          floor(extract(epoch FROM now() - min(j.run_at)))::bigint
   FROM idemq.jobs j
   WHERE j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
+    AND (j.expires_at IS NULL OR j.expires_at > now())
   GROUP BY j.queue, j.task
   UNION ALL
   SELECT NULL, c.task, c.event, c.n

@@ -750,7 +750,7 @@ COMMENT ON FUNCTION idemq._job_defaults() IS
 --   transaction ends; raises rather than return nothing.
 -- Concurrency: FOR NO KEY UPDATE: waits for a worker completing the job.
 -- Errors: 22004 NULL job_id; IQ404 no such job.
--- Tests: test/admin.test.ts
+-- Tests: test/admin.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq._lock_job(job_id bigint, operation text)
 RETURNS idemq.jobs
 LANGUAGE plpgsql VOLATILE
@@ -983,7 +983,7 @@ COMMENT ON FUNCTION idemq.terminal_states() IS
 --   * The key is marked finished (cancelled); awaiting children are cancelled.
 -- Concurrency: row lock on the job (waits for a completing worker).
 -- Errors: IQ404 no such job; IQ412 already finished (DETAIL {"job_id","state"}).
--- Tests: test/admin.test.ts
+-- Tests: test/admin.test.ts, test/state-machine.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.cancel(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
@@ -1226,7 +1226,7 @@ COMMENT ON FUNCTION idemq.complete_many(bigint[], int[]) IS
 --   UPDATE conditioned on claimed_at, re-checked after a concurrent reclaimer
 --   commits, so only one wins.
 -- Errors: 22004 NULL argument; 22023 empty key/owner or stale_after <= 0.
--- Tests: test/effects.test.ts
+-- Tests: test/effects.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
 RETURNS TABLE(status text, result jsonb)
 LANGUAGE plpgsql VOLATILE
@@ -1295,7 +1295,7 @@ COMMENT ON FUNCTION idemq.effect_claim(text, text, interval) IS
 -- Concurrency: row lock on the record.
 -- Errors: IQ410 the claim is not this owner's (reclaimed by another, or
 --   never claimed; DETAIL {"key","owner"}); 22004 NULL key/owner; 22023 empty key/owner.
--- Tests: test/effects.test.ts
+-- Tests: test/effects.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1346,7 +1346,7 @@ COMMENT ON FUNCTION idemq.effect_done(text, text, jsonb) IS
 -- Errors: IQ410 the claim is not this owner's (or does not exist; DETAIL
 --   {"key","owner"}); IQ412 the effect is already done (it cannot be undone
 --   by releasing; DETAIL {"key","status"}); 22004 NULL key/owner; 22023 empty key/owner.
--- Tests: test/effects.test.ts
+-- Tests: test/effects.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1626,7 +1626,7 @@ COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz) IS
 --   first transaction: if it commits, the second gets false; if it rolls back,
 --   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
 -- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine).
--- Tests: test/guard.test.ts
+-- Tests: test/guard.test.ts, test/stats.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -1840,7 +1840,7 @@ COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[]) IS
 -- Concurrency: row lock on the job.
 -- Errors: IQ404; IQ412 the job is processing or finished (DETAIL {"job_id","state"});
 --   22004 NULL run_at.
--- Tests: test/admin.test.ts
+-- Tests: test/admin.test.ts, test/state-machine.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.reschedule(job_id bigint, run_at timestamptz)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
@@ -1982,7 +1982,7 @@ COMMENT ON FUNCTION idemq.rescue() IS
 -- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
 --   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
 --   "existing_state","policy"}, policy null).
--- Tests: test/admin.test.ts
+-- Tests: test/admin.test.ts, test/state-machine.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
@@ -2075,7 +2075,8 @@ COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz) IS
 -- Counts for dashboards and scripts, one row per (queue, task, metric):
 --   metric = a job state: jobs in that state (only non-zero rows);
 --   metric = 'lease_expired': processing jobs whose lease ran out, not yet rescued;
---   metric = 'oldest_runnable_seconds': age of the oldest runnable job (run_at passed);
+--   metric = 'oldest_runnable_seconds': age of the oldest runnable job (run_at passed,
+--     not past expires_at: what claim() would hand out);
 --   metric = 'deduplicated' | 'rejected' | 'conflict' | 'guard_duplicate'
 --     (queue NULL): events counted per task since install. A rejection raised
 --     by enqueue() rolls back with the caller's statement and is not counted
@@ -2084,7 +2085,7 @@ COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz) IS
 -- Guarantees: a consistent snapshot of the jobs table (one statement).
 -- Concurrency: plain reads; no locks beyond the snapshot.
 -- Errors: none.
--- Tests: test/stats.test.ts
+-- Tests: test/stats.test.ts, test/examples.test.ts
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
 LANGUAGE plpgsql STABLE
@@ -2105,6 +2106,7 @@ BEGIN
          floor(extract(epoch FROM now() - min(j.run_at)))::bigint
   FROM idemq.jobs j
   WHERE j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
+    AND (j.expires_at IS NULL OR j.expires_at > now())
   GROUP BY j.queue, j.task
   UNION ALL
   SELECT NULL, c.task, c.event, c.n
