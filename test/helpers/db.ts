@@ -212,7 +212,21 @@ export async function waitUntilBlocked(
     const { rows } = await db.query<{ blockers: number[] }>("SELECT pg_blocking_pids($1) AS blockers", [pid]);
     const blockers = rows[0]?.blockers ?? [];
     if (blockers.length > 0) return blockers;
-    if (Date.now() > deadline) throw new Error(`backend ${pid} was not blocked within ${timeoutMs} ms`);
+    if (Date.now() > deadline) {
+      throw new Error(`backend ${pid} was not blocked within ${timeoutMs} ms (${await sessionSummary(db, pid)})`);
+    }
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/** What a session is doing, for failure messages: often its statement finished without ever waiting. */
+async function sessionSummary(db: Queryable, pid: number): Promise<string> {
+  const { rows } = await db.query<{ state: string | null; wait: string | null; query: string | null }>(
+    `SELECT state, wait_event_type || ':' || wait_event AS wait, left(query, 200) AS query
+       FROM pg_stat_activity WHERE pid = $1`,
+    [pid],
+  );
+  const row = rows[0];
+  if (row === undefined) return "no such session";
+  return `state: ${row.state ?? "?"}, wait: ${row.wait ?? "none"}, last statement: ${row.query ?? "?"}`;
 }
