@@ -78,7 +78,11 @@ export interface TransactionalJobContext extends JobContext {
   tx: pg.PoolClient;
 }
 
-export type TaskHandler = (payload: Payload, ctx: JobContext) => unknown;
+export interface TaskHandler {
+  (payload: Payload, ctx: JobContext): unknown;
+  /** Never set: declared so a task object without `transactional` is typed as a plain task. */
+  transactional?: undefined;
+}
 export type TransactionalTaskHandler = (payload: Payload, ctx: TransactionalJobContext) => unknown;
 
 interface TaskOptions {
