@@ -281,6 +281,54 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     expect(await dependencies(db.pool, child.job_id)).toEqual([]);
   });
 
+  it("two parents of one child completing concurrently release the child (the second waits for the first)", async () => {
+    const firstTx = await db.newClient();
+    const secondTx = await db.newClient();
+    const a = await enqueue(db.pool, { task: "parent", queue: unique("q") });
+    const b = await enqueue(db.pool, { task: "parent", queue: unique("q") });
+    const child = await enqueue(db.pool, { task: "child", after: [a.job_id, b.job_id] });
+    const attemptA = await claimJob(db.pool, a.job_id);
+    const attemptB = await claimJob(db.pool, b.job_id);
+
+    await firstTx.query("BEGIN");
+    await firstTx.query("SELECT idemq.complete($1, $2)", [a.job_id, attemptA]);
+    // Each saw the other's dependency row still there: without serialisation
+    // on the child, neither would release it.
+    const secondPid = await backendPid(secondTx);
+    const second = secondTx.query("SELECT idemq.complete($1, $2)", [b.job_id, attemptB]);
+    second.catch(() => {});
+    const blockers = await waitUntilBlocked(db.pool, secondPid);
+    expect(blockers).toContain(await backendPid(firstTx));
+    await firstTx.query("COMMIT");
+    await second;
+
+    expect((await job(db.pool, a.job_id)).state).toBe("succeeded");
+    expect((await job(db.pool, b.job_id)).state).toBe("succeeded");
+    expect((await job(db.pool, child.job_id)).state).toBe("enqueued");
+    expect(await dependencies(db.pool, child.job_id)).toEqual([]);
+  });
+
+  it("one parent failing while the other completes, concurrently: the child ends cancelled, never released", async () => {
+    const failTx = await db.newClient();
+    const completeTx = await db.newClient();
+    const a = await enqueue(db.pool, { task: "parent", queue: unique("q") });
+    const b = await enqueue(db.pool, { task: "parent", queue: unique("q") });
+    const child = await enqueue(db.pool, { task: "child", after: [a.job_id, b.job_id] });
+    const attemptA = await claimJob(db.pool, a.job_id);
+    const attemptB = await claimJob(db.pool, b.job_id);
+
+    await completeTx.query("BEGIN");
+    await completeTx.query("SELECT idemq.complete($1, $2)", [b.job_id, attemptB]);
+    const failPid = await backendPid(failTx);
+    const failing = failTx.query("SELECT idemq.fail($1, $2, '\"boom\"', retryable => false)", [a.job_id, attemptA]);
+    failing.catch(() => {});
+    await waitUntilBlocked(db.pool, failPid);
+    await completeTx.query("COMMIT");
+    await failing;
+
+    expect((await job(db.pool, child.job_id)).state).toBe("cancelled");
+  });
+
   it("the child's enqueue holds the parent; the parent's fail blocks, then cancels the child", async () => {
     const parentTx = await db.newClient();
     const childTx = await db.newClient();

@@ -795,7 +795,9 @@ COMMENT ON FUNCTION idemq._lock_job(bigint, text) IS
 --     Their other dependency rows stay until those parents finish; they
 --     only ever release jobs still awaiting.
 -- Concurrency: runs inside the finishing transaction; children are locked
---   in id order.
+--   in id order before their remaining parents are read, so two parents of one
+--   child finishing at once serialise on the child and the later one sees the
+--   earlier one's outcome (the child is released once, or stays cancelled).
 -- Errors: none of its own.
 -- Tests: test/continuations.test.ts, test/enqueue-policies.test.ts
 CREATE OR REPLACE FUNCTION idemq._on_job_finished()
@@ -804,6 +806,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict error
 DECLARE
+  v_children bigint[];
   v_queues text[];
 BEGIN
   IF NEW.idempotency_key IS NOT NULL THEN
@@ -813,46 +816,44 @@ BEGIN
   END IF;
 
   IF NEW.has_children THEN
+    WITH released AS (
+      DELETE FROM idemq.job_dependencies AS d
+      WHERE d.parent_id = NEW.id
+      RETURNING d.child_id
+    )
+    SELECT array_agg(r.child_id) INTO v_children FROM released r;
+    IF v_children IS NULL THEN
+      RETURN NULL;
+    END IF;
+    -- Lock the children (in id order) before looking at what else they wait
+    -- on, and look in statements of their own: each takes its snapshot after
+    -- the lock, so it sees what a concurrent parent's transaction committed.
+    -- Read in the statement that deletes the dependency rows, two parents
+    -- succeeding at once would each still see the other's row, and neither
+    -- would release the child.
+    PERFORM 1 FROM idemq.jobs j
+    WHERE j.id = ANY (v_children)
+    ORDER BY j.id
+    FOR NO KEY UPDATE;
+
     IF NEW.state = 'succeeded' THEN
-      WITH released AS (
-        DELETE FROM idemq.job_dependencies AS d
-        WHERE d.parent_id = NEW.id
-        RETURNING d.child_id
-      ), ready AS MATERIALIZED (
-        SELECT j.id FROM idemq.jobs j
-        WHERE j.id IN (SELECT r.child_id FROM released r)
-          AND j.state = 'awaiting'
-          AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d2
-                          WHERE d2.child_id = j.id AND d2.parent_id <> NEW.id)
-        ORDER BY j.id
-        FOR NO KEY UPDATE
-      ), moved AS (
+      WITH moved AS (
         UPDATE idemq.jobs AS j
         SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state
-        FROM ready r
-        WHERE j.id = r.id
+        WHERE j.id = ANY (v_children)
+          AND j.state = 'awaiting'
+          AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id)
         RETURNING j.queue, j.state
       )
       SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
       PERFORM pg_notify('idemq_jobs', q) FROM unnest(v_queues) q;
     ELSE
-      WITH released AS (
-        DELETE FROM idemq.job_dependencies AS d
-        WHERE d.parent_id = NEW.id
-        RETURNING d.child_id
-      ), doomed AS MATERIALIZED (
-        SELECT j.id FROM idemq.jobs j
-        WHERE j.id IN (SELECT r.child_id FROM released r) AND j.state = 'awaiting'
-        ORDER BY j.id
-        FOR NO KEY UPDATE
-      )
       UPDATE idemq.jobs AS j
       SET state = 'cancelled', finished_at = now(),
           errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
             'message', format('parent job %s ended %s before this job could run', NEW.id, NEW.state)))
-      FROM doomed dm
-      WHERE j.id = dm.id;
+      WHERE j.id = ANY (v_children) AND j.state = 'awaiting';
     END IF;
   END IF;
   RETURN NULL;
