@@ -31,6 +31,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   admin.on("error", () => {});
   await admin.connect();
   try {
+    await dropAbandonedDatabases(admin);
     await admin.query(`CREATE DATABASE ${admin.escapeIdentifier(template)} TEMPLATE template0`);
     await migrate({ connectionString: databaseUrl(serverUrl, template) });
     // node-pg-migrate does not wait for its connection to close; a clone fails
@@ -70,6 +71,28 @@ export default async function setup(project: TestProject): Promise<() => Promise
       if (tempDir) await rm(tempDir, { recursive: true, force: true });
     }
   };
+}
+
+const ABANDONED_AFTER_MS = 6 * 60 * 60 * 1000;
+
+/**
+ * A run killed before its teardown leaves its databases on a shared server.
+ * Their names start with the run's start time (base 36), so drop those of runs
+ * that started more than 6 hours ago; a concurrent run's are left alone.
+ */
+async function dropAbandonedDatabases(admin: pg.Client): Promise<void> {
+  const { rows } = await admin.query<{ datname: string }>(
+    "SELECT datname FROM pg_database WHERE datname ~ '^idemq_t[0-9a-z]{8}[0-9a-f]{6}(_|$)'",
+  );
+  for (const { datname } of rows) {
+    const startedAt = Number.parseInt(datname.slice("idemq_t".length, "idemq_t".length + 8), 36);
+    if (Date.now() - startedAt < ABANDONED_AFTER_MS) continue;
+    const name = admin.escapeIdentifier(datname);
+    await admin
+      .query(`ALTER DATABASE ${name} WITH IS_TEMPLATE false`)
+      .then(() => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
+      .catch(() => {});
+  }
 }
 
 async function waitForNoSessions(admin: pg.Client, database: string): Promise<void> {
