@@ -139,6 +139,25 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
     },
   );
 
+  it("a parent failing with retries left does not cancel the child; it waits for the retry's outcome", async () => {
+    await inRollback(db.pool, async (c) => {
+      const parent = await enqueue(c, { task: "parent", queue: unique("q"), max_attempts: 2 });
+      const child = await enqueue(c, { task: "child", after: [parent.job_id] });
+      const attempt = await claimJob(c, parent.job_id);
+      const { rows } = await c.query<{ state: string }>(
+        "SELECT idemq.fail($1, $2, '\"flaky\"', retry_at => now()) AS state",
+        [parent.job_id, attempt],
+      );
+      expect(rows[0]!.state).toBe("scheduled");
+      expect((await job(c, child.job_id)).state).toBe("awaiting");
+      // The last attempt fails too: now the child is cancelled.
+      const last = await claimJob(c, parent.job_id);
+      await c.query("SELECT idemq.fail($1, $2, '\"flaky\"')", [parent.job_id, last]);
+      expect((await job(c, parent.job_id)).state).toBe("failed");
+      expect((await job(c, child.job_id)).state).toBe("cancelled");
+    });
+  });
+
   it("only awaiting children are cancelled: a child already cancelled by its other parent stays as it was", async () => {
     await inRollback(db.pool, async (c) => {
       const a = await enqueue(c, { task: "parent", queue: unique("q") });
