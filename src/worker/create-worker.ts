@@ -20,6 +20,9 @@ import type { WorkerOptions } from "./types.ts";
 
 type State = "new" | "starting" | "running" | "stopping" | "stopped";
 
+/** How long stop() waits for the pool to close before giving up on connections a stuck handler holds. */
+const POOL_END_TIMEOUT_MS = 5000;
+
 export function createWorker(options: WorkerOptions): Worker {
   return new Worker(options);
 }
@@ -250,7 +253,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async closePool(): Promise<void> {
     if (this.ownsPool) {
       try {
-        await this.pool.end();
+        // end() waits for checked-out connections; a handed-back handler may never return its own.
+        const ended = this.pool.end();
+        const timeout = new AbortController();
+        await Promise.race([ended, sleep(POOL_END_TIMEOUT_MS, timeout.signal)]);
+        timeout.abort();
       } catch (error) {
         this.report("closing the pool", error);
       }
