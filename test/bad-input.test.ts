@@ -69,7 +69,7 @@ const CASES: Case[] = [
   c("enqueue", "after with a NULL id", `${E}(task => 't', after => ARRAY[NULL]::bigint[])`, "22023"),
   c("enqueue", "after naming no job", `${E}(task => 't', after => ARRAY[987654321]::bigint[])`, "IQ404"),
   // enqueue_many
-  c("enqueue_many", "NULL", `${M}(jobs => NULL)`, "22023"),
+  c("enqueue_many", "NULL", `${M}(jobs => NULL)`, "22004"),
   c("enqueue_many", "an object, not an array", `${M}(jobs => '{"task": "t"}')`, "22023"),
   c("enqueue_many", "a string", `${M}(jobs => '"t"')`, "22023"),
   c("enqueue_many", "an array of numbers", `${M}(jobs => '[1, 2]')`, "22023"),

@@ -65,7 +65,12 @@ DECLARE
   e_existing idemq.job_state[];
   e_state idemq.job_state[];
 BEGIN
-  IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
+  IF jobs IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'jobs must not be NULL',
+      HINT = 'Pass a JSON array of job objects, e.g. [{"task": "send_email"}].';
+  END IF;
+  IF jsonb_typeof(jobs) <> 'array' THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('jobs must be a JSON array of job objects, not %s', coalesce(jsonb_typeof(jobs), 'NULL')),
       HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
@@ -344,14 +349,12 @@ BEGIN
 
   -- 8. Count what the database can count, and wake idle workers.
   IF EXISTS (SELECT 1 FROM unnest(e_outcome) o WHERE o <> 'created') THEN
-    INSERT INTO idemq.counters AS c (task, event, n)
+    INSERT INTO idemq.counters (task, event, n)
     SELECT p.task, p.outcome, count(*)
     FROM unnest(v_rows, e_outcome) AS p(ordinal, task, payload, payload_md5, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy, backoff, expires_at, after,
                  outcome)
     WHERE p.outcome <> 'created'
-    GROUP BY 1, 2
-    ORDER BY 1, 2
-    ON CONFLICT ON CONSTRAINT counters_pkey DO UPDATE SET n = c.n + EXCLUDED.n;
+    GROUP BY 1, 2;
   END IF;
 
   PERFORM pg_notify('idemq_jobs', q.queue)

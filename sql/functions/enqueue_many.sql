@@ -18,7 +18,7 @@
 --     raises and nothing is enqueued.
 --   * Set-based: a constant number of statements whatever the batch size.
 -- Concurrency: as enqueue(); keys are taken in key order.
--- Errors: 22023 jobs is not an array, or an element is malformed (the message
+-- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is malformed (the message
 --   names the element as jobs[N]); IQ404 a parent in `after` does not exist.
 -- Tests: test/enqueue-many.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue_many(jobs jsonb)

@@ -39,8 +39,8 @@ BEGIN
     RETURN true;
   END IF;
   IF guard.task IS NOT NULL THEN
-    INSERT INTO idemq.counters AS c (task, event, n) VALUES (guard.task, 'guard_duplicate', 1)
-    ON CONFLICT ON CONSTRAINT counters_pkey DO UPDATE SET n = c.n + 1;
+    -- Append-only (see idemq.counters): no row lock held until commit.
+    INSERT INTO idemq.counters (task, event, n) VALUES (guard.task, 'guard_duplicate', 1);
   END IF;
   RETURN false;
 END;

@@ -9,6 +9,7 @@
 --     pruned, and purge() never releases keys. Keep older_than longer than
 --     any retry or replay horizon: a delivery after its key is pruned runs again.
 --   * Claim records still `claimed` are never pruned (their effect may be in flight).
+--   * Folds the append-only event counters (stats() sums are unchanged).
 -- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
 --   and keeps it.
 -- Errors: 22004 NULL; 22023 negative older_than.
@@ -42,6 +43,14 @@ BEGIN
   SELECT count(*) INTO v_count FROM gone;
 
   DELETE FROM idemq.processed AS p WHERE p.created_at < now() - older_than;
+
+  -- Fold the append-only event counters into one row per (task, event). Rows
+  -- another transaction inserts meanwhile are not seen and stay for next time.
+  WITH folded AS (
+    DELETE FROM idemq.counters AS c RETURNING c.task, c.event, c.n
+  )
+  INSERT INTO idemq.counters (task, event, n)
+  SELECT f.task, f.event, sum(f.n) FROM folded f GROUP BY f.task, f.event;
   DELETE FROM idemq.effects AS e WHERE e.status = 'done' AND e.done_at < now() - older_than;
   RETURN v_count;
 END;

@@ -37,8 +37,9 @@ BEGIN
     AND (j.expires_at IS NULL OR j.expires_at > now())
   GROUP BY j.queue, j.task
   UNION ALL
-  SELECT NULL, c.task, c.event, c.n
+  SELECT NULL, c.task, c.event, sum(c.n)::bigint
   FROM idemq.counters c
+  GROUP BY c.task, c.event
   ORDER BY 1, 2, 3;
 END;
 $$;

@@ -125,13 +125,17 @@ CREATE TABLE idemq.effects (
 
 -- Events the database cannot read back from jobs: deduplicated enqueues,
 -- bulk rejections and key conflicts, guard duplicates. Per task, for stats().
+-- Append-only: each call adds a row and stats() sums them. An upserted
+-- counter row would be locked until the caller's transaction ends, queueing
+-- (and, across two tasks, deadlocking) unrelated transactions that count the
+-- same task. prune_keys() folds the rows of each (task, event) into one.
 CREATE TABLE idemq.counters (
   task   text NOT NULL,
   event  text NOT NULL,
-  n      bigint NOT NULL DEFAULT 0,
-  CONSTRAINT counters_pkey PRIMARY KEY (task, event),
+  n      bigint NOT NULL,
   CONSTRAINT counters_event_known
-    CHECK (event IN ('deduplicated', 'rejected', 'conflict', 'guard_duplicate'))
+    CHECK (event IN ('deduplicated', 'rejected', 'conflict', 'guard_duplicate')),
+  CONSTRAINT counters_n_positive CHECK (n > 0)
 );
 
 -- One parsed, validated job of an enqueue call (private to _enqueue_rows).
@@ -415,7 +419,12 @@ DECLARE
   e_existing idemq.job_state[];
   e_state idemq.job_state[];
 BEGIN
-  IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' THEN
+  IF jobs IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'jobs must not be NULL',
+      HINT = 'Pass a JSON array of job objects, e.g. [{"task": "send_email"}].';
+  END IF;
+  IF jsonb_typeof(jobs) <> 'array' THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('jobs must be a JSON array of job objects, not %s', coalesce(jsonb_typeof(jobs), 'NULL')),
       HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
@@ -694,14 +703,12 @@ BEGIN
 
   -- 8. Count what the database can count, and wake idle workers.
   IF EXISTS (SELECT 1 FROM unnest(e_outcome) o WHERE o <> 'created') THEN
-    INSERT INTO idemq.counters AS c (task, event, n)
+    INSERT INTO idemq.counters (task, event, n)
     SELECT p.task, p.outcome, count(*)
     FROM unnest(v_rows, e_outcome) AS p(ordinal, task, payload, payload_md5, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy, backoff, expires_at, after,
                  outcome)
     WHERE p.outcome <> 'created'
-    GROUP BY 1, 2
-    ORDER BY 1, 2
-    ON CONFLICT ON CONSTRAINT counters_pkey DO UPDATE SET n = c.n + EXCLUDED.n;
+    GROUP BY 1, 2;
   END IF;
 
   PERFORM pg_notify('idemq_jobs', q.queue)
@@ -1511,7 +1518,7 @@ COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text
 --     raises and nothing is enqueued.
 --   * Set-based: a constant number of statements whatever the batch size.
 -- Concurrency: as enqueue(); keys are taken in key order.
--- Errors: 22023 jobs is not an array, or an element is malformed (the message
+-- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is malformed (the message
 --   names the element as jobs[N]); IQ404 a parent in `after` does not exist.
 -- Tests: test/enqueue-many.test.ts, test/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue_many(jobs jsonb)
@@ -1650,8 +1657,8 @@ BEGIN
     RETURN true;
   END IF;
   IF guard.task IS NOT NULL THEN
-    INSERT INTO idemq.counters AS c (task, event, n) VALUES (guard.task, 'guard_duplicate', 1)
-    ON CONFLICT ON CONSTRAINT counters_pkey DO UPDATE SET n = c.n + 1;
+    -- Append-only (see idemq.counters): no row lock held until commit.
+    INSERT INTO idemq.counters (task, event, n) VALUES (guard.task, 'guard_duplicate', 1);
   END IF;
   RETURN false;
 END;
@@ -1733,6 +1740,7 @@ COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval) IS
 --     pruned, and purge() never releases keys. Keep older_than longer than
 --     any retry or replay horizon: a delivery after its key is pruned runs again.
 --   * Claim records still `claimed` are never pruned (their effect may be in flight).
+--   * Folds the append-only event counters (stats() sums are unchanged).
 -- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
 --   and keeps it.
 -- Errors: 22004 NULL; 22023 negative older_than.
@@ -1766,6 +1774,14 @@ BEGIN
   SELECT count(*) INTO v_count FROM gone;
 
   DELETE FROM idemq.processed AS p WHERE p.created_at < now() - older_than;
+
+  -- Fold the append-only event counters into one row per (task, event). Rows
+  -- another transaction inserts meanwhile are not seen and stay for next time.
+  WITH folded AS (
+    DELETE FROM idemq.counters AS c RETURNING c.task, c.event, c.n
+  )
+  INSERT INTO idemq.counters (task, event, n)
+  SELECT f.task, f.event, sum(f.n) FROM folded f GROUP BY f.task, f.event;
   DELETE FROM idemq.effects AS e WHERE e.status = 'done' AND e.done_at < now() - older_than;
   RETURN v_count;
 END;
@@ -2110,8 +2126,9 @@ BEGIN
     AND (j.expires_at IS NULL OR j.expires_at > now())
   GROUP BY j.queue, j.task
   UNION ALL
-  SELECT NULL, c.task, c.event, c.n
+  SELECT NULL, c.task, c.event, sum(c.n)::bigint
   FROM idemq.counters c
+  GROUP BY c.task, c.event
   ORDER BY 1, 2, 3;
 END;
 $$;

@@ -125,13 +125,17 @@ CREATE TABLE idemq.effects (
 
 -- Events the database cannot read back from jobs: deduplicated enqueues,
 -- bulk rejections and key conflicts, guard duplicates. Per task, for stats().
+-- Append-only: each call adds a row and stats() sums them. An upserted
+-- counter row would be locked until the caller's transaction ends, queueing
+-- (and, across two tasks, deadlocking) unrelated transactions that count the
+-- same task. prune_keys() folds the rows of each (task, event) into one.
 CREATE TABLE idemq.counters (
   task   text NOT NULL,
   event  text NOT NULL,
-  n      bigint NOT NULL DEFAULT 0,
-  CONSTRAINT counters_pkey PRIMARY KEY (task, event),
+  n      bigint NOT NULL,
   CONSTRAINT counters_event_known
-    CHECK (event IN ('deduplicated', 'rejected', 'conflict', 'guard_duplicate'))
+    CHECK (event IN ('deduplicated', 'rejected', 'conflict', 'guard_duplicate')),
+  CONSTRAINT counters_n_positive CHECK (n > 0)
 );
 
 -- One parsed, validated job of an enqueue call (private to _enqueue_rows).
