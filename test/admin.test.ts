@@ -114,6 +114,11 @@ describe("cancel", () => {
       await withZoo(async (c, zoo) => {
         const { id, attempt } = zoo[name];
         await call(c, "cancel", id);
+        const { rows: last } = await c.query(
+          "SELECT errors->-1->>'class' AS class, (errors->-1->>'attempt')::int AS attempt FROM idemq.jobs WHERE id = $1",
+          [id],
+        );
+        expect(last[0]).toEqual({ class: "Cancelled", attempt });
         const before = await snapshot(c, zoo);
         const detail = { job_id: Number(id), attempt, current_attempt: attempt, current_state: "cancelled" };
         await expectErrorInTx(c, "SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt], { code: "IQ410", detail });

@@ -3,6 +3,7 @@
 // attempts). Backoff arithmetic itself is in backoff.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { Listener, unique } from "./helpers/jobs.ts";
 import { claimOne, enqueue, fail, jobRow, makeDue, sql, underSavepoint } from "./helpers/work.ts";
 
 let db: TestDatabase;
@@ -120,7 +121,7 @@ describe("fail", () => {
       await claimOne(c);
       await fail(c, id, 1, "connection reset");
       const [entry] = (await jobRow(c, id)).errors;
-      expect(entry).toMatchObject({ attempt: 1, worker: "w1", message: "connection reset" });
+      expect(entry).toMatchObject({ attempt: 1, worker: "w1", class: "Error", message: "connection reset" });
     });
   });
 
@@ -176,5 +177,28 @@ describe("fail", () => {
       );
       expect(await jobRow(c, id)).toMatchObject({ state: "enqueued", errors: [] });
     });
+  });
+
+  it("notifies idemq_jobs at commit when the retry is due at once, and not when it waits out a backoff", async () => {
+    const listenerClient = await db.newClient();
+    const listener = await Listener.start(listenerClient);
+    const queue = unique("due-retry");
+    const c = await db.pool.connect();
+    try {
+      const id = await enqueue(c, { queue, backoff: { kind: "fixed", delays: ["1 hour"] }, max_attempts: 5 });
+      await listener.waitFor(queue); // the enqueue's own notification
+      listener.received.length = 0;
+      await claimOne(c, { queues: [queue] });
+      await fail(c, id, 1, "waits an hour");
+      await listener.sync(c);
+      expect(listener.payloads()).not.toContain(queue);
+
+      await makeDue(c, id);
+      await claimOne(c, { queues: [queue] });
+      await fail(c, id, 2, "again at once", { retry_at: sql("now() - interval '1 second'") });
+      await listener.waitFor(queue);
+    } finally {
+      c.release();
+    }
   });
 });

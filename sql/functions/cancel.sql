@@ -5,7 +5,8 @@
 -- Guarantees:
 --   * Any active job can be cancelled. A job in processing is taken from its
 --     worker: that attempt's complete/fail raise IQ410 and its heartbeat
---     reports it lost, so a transactional handler's writes roll back.
+--     reports it lost, so a transactional handler's writes roll back; its
+--     errors record {"class": "Cancelled", ...} for that attempt.
 --   * The key is marked finished (cancelled); awaiting children are cancelled.
 -- Concurrency: row lock on the job (waits for a completing worker).
 -- Errors: IQ404 no such job; IQ412 already finished (DETAIL {"job_id","state"}).
@@ -25,8 +26,15 @@ BEGIN
       DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,
       HINT = 'Only scheduled, enqueued, processing or awaiting jobs can be cancelled.';
   END IF;
+  -- A running attempt is cut short: its history says so, as a failure would.
   UPDATE idemq.jobs AS j
-  SET state = 'cancelled', finished_at = now(), locked_by = NULL, lease_expires_at = NULL
+  SET state = 'cancelled', finished_at = now(), locked_by = NULL, lease_expires_at = NULL,
+      errors = CASE WHEN j.state = 'processing'
+                    THEN j.errors || jsonb_build_array(jsonb_build_object(
+                           'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(),
+                           'worker', j.locked_by, 'class', 'Cancelled',
+                           'message', 'cancelled by an operator while this attempt ran'))
+                    ELSE j.errors END
   WHERE j.id = v_job.id;
   RETURN 'cancelled';
 END;

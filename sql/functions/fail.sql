@@ -5,13 +5,15 @@
 --
 -- Guarantees:
 --   * Appends to errors one entry: the fields of `error` (by convention
---     class and message; a JSON string is taken as the message), with
+--     class and message; a JSON string is taken as the message, with
+--     class "Error"), with
 --     attempt, started_at (the claim), failed_at and worker set by fail()
 --     over any fields of the same names.
 --   * The job goes to `scheduled` at retry_at, or after the job's backoff
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the
 --     counted attempts reached max_attempts. Snoozes do not count.
+--   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs.
 --   * Fenced like complete(): a stale attempt changes nothing.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
@@ -33,6 +35,7 @@ DECLARE
   v_error jsonb;
   v_job record;
   v_state idemq.job_state;
+  v_due record;
 BEGIN
   IF fail.error IS NULL OR fail.retryable IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -41,7 +44,7 @@ BEGIN
   END IF;
   v_error := CASE jsonb_typeof(fail.error)
     WHEN 'object' THEN fail.error
-    WHEN 'string' THEN jsonb_build_object('message', fail.error #>> '{}')
+    WHEN 'string' THEN jsonb_build_object('class', 'Error', 'message', fail.error #>> '{}')
   END;
   IF v_error IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
@@ -68,7 +71,13 @@ BEGIN
       errors = j.errors || jsonb_build_array(v_error || jsonb_build_object(
         'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by)),
       locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = fail.job_id;
+  WHERE j.id = fail.job_id
+  RETURNING j.run_at, j.queue INTO v_due;
+  -- A retry due at once (retry_at in the past, a zero delay) must not wait
+  -- for a worker's fallback poll.
+  IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
+    PERFORM pg_notify('idemq_jobs', v_due.queue);
+  END IF;
   RETURN v_state;
 END;
 $$;

@@ -11,6 +11,8 @@
 --     is any expires_at already past).
 --   * A keyed job takes its key again; if another active job holds the key,
 --     IQ409. Idle workers are notified.
+--   * An operator's override: a job cancelled because a parent (after) did
+--     not succeed runs now, without waiting on that parent again.
 -- Concurrency: row locks on the job and its key row.
 -- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
 --   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",

@@ -7,6 +7,7 @@
 --     recorded and the snoozed attempt does not count against max_attempts
 --     (attempt still advances on the next claim, since it is the fencing token).
 --   * Fenced like complete().
+--   * A run_at not in the future NOTIFYs idemq_jobs.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
 -- Tests: test/snooze.test.ts
@@ -15,6 +16,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict error
+DECLARE
+  v_queue text;
 BEGIN
   IF snooze.run_at IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -24,9 +27,13 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.state = 'processing';
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.state = 'processing'
+  RETURNING j.queue INTO v_queue;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
+  END IF;
+  IF snooze.run_at <= now() THEN
+    PERFORM pg_notify('idemq_jobs', v_queue);
   END IF;
 END;
 $$;

@@ -987,7 +987,8 @@ COMMENT ON FUNCTION idemq.terminal_states() IS
 -- Guarantees:
 --   * Any active job can be cancelled. A job in processing is taken from its
 --     worker: that attempt's complete/fail raise IQ410 and its heartbeat
---     reports it lost, so a transactional handler's writes roll back.
+--     reports it lost, so a transactional handler's writes roll back; its
+--     errors record {"class": "Cancelled", ...} for that attempt.
 --   * The key is marked finished (cancelled); awaiting children are cancelled.
 -- Concurrency: row lock on the job (waits for a completing worker).
 -- Errors: IQ404 no such job; IQ412 already finished (DETAIL {"job_id","state"}).
@@ -1007,8 +1008,15 @@ BEGIN
       DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,
       HINT = 'Only scheduled, enqueued, processing or awaiting jobs can be cancelled.';
   END IF;
+  -- A running attempt is cut short: its history says so, as a failure would.
   UPDATE idemq.jobs AS j
-  SET state = 'cancelled', finished_at = now(), locked_by = NULL, lease_expires_at = NULL
+  SET state = 'cancelled', finished_at = now(), locked_by = NULL, lease_expires_at = NULL,
+      errors = CASE WHEN j.state = 'processing'
+                    THEN j.errors || jsonb_build_array(jsonb_build_object(
+                           'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(),
+                           'worker', j.locked_by, 'class', 'Cancelled',
+                           'message', 'cancelled by an operator while this attempt ran'))
+                    ELSE j.errors END
   WHERE j.id = v_job.id;
   RETURN 'cancelled';
 END;
@@ -1544,13 +1552,15 @@ COMMENT ON FUNCTION idemq.enqueue_many(jsonb) IS
 --
 -- Guarantees:
 --   * Appends to errors one entry: the fields of `error` (by convention
---     class and message; a JSON string is taken as the message), with
+--     class and message; a JSON string is taken as the message, with
+--     class "Error"), with
 --     attempt, started_at (the claim), failed_at and worker set by fail()
 --     over any fields of the same names.
 --   * The job goes to `scheduled` at retry_at, or after the job's backoff
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the
 --     counted attempts reached max_attempts. Snoozes do not count.
+--   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs.
 --   * Fenced like complete(): a stale attempt changes nothing.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
@@ -1572,6 +1582,7 @@ DECLARE
   v_error jsonb;
   v_job record;
   v_state idemq.job_state;
+  v_due record;
 BEGIN
   IF fail.error IS NULL OR fail.retryable IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -1580,7 +1591,7 @@ BEGIN
   END IF;
   v_error := CASE jsonb_typeof(fail.error)
     WHEN 'object' THEN fail.error
-    WHEN 'string' THEN jsonb_build_object('message', fail.error #>> '{}')
+    WHEN 'string' THEN jsonb_build_object('class', 'Error', 'message', fail.error #>> '{}')
   END;
   IF v_error IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
@@ -1607,7 +1618,13 @@ BEGIN
       errors = j.errors || jsonb_build_array(v_error || jsonb_build_object(
         'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by)),
       locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = fail.job_id;
+  WHERE j.id = fail.job_id
+  RETURNING j.run_at, j.queue INTO v_due;
+  -- A retry due at once (retry_at in the past, a zero delay) must not wait
+  -- for a worker's fallback poll.
+  IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
+    PERFORM pg_notify('idemq_jobs', v_due.queue);
+  END IF;
   RETURN v_state;
 END;
 $$;
@@ -1995,6 +2012,8 @@ COMMENT ON FUNCTION idemq.rescue() IS
 --     is any expires_at already past).
 --   * A keyed job takes its key again; if another active job holds the key,
 --     IQ409. Idle workers are notified.
+--   * An operator's override: a job cancelled because a parent (after) did
+--     not succeed runs now, without waiting on that parent again.
 -- Concurrency: row locks on the job and its key row.
 -- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
 --   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
@@ -2059,6 +2078,7 @@ COMMENT ON FUNCTION idemq.retry(bigint) IS
 --     recorded and the snoozed attempt does not count against max_attempts
 --     (attempt still advances on the next claim, since it is the fencing token).
 --   * Fenced like complete().
+--   * A run_at not in the future NOTIFYs idemq_jobs.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
 -- Tests: test/snooze.test.ts
@@ -2067,6 +2087,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict error
+DECLARE
+  v_queue text;
 BEGIN
   IF snooze.run_at IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -2076,9 +2098,13 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.state = 'processing';
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.state = 'processing'
+  RETURNING j.queue INTO v_queue;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
+  END IF;
+  IF snooze.run_at <= now() THEN
+    PERFORM pg_notify('idemq_jobs', v_queue);
   END IF;
 END;
 $$;
