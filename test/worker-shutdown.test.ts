@@ -106,3 +106,18 @@ describe("SIGTERM with handlers that ignore the signal", () => {
     expect(retries.every((e) => (e.error as { class: string }).class === "WorkerShutdownError")).toBe(true);
   });
 });
+
+describe("a second signal", () => {
+  it("exits at once (128 + signal number), leaving the running job to its lease", async () => {
+    const worker = await startedWorker({ tasks: "shutdown-tasks.ts", databaseUrl: db.url, args: ["--queues", "impatient"] });
+    const { jobId } = await client.enqueue("wait_for_release", {}, { queue: "impatient" });
+    await waitFor(async () => (await runsOf(jobId)) === 1, { what: "the job to start" });
+    worker.child.kill("SIGTERM");
+    await worker.waitForEvent((e) => e.event === "log" && String(e.message).startsWith("SIGTERM: stopping"), "the SIGTERM notice");
+    worker.child.kill("SIGINT");
+    expect(await worker.exited).toEqual({ code: 130, signal: null });
+    expect(worker.count("worker:stopped")).toBe(0);
+    // Not handed back: rescue() will, once the lease runs out.
+    expect(await client.getJob(jobId)).toMatchObject({ state: "processing", attempt: 1 });
+  });
+});
