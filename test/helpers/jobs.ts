@@ -9,12 +9,11 @@ import { expect } from "vitest";
 
 export type Queryable = pg.Pool | pg.ClientBase;
 
-export const TERMINAL_STATES = ["succeeded", "failed", "expired", "cancelled"] as const;
-export const ACTIVE_STATES = ["scheduled", "enqueued", "processing", "awaiting"] as const;
-export const POLICIES = ["allow_after_failed", "reject_if_failed", "reject_always", "reject_if_succeeded"] as const;
-export type TerminalState = (typeof TERMINAL_STATES)[number];
-export type ActiveState = (typeof ACTIVE_STATES)[number];
-export type Policy = (typeof POLICIES)[number];
+// The state and policy lists come from the one definition (src/contract.ts,
+// itself checked against the catalog by contract.test.ts).
+export { ACTIVE_STATES, TERMINAL_STATES, DUPLICATE_POLICIES as POLICIES } from "../../src/contract.ts";
+import type { ActiveState, DuplicatePolicy as Policy, TerminalState } from "../../src/contract.ts";
+export type { ActiveState, Policy, TerminalState };
 
 /** A name no other test uses (queues, keys, tasks), so claims and counts stay targeted. */
 export function unique(prefix: string): string {
