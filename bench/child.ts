@@ -1,0 +1,88 @@
+// The parent's side of a worker child process (bench/worker-child.ts): spawn
+// it under this same Node (and tsx), wait for "ready" and "done", kill it on
+// timeout. The child's output goes to stderr so --json output stays clean.
+
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import type { Mode, SystemName } from "./systems/types.ts";
+
+export interface ChildConfig {
+  system: SystemName;
+  mode: Mode;
+  concurrency: number;
+  url: string;
+  /** Handler calls that end the run. */
+  expect: number;
+  kind: "throughput" | "latency";
+  notify: boolean;
+}
+
+export interface ChildResult {
+  jobs: number;
+  seconds: number;
+  machineCpuSeconds: number;
+  workerCpuSeconds: number;
+  /** CPU of the worker's PostgreSQL backends; null when the server is not readable in /proc. */
+  backendCpuSeconds: number | null;
+  maxRssKb: number;
+  latenciesMs: number[];
+}
+
+export type ChildMessage =
+  | { type: "ready" }
+  | { type: "done"; result: ChildResult }
+  | { type: "error"; message: string };
+
+export interface WorkerChild {
+  ready: Promise<void>;
+  done: Promise<ChildResult>;
+  exited: Promise<void>;
+  kill(): void;
+}
+
+const CHILD = fileURLToPath(new URL("./worker-child.ts", import.meta.url));
+
+export function spawnWorker(config: ChildConfig, timeoutMs: number): WorkerChild {
+  const child = spawn(process.execPath, ["--import", "tsx", CHILD, JSON.stringify(config)], {
+    stdio: ["ignore", "pipe", "pipe", "ipc"],
+  });
+  const prefix = `[${config.system}:${config.mode} worker] `;
+  const forward = (chunk: Buffer) => {
+    for (const line of chunk.toString().split("\n")) if (line.trim()) process.stderr.write(prefix + line + "\n");
+  };
+  child.stdout!.on("data", forward);
+  child.stderr!.on("data", forward);
+
+  let markReady!: () => void;
+  let markDone!: (r: ChildResult) => void;
+  let rejectReady!: (e: Error) => void;
+  let rejectDone!: (e: Error) => void;
+  const ready = new Promise<void>((res, rej) => ((markReady = res), (rejectReady = rej)));
+  const done = new Promise<ChildResult>((res, rej) => ((markDone = res), (rejectDone = rej)));
+  ready.catch(() => {});
+  done.catch(() => {});
+  // Settling a settled promise is a no-op, so this is safe after ready/done.
+  const failAll = (e: Error) => {
+    rejectReady(e);
+    rejectDone(e);
+  };
+
+  const timer = setTimeout(() => {
+    failAll(new Error(`${prefix}timed out after ${timeoutMs} ms`));
+    child.kill("SIGKILL");
+  }, timeoutMs);
+
+  child.on("message", (message: ChildMessage) => {
+    if (message.type === "ready") markReady();
+    else if (message.type === "done") markDone(message.result);
+    else failAll(new Error(`${prefix}${message.message}`));
+  });
+  const exited = new Promise<void>((resolve) => {
+    child.on("exit", (code, signal) => {
+      clearTimeout(timer);
+      failAll(new Error(`${prefix}exited (code ${code}, signal ${signal}) before reporting`));
+      resolve();
+    });
+  });
+  return { ready, done, exited, kill: () => child.kill("SIGKILL") };
+}

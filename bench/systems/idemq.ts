@@ -1,0 +1,103 @@
+// idemq: migrated with src/migrate.ts, enqueued through src/sql-api.ts
+// (enqueueMany in bulk, enqueue one by one), processed by the worker
+// (createWorker from src/index.ts) with its default settings: only the
+// concurrency is set, and signal handling is left to the bench.
+
+import pg from "pg";
+import { createWorker } from "../../src/index.ts";
+import { migrate } from "../../src/migrate.ts";
+import * as sql from "../../src/sql-api.ts";
+import {
+  LEDGER_DDL,
+  LEDGER_INSERT,
+  LEDGER_TASK,
+  NOOP_TASK,
+  type BenchPayload,
+  type System,
+} from "./types.ts";
+
+const ACTIVE = "('scheduled', 'enqueued', 'processing', 'awaiting')";
+
+export const idemq: System = {
+  name: "idemq",
+  // One worker: the same run answers the "fastest settings" and "per-job default" rows.
+  modes: ["batched", "transactional"],
+  tables: ["idemq.jobs", "idemq.keys", "idemq.processed"],
+
+  settings(mode, concurrency) {
+    const tasks =
+      mode === "transactional"
+        ? `task { transactional: true, guardKey: p => "ledger:" + p.i } (guard + ledger insert + complete in one transaction)`
+        : "no-op task";
+    return `createWorker({ concurrency: ${concurrency} }) defaults, ${tasks}`;
+  },
+
+  async setup(url) {
+    await migrate({ connectionString: url });
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    await client.query(LEDGER_DDL);
+    await client.end();
+  },
+
+  async producer(url, options) {
+    const pool = new pg.Pool({ connectionString: url, max: options.connections });
+    pool.on("error", () => {});
+    return {
+      async enqueueBulk(jobs) {
+        await sql.enqueueMany(
+          pool,
+          jobs.map((j) => ({ task: j.task, payload: j.payload, ...(j.key ? { idempotencyKey: j.key } : {}) })),
+        );
+      },
+      async enqueueOne(job) {
+        await sql.enqueue(pool, job.task, job.payload, job.key ? { idempotencyKey: job.key } : {});
+      },
+      close: () => pool.end(),
+    };
+  },
+
+  async remaining(db) {
+    const { rows } = await db.query(`SELECT count(*)::int AS n FROM idemq.jobs WHERE state IN ${ACTIVE}`);
+    return (rows[0] as { n: number }).n;
+  },
+
+  async startWorker(spec) {
+    const worker = createWorker({
+      connectionString: spec.url,
+      concurrency: spec.concurrency,
+      handleSignals: false,
+      tasks: {
+        [NOOP_TASK]: async (payload: BenchPayload) => spec.onJob(payload),
+        [LEDGER_TASK]: {
+          transactional: true,
+          guardKey: (payload: BenchPayload) => `ledger:${payload.i}`,
+          run: async (payload: BenchPayload, ctx) => {
+            spec.onJob(payload);
+            await ctx.tx.query(LEDGER_INSERT, [`ledger:${payload.i}`]);
+          },
+        },
+      },
+    });
+    worker.on("worker:error", (event) => console.error("idemq worker:error", event));
+    await worker.start();
+    return { stop: () => worker.stop() };
+  },
+
+  /** Finished jobs made through the public functions (not by writing rows), so a schema change cannot break it. */
+  async seedFinished(db, jobs, keys) {
+    const chunk = 10_000;
+    for (let done = 0; done < jobs; done += chunk) {
+      const batch = Array.from({ length: Math.min(chunk, jobs - done) }, (_, k) => {
+        const i = done + k;
+        return { task: NOOP_TASK, payload: { i }, ...(i < keys ? { idempotencyKey: `seed-${i}` } : {}) };
+      });
+      await sql.enqueueMany(db, batch);
+    }
+    for (;;) {
+      const claimed = await sql.claim(db, { workerId: "bench-seed", batchSize: 1000 });
+      if (claimed.length === 0) break;
+      await sql.completeMany(db, claimed.map((j) => ({ jobId: j.id, attempt: j.attempt })));
+    }
+  },
+};

@@ -1,0 +1,39 @@
+// The target rows of issue 5: each a ratio of two measurements taken in the
+// same round, and the bound its median must meet.
+
+export interface Ref {
+  workload: string;
+  variant: string;
+  metric: string;
+}
+
+export interface Target {
+  row: string;
+  num: Ref;
+  den: Ref;
+  op: ">=" | "<=";
+  bound: number;
+}
+
+const ref = (workload: string, variant: string, metric: string): Ref => ({ workload, variant, metric });
+const JPS = "jobs_per_s";
+
+export const TARGETS: Target[] = [
+  { row: "processing, batched, C=10 vs Graphile batched", num: ref("process.c10", "idemq", JPS), den: ref("process.c10", "graphile:batched", JPS), op: ">=", bound: 1.5 },
+  { row: "processing, batched, C=50 vs Graphile batched", num: ref("process.c50", "idemq", JPS), den: ref("process.c50", "graphile:batched", JPS), op: ">=", bound: 1.5 },
+  { row: "transactional tasks vs Graphile per-job default", num: ref("process.transactional.c10", "idemq:transactional", JPS), den: ref("process.transactional.c10", "graphile:perjob", JPS), op: ">=", bound: 1.3 },
+  { row: "transactional tasks vs raw SQL one-per-transaction", num: ref("process.transactional.c10", "idemq:transactional", JPS), den: ref("process.transactional.c10", "raw:one-tx-per-job", JPS), op: ">=", bound: 0.9 },
+  { row: "bulk enqueue vs Graphile add_jobs (no keys)", num: ref("enqueue.bulk", "idemq", JPS), den: ref("enqueue.bulk", "graphile", JPS), op: ">=", bound: 2 },
+  { row: "bulk enqueue with keys vs Graphile add_jobs (no keys)", num: ref("enqueue.bulk-keyed", "idemq", JPS), den: ref("enqueue.bulk", "graphile", JPS), op: ">=", bound: 2 },
+  { row: "single enqueue, 10 connections vs Graphile", num: ref("enqueue.single", "idemq", JPS), den: ref("enqueue.single", "graphile", JPS), op: ">=", bound: 2 },
+  { row: "latency p50 vs Graphile (batched settings)", num: ref("latency", "idemq", "p50_ms"), den: ref("latency", "graphile:batched", "p50_ms"), op: "<=", bound: 0.8 },
+  { row: "latency p95 vs Graphile (batched settings)", num: ref("latency", "idemq", "p95_ms"), den: ref("latency", "graphile:batched", "p95_ms"), op: "<=", bound: 0.8 },
+  { row: "latency p50 vs Graphile (per-job defaults)", num: ref("latency", "idemq", "p50_ms"), den: ref("latency", "graphile:perjob", "p50_ms"), op: "<=", bound: 0.8 },
+  { row: "latency p95 vs Graphile (per-job defaults)", num: ref("latency", "idemq", "p95_ms"), den: ref("latency", "graphile:perjob", "p95_ms"), op: "<=", bound: 0.8 },
+  { row: "WAL bytes per job, batched C=10 vs Graphile batched", num: ref("process.c10", "idemq", "wal_bytes_per_job"), den: ref("process.c10", "graphile:batched", "wal_bytes_per_job"), op: "<=", bound: 1 },
+  { row: "machine CPU per job, batched C=10 vs Graphile batched", num: ref("process.c10", "idemq", "cpu_us_per_job"), den: ref("process.c10", "graphile:batched", "cpu_us_per_job"), op: "<=", bound: 1 },
+  { row: "machine CPU per job, batched C=50 vs Graphile batched", num: ref("process.c50", "idemq", "cpu_us_per_job"), den: ref("process.c50", "graphile:batched", "cpu_us_per_job"), op: "<=", bound: 1 },
+  { row: "finished jobs + keys retained vs empty table", num: ref("scale.retained", "idemq:retained", JPS), den: ref("scale.retained", "idemq:empty", JPS), op: ">=", bound: 0.8 },
+  { row: "held xmin for the whole run vs clean run", num: ref("scale.held-xmin", "idemq:held", JPS), den: ref("scale.held-xmin", "idemq:clean", JPS), op: ">=", bound: 0.5 },
+  { row: "worker peak RSS at C=50 vs Graphile batched", num: ref("process.c50", "idemq", "rss_mb"), den: ref("process.c50", "graphile:batched", "rss_mb"), op: "<=", bound: 1 },
+];

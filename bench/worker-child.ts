@@ -1,0 +1,95 @@
+// One worker process: starts a system's worker and reports, over IPC, how
+// long it took to process the expected number of jobs, the machine CPU over
+// that window, its own CPU and that of its PostgreSQL backends, its peak RSS,
+// and (latency runs) every job's enqueue-to-handler latency.
+//
+// Throughput window: from the first handler call until the database shows no
+// unfinished job (so batched completions are counted), after the last call.
+
+import pg from "pg";
+import {
+  backendCpuSeconds,
+  machineCpuSeconds,
+  readBackendCpu,
+  readMachineCpu,
+  wallMs,
+  type MachineCpu,
+} from "./measure.ts";
+import { SYSTEMS } from "./systems/index.ts";
+import type { BenchPayload } from "./systems/types.ts";
+import type { ChildConfig, ChildMessage } from "./child.ts";
+
+const config = JSON.parse(process.argv[2]!) as ChildConfig;
+const system = SYSTEMS[config.system];
+
+function send(message: ChildMessage): void {
+  process.send!(message);
+}
+
+const monitor = new pg.Client({ connectionString: config.url });
+monitor.on("error", () => {});
+await monitor.connect();
+
+let count = 0;
+let started = 0;
+let cpu0: MachineCpu | null = null;
+let self0: NodeJS.CpuUsage | null = null;
+let backends0: Promise<Map<number, number> | null> | null = null;
+const latencies: number[] = [];
+let finishing = false;
+
+function onJob(payload: BenchPayload): void {
+  count++;
+  if (count === 1) {
+    started = performance.now();
+    cpu0 = readMachineCpu();
+    self0 = process.cpuUsage();
+    backends0 = readBackendCpu(monitor).catch(() => null);
+  }
+  if (config.kind === "latency" && payload.t !== undefined) latencies.push(wallMs() - payload.t);
+  if (count === config.expect && !finishing) {
+    finishing = true;
+    setImmediate(() => void finish().catch(fail));
+  }
+}
+
+async function finish(): Promise<void> {
+  while ((await system.remaining(monitor)) > 0) await new Promise((r) => setTimeout(r, 2));
+  const seconds = (performance.now() - started) / 1000;
+  const machine = machineCpuSeconds(cpu0!, readMachineCpu());
+  const self = process.cpuUsage(self0!);
+  const before = await backends0!;
+  const after = await readBackendCpu(monitor).catch(() => null);
+  send({
+    type: "done",
+    result: {
+      jobs: count,
+      seconds,
+      machineCpuSeconds: machine,
+      workerCpuSeconds: (self.user + self.system) / 1e6,
+      backendCpuSeconds: before && after ? backendCpuSeconds(before, after) : null,
+      maxRssKb: process.resourceUsage().maxRSS,
+      latenciesMs: latencies,
+    },
+  });
+  await Promise.race([worker.stop(), new Promise((r) => setTimeout(r, 5000))]).catch(() => {});
+  await monitor.end().catch(() => {});
+  process.exit(0);
+}
+
+function fail(err: unknown): void {
+  send({ type: "error", message: err instanceof Error ? err.stack ?? err.message : String(err) });
+  process.exit(1);
+}
+
+process.on("uncaughtException", fail);
+process.on("unhandledRejection", fail);
+
+const worker = await system.startWorker({
+  url: config.url,
+  concurrency: config.concurrency,
+  mode: config.mode,
+  notify: config.notify,
+  onJob,
+});
+send({ type: "ready" });

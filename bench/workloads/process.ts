@@ -1,0 +1,126 @@
+// Processing workloads: jobs enqueued in bulk beforehand, then one worker
+// process (bench/worker-child.ts) at a given concurrency works them off.
+// Each run also gives WAL bytes, machine CPU and attributed CPU (worker +
+// its PostgreSQL backends) per job, the worker's peak RSS and dead tuples.
+
+import pg from "pg";
+import { spawnWorker } from "../child.ts";
+import { checkpoint, deadTuples } from "../db.ts";
+import { closeWalWindow, openWalWindow } from "../measure.ts";
+import { SYSTEMS } from "../systems/index.ts";
+import { LEDGER_TASK, NOOP_TASK, type BenchJob } from "../systems/types.ts";
+import { variant, withFreshDatabase, type Context, type Measured, type Variant, type Workload } from "./common.ts";
+
+const ENQUEUE_CHUNK = 20_000;
+
+export interface ProcessOptions {
+  concurrency: number;
+  task: string;
+  /** Database to clone instead of the system's empty template (scale rows). */
+  template?: string;
+  /** Another session holds a transaction (and so the xmin horizon) open for the whole run. */
+  holdXmin?: boolean;
+}
+
+export async function runProcessing(ctx: Context, v: Variant, round: number, options: ProcessOptions): Promise<Measured> {
+  const system = SYSTEMS[v.system];
+  const count = ctx.sizes.process;
+  const run = async (db: { url: string; client: pg.Client }): Promise<Measured> => {
+    const producer = await system.producer(db.url, { connections: 1 });
+    try {
+      for (let start = 0; start < count; start += ENQUEUE_CHUNK) {
+        const chunk: BenchJob[] = [];
+        for (let i = start; i < Math.min(count, start + ENQUEUE_CHUNK); i++) {
+          chunk.push({ task: options.task, payload: { i } });
+        }
+        await producer.enqueueBulk(chunk);
+      }
+    } finally {
+      await producer.close();
+    }
+    // As autovacuum would have by now (this machine's server runs with it off).
+    await db.client.query("ANALYZE");
+
+    const holder = options.holdXmin ? new pg.Client({ connectionString: db.url }) : null;
+    if (holder) {
+      holder.on("error", () => {});
+      await holder.connect();
+      await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+      await holder.query("SELECT txid_current()");
+    }
+    try {
+      await checkpoint(db.client);
+      const walWindow = await openWalWindow(db.client);
+      const child = spawnWorker(
+        { system: v.system, mode: v.mode, concurrency: options.concurrency, url: db.url, expect: count, kind: "throughput", notify: false },
+        ctx.timeoutMs,
+      );
+      let result;
+      try {
+        result = await child.done;
+      } finally {
+        child.kill();
+        await child.exited;
+      }
+      const wal = await closeWalWindow(db.client, walWindow);
+      const dead = await deadTuples(db.client, system.tables);
+      const attributed = result.backendCpuSeconds === null ? null : result.workerCpuSeconds + result.backendCpuSeconds;
+      return {
+        metrics: {
+          jobs_per_s: count / result.seconds,
+          wal_bytes_per_job: wal.bytes / count,
+          wal_attributed: wal.attributed ? 1 : 0,
+          cpu_us_per_job: (result.machineCpuSeconds * 1e6) / count,
+          attributed_cpu_us_per_job: attributed === null ? null : (attributed * 1e6) / count,
+          rss_mb: result.maxRssKb / 1024,
+          dead_tuples: dead,
+        },
+      };
+    } finally {
+      if (holder) {
+        await holder.query("ROLLBACK").catch(() => {});
+        await holder.end().catch(() => {});
+      }
+    }
+  };
+  return withFreshDatabase(ctx, v.system, round, run, options.template ?? ctx.template(v.system));
+}
+
+export const THROUGHPUT_VARIANTS: Variant[] = [
+  variant("idemq", "batched"),
+  variant("graphile", "batched"),
+  variant("graphile", "perjob"),
+  variant("pgboss", "batched"),
+  variant("pgboss", "perjob"),
+  variant("raw", "batched"),
+  variant("raw", "perjob"),
+];
+
+function throughput(concurrency: number): Workload {
+  return {
+    id: `process.c${concurrency}`,
+    title: `processing, no-op handlers, one worker process, concurrency ${concurrency}`,
+    concurrency,
+    variants: THROUGHPUT_VARIANTS,
+    primary: "jobs_per_s",
+    higherIsBetter: true,
+    run: (ctx, v, round) => runProcessing(ctx, v, round, { concurrency, task: NOOP_TASK }),
+  };
+}
+
+const transactional: Workload = {
+  id: "process.transactional.c10",
+  title: "transactional tasks (a ledger insert per job), concurrency 10",
+  concurrency: 10,
+  variants: [
+    variant("idemq", "transactional", "idemq:transactional"),
+    variant("graphile", "transactional", "graphile:perjob"),
+    variant("pgboss", "transactional", "pgboss:transactional"),
+    variant("raw", "transactional", "raw:one-tx-per-job"),
+  ],
+  primary: "jobs_per_s",
+  higherIsBetter: true,
+  run: (ctx, v, round) => runProcessing(ctx, v, round, { concurrency: 10, task: LEDGER_TASK }),
+};
+
+export const processWorkloads: Workload[] = [throughput(10), throughput(50), transactional];
