@@ -1,14 +1,17 @@
 // Shared CLI plumbing: --json output, one-line errors, exit codes.
-// Exit codes: 0 success, 1 failure, 2 usage error (bad or missing arguments).
+// Exit codes are defined in exit-codes.ts: 0 success, 1 failure, 2 usage error
+// (bad or missing arguments), and codes for the idemq errors (IQ409 -> 3...).
 import { type Command, Option } from "commander";
+import { IdemqError } from "../errors.ts";
+import { EXIT, exitCodeFor } from "./exit-codes.ts";
 
 /** A mistake in how the CLI was called: exit code 2. */
 export class UsageError extends Error {
   override name = "UsageError";
 }
 
-export const EXIT_FAILURE = 1;
-export const EXIT_USAGE = 2;
+export const EXIT_FAILURE = EXIT.FAILURE;
+export const EXIT_USAGE = EXIT.USAGE;
 
 export interface JsonOption {
   json?: boolean;
@@ -46,7 +49,32 @@ export function action<Args extends unknown[]>(
 
 export function reportError(error: unknown): void {
   process.stderr.write(`idemq: ${errorLine(error)}\n`);
-  process.exitCode = error instanceof UsageError ? EXIT_USAGE : EXIT_FAILURE;
+  process.exitCode = exitCodeFor(error);
+}
+
+/**
+ * Makes commander's own errors (unknown command or option, missing or invalid
+ * argument) one line, prefixed like ours and naming the help to read. Call it
+ * once every command is registered.
+ */
+export function oneLineCommanderErrors(command: Command): void {
+  const path = commandPath(command);
+  command.configureOutput({
+    outputError: (text, write) => {
+      const message = text
+        .replace(/^error:\s*/i, "")
+        .replace(/\s*\n\s*/g, " ")
+        .trim();
+      write(`idemq: ${message}; see \`${path} --help\`\n`);
+    },
+  });
+  for (const sub of command.commands) oneLineCommanderErrors(sub);
+}
+
+function commandPath(command: Command): string {
+  const names: string[] = [];
+  for (let c: Command | null = command; c !== null; c = c.parent) names.unshift(c.name());
+  return names.join(" ");
 }
 
 /** One line describing an error, with the SQLSTATE of a PostgreSQL error. */
@@ -62,5 +90,7 @@ export function errorLine(error: unknown): string {
   if (message === "") message = error.name;
   if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) message += ` (SQLSTATE ${code})`;
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH/.test(message)) message = `cannot connect to the database: ${message}`;
+  // idemq's SQL errors carry the fix in their HINT.
+  if (error instanceof IdemqError && error.hint) message += `; ${error.hint.replace(/\.$/, "")}`;
   return message.replace(/\s*\n\s*/g, " ").trim();
 }

