@@ -179,7 +179,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.state !== "running") return 0;
     const { concurrency, prefetch } = this.settings;
     if (this.buffer.length > Math.floor(prefetch / 2)) return 0;
-    return concurrency + prefetch - this.running - this.buffer.length;
+    const slots = concurrency + prefetch - this.running - this.buffer.length;
+    // Jobs whose outcome is still being recorded (a complete_many in flight)
+    // are held too: when recording falls behind, claiming waits for it.
+    const unrecorded = 2 * (concurrency + prefetch) - this.rt.held.size;
+    return Math.min(slots, unrecorded);
   }
 
   private onClaimed(jobs: ClaimedJob[], tasks: ReadonlyMap<string, NormalizedTask>): void {
@@ -223,6 +227,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       .finally(() => {
         freeSlot();
         this.inFlight.delete(held);
+        this.claimLoop.kick();
       });
     this.inFlight.set(held, done);
   }
@@ -236,6 +241,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private settle(held: HeldJob): void {
     if (this.rt.held.get(held.job.id) === held) this.rt.held.delete(held.job.id);
+    this.claimLoop.kick();
   }
 
   private report(during: string, error: unknown): void {
