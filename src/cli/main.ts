@@ -3,9 +3,18 @@
 import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
+import { registerDemoCommand } from "./commands/demo.ts";
+import { registerDoctorCommand } from "./commands/doctor.ts";
+import { registerEnqueueCommand } from "./commands/enqueue.ts";
+import { registerJobsCommands } from "./commands/jobs.ts";
 import { registerMigrateCommands } from "./commands/migrate.ts";
+import { registerPruneKeysCommand } from "./commands/prune-keys.ts";
+import { registerPurgeCommand } from "./commands/purge.ts";
+import { registerRescueCommand } from "./commands/rescue.ts";
+import { registerStatsCommand } from "./commands/stats.ts";
 import { registerWorkerCommand } from "./commands/worker.ts";
-import { EXIT_USAGE } from "./output.ts";
+import { ENVIRONMENT_HELP, EXIT_CODES_HELP } from "./exit-codes.ts";
+import { EXIT_USAGE, oneLineCommanderErrors } from "./output.ts";
 
 export function buildProgram(): Command {
   const program = new Command("idemq")
@@ -16,6 +25,16 @@ export function buildProgram(): Command {
     .exitOverride();
   registerMigrateCommands(program);
   registerWorkerCommand(program);
+  registerEnqueueCommand(program);
+  registerJobsCommands(program);
+  registerStatsCommand(program);
+  registerRescueCommand(program);
+  registerPurgeCommand(program);
+  registerPruneKeysCommand(program);
+  registerDoctorCommand(program);
+  registerDemoCommand(program);
+  program.addHelpText("after", `\n${ENVIRONMENT_HELP}\n\n${EXIT_CODES_HELP}\n\nEvery command has --help with examples.\n`);
+  oneLineCommanderErrors(program);
   return program;
 }
 

@@ -1,0 +1,75 @@
+// What every part of the demo gets and gives back.
+import type { Client } from "../client.ts";
+import { isTerminalState } from "../contract.ts";
+import type { Job } from "../job-reads.ts";
+import type { Figure } from "./figures.ts";
+import type { FakeEmailProvider } from "./fake-email-provider.ts";
+import type { FakeSupplier } from "./fake-supplier.ts";
+import type { Progress } from "./progress.ts";
+import type { DemoWorker, DemoWorkerOptions, WorkerEvent } from "./worker-processes.ts";
+
+export interface DemoContext {
+  /** A Client on the demo's database. */
+  client: Client;
+  databaseUrl: string;
+  progress: Progress;
+  /** The worker processes running the credit, import and payout queues. */
+  workers: readonly DemoWorker[];
+  /** Starts another worker process (stopped with the others at the end). */
+  startWorker(options: Omit<DemoWorkerOptions, "databaseUrl">): DemoWorker;
+  emailProvider: FakeEmailProvider;
+  supplier: FakeSupplier;
+  /** Aborted when the demo is interrupted (a signal). */
+  signal: AbortSignal;
+}
+
+export interface ScenarioResult {
+  /** Machine-readable results (the --json output's section). */
+  details: Record<string, unknown>;
+  figures: Figure[];
+  /** What it showed, for people (stdout, without --json). */
+  report: string[];
+}
+
+/** Polls the jobs until each is terminal; returns them in the order of `ids`. */
+export async function waitForJobs(ctx: DemoContext, ids: readonly string[], what: string, timeoutMs = 30_000): Promise<Job[]> {
+  const { client, signal } = ctx;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    signal.throwIfAborted();
+    const jobs = await Promise.all(ids.map((id) => client.getJob(id)));
+    if (jobs.every((job) => job !== null && isTerminalState(job.state))) return jobs as Job[];
+    if (Date.now() > deadline) {
+      const states = jobs.map((job, i) => `#${ids[i]} ${job?.state ?? "missing"}`).join(", ");
+      throw new Error(`${what}: jobs not finished after ${timeoutMs / 1000} s (${states})`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+/** Every event of every worker, as it happens. */
+export function onAnyEvent(workers: Iterable<DemoWorker>, listener: (event: WorkerEvent) => void): () => void {
+  const list = [...workers];
+  for (const worker of list) worker.on("event", listener);
+  return () => {
+    for (const worker of list) worker.off("event", listener);
+  };
+}
+
+/** Rejects with `message` when `work` has not settled after ms. */
+export async function withDeadline<T>(work: Promise<T>, ms: number, message: () => string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      work,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(message())), ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The name part of a demo worker id ("mailer-1:1234" -> "mailer-1"). */
+export function workerName(workerId: unknown): string {
+  return String(workerId ?? "?").split(":")[0]!;
+}
