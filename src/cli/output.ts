@@ -64,11 +64,17 @@ export function oneLineCommanderErrors(command: Command): void {
       const message = text
         .replace(/^error:\s*/i, "")
         .replace(/\s*\n\s*/g, " ")
-        .trim();
+        .trim()
+        .replace(/\.$/, "");
       write(`idemq: ${message}; see \`${path} --help\`\n`);
     },
   });
   for (const sub of command.commands) oneLineCommanderErrors(sub);
+}
+
+/** "Check the id" -> "check the id"; an acronym ("SQL ...") stays. */
+function lowerFirst(text: string): string {
+  return /^[A-Z][a-z]/.test(text) ? text[0]!.toLowerCase() + text.slice(1) : text;
 }
 
 function commandPath(command: Command): string {
@@ -91,6 +97,6 @@ export function errorLine(error: unknown): string {
   if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) message += ` (SQLSTATE ${code})`;
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH/.test(message)) message = `cannot connect to the database: ${message}`;
   // idemq's SQL errors carry the fix in their HINT.
-  if (error instanceof IdemqError && error.hint) message += `; ${error.hint.replace(/\.$/, "")}`;
+  if (error instanceof IdemqError && error.hint) message += `; ${lowerFirst(error.hint.replace(/\.$/, ""))}`;
   return message.replace(/\s*\n\s*/g, " ").trim();
 }

@@ -1,0 +1,437 @@
+// idemq doctor [--key-retention 14d] [--long-transaction 5m]
+//
+// Checks, each with what to do about a finding:
+//   server       PostgreSQL 15 or later
+//   schema       the migrations applied match this package's (none pending, none unknown)
+//   keys         the key retention outlives the longest retry horizon of the
+//                active keyed jobs (the sum of their remaining backoff delays,
+//                worst case), so a retried or replayed enqueue still finds its key
+//   leases       no job in processing whose lease expired more than a minute ago
+//   bloat        dead rows in idemq.jobs do not outnumber live ones
+//   transactions no transaction open longer than --long-transaction holding back
+//                VACUUM's horizon (xmin) in this database
+// Exit 0 when healthy, 7 with warnings, 8 with problems.
+//
+// These are diagnostic reads: catalog and statistics views, and one grouped
+// read of idemq.jobs for the backoff of active keyed jobs (no SQL function
+// computes a retry horizon).
+import { readdir } from "node:fs/promises";
+import type { Command } from "commander";
+import pg from "pg";
+import { DEFAULT_MIGRATIONS_DIR, migrationStatus } from "../../migrate.ts";
+import { runQuery, type Queryable } from "../../sql-api.ts";
+import { openDatabase, type OpenDatabase } from "../connect.ts";
+import { type CommonOptions, databaseCommand } from "../define.ts";
+import { EXIT } from "../exit-codes.ts";
+import { age } from "../format.ts";
+import { action, emit } from "../output.ts";
+import { parseDuration } from "../parse.ts";
+
+interface Options extends CommonOptions {
+  keyRetention?: string;
+  longTransaction: string;
+}
+
+type Status = "ok" | "warning" | "problem" | "skipped";
+
+export interface Finding {
+  check: "server" | "schema" | "keys" | "leases" | "bloat" | "transactions";
+  status: Status;
+  message: string;
+  fix?: string;
+  [detail: string]: unknown;
+}
+
+const MIN_SERVER_VERSION = 150000;
+/** Leases expired for longer than this are "stuck": a worker's rescuer would have taken them. */
+const STUCK_LEASE = "1 minute";
+/** Bloat: dead rows above this count and above the live rows. */
+const MIN_DEAD_ROWS = 1000;
+/** A retry horizon beyond this is reported as "over 100 years". */
+const HORIZON_CAP_SECONDS = 100 * 365 * 86400;
+const SQL_DELAY_CEILING_SECONDS = 1e9;
+
+export function registerDoctorCommand(program: Command): void {
+  const command = program
+    .command("doctor")
+    .description("check the server, schema, key retention, leases, table bloat and long transactions; say what to do")
+    .option(
+      "--key-retention <duration>",
+      "the key retention your workers and prune-keys use (default: prune_keys' default, 14 days)",
+      parseDuration,
+    )
+    .option(
+      "--long-transaction <duration>",
+      "report transactions open longer than this (default 5m)",
+      parseDuration,
+      "5 minutes",
+    )
+    .action(
+      action(async (_options: Options, cmd: Command) => {
+        const options = cmd.optsWithGlobals<Options>();
+        const db = await openDatabase({ ...options, requireSchema: false });
+        try {
+          const findings = await diagnose(db, options);
+          const problems = findings.filter((f) => f.status === "problem").length;
+          const warnings = findings.filter((f) => f.status === "warning").length;
+          const status = problems > 0 ? "problem" : warnings > 0 ? "warning" : "ok";
+          emit(options, { status, checks: findings }, renderFindings(findings, warnings, problems));
+          process.exitCode = problems > 0 ? EXIT.DOCTOR_PROBLEMS : warnings > 0 ? EXIT.DOCTOR_WARNINGS : EXIT.OK;
+        } finally {
+          await db.close();
+        }
+      }),
+    );
+  databaseCommand(command, [
+    "idemq doctor",
+    "idemq doctor --key-retention 30d --json",
+    "",
+    "Exit codes: 0 healthy, 7 warnings, 8 problems (1 when the database cannot be reached).",
+  ]);
+}
+
+async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> {
+  const client = new pg.Client({ connectionString: db.url });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    const findings: Finding[] = [await checkServer(client)];
+    const schema = await checkSchema(db.url);
+    findings.push(schema);
+    const installed = await runQuery<{ installed: boolean }>(
+      client,
+      "SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed",
+      [],
+    );
+    if (!installed[0]?.installed) {
+      for (const check of ["keys", "leases", "bloat"] as const) {
+        findings.push({ check, status: "skipped", message: "needs the idemq schema (see schema)" });
+      }
+    } else {
+      findings.push(await checkKeys(client, options.keyRetention));
+      findings.push(await checkLeases(client));
+      findings.push(await checkBloat(client));
+    }
+    findings.push(await checkTransactions(client, options.longTransaction));
+    return findings;
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+// ------------------------------------------------------------------ checks
+
+async function checkServer(client: pg.Client): Promise<Finding> {
+  const rows = await runQuery<{ num: number; version: string }>(
+    client,
+    "SELECT current_setting('server_version_num')::int AS num, current_setting('server_version') AS version",
+    [],
+  );
+  const { num, version } = rows[0]!;
+  if (num < MIN_SERVER_VERSION) {
+    return {
+      check: "server",
+      status: "problem",
+      message: `PostgreSQL ${version} is too old: idemq needs 15 or later`,
+      fix: "upgrade the server to PostgreSQL 15 or later (idemq is tested on 15 and 18)",
+      version,
+    };
+  }
+  return { check: "server", status: "ok", message: `PostgreSQL ${version}`, version };
+}
+
+async function checkSchema(url: string): Promise<Finding> {
+  const files = (await readdir(DEFAULT_MIGRATIONS_DIR)).filter((f) => f.endsWith(".sql")).map((f) => f.replace(/\.sql$/, ""));
+  const { applied, pending } = await migrationStatus({ connectionString: url });
+  const unknown = applied.filter((name) => !files.includes(name));
+  if (pending.length > 0) {
+    return {
+      check: "schema",
+      status: "problem",
+      message:
+        applied.length === 0
+          ? "the idemq schema is not installed"
+          : `${pending.length} migration(s) pending: ${pending.join(", ")} (applied: ${applied.join(", ")})`,
+      fix: "run `idemq migrate` (or `idemq migrate sql` for a script to apply with psql)",
+      applied,
+      pending,
+      unknown,
+    };
+  }
+  if (unknown.length > 0) {
+    return {
+      check: "schema",
+      status: "warning",
+      message: `the database has migrations this idemq package does not know: ${unknown.join(", ")}`,
+      fix: "upgrade idemq to the version that applied them",
+      applied,
+      pending,
+      unknown,
+    };
+  }
+  return { check: "schema", status: "ok", message: `up to date (${applied.join(", ")})`, applied, pending, unknown };
+}
+
+/** prune_keys' default retention, read from the catalog so it stays defined once, in SQL. */
+export async function keyRetentionDefault(db: Queryable): Promise<string> {
+  const rows = await runQuery<{ expr: string | null }>(
+    db,
+    "SELECT pg_get_expr(p.proargdefaults, 0) AS expr FROM pg_proc p WHERE p.oid = to_regprocedure('idemq.prune_keys(interval)')",
+    [],
+  );
+  const match = /^'([^']+)'::interval$/.exec(rows[0]?.expr ?? "");
+  if (match?.[1] === undefined) throw new Error("cannot read the default of idemq.prune_keys(older_than); pass --key-retention");
+  return match[1];
+}
+
+interface BackoffGroup {
+  kind: string;
+  max_attempts: number;
+  counted: number;
+  jobs: string;
+  example_id: string;
+  example_task: string;
+  initial_s: string | null;
+  factor: string | null;
+  max_s: string | null;
+  jitter: string | null;
+  delays_s: string[] | null;
+}
+
+async function checkKeys(client: pg.Client, given: string | undefined): Promise<Finding> {
+  const retention = given ?? (await keyRetentionDefault(client));
+  const seconds = await runQuery<{ s: string }>(client, "SELECT extract(epoch FROM $1::interval) AS s", [retention]);
+  const retentionSeconds = Number(seconds[0]!.s);
+  // One row per (backoff, max_attempts): the job with the fewest counted
+  // attempts has the longest horizon of its group.
+  const groups = await runQuery<BackoffGroup>(
+    client,
+    `SELECT coalesce(g.backoff->>'kind', 'polynomial') AS kind, g.max_attempts, g.counted, g.jobs, g.example_id, g.example_task,
+            extract(epoch FROM (g.backoff->>'initial')::interval) AS initial_s,
+            g.backoff->>'factor' AS factor,
+            extract(epoch FROM (g.backoff->>'max')::interval) AS max_s,
+            g.backoff->>'jitter' AS jitter,
+            CASE WHEN g.backoff->>'kind' = 'fixed' THEN ARRAY(
+              SELECT extract(epoch FROM d.value::interval)::text
+              FROM jsonb_array_elements_text(g.backoff->'delays') WITH ORDINALITY AS d(value, n)
+              ORDER BY d.n) END AS delays_s
+       FROM (SELECT j.backoff, j.max_attempts, min(j.attempt - j.uncounted) AS counted, count(*) AS jobs,
+                    (array_agg(j.id ORDER BY j.attempt - j.uncounted, j.id))[1] AS example_id,
+                    (array_agg(j.task ORDER BY j.attempt - j.uncounted, j.id))[1] AS example_task
+               FROM idemq.jobs j
+              WHERE j.idempotency_key IS NOT NULL
+                AND j.state IN ('scheduled', 'enqueued', 'processing', 'awaiting')
+              GROUP BY j.backoff, j.max_attempts) g`,
+    [],
+  );
+  const keyedJobs = groups.reduce((sum, g) => sum + Number(g.jobs), 0);
+  if (groups.length === 0) {
+    return {
+      check: "keys",
+      status: "ok",
+      message: `key retention ${retention}; no active keyed jobs to check it against`,
+      retention,
+      retentionSeconds,
+      longestHorizonSeconds: 0,
+    };
+  }
+  let longest = { seconds: -1, group: groups[0]! };
+  for (const group of groups) {
+    const horizon = retryHorizonSeconds(group);
+    if (horizon > longest.seconds) longest = { seconds: horizon, group };
+  }
+  const { group } = longest;
+  const horizonText = longest.seconds >= HORIZON_CAP_SECONDS ? "over 100 years" : age(longest.seconds * 1000);
+  const retriesLeft = Math.max(0, group.max_attempts - Math.max(group.counted, 1));
+  const details = {
+    retention,
+    retentionSeconds,
+    longestHorizonSeconds: longest.seconds,
+    activeKeyedJobs: keyedJobs,
+    example: { jobId: group.example_id, task: group.example_task, backoff: group.kind, retriesLeft },
+  };
+  const about = `job ${group.example_id} (${group.example_task}): ${retriesLeft} retr${retriesLeft === 1 ? "y" : "ies"} left with ${group.kind} backoff`;
+  if (longest.seconds > retentionSeconds) {
+    return {
+      check: "keys",
+      status: "warning",
+      message:
+        `key retention ${retention} is shorter than the longest retry horizon of the ${keyedJobs} active keyed job(s): ` +
+        `${horizonText}, ${about}; a retried or replayed enqueue after its key is released makes a new job`,
+      fix:
+        `keep keys at least ${age(Math.min(longest.seconds, HORIZON_CAP_SECONDS) * 1000)}: run workers with that key retention ` +
+        "and `idemq prune-keys --older-than <it>` (then `idemq doctor --key-retention <it>`), or lower max_attempts or the backoff",
+      ...details,
+    };
+  }
+  return {
+    check: "keys",
+    status: "ok",
+    message: `key retention ${retention} outlives the longest retry horizon of the ${keyedJobs} active keyed job(s) (${horizonText}, ${about})`,
+    ...details,
+  };
+}
+
+/**
+ * The longest the remaining retries of a job can take: the sum of the worst-case
+ * backoff delays after each failure still possible (the delays idemq._backoff_delay
+ * gives, at the top of their random range), capped as SQL caps each delay.
+ */
+export function retryHorizonSeconds(group: Pick<BackoffGroup, "kind" | "max_attempts" | "counted" | "initial_s" | "factor" | "max_s" | "jitter" | "delays_s">): number {
+  const delay = (attempt: number): number => {
+    let seconds: number;
+    if (group.kind === "exponential") {
+      const initial = Number(group.initial_s ?? 0);
+      const factor = group.factor === null ? 2 : Number(group.factor);
+      const cap = Math.min(group.max_s === null ? SQL_DELAY_CEILING_SECONDS : Number(group.max_s), SQL_DELAY_CEILING_SECONDS);
+      const raw = initial * factor ** (attempt - 1);
+      seconds = Math.min(Number.isFinite(raw) ? raw : cap, cap) * (1 + Math.max(0, Number(group.jitter ?? 0)));
+    } else if (group.kind === "fixed") {
+      const delays = (group.delays_s ?? []).map(Number);
+      seconds = delays[Math.min(attempt, delays.length) - 1] ?? 0;
+    } else {
+      seconds = (attempt - 1) ** 4 + 15 + 29 * attempt;
+    }
+    return Math.min(seconds, SQL_DELAY_CEILING_SECONDS);
+  };
+  // A delay follows every failure but the last: failures max(counted, 1) .. max_attempts - 1.
+  const last = group.max_attempts - 1;
+  let total = 0;
+  let previous = Number.NaN;
+  for (let attempt = Math.max(group.counted, 1); attempt <= last; attempt++) {
+    const d = delay(attempt);
+    if (d === previous) {
+      // Constant from here on (a fixed schedule's last delay, a capped exponential): multiply.
+      total += d * (last - attempt + 1);
+      break;
+    }
+    total += d;
+    previous = d;
+    if (total >= HORIZON_CAP_SECONDS || attempt - group.counted > 100_000) break;
+  }
+  return Math.min(total, HORIZON_CAP_SECONDS);
+}
+
+async function checkLeases(client: pg.Client): Promise<Finding> {
+  const rows = await runQuery<{ stuck: string; expired: string; oldest_s: string | null; example_id: string | null; worker: string | null }>(
+    client,
+    `SELECT count(*) FILTER (WHERE j.lease_expires_at < now() - $1::interval) AS stuck,
+            count(*) AS expired,
+            extract(epoch FROM now() - min(j.lease_expires_at)) AS oldest_s,
+            (array_agg(j.id ORDER BY j.lease_expires_at))[1] AS example_id,
+            (array_agg(j.locked_by ORDER BY j.lease_expires_at))[1] AS worker
+       FROM idemq.jobs j
+      WHERE j.state = 'processing' AND j.lease_expires_at < now()`,
+    [STUCK_LEASE],
+  );
+  const row = rows[0]!;
+  const stuck = Number(row.stuck);
+  const expired = Number(row.expired);
+  if (stuck > 0) {
+    return {
+      check: "leases",
+      status: "warning",
+      message:
+        `${stuck} job(s) in processing whose lease expired more than ${STUCK_LEASE} ago ` +
+        `(oldest: job ${row.example_id}, held by ${row.worker}, expired ${age(Number(row.oldest_s) * 1000)} ago); no rescuer is running`,
+      fix: "run `idemq rescue` or start a worker (workers rescue on a timer)",
+      stuck,
+      expired,
+    };
+  }
+  return {
+    check: "leases",
+    status: "ok",
+    message:
+      expired === 0
+        ? "no expired lease"
+        : `${expired} lease(s) expired within the last minute (a worker's rescuer takes them back)`,
+    stuck,
+    expired,
+  };
+}
+
+async function checkBloat(client: pg.Client): Promise<Finding> {
+  const rows = await runQuery<{ live: string; dead: string; vacuumed_s: string | null }>(
+    client,
+    `SELECT s.n_live_tup AS live, s.n_dead_tup AS dead,
+            extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum)) AS vacuumed_s
+       FROM pg_stat_user_tables s
+      WHERE s.relid = 'idemq.jobs'::regclass`,
+    [],
+  );
+  const live = Number(rows[0]?.live ?? 0);
+  const dead = Number(rows[0]?.dead ?? 0);
+  const vacuumed = rows[0]?.vacuumed_s == null ? "never" : `${age(Number(rows[0].vacuumed_s) * 1000)} ago`;
+  const details = { liveRows: live, deadRows: dead, lastVacuum: vacuumed };
+  if (dead >= MIN_DEAD_ROWS && dead > live) {
+    return {
+      check: "bloat",
+      status: "warning",
+      message: `idemq.jobs holds ${dead} dead rows for ${live} live ones (last vacuum: ${vacuumed}); every claim scans past them`,
+      fix:
+        "run `VACUUM (ANALYZE) idemq.jobs`; if dead rows keep piling up, end long transactions (see transactions), " +
+        "check that autovacuum runs, and purge finished jobs (`idemq purge --older-than 7d`)",
+      ...details,
+    };
+  }
+  return { check: "bloat", status: "ok", message: `idemq.jobs: ${live} live rows, ${dead} dead (last vacuum: ${vacuumed})`, ...details };
+}
+
+async function checkTransactions(client: pg.Client, threshold: string): Promise<Finding> {
+  const rows = await runQuery<{ pid: number; usename: string | null; application_name: string | null; state: string | null; age_s: string; query: string | null }>(
+    client,
+    `SELECT a.pid, a.usename, a.application_name, a.state,
+            extract(epoch FROM now() - a.xact_start) AS age_s, left(a.query, 80) AS query
+       FROM pg_stat_activity a
+      WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+        AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+        AND a.xact_start < now() - $1::interval
+      ORDER BY a.xact_start
+      LIMIT 5`,
+    [threshold],
+  );
+  const transactions = rows.map((r) => ({
+    pid: r.pid,
+    user: r.usename,
+    application: r.application_name,
+    state: r.state,
+    ageSeconds: Math.floor(Number(r.age_s)),
+    query: r.query,
+  }));
+  if (transactions.length === 0) {
+    return { check: "transactions", status: "ok", message: `no transaction open longer than ${threshold}`, transactions };
+  }
+  const oldest = transactions[0]!;
+  const who = [oldest.application || null, oldest.user].filter((part) => part !== null && part !== "").join(", ");
+  return {
+    check: "transactions",
+    status: "warning",
+    message:
+      `${transactions.length === 5 ? "5 or more" : transactions.length} transaction(s) open longer than ${threshold}; ` +
+      `the oldest, PID ${oldest.pid}${who ? ` (${who})` : ""}, ${oldest.state ?? "?"} for ${age(oldest.ageSeconds * 1000)}, ` +
+      "holds back VACUUM: dead rows in idemq.jobs cannot be removed",
+    fix:
+      `end it (SELECT pg_terminate_backend(${oldest.pid})) and fix the client that leaves it open; ` +
+      "idle_in_transaction_session_timeout ends such sessions automatically",
+    transactions,
+  };
+}
+
+// ------------------------------------------------------------------ output
+
+const LABEL: Record<Status, string> = { ok: "ok", warning: "WARNING", problem: "PROBLEM", skipped: "skipped" };
+
+function renderFindings(findings: readonly Finding[], warnings: number, problems: number): string[] {
+  const lines: string[] = [];
+  for (const f of findings) {
+    lines.push(`${LABEL[f.status].padEnd(8)} ${f.check.padEnd(13)}${f.message}`);
+    if (f.fix !== undefined && (f.status === "warning" || f.status === "problem")) lines.push(`${"".padEnd(22)}fix: ${f.fix}`);
+  }
+  lines.push(
+    problems + warnings === 0
+      ? "Healthy."
+      : `${problems} problem(s), ${warnings} warning(s).`,
+  );
+  return lines;
+}

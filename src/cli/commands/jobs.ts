@@ -1,0 +1,182 @@
+// idemq jobs [--state S] [--queue Q] [--task T] [--key K] [--limit N]   a table, newest first
+// idemq jobs show ID                          the job and a timeline of its attempts
+// idemq jobs retry|cancel ID...               operator actions, one result per id
+// idemq jobs reschedule ID... --run-at T | --delay D
+import { type Command, Option } from "commander";
+import { CLIENT_DEFAULTS, JOB_STATES, type JobState } from "../../contract.ts";
+import { DuplicateJobError, JobNotFoundError } from "../../errors.ts";
+import type { Client } from "../../client.ts";
+import { runQuery } from "../../sql-api.ts";
+import { withClient } from "../connect.ts";
+import { type CommonOptions, databaseCommand } from "../define.ts";
+import { exitCodeFor } from "../exit-codes.ts";
+import { JOB_COLUMNS, jobRow, renderJob, table, timeline } from "../format.ts";
+import { action, emit, errorLine, UsageError } from "../output.ts";
+import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
+
+interface ListOptions extends CommonOptions {
+  state?: JobState[];
+  queue?: string;
+  task?: string;
+  key?: string;
+  limit?: number;
+}
+
+interface RescheduleOptions extends CommonOptions {
+  runAt?: Date;
+  delay?: string;
+}
+
+export function registerJobsCommands(program: Command): void {
+  const jobs = program
+    .command("jobs")
+    .description("list jobs (newest first); show, retry, cancel or reschedule them")
+    .option("--state <states>", `comma-separated states: ${JOB_STATES.join(", ")}`, parseStates)
+    .option("--queue <queue>", "only this queue")
+    .option("--task <task>", "only this task")
+    .option("--key <key>", "only the job with this idempotency key")
+    .option("--limit <n>", `at most this many rows (default ${CLIENT_DEFAULTS.listLimit})`, integerParser("--limit", 1, 100_000))
+    .action(
+      action(async (_options: ListOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<ListOptions>();
+        await withClient(options, async (client) => {
+          const found = await client.listJobs({
+            ...(options.state === undefined ? {} : { state: options.state }),
+            ...(options.queue === undefined ? {} : { queue: options.queue }),
+            ...(options.task === undefined ? {} : { task: options.task }),
+            ...(options.key === undefined ? {} : { key: options.key }),
+            ...(options.limit === undefined ? {} : { limit: options.limit }),
+          });
+          const now = Date.now();
+          emit(
+            options,
+            found,
+            found.length === 0 ? "No jobs match." : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]),
+          );
+        });
+      }),
+    );
+  databaseCommand(jobs, [
+    "idemq jobs --state failed,expired --queue emails",
+    "idemq jobs --key invoice:42 --json",
+    "idemq jobs show 42",
+    "idemq jobs retry 42 43",
+  ]);
+
+  const show = jobs
+    .command("show")
+    .description("show a job and the timeline of its attempts: claimed when, by which worker, how it ended, the error")
+    .argument("<id>", "job id", parseJobId)
+    .action(
+      action(async (id: string, _options: CommonOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<CommonOptions>();
+        await withClient(options, async (client) => {
+          const job = await client.getJob(id);
+          if (job === null) throw new JobNotFoundError(`no job ${id}`, { hint: "idemq jobs lists the jobs there are" });
+          const attempts = timeline(job, await jobExtras(client, id));
+          emit(options, { ...job, timeline: attempts }, renderJob(job, attempts));
+        });
+      }),
+    );
+  databaseCommand(show, ["idemq jobs show 42", "idemq jobs show 42 --json | jq '.timeline[-1].error'"]);
+
+  const retry = jobs
+    .command("retry")
+    .description("run failed, cancelled or expired jobs again, with fresh attempts")
+    .argument("<ids...>", "job ids")
+    .action(
+      action(async (ids: string[], _options: CommonOptions, cmd: Command) => {
+        await forEachJob(cmd.optsWithGlobals<CommonOptions>(), parseJobIds(ids), "retried", (client, id) => client.retry(id));
+      }),
+    );
+  databaseCommand(retry, ["idemq jobs retry 42", "idemq jobs retry $(idemq jobs --state failed --json | jq -r '.[].id')"]);
+
+  const cancel = jobs
+    .command("cancel")
+    .description("cancel jobs that have not finished (a running attempt is fenced out)")
+    .argument("<ids...>", "job ids")
+    .action(
+      action(async (ids: string[], _options: CommonOptions, cmd: Command) => {
+        await forEachJob(cmd.optsWithGlobals<CommonOptions>(), parseJobIds(ids), "cancelled", (client, id) => client.cancel(id));
+      }),
+    );
+  databaseCommand(cancel, ["idemq jobs cancel 42 43 --json"]);
+
+  const reschedule = jobs
+    .command("reschedule")
+    .description("move jobs that wait to run to another time")
+    .argument("<ids...>", "job ids")
+    .addOption(new Option("--run-at <time>", "new time (ISO 8601, or now)").argParser(parseInstant).conflicts("delay"))
+    .addOption(new Option("--delay <duration>", "from now, by the database clock, e.g. 10m").argParser(parseDuration))
+    .action(
+      action(async (ids: string[], _options: RescheduleOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<RescheduleOptions>();
+        const jobIds = parseJobIds(ids);
+        if (options.runAt === undefined && options.delay === undefined) {
+          throw new UsageError("reschedule needs --run-at <time> or --delay <duration>, e.g. --delay 10m");
+        }
+        await forEachJob(options, jobIds, "rescheduled", async (client, id) => {
+          const runAt = options.runAt ?? (await databaseTimeIn(client, options.delay!));
+          return client.reschedule(id, runAt);
+        });
+      }),
+    );
+  databaseCommand(reschedule, ["idemq jobs reschedule 42 --delay 10m", "idemq jobs reschedule 42 43 --run-at 2026-12-01T09:00:00Z"]);
+}
+
+
+interface JobResult {
+  id: string;
+  ok: boolean;
+  state?: JobState;
+  code?: string;
+  message?: string;
+}
+
+/**
+ * Runs the action on each id in turn. Each id stands alone: one that fails
+ * (no such job, wrong state) does not stop the others. The exit code is that
+ * of the first failure.
+ */
+async function forEachJob(
+  options: CommonOptions,
+  ids: readonly string[],
+  verb: string,
+  run: (client: Client, id: string) => Promise<JobState>,
+): Promise<void> {
+  await withClient(options, async (client) => {
+    const results: JobResult[] = [];
+    let firstFailure: unknown;
+    for (const id of ids) {
+      try {
+        results.push({ id, ok: true, state: await run(client, id) });
+      } catch (error) {
+        const code = (error as { code?: unknown }).code;
+        // A job the database does not answer for is not "bad input for one id": stop.
+        if (typeof code !== "string" || (!code.startsWith("IQ") && !code.startsWith("22"))) throw error;
+        firstFailure ??= error;
+        const detail = error instanceof DuplicateJobError ? ` (key ${error.key} is held by job ${error.existingJobId})` : "";
+        results.push({ id, ok: false, code, message: errorLine(error) + detail });
+        process.stderr.write(`idemq: job ${id}: ${errorLine(error)}${detail}\n`);
+      }
+    }
+    emit(
+      options,
+      { results },
+      results.filter((r) => r.ok).map((r) => `job ${r.id}: ${verb}, now ${r.state}`),
+    );
+    if (firstFailure !== undefined) process.exitCode = exitCodeFor(firstFailure);
+  });
+}
+
+/** The database's now() + a duration, so a delay means the same as enqueue --delay. */
+async function databaseTimeIn(client: Client, interval: string): Promise<Date> {
+  const rows = await runQuery<{ at: Date }>(client.pool, "SELECT statement_timestamp() + $1::interval AS at", [interval]);
+  return rows[0]!.at;
+}
+
+/** locked_at: when the last attempt was claimed (Job leaves it out). An admin read, like job-reads.ts. */
+async function jobExtras(client: Client, id: string): Promise<{ lockedAt: Date | null }> {
+  const rows = await runQuery<{ locked_at: Date | null }>(client.pool, "SELECT j.locked_at FROM idemq.jobs j WHERE j.id = $1", [id]);
+  return { lockedAt: rows[0]?.locked_at ?? null };
+}

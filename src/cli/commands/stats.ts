@@ -1,0 +1,179 @@
+// idemq stats [--watch [seconds]]
+//
+// Counts per queue, task and state, expired leases and the age of the oldest
+// runnable job (per queue and task), and duplicate and rejection events per
+// task, from idemq.stats(). --watch redraws every few seconds until Ctrl-C
+// (exit 0); with --json it prints one JSON object per line.
+import type { Command } from "commander";
+import { InvalidArgumentError } from "commander";
+import { isJobState, JOB_STATES, type JobState } from "../../contract.ts";
+import type { Client } from "../../client.ts";
+import type { StatsRow } from "../../sql-api.ts";
+import { withClient } from "../connect.ts";
+import { type CommonOptions, databaseCommand } from "../define.ts";
+import { age, table } from "../format.ts";
+import { action, emit } from "../output.ts";
+
+interface Options extends CommonOptions {
+  watch?: true | number;
+}
+
+const DEFAULT_WATCH_SECONDS = 2;
+const EVENT_METRICS = ["deduplicated", "rejected", "conflict", "guard_duplicate"] as const;
+
+type JobCounts = { queue: string; task: string } & Record<JobState | "lease_expired", number> & {
+    oldest_runnable_seconds: number | null;
+  };
+type EventCounts = { task: string } & Record<(typeof EVENT_METRICS)[number], number>;
+
+export interface StatsReport {
+  at: string;
+  jobs: JobCounts[];
+  events: EventCounts[];
+  totals: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null };
+}
+
+export function registerStatsCommand(program: Command): void {
+  const command = program
+    .command("stats")
+    .description("counts per queue, task and state; expired leases; oldest runnable job; duplicates and rejections per task")
+    .option("--watch [seconds]", `redraw every few seconds (default ${DEFAULT_WATCH_SECONDS}) until Ctrl-C`, parseSeconds)
+    .action(
+      action(async (_options: Options, cmd: Command) => {
+        const options = cmd.optsWithGlobals<Options>();
+        await withClient(options, async (client) => {
+          if (options.watch === undefined) {
+            const report = await statsReport(client);
+            emit(options, report, renderStats(report));
+            return;
+          }
+          await watch(client, options, options.watch === true ? DEFAULT_WATCH_SECONDS : options.watch);
+        });
+      }),
+    );
+  databaseCommand(command, [
+    "idemq stats",
+    "idemq stats --watch 5",
+    "idemq stats --json | jq '.totals.failed'",
+    "",
+    "Events count deduplicated enqueues, bulk rejections, key conflicts and guard",
+    "duplicates since install; a rejection raised by a single enqueue rolls back",
+    "with its statement and is not counted by the database.",
+  ]);
+}
+
+function parseSeconds(value: string): number {
+  const n = Number(value);
+  if (!/^\d+(\.\d+)?$/.test(value.trim()) || !(n >= 0.1) || n > 3600) {
+    throw new InvalidArgumentError("give the seconds between redraws, from 0.1 to 3600, e.g. --watch 5");
+  }
+  return n;
+}
+
+export async function statsReport(client: Client): Promise<StatsReport> {
+  return toReport(await client.stats());
+}
+
+function zeroStates(): Record<JobState | "lease_expired", number> {
+  return Object.fromEntries([...JOB_STATES, "lease_expired"].map((metric) => [metric, 0])) as Record<
+    JobState | "lease_expired",
+    number
+  >;
+}
+
+export function toReport(rows: readonly StatsRow[]): StatsReport {
+  const jobs = new Map<string, JobCounts>();
+  const events = new Map<string, EventCounts>();
+  const totals = { ...zeroStates(), oldest_runnable_seconds: null as number | null };
+  for (const row of rows) {
+    if (row.queue === null) {
+      if (!(EVENT_METRICS as readonly string[]).includes(row.metric) || row.task === null) continue;
+      const entry =
+        events.get(row.task) ??
+        ({ task: row.task, ...Object.fromEntries(EVENT_METRICS.map((m) => [m, 0])) } as EventCounts);
+      entry[row.metric as (typeof EVENT_METRICS)[number]] += row.value;
+      events.set(row.task, entry);
+      continue;
+    }
+    const id = JSON.stringify([row.queue, row.task]);
+    const entry =
+      jobs.get(id) ?? ({ queue: row.queue, task: row.task ?? "", ...zeroStates(), oldest_runnable_seconds: null } as JobCounts);
+    // StatsMetric (contract.ts) lacks oldest_runnable_seconds, which stats() also returns.
+    const metric = row.metric as string;
+    if (metric === "oldest_runnable_seconds") {
+      entry.oldest_runnable_seconds = row.value;
+      totals.oldest_runnable_seconds = Math.max(totals.oldest_runnable_seconds ?? 0, row.value);
+    } else if (metric === "lease_expired" || isJobState(metric)) {
+      entry[metric] += row.value;
+      totals[metric] += row.value;
+    }
+    jobs.set(id, entry);
+  }
+  return { at: new Date().toISOString(), jobs: [...jobs.values()], events: [...events.values()], totals };
+}
+
+const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED", "OLDEST RUNNABLE"];
+
+export function renderStats(report: StatsReport): string[] {
+  if (report.jobs.length === 0 && report.events.length === 0) return ["No jobs yet."];
+  const numbers = (counts: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null }) => [
+    ...JOB_STATES.map((state) => String(counts[state])),
+    String(counts.lease_expired),
+    counts.oldest_runnable_seconds === null ? "-" : age(counts.oldest_runnable_seconds * 1000),
+  ];
+  const numeric = STATE_HEADERS.map((_, i) => i + 2);
+  const lines = table(
+    ["QUEUE", "TASK", ...STATE_HEADERS],
+    [...report.jobs.map((j) => [j.queue, j.task, ...numbers(j)]), ["total", "", ...numbers(report.totals)]],
+    numeric,
+  );
+  if (report.events.length > 0) {
+    lines.push(
+      "",
+      ...table(
+        ["TASK", "DEDUPLICATED", "REJECTED", "CONFLICT", "GUARD DUPLICATE"],
+        report.events.map((e) => [e.task, String(e.deduplicated), String(e.rejected), String(e.conflict), String(e.guard_duplicate)]),
+        [1, 2, 3, 4],
+      ),
+    );
+  }
+  if (report.totals.lease_expired > 0) {
+    lines.push("", `${report.totals.lease_expired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
+  }
+  return lines;
+}
+
+/** Redraws until SIGINT/SIGTERM, which end it normally (exit 0). */
+async function watch(client: Client, options: Options, seconds: number): Promise<void> {
+  let stopped = false;
+  let wake: (() => void) | undefined;
+  const stop = (): void => {
+    stopped = true;
+    wake?.();
+  };
+  const signals = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+  for (const signal of signals) process.on(signal, stop);
+  try {
+    const tty = process.stdout.isTTY === true && !options.json;
+    while (!stopped) {
+      const report = await statsReport(client);
+      if (stopped) break;
+      if (options.json) {
+        emit(options, report, "");
+      } else {
+        const header = `idemq stats at ${report.at.replace(/\.\d{3}Z$/, "Z")} (every ${seconds}s; Ctrl-C to stop)`;
+        process.stdout.write(`${tty ? "\x1b[H\x1b[2J" : ""}${[header, ...renderStats(report), ""].join("\n")}\n`);
+      }
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        const timer = setTimeout(resolve, seconds * 1000);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+  } finally {
+    for (const signal of signals) process.removeListener(signal, stop);
+  }
+}

@@ -1,0 +1,210 @@
+// Human-readable output shared by the CLI commands: aligned tables, times and
+// ages, a job's summary, and the timeline of its attempts.
+import type { Job } from "../job-reads.ts";
+
+/** Columns separated by two spaces; numeric columns right-aligned. */
+export function table(headers: readonly string[], rows: readonly (readonly string[])[], numeric: readonly number[] = []): string[] {
+  const widths = headers.map((header, i) => Math.max(header.length, ...rows.map((row) => (row[i] ?? "").length)));
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, i) => (numeric.includes(i) ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!)))
+      .join("  ")
+      .trimEnd();
+  return [line(headers), ...rows.map(line)];
+}
+
+/** 2026-11-29T10:15:03Z (UTC, whole seconds). */
+export function instant(date: Date | string | null | undefined): string {
+  if (date === null || date === undefined) return "-";
+  const d = typeof date === "string" ? new Date(date) : date;
+  if (Number.isNaN(d.getTime())) return String(date);
+  return d.toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+/** 45s, 3m 20s, 2h 5m, 3d 4h. */
+export function age(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return s % 60 === 0 ? `${m}m` : `${m}m ${s % 60}s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return m % 60 === 0 ? `${h}h` : `${h}h ${m % 60}m`;
+  const d = Math.floor(h / 24);
+  return h % 24 === 0 ? `${d}d` : `${d}d ${h % 24}h`;
+}
+
+/** "in 5m" or "3m ago", relative to now. */
+export function relative(date: Date | null | undefined, now = Date.now()): string {
+  if (date === null || date === undefined) return "-";
+  const delta = date.getTime() - now;
+  return delta > 0 ? `in ${age(delta)}` : `${age(-delta)} ago`;
+}
+
+export function truncate(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+// ---------------------------------------------------------------- jobs
+
+/** The job row for `idemq jobs`. */
+export const JOB_COLUMNS = ["ID", "STATE", "QUEUE", "TASK", "ATTEMPT", "RUN AT", "KEY", "CREATED"] as const;
+
+export function jobRow(job: Job, now = Date.now()): string[] {
+  const runAt =
+    job.state === "scheduled" || job.state === "enqueued" || job.state === "awaiting"
+      ? relative(job.runAt, now)
+      : job.state === "processing"
+        ? `lease ${relative(job.leaseExpiresAt, now)}`
+        : `done ${relative(job.finishedAt, now)}`;
+  return [
+    job.id,
+    job.state,
+    truncate(job.queue, 24),
+    truncate(job.task, 32),
+    `${job.attempt}/${job.maxAttempts}`,
+    runAt,
+    truncate(job.idempotencyKey ?? "-", 32),
+    relative(job.createdAt, now),
+  ];
+}
+
+/** One line about a job, e.g. for an enqueue's answer. */
+export function jobLine(job: Job): string {
+  const key = job.idempotencyKey === null ? "" : `, key ${job.idempotencyKey}`;
+  return `job ${job.id} (${job.task}, queue ${job.queue}${key}): ${job.state}, attempt ${job.attempt}/${job.maxAttempts}`;
+}
+
+// ------------------------------------------------------------- timeline
+
+/** What the job's row keeps that Job leaves out: when the last attempt was claimed. */
+export interface JobExtras {
+  lockedAt: Date | null;
+}
+
+export interface AttemptEntry {
+  attempt: number;
+  /** When a worker claimed it (null when nothing recorded it). */
+  claimedAt: string | null;
+  worker: string | null;
+  /** failed, lease_expired, cancelled, running, succeeded, snoozed, or unrecorded. */
+  outcome: string;
+  endedAt: string | null;
+  error: { class: string | null; message: string | null } | null;
+}
+
+interface ErrorEntry {
+  attempt?: unknown;
+  started_at?: unknown;
+  failed_at?: unknown;
+  worker?: unknown;
+  class?: unknown;
+  message?: unknown;
+}
+
+const str = (value: unknown): string | null => (typeof value === "string" ? value : value == null ? null : String(value));
+const iso = (date: Date | null): string | null => (date === null ? null : date.toISOString());
+/** A timestamp from the errors JSON ("2026-11-29T11:53:26.114419+00:00") in the ISO form Job dates have. */
+const isoText = (value: unknown): string | null => {
+  const text = str(value);
+  if (text === null) return null;
+  const date = new Date(text);
+  return Number.isNaN(date.getTime()) ? text : date.toISOString();
+};
+
+/**
+ * Every attempt the job had, from its errors array (one entry per failed,
+ * lost or cancelled attempt) and its current row (the attempt that is
+ * running, succeeded, or was snoozed). Attempt numbers with no record were
+ * snoozed (a snooze records nothing).
+ */
+export function timeline(job: Job, extras: JobExtras): AttemptEntry[] {
+  const byAttempt = new Map<number, AttemptEntry>();
+  for (const raw of job.errors as ErrorEntry[]) {
+    const attempt = Number(raw?.attempt);
+    if (!Number.isInteger(attempt)) continue;
+    const errorClass = str(raw.class);
+    byAttempt.set(attempt, {
+      attempt,
+      claimedAt: isoText(raw.started_at),
+      worker: str(raw.worker),
+      outcome: errorClass === "LeaseExpired" ? "lease_expired" : errorClass === "Cancelled" ? "cancelled" : "failed",
+      endedAt: isoText(raw.failed_at),
+      error: { class: errorClass, message: str(raw.message) },
+    });
+  }
+  const entries: AttemptEntry[] = [];
+  for (let attempt = 1; attempt <= job.attempt; attempt++) {
+    const recorded = byAttempt.get(attempt);
+    if (recorded !== undefined) {
+      entries.push(recorded);
+      continue;
+    }
+    const current = attempt === job.attempt;
+    if (!current) {
+      entries.push({ attempt, claimedAt: null, worker: null, outcome: "snoozed", endedAt: null, error: null });
+      continue;
+    }
+    const claimedAt = iso(extras.lockedAt);
+    switch (job.state) {
+      case "processing":
+        entries.push({ attempt, claimedAt, worker: job.lockedBy, outcome: "running", endedAt: null, error: null });
+        break;
+      case "succeeded":
+        entries.push({ attempt, claimedAt, worker: null, outcome: "succeeded", endedAt: iso(job.finishedAt), error: null });
+        break;
+      case "scheduled":
+      case "enqueued":
+        entries.push({ attempt, claimedAt, worker: null, outcome: "snoozed", endedAt: null, error: null });
+        break;
+      default:
+        entries.push({ attempt, claimedAt, worker: null, outcome: "unrecorded", endedAt: null, error: null });
+    }
+  }
+  return entries;
+}
+
+const OUTCOME_WORDS: Record<string, string> = {
+  failed: "failed",
+  lease_expired: "lost its lease",
+  cancelled: "cancelled while running",
+  running: "running",
+  succeeded: "succeeded",
+  snoozed: "snoozed (no error recorded)",
+  unrecorded: "ended without a record",
+};
+
+export function renderJob(job: Job, attempts: readonly AttemptEntry[], now = Date.now()): string[] {
+  const lines = [
+    `job ${job.id}  ${job.task}  (queue ${job.queue})`,
+    `  state      ${job.state}${job.finishedAt ? ` since ${instant(job.finishedAt)}` : ""}`,
+    `  attempts   ${job.attempt} of ${job.maxAttempts}`,
+    `  key        ${job.idempotencyKey ?? "-"}`,
+    `  priority   ${job.priority}`,
+    `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
+  ];
+  if (job.state === "processing") {
+    lines.push(`  lease      ${job.lockedBy ?? "?"} until ${instant(job.leaseExpiresAt)} (${relative(job.leaseExpiresAt, now)})`);
+  }
+  lines.push(
+    `  created    ${instant(job.createdAt)}`,
+    `  expires    ${instant(job.expiresAt)}`,
+    `  payload    ${truncate(JSON.stringify(job.payload), 200)}`,
+    `  result     ${job.result === null || job.result === undefined ? "-" : truncate(JSON.stringify(job.result), 200)}`,
+    "timeline",
+    `  ${instant(job.createdAt)}  enqueued`,
+  );
+  for (const entry of attempts) {
+    const claimed = entry.claimedAt === null ? "" : `claimed ${instant(entry.claimedAt)}`;
+    const by = entry.worker === null ? "" : ` by ${entry.worker}`;
+    const took =
+      entry.claimedAt !== null && entry.endedAt !== null
+        ? ` after ${age(new Date(entry.endedAt).getTime() - new Date(entry.claimedAt).getTime())}`
+        : "";
+    const error =
+      entry.error === null ? "" : `: ${entry.error.class ?? "Error"}: ${truncate((entry.error.message ?? "").replace(/\s+/g, " "), 160)}`;
+    const head = `  #${entry.attempt}`;
+    lines.push(`${head}  ${[claimed + by, `${OUTCOME_WORDS[entry.outcome] ?? entry.outcome}${took}${error}`].filter((part) => part !== "").join(", ")}`);
+  }
+  if (job.finishedAt !== null) lines.push(`  ${instant(job.finishedAt)}  ${job.state}`);
+  return lines;
+}
