@@ -5,6 +5,13 @@ import { type Command, Option } from "commander";
 import { IdemqError } from "../errors.ts";
 import { EXIT, exitCodeFor } from "./exit-codes.ts";
 
+// `idemq jobs | head` closes stdout early: stop quietly instead of crashing
+// with an EPIPE stack trace. (An embedded server is stopped by its exit hook.)
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code !== "EPIPE") throw error;
+  process.exit(typeof process.exitCode === "number" ? process.exitCode : 0);
+});
+
 /** A mistake in how the CLI was called: exit code 2. */
 export class UsageError extends Error {
   override name = "UsageError";
