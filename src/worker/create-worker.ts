@@ -110,7 +110,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.resolveStopped();
       throw error;
     }
-    if (this.state !== "starting") return; // stop() was called meanwhile
+    if (this.state !== "starting") {
+      // stop() was called meanwhile and found nothing started yet.
+      await this.listener.stop();
+      return;
+    }
     this.state = "running";
     this.heartbeat.start();
     this.rescuer.start();

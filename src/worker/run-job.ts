@@ -94,6 +94,12 @@ async function runTransactional(
     freeSlot();
     return failJob(rt, held, error);
   }
+  if (held.abandoned) {
+    // Handed back at shutdown while waiting for a connection.
+    client.release();
+    freeSlot();
+    return;
+  }
   held.tx = client;
   let outcome: Outcome;
   let duplicateOf: string | undefined;
