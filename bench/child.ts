@@ -25,6 +25,8 @@ export interface ChildResult {
   /** CPU of the worker's PostgreSQL backends; null when the server is not readable in /proc. */
   backendCpuSeconds: number | null;
   maxRssKb: number;
+  /** Statements the worker's pg clients sent during the window: its round trips. */
+  statements: number;
   latenciesMs: number[];
 }
 

@@ -24,8 +24,10 @@ const METRICS: Record<string, { label: string; digits: number }> = {
   max_ms: { label: "max ms", digits: 2 },
   wal_bytes_per_job: { label: "WAL B/job", digits: 0 },
   cpu_us_per_job: { label: "machine CPU µs/job", digits: 0 },
-  attributed_cpu_us_per_job: { label: "worker+backends CPU µs/job", digits: 0 },
+  worker_cpu_us_per_job: { label: "worker process CPU µs/job", digits: 0 },
+  backend_cpu_us_per_job: { label: "its PostgreSQL backends CPU µs/job", digits: 0 },
   rss_mb: { label: "peak RSS MB", digits: 1 },
+  statements_per_job: { label: "worker round trips/job", digits: 3 },
   dead_tuples: { label: "dead tuples", digits: 0 },
 };
 

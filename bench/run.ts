@@ -84,6 +84,7 @@ const ctx: Context = {
   },
   log,
   timeoutMs: args.quick ? 120_000 : 600_000,
+  checkpoints: !args.quick,
 };
 
 function packageVersion(name: string): string {

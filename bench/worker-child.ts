@@ -20,6 +20,15 @@ import type { BenchPayload } from "./systems/types.ts";
 import type { ChildConfig, ChildMessage } from "./child.ts";
 
 const config = JSON.parse(process.argv[2]!) as ChildConfig;
+
+// Round trips: every statement any pg client of this process sends (idemq,
+// graphile-worker and pg-boss all use this one pg package).
+let statements = 0;
+const query = pg.Client.prototype.query as (...args: unknown[]) => unknown;
+pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+  if (this !== monitor) statements++;
+  return query.apply(this, args);
+} as typeof pg.Client.prototype.query;
 const system = SYSTEMS[config.system];
 
 function send(message: ChildMessage): void {
@@ -34,6 +43,7 @@ let count = 0;
 let started = 0;
 let cpu0: MachineCpu | null = null;
 let self0: NodeJS.CpuUsage | null = null;
+let statements0 = 0;
 let backends0: Promise<Map<number, number> | null> | null = null;
 const latencies: number[] = [];
 let finishing = false;
@@ -44,6 +54,7 @@ function onJob(payload: BenchPayload): void {
     started = performance.now();
     cpu0 = readMachineCpu();
     self0 = process.cpuUsage();
+    statements0 = statements;
     backends0 = readBackendCpu(monitor).catch(() => null);
   }
   if (config.kind === "latency" && payload.t !== undefined) latencies.push(wallMs() - payload.t);
@@ -55,6 +66,7 @@ function onJob(payload: BenchPayload): void {
 
 async function finish(): Promise<void> {
   while ((await system.remaining(monitor)) > 0) await new Promise((r) => setTimeout(r, 2));
+  const workerStatements = statements - statements0;
   const seconds = (performance.now() - started) / 1000;
   const machine = machineCpuSeconds(cpu0!, readMachineCpu());
   const self = process.cpuUsage(self0!);
@@ -69,6 +81,7 @@ async function finish(): Promise<void> {
       workerCpuSeconds: (self.user + self.system) / 1e6,
       backendCpuSeconds: before && after ? backendCpuSeconds(before, after) : null,
       maxRssKb: process.resourceUsage().maxRSS,
+      statements: workerStatements,
       latenciesMs: latencies,
     },
   });

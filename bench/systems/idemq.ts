@@ -18,6 +18,16 @@ import {
 
 const ACTIVE = "('scheduled', 'enqueued', 'processing', 'awaiting')";
 
+/**
+ * BENCH_IDEMQ_PREFETCH: a diagnostic knob, not a default. It sets the
+ * worker's prefetch (claimed jobs buffered locally; default = concurrency),
+ * which bounds how many jobs one claim() can fetch. Shown in the settings.
+ */
+function prefetch(): number | undefined {
+  const value = process.env.BENCH_IDEMQ_PREFETCH;
+  return value ? Number(value) : undefined;
+}
+
 export const idemq: System = {
   name: "idemq",
   // One worker: the same run answers the "fastest settings" and "per-job default" rows.
@@ -29,7 +39,8 @@ export const idemq: System = {
       mode === "transactional"
         ? `task { transactional: true, guardKey: p => "ledger:" + p.i } (guard + ledger insert + complete in one transaction)`
         : "no-op task";
-    return `createWorker({ concurrency: ${concurrency} }) defaults, ${tasks}`;
+    const extra = prefetch() === undefined ? "" : `, prefetch: ${prefetch()} (BENCH_IDEMQ_PREFETCH)`;
+    return `createWorker({ concurrency: ${concurrency}${extra} }) defaults otherwise, ${tasks}`;
   },
 
   async setup(url) {
@@ -67,6 +78,7 @@ export const idemq: System = {
       connectionString: spec.url,
       concurrency: spec.concurrency,
       handleSignals: false,
+      ...(prefetch() === undefined ? {} : { prefetch: prefetch() }),
       tasks: {
         [NOOP_TASK]: async (payload: BenchPayload) => spec.onJob(payload),
         [LEDGER_TASK]: {

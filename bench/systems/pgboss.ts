@@ -110,7 +110,13 @@ export const pgboss: System = {
       ...(spec.mode === "batched" ? {} : STATS_EVERY_SECOND),
     });
     boss.on("error", (err) => console.error("pg-boss worker:", err));
-    boss.on("warning", (w) => console.error("pg-boss warning:", w.message));
+    // Each kind of warning once: the backlog warning repeats every second while the bench's backlog drains.
+    const warned = new Set<string>();
+    boss.on("warning", (w) => {
+      const kind = String((w.data as { type?: unknown } | undefined)?.type ?? w.message);
+      if (!warned.has(kind)) console.error("pg-boss warning:", w.message);
+      warned.add(kind);
+    });
     await boss.start();
     // Only the queue this mode uses gets workers: idle pollers on another queue would cost CPU.
     if (spec.mode === "transactional") {

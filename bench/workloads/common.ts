@@ -48,6 +48,8 @@ export interface Context {
   scaleTemplate(system: SystemName): Promise<string>;
   log(line: string): void;
   timeoutMs: number;
+  /** CHECKPOINT before each measured window (off in --quick, where it would be most of the time). */
+  checkpoints: boolean;
 }
 
 /** One system in one configuration: a column of the results. */
@@ -101,7 +103,8 @@ export async function withFreshDatabase<T>(
   template = ctx.template(system),
 ): Promise<T> {
   const name = `bench_${system}_r${round}`;
-  await createDatabase(ctx.admin, name, template);
+  // Scale templates hold a million rows: copy their files rather than WAL-log them.
+  await createDatabase(ctx.admin, name, template, template !== ctx.template(system));
   const url = databaseUrl(ctx.server, name);
   const client = new pg.Client({ connectionString: url });
   client.on("error", () => {});

@@ -42,7 +42,7 @@ async function measureEnqueue(
       await Promise.all(
         jobs(options.connections, options.keyed, "warm").map((job) => producer.enqueueOne(job)),
       );
-      await checkpoint(db.client);
+      if (ctx.checkpoints) await checkpoint(db.client);
       const walWindow = await openWalWindow(db.client);
       const cpu0 = readMachineCpu();
       const t0 = performance.now();

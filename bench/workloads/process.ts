@@ -49,7 +49,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
       await holder.query("SELECT txid_current()");
     }
     try {
-      await checkpoint(db.client);
+      if (ctx.checkpoints) await checkpoint(db.client);
       const walWindow = await openWalWindow(db.client);
       const child = spawnWorker(
         { system: v.system, mode: v.mode, concurrency: options.concurrency, url: db.url, expect: count, kind: "throughput", notify: false },
@@ -64,15 +64,16 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
       }
       const wal = await closeWalWindow(db.client, walWindow);
       const dead = await deadTuples(db.client, system.tables);
-      const attributed = result.backendCpuSeconds === null ? null : result.workerCpuSeconds + result.backendCpuSeconds;
       return {
         metrics: {
           jobs_per_s: count / result.seconds,
           wal_bytes_per_job: wal.bytes / count,
           wal_attributed: wal.attributed ? 1 : 0,
           cpu_us_per_job: (result.machineCpuSeconds * 1e6) / count,
-          attributed_cpu_us_per_job: attributed === null ? null : (attributed * 1e6) / count,
+          worker_cpu_us_per_job: (result.workerCpuSeconds * 1e6) / count,
+          backend_cpu_us_per_job: result.backendCpuSeconds === null ? null : (result.backendCpuSeconds * 1e6) / count,
           rss_mb: result.maxRssKb / 1024,
+          statements_per_job: result.statements / count,
           dead_tuples: dead,
         },
       };
