@@ -3,6 +3,7 @@
 import {
   BadArgumentError,
   DuplicateJobError,
+  IdemqError,
   InvalidStateError,
   JobNotFoundError,
   KeyReuseError,
@@ -37,6 +38,14 @@ export const SIGNAL_EXIT: Readonly<Record<"SIGHUP" | "SIGINT" | "SIGTERM", numbe
   SIGTERM: 143,
 };
 
+const BY_SQLSTATE: Readonly<Record<string, number>> = {
+  IQ409: EXIT.REJECTED,
+  IQ422: EXIT.KEY_CONFLICT,
+  IQ404: EXIT.NOT_FOUND,
+  IQ412: EXIT.INVALID_STATE,
+  IQ400: EXIT.USAGE,
+};
+
 /** The exit code for an error a command let escape. */
 export function exitCodeFor(error: unknown): number {
   if (error instanceof DuplicateJobError) return EXIT.REJECTED;
@@ -46,6 +55,9 @@ export function exitCodeFor(error: unknown): number {
   // Class 22 / IQ400 from SQL, or a client-side check: the input was wrong.
   if (error instanceof BadArgumentError) return EXIT.USAGE;
   if (error instanceof Error && error.name === "UsageError") return EXIT.USAGE;
+  // An IdemqError of a known code that fromPgError could not type (retry's
+  // IQ409 has policy null, which DuplicateJobError refuses).
+  if (error instanceof IdemqError) return BY_SQLSTATE[error.code] ?? (error.code.startsWith("22") ? EXIT.USAGE : EXIT.FAILURE);
   return EXIT.FAILURE;
 }
 

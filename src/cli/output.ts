@@ -81,7 +81,7 @@ export function oneLineCommanderErrors(command: Command): void {
 
 /** "Check the id" -> "check the id"; an acronym ("SQL ...") stays. */
 function lowerFirst(text: string): string {
-  return /^[A-Z][a-z]/.test(text) ? text[0]!.toLowerCase() + text.slice(1) : text;
+  return /^[A-Z](?![A-Z0-9])/.test(text) ? text[0]!.toLowerCase() + text.slice(1) : text;
 }
 
 function commandPath(command: Command): string {

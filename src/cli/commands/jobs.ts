@@ -31,6 +31,8 @@ export function registerJobsCommands(program: Command): void {
   const jobs = program
     .command("jobs")
     .description("list jobs (newest first); show, retry, cancel or reschedule them")
+    // Checked in the action, so `jobs frobnicate` names the subcommands rather than "too many arguments".
+    .allowExcessArguments()
     .option("--state <states>", `comma-separated states: ${JOB_STATES.join(", ")}`, parseStates)
     .option("--queue <queue>", "only this queue")
     .option("--task <task>", "only this task")
@@ -38,6 +40,10 @@ export function registerJobsCommands(program: Command): void {
     .option("--limit <n>", `at most this many rows (default ${CLIENT_DEFAULTS.listLimit})`, integerParser("--limit", 1, 100_000))
     .action(
       action(async (_options: ListOptions, cmd: Command) => {
+        const subcommand = cmd.args[0];
+        if (subcommand !== undefined) {
+          throw new UsageError(`unknown command 'jobs ${subcommand}'; use jobs show, retry, cancel or reschedule (see \`idemq jobs --help\`)`);
+        }
         const options = cmd.optsWithGlobals<ListOptions>();
         await withClient(options, async (client) => {
           const found = await client.listJobs({
@@ -155,7 +161,7 @@ async function forEachJob(
         // A job the database does not answer for is not "bad input for one id": stop.
         if (typeof code !== "string" || (!code.startsWith("IQ") && !code.startsWith("22"))) throw error;
         firstFailure ??= error;
-        const detail = error instanceof DuplicateJobError ? ` (key ${error.key} is held by job ${error.existingJobId})` : "";
+        const detail = code === "IQ409" ? keyHolder(error) : "";
         results.push({ id, ok: false, code, message: errorLine(error) + detail });
         process.stderr.write(`idemq: job ${id}: ${errorLine(error)}${detail}\n`);
       }
@@ -167,6 +173,17 @@ async function forEachJob(
     );
     if (firstFailure !== undefined) process.exitCode = exitCodeFor(firstFailure);
   });
+}
+
+/** " (key K is held by job N)" from an IQ409's DETAIL. */
+function keyHolder(error: unknown): string {
+  if (error instanceof DuplicateJobError) return ` (key ${error.key} is held by job ${error.existingJobId})`;
+  try {
+    const detail = JSON.parse(String((error as { detail?: unknown }).detail)) as { key?: unknown; existing_job_id?: unknown };
+    return detail.key === undefined ? "" : ` (key ${String(detail.key)} is held by job ${String(detail.existing_job_id)})`;
+  } catch {
+    return "";
+  }
 }
 
 /** The database's now() + a duration, so a delay means the same as enqueue --delay. */
