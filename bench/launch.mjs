@@ -35,7 +35,10 @@ function node22() {
   process.exit(2);
 }
 
-const child = spawn(node22(), ["--import", "tsx", join(bench, "run.ts"), ...process.argv.slice(2)], {
+// `npm run bench -- profile ...` runs bench/profile.ts instead of the benchmarks.
+const args = process.argv.slice(2);
+const script = args[0] === "profile" ? "profile.ts" : "run.ts";
+const child = spawn(node22(), ["--import", "tsx", join(bench, script), ...args], {
   stdio: "inherit",
   cwd: join(bench, ".."),
 });

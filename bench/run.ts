@@ -12,6 +12,7 @@ import os from "node:os";
 import { parseArgs } from "node:util";
 import { adminClient, createDatabase, databaseUrl, dropDatabase, serverFacts, serverUrl, withClient } from "./db.ts";
 import { buildReport, toMarkdown, type Sample } from "./report.ts";
+import { lockBenchRuns } from "./run-lock.ts";
 import { SYSTEMS } from "./systems/index.ts";
 import type { SystemName } from "./systems/types.ts";
 import { FULL_SIZES, QUICK_SIZES, type Context, type Workload } from "./workloads/common.ts";
@@ -21,6 +22,7 @@ import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
 
 const USAGE = `usage: npm run bench -- [--json] [--quick] [--scale] [--rounds N] [--only id,id]
+       npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger]   (see bench/profile.ts)
   --json       print the report as JSON (progress goes to stderr)
   --quick      tiny sizes, one round (CI: proves the harness runs, measures nothing)
   --scale      add the scale rows (1M finished jobs retained; a transaction held open)
@@ -55,6 +57,7 @@ if (workloads.length === 0) throw new Error(`--only ${args.only} matches no work
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 const server = serverUrl();
 const admin = await adminClient(server);
+await lockBenchRuns(admin);
 const names = Object.keys(SYSTEMS) as SystemName[];
 const templateName = (system: SystemName) => `bench_tpl_${system}`;
 const scaleTemplates = new Map<SystemName, Promise<string>>();
