@@ -11,9 +11,10 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { CLI, runCli } from "./helpers/cli.ts";
+import { databaseUrl } from "../src/embedded.ts";
 import { serverUrl } from "./helpers/db.ts";
 
-const DEMO_TIMEOUT_MS = 180_000;
+const DEMO_TIMEOUT_MS = 240_000;
 const FIGURES = 35;
 
 interface Figure {
@@ -188,6 +189,47 @@ describe("idemq demo", () => {
       } finally {
         await admin.end();
       }
+    },
+    DEMO_TIMEOUT_MS,
+  );
+
+  it(
+    "exits 1 and names the figures that are off when a guarantee does not hold (a guard row planted before the credits run)",
+    async () => {
+      const server = serverUrl();
+      const child = spawn(process.execPath, [CLI, "demo", "--json", "--database-url", server], {
+        env: { ...process.env, NO_COLOR: "1" },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+      child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+      const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+
+      // The demo migrates its database, then spends a second or more starting
+      // its workers before it enqueues the credits: plant the guard row of
+      // order 1 as soon as the database shows in the demo's progress.
+      await waitUntil(() => /created database (idemq_demo_\S+)/.test(stderr), `the demo creates its database (${stderr})`, 60_000);
+      const name = /created database (idemq_demo_\S+)/.exec(stderr)![1]!;
+      const sabotage = new pg.Client({ connectionString: databaseUrl(server, name) });
+      await sabotage.connect();
+      try {
+        await sabotage.query("SELECT idemq.guard('credit:order-1', 'credit')");
+      } finally {
+        await sabotage.end();
+      }
+      expect(/running 600 credit jobs/.test(stderr), "the guard row was planted before the credits were enqueued").toBe(false);
+
+      expect(await exited, stderr).toBe(1);
+      const demo = parseDemoJson(stdout);
+      expect(demo.ok).toBe(false);
+      // Order 1's three deliveries are all duplicates now: 99 rows, 201 duplicates.
+      expect(demo.figures.filter((f) => !f.ok).map((f) => [f.name, f.expected, f.observed])).toEqual([
+        ["guarded: ledger rows", 100, 99],
+        ["guarded: duplicates in stats() (guard_duplicate)", 200, 201],
+        ["guarded: job:duplicate worker events", 200, 201],
+      ]);
     },
     DEMO_TIMEOUT_MS,
   );

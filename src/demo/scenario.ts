@@ -32,7 +32,7 @@ export interface ScenarioResult {
 }
 
 /** Polls the jobs until each is terminal; returns them in the order of `ids`. */
-export async function waitForJobs(ctx: DemoContext, ids: readonly string[], what: string, timeoutMs = 30_000): Promise<Job[]> {
+export async function waitForJobs(ctx: DemoContext, ids: readonly string[], what: string, timeoutMs = 60_000): Promise<Job[]> {
   const { client, signal } = ctx;
   const deadline = Date.now() + timeoutMs;
   for (;;) {

@@ -104,12 +104,12 @@ export class DemoWorker extends EventEmitter<{ event: [WorkerEvent] }> {
   }
 
   /** Resolves once the worker runs (its worker:started line); rejects if it exits first. */
-  async started(timeoutMs = 30_000): Promise<void> {
+  async started(timeoutMs = 90_000): Promise<void> {
     await this.waitFor((e) => e.event === "worker:started", "to start", timeoutMs);
   }
 
   /** Resolves with the first event (past or future) that matches. */
-  waitFor(match: (event: WorkerEvent) => boolean, what: string, timeoutMs = 30_000): Promise<WorkerEvent> {
+  waitFor(match: (event: WorkerEvent) => boolean, what: string, timeoutMs = 60_000): Promise<WorkerEvent> {
     const seen = this.events.find(match);
     if (seen !== undefined) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {

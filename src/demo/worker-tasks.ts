@@ -67,7 +67,7 @@ export const tasks: Tasks = {
     maxAttempts: 5,
     backoff: { kind: "fixed", delays: ["200ms", "500ms"] },
     run: async (p: { supplier: string }, ctx) => {
-      const timeoutMs = 300;
+      const timeoutMs = 500;
       let response: Response;
       try {
         response = await fetch(`${env("SUPPLIER_URL")}/suppliers/${encodeURIComponent(p.supplier)}/catalog`, {
