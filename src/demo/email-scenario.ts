@@ -50,7 +50,7 @@ export async function emailScenario(ctx: DemoContext, mailer: DemoWorker, lease:
       );
       ids.push(jobId);
     }
-    await withDeadline(killed, 60_000, () => `${mailer.name} never sent ${CRASH_ON}`);
+    await withDeadline(killed, 60_000, () => `${mailer.name} never sent ${CRASH_ON}`, ctx.signal);
     progress.step(`job #${ids[INVOICES.indexOf(CRASH_ON)]} (${CRASH_ON}) stays processing under a dead worker until its ${lease} lease runs out; starting mailer-2`);
     takeover = ctx.startWorker({ name: "mailer-2", queues: ["emails"], concurrency: 1 });
     narrate(takeover);

@@ -42,7 +42,7 @@ export async function guardScenario(ctx: DemoContext): Promise<ScenarioResult> {
   try {
     const outcomes = await client.enqueueMany(jobs);
     if (outcomes.some((o) => o.outcome !== "created")) throw new Error("enqueue_many did not create every credit job");
-    await withDeadline(allEnded, 120_000, () => `credit jobs: ${finished} of ${total} finished after 120 s`);
+    await withDeadline(allEnded, 120_000, () => `credit jobs: ${finished} of ${total} finished after 120 s`, ctx.signal);
   } finally {
     stopListening();
   }

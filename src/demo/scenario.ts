@@ -56,16 +56,23 @@ export function onAnyEvent(workers: Iterable<DemoWorker>, listener: (event: Work
   };
 }
 
-/** Rejects with `message` when `work` has not settled after ms. */
-export async function withDeadline<T>(work: Promise<T>, ms: number, message: () => string): Promise<T> {
+/** Rejects with `message` when `work` has not settled after ms, or at once when `signal` aborts. */
+export async function withDeadline<T>(work: Promise<T>, ms: number, message: () => string, signal: AbortSignal): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
   try {
     return await Promise.race([
       work,
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(message())), ms))),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(message())), ms);
+        onAbort = () => reject(signal.reason);
+        if (signal.aborted) onAbort();
+        else signal.addEventListener("abort", onAbort, { once: true });
+      }),
     ]);
   } finally {
     clearTimeout(timer);
+    if (onAbort !== undefined) signal.removeEventListener("abort", onAbort);
   }
 }
 
