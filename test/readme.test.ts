@@ -9,12 +9,17 @@
 // A block that cannot run as written carries the marker
 //   <!-- readme-test: substitute -->
 // on the line before it, and SUBSTITUTES below says what runs instead and why.
+// A command that runs until it is stopped (a worker, `stats --watch`) is
+// marked
+//   <!-- readme-test: runs until stopped -->
+// and must still be running after RUNS_UNTIL_STOPPED_MS, then exit within
+// STOP_GRACE_MS of a SIGTERM to its process group (as a service manager stops it).
 // A ```text block marked
 //   <!-- readme-test: output of the previous block -->
 // is sample output: each of its lines must appear in what the previous block
 // printed (runs of spaces compared as one; "..." stands for what varies, and a
 // line "..." for lines left out).
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -25,6 +30,9 @@ import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 const ROOT = resolve(import.meta.dirname, "..");
 const README = join(ROOT, "README.md");
 const BLOCK_TIMEOUT_MS = 300_000;
+const RUNS_UNTIL_STOPPED = "runs until stopped";
+const RUNS_UNTIL_STOPPED_MS = 8_000;
+const STOP_GRACE_MS = 30_000;
 
 const RUNNERS = { sh: "sh", bash: "sh", shell: "sh", ts: "ts", typescript: "ts", sql: "sql" } as const;
 type Kind = (typeof RUNNERS)[keyof typeof RUNNERS];
@@ -136,6 +144,7 @@ async function runBlock(block: Block & { kind: Kind }, databaseUrl: string): Pro
   const env = await readerEnv(databaseUrl);
   switch (block.kind) {
     case "sh":
+      if (block.marker === RUNS_UNTIL_STOPPED) return runUntilStopped(block.code, env);
       return run("bash", ["-e", "-o", "pipefail", "-c", block.code], env);
     case "ts": {
       const harness = join(workDir, "harness.mjs");
@@ -145,6 +154,56 @@ async function runBlock(block: Block & { kind: Kind }, databaseUrl: string): Pro
     case "sql":
       return run("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", blockFile(block, "sql"), databaseUrl], env);
   }
+}
+
+/**
+ * Runs a long-running block in a process group of its own; a block that ends
+ * before RUNS_UNTIL_STOPPED_MS reports its own exit code (0 would be wrong: it
+ * was meant to keep running, so that becomes 1), else the group gets SIGTERM
+ * and the outcome is 0 if everything in it exits within STOP_GRACE_MS.
+ */
+function runUntilStopped(code: string, env: NodeJS.ProcessEnv): Promise<Outcome> {
+  return new Promise((resolveRun) => {
+    const child = spawn("bash", ["-e", "-o", "pipefail", "-c", code], { cwd: ROOT, env, detached: true });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    let stopped = false;
+    const stop = setTimeout(() => {
+      stopped = true;
+      process.kill(-child.pid!, "SIGTERM");
+      setTimeout(() => {
+        try {
+          process.kill(-child.pid!, "SIGKILL");
+          stderr += `\n[readme test] still running ${STOP_GRACE_MS / 1000} s after SIGTERM: killed`;
+        } catch {
+          // the group is gone
+        }
+      }, STOP_GRACE_MS).unref();
+    }, RUNS_UNTIL_STOPPED_MS);
+    child.on("exit", (exitCode) => {
+      clearTimeout(stop);
+      if (!stopped) {
+        resolveRun({ code: exitCode === 0 ? 1 : exitCode, stdout, stderr: `${stderr}\n[readme test] ended before it was stopped` });
+        return;
+      }
+      // bash itself dies of the SIGTERM; what matters is that the whole group is gone in time.
+      const deadline = Date.now() + STOP_GRACE_MS;
+      const poll = (): void => {
+        let alive = true;
+        try {
+          process.kill(-child.pid!, 0);
+        } catch {
+          alive = false;
+        }
+        if (!alive) resolveRun({ code: 0, stdout, stderr });
+        else if (Date.now() > deadline) resolveRun({ code: null, stdout, stderr: `${stderr}\n[readme test] did not stop after SIGTERM` });
+        else setTimeout(poll, 50);
+      };
+      poll();
+    });
+  });
 }
 
 interface Substitute {
@@ -187,6 +246,8 @@ describe("README.md", () => {
       if (block.marker === undefined) continue;
       if (block.marker === "substitute") {
         expect(SUBSTITUTES[block.code], `${where}: marked substitute, but SUBSTITUTES has no entry for its text`).toBeDefined();
+      } else if (block.marker === RUNS_UNTIL_STOPPED) {
+        expect(block.kind, `${where}: only sh blocks run until stopped`).toBe("sh");
       } else {
         expect(block.marker, `${where}: unknown marker`).toBe("output of the previous block");
         expect(block.kind, `${where}: sample output goes in a text block`).toBe("text");
@@ -209,7 +270,11 @@ describe("README.md", () => {
       });
 
       it(
-        block.marker === "substitute" ? "runs its substitute (see SUBSTITUTES)" : "runs without error",
+        block.marker === "substitute"
+          ? "runs its substitute (see SUBSTITUTES)"
+          : block.marker === RUNS_UNTIL_STOPPED
+            ? `runs without error until stopped (SIGTERM after ${RUNS_UNTIL_STOPPED_MS / 1000} s)`
+            : "runs without error",
         async () => {
           if (block.marker === "substitute") {
             const substitute = SUBSTITUTES[block.code]!;
