@@ -2,6 +2,7 @@
 // server) that a test can read line by line and signal. runCli (cli.ts) is for
 // commands that finish by themselves.
 import { type ChildProcess, spawn } from "node:child_process";
+import { resolve } from "node:path";
 import { CLI } from "./cli.ts";
 
 export interface CliProcess {
@@ -29,9 +30,15 @@ export function killAll(): void {
 }
 
 export function startCli(args: string[], options: StartCliOptions = {}): CliProcess {
+  return startNode([CLI, ...args], options);
+}
+
+/** `node <nodeArgs>` with the same environment rules as startCli (e.g. a fixture run with --import tsx). */
+export function startNode(nodeArgs: string[], options: StartCliOptions = {}): CliProcess {
   const env: NodeJS.ProcessEnv = { ...process.env, ...options.env, NO_COLOR: "1" };
   if (options.env?.DATABASE_URL === undefined) delete env.DATABASE_URL;
-  const child = spawn(process.execPath, [CLI, ...args], {
+  const child = spawn(process.execPath, nodeArgs, {
+    cwd: resolve(import.meta.dirname, "..", ".."),
     env,
     stdio: ["ignore", "pipe", "pipe"],
     detached: options.detached ?? false,
