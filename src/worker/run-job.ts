@@ -3,7 +3,7 @@
 // Plain task: handler -> complete_many through the Completer (or complete()
 // when it returned a result to store).
 // Transactional task: on one pooled connection
-//   BEGIN; guard(guardKey(payload) ?? job key, task)
+//   BEGIN; guard(guardKey(payload) ?? the job's idempotency key, task)
 //     false -> complete in the same transaction, COMMIT: job:duplicate, the handler never runs
 //     true  -> handler with ctx.tx; complete(job_id, attempt) in the same transaction; COMMIT
 //   IQ410 from complete (a newer attempt took the job) rolls the whole
@@ -106,8 +106,8 @@ async function runTransactional(
   let broken: Error | undefined;
   try {
     await client.query("BEGIN");
-    const key = task.guardKey !== undefined ? task.guardKey(held.job.payload) : held.job.idempotencyKey;
-    if (key !== null && key !== undefined && !(await sql.guard(client, key, held.job.task))) duplicateOf = key;
+    const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
+    if (key !== null && !(await sql.guard(client, key, held.job.task))) duplicateOf = key;
     let result: unknown;
     if (duplicateOf === undefined) {
       result = await task.run(held.job.payload, makeContext(rt, held, client) as never);

@@ -18,7 +18,7 @@ export interface NormalizedTask {
   name: string;
   run: (payload: Payload, ctx: never) => unknown;
   transactional: boolean;
-  guardKey: ((payload: Payload) => string) | undefined;
+  guardKey: ((payload: Payload) => string | null | undefined) | undefined;
   maxAttempts: number | undefined;
   backoff: BackoffSchedule | undefined;
   exceptOn: readonly ErrorClass[];

@@ -107,9 +107,10 @@ export interface TransactionalTaskConfig extends TaskOptions {
   transactional: true;
   /**
    * The guard key: the business key of the effect (e.g. p => `credit:order-${p.orderId}`).
-   * Without it the job's idempotency key is used; with neither, the task runs unguarded.
+   * Without it (or when it returns null/undefined) the job's idempotency key
+   * is used; with neither, the task runs unguarded.
    */
-  guardKey?: (payload: Payload) => string;
+  guardKey?: (payload: Payload) => string | null | undefined;
   run: TransactionalTaskHandler;
 }
 
