@@ -5,7 +5,7 @@
 // job, finds the stale effect claim and resends with the same key: the
 // provider replays its first answer, and the customer has one email.
 import { exactly } from "./figures.ts";
-import { type DemoContext, type ScenarioResult, waitForJobs, withDeadline, workerName } from "./scenario.ts";
+import { type DemoContext, endOfAttempt, type ScenarioResult, waitForEvent, waitForJobs, withDeadline, workerName } from "./scenario.ts";
 import type { DemoWorker } from "./worker-processes.ts";
 
 const INVOICES = ["INV-1001", "INV-1002", "INV-1003"] as const;
@@ -54,7 +54,9 @@ export async function emailScenario(ctx: DemoContext, mailer: DemoWorker, lease:
     progress.step(`job #${ids[INVOICES.indexOf(CRASH_ON)]} (${CRASH_ON}) stays processing under a dead worker until its ${lease} lease runs out; starting mailer-2`);
     takeover = ctx.startWorker({ name: "mailer-2", queues: ["emails"], concurrency: 1 });
     narrate(takeover);
-    await waitForJobs(ctx, ids, "invoice emails", 60_000);
+    const finished = await waitForJobs(ctx, ids, "invoice emails", 60_000);
+    // The workers' event lines about the last attempts may still be on their way.
+    for (const job of finished) await waitForEvent(ctx, [mailer, takeover], endOfAttempt(job), `the end of job #${job.id}`);
   } finally {
     provider.onDelivered = undefined;
   }

@@ -3,7 +3,7 @@
 // and an import of a supplier that does not exist, which throws
 // PermanentError and fails at once, without retries.
 import { checked, exactly } from "./figures.ts";
-import { type DemoContext, onAnyEvent, type ScenarioResult, waitForJobs, workerName } from "./scenario.ts";
+import { type DemoContext, endOfAttempt, onAnyEvent, type ScenarioResult, waitForEvent, waitForJobs, workerName } from "./scenario.ts";
 import type { WorkerEvent } from "./worker-processes.ts";
 
 /** The backoff of import_supplier in worker-tasks.ts, in milliseconds. */
@@ -48,7 +48,11 @@ export async function retriesScenario(ctx: DemoContext): Promise<ScenarioResult>
   try {
     acme = (await client.enqueue("import_supplier", { supplier: "acme" }, { queue: "imports" })).jobId;
     globex = (await client.enqueue("import_supplier", { supplier: "globex" }, { queue: "imports" })).jobId;
-    await waitForJobs(ctx, [acme, globex], "supplier imports", 60_000);
+    const jobs = await waitForJobs(ctx, [acme, globex], "supplier imports", 60_000);
+    // The last attempt's event line may still be on its way from the worker.
+    for (const job of jobs) {
+      await waitForEvent(ctx, workers, endOfAttempt(job), `the end of job #${job.id}`);
+    }
   } finally {
     stopListening();
   }

@@ -56,6 +56,46 @@ export function onAnyEvent(workers: Iterable<DemoWorker>, listener: (event: Work
   };
 }
 
+/** The event that ends this attempt of the job (how it ended: success, retry, failed...). */
+export function endOfAttempt(job: { id: string; attempt: number }): (event: WorkerEvent) => boolean {
+  const endings = ["job:success", "job:retry", "job:failed", "job:duplicate", "job:lease-lost", "job:snoozed"];
+  return (event) => event.jobId === job.id && event.attempt === job.attempt && endings.includes(event.event);
+}
+
+/**
+ * The first event of any of the workers that matches, seen already or still to
+ * come. A job's state in the database can change before the worker's event
+ * line about it has reached the demo.
+ */
+export async function waitForEvent(
+  ctx: DemoContext,
+  workers: Iterable<DemoWorker>,
+  match: (event: WorkerEvent) => boolean,
+  what: string,
+  timeoutMs = 30_000,
+): Promise<WorkerEvent> {
+  const list = [...workers];
+  for (const worker of list) {
+    const seen = worker.events.find(match);
+    if (seen !== undefined) return seen;
+  }
+  let stopListening = (): void => {};
+  try {
+    return await withDeadline(
+      new Promise<WorkerEvent>((resolve) => {
+        stopListening = onAnyEvent(list, (event) => {
+          if (match(event)) resolve(event);
+        });
+      }),
+      timeoutMs,
+      () => `no worker reported ${what} within ${timeoutMs / 1000} s`,
+      ctx.signal,
+    );
+  } finally {
+    stopListening();
+  }
+}
+
 /** Rejects with `message` when `work` has not settled after ms, or at once when `signal` aborts. */
 export async function withDeadline<T>(work: Promise<T>, ms: number, message: () => string, signal: AbortSignal): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
