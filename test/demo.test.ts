@@ -11,6 +11,8 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { CLI, runCli } from "./helpers/cli.ts";
+import { Progress } from "../src/demo/progress.ts";
+import { summaryTable } from "../src/demo/summary-table.ts";
 import { databaseUrl } from "../src/embedded.ts";
 import { serverUrl } from "./helpers/db.ts";
 
@@ -294,4 +296,49 @@ describe("idemq demo", () => {
     },
     DEMO_TIMEOUT_MS,
   );
+});
+
+describe("demo output helpers", () => {
+  const stream = (isTTY: boolean) => {
+    const chunks: string[] = [];
+    return { isTTY, chunks, write: (chunk: string) => chunks.push(chunk) > 0 } as unknown as NodeJS.WritableStream & {
+      isTTY: boolean;
+      chunks: string[];
+    };
+  };
+
+  it("on a terminal the progress bar redraws one line in place and ends with a plain step line", () => {
+    const out = stream(true);
+    const bar = new Progress(out).bar("running 4 jobs", 4);
+    bar.update(4);
+    bar.finish("4 jobs done");
+    const text = out.chunks.join("");
+    expect(text).toMatch(/\r\x1b\[2K.*running 4 jobs \[-{24}\] 0\/4/);
+    expect(text).toMatch(/\r\x1b\[2K.*running 4 jobs \[#{24}\] 4\/4/);
+    expect(text.endsWith(" 4 jobs done\n")).toBe(true);
+    expect(text.split("\n")).toHaveLength(2); // one finished line; the bar never added lines
+  });
+
+  it("elsewhere (a pipe) the bar prints a line when it starts and one when it ends, nothing in between", () => {
+    const out = stream(false);
+    const bar = new Progress(out).bar("running 4 jobs", 4);
+    for (let n = 1; n <= 4; n++) bar.update(n);
+    bar.finish("4 jobs done");
+    const lines = out.chunks.join("").trimEnd().split("\n");
+    expect(lines.map((l) => l.replace(/^\[\s*[\d.]+s\] /, ""))).toEqual(["running 4 jobs (4)...", "4 jobs done"]);
+    expect(out.chunks.join("")).not.toMatch(/\r|\x1b/);
+  });
+
+  it("the summary table marks each figure and names a mismatch", () => {
+    const lines = summaryTable(
+      [
+        { scenario: "guard", name: "ledger rows", expected: 100, observed: 100, ok: true },
+        { scenario: "guard", name: "duplicates", expected: 200, observed: 201, ok: false },
+      ],
+      false,
+    );
+    expect(lines[0]).toMatch(/^part\s+figure\s+expected\s+observed$/);
+    expect(lines[2]).toMatch(/^guard\s+ledger rows\s+100\s+100\s+✓$/);
+    expect(lines[3]).toMatch(/^guard\s+duplicates\s+200\s+201\s+✗ MISMATCH$/);
+  });
 });
