@@ -237,6 +237,34 @@ describe("idemq demo", () => {
     DEMO_TIMEOUT_MS,
   );
 
+  it("a role without CREATEDB: one line saying the demo needs its own database and how to get one, exit 1, nothing created", async () => {
+    const server = serverUrl();
+    const role = `idemq_demo_nocreatedb_${process.pid}`;
+    const admin = new pg.Client({ connectionString: server });
+    await admin.connect();
+    try {
+      await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'x' NOCREATEDB`);
+      const url = new URL(server);
+      url.username = role;
+      url.password = "x";
+      const { code, stdout, stderr } = await runCli(["demo", "--database-url", url.toString()]);
+      expect(code).toBe(1);
+      expect(stdout).toBe("");
+      expect(stderr.trim().split("\n").filter((line) => line.startsWith("idemq: "))).toEqual([
+        expect.stringMatching(/^idemq: the demo runs in a database of its own and cannot create one here .*grant the role CREATEDB, or leave --database-url and DATABASE_URL unset/),
+      ]);
+      expect(stderr).not.toMatch(/\n\s+at /); // no stack trace
+      const owned = await admin.query(
+        "SELECT d.datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba WHERE r.rolname = $1",
+        [role],
+      );
+      expect(owned.rows).toEqual([]);
+    } finally {
+      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
+  });
+
   it(
     "on the embedded server from a clean state (no data directory): initdb, every figure as promised, then the server stopped and the lock released",
     async () => {

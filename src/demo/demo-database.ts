@@ -54,7 +54,16 @@ export async function createDemoDatabase(serverUrl: string, options: { keep: boo
   let droppedLeftovers: string[] = [];
   await withAdmin(serverUrl, async (admin) => {
     droppedLeftovers = await dropAbandoned(admin, options.localServer);
-    await admin.query(`CREATE DATABASE ${admin.escapeIdentifier(name)}`);
+    try {
+      await admin.query(`CREATE DATABASE ${admin.escapeIdentifier(name)}`);
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== "42501") throw error;
+      throw new Error(
+        `the demo runs in a database of its own and cannot create one here (${(error as Error).message}): ` +
+          "grant the role CREATEDB, or leave --database-url and DATABASE_URL unset to use the embedded PostgreSQL",
+        { cause: error },
+      );
+    }
   });
   const url = databaseUrl(serverUrl, name);
   try {
