@@ -12,7 +12,12 @@ export function addDatabaseOption(command: Command): Command {
   );
 }
 
-/** The connection string to use; a UsageError when there is none. */
+/**
+ * The connection string, for the commands that need a server of the user's own:
+ * `migrate sql` (a script for a DBA to apply there). Every other command calls
+ * openDatabase (connect.ts), which starts the embedded server when no URL is given.
+ * A UsageError when there is none.
+ */
 export function resolveDatabaseUrl(options: DatabaseOption): string {
   const url = options.databaseUrl?.trim();
   if (url) return url;
