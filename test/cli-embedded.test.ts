@@ -5,7 +5,7 @@
 // signals stay the CLI's (a draining handler keeps the server, the exit code
 // is the CLI's own); the server of a SIGKILLed process is taken back.
 import { existsSync, readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
@@ -95,17 +95,19 @@ describe("the embedded default", () => {
     const result = await runCli(["stats"], { env, timeoutMs: 120_000 });
     expect(result.code, result.stderr).toBe(EXIT.OK);
     expect(result.stdout).toBe("No jobs yet.\n");
-    expect(result.stderr.trimEnd().split("\n")).toEqual([
-      `idemq: starting embedded PostgreSQL 18 in ${dataDir} (first run: initdb) ...`,
-      expect.stringMatching(/^idemq: embedded PostgreSQL ready in \d+\.\d s \(migrated: 0001_init\)$/),
-    ]);
+    expect(result.stderr).toMatch(
+      new RegExp(`^idemq: starting embedded PostgreSQL 18 in ${dataDir} \\(first run: initdb\\) \\.\\.\\. ready in \\d+\\.\\d s \\(migrated: 0001_init\\)\\n$`),
+    );
     expect(existsSync(join(dataDir, "PG_VERSION"))).toBe(true);
     // Stopped, and the directory released.
     expect(existsSync(join(dataDir, "postmaster.pid"))).toBe(false);
     expect(existsSync(lockFile())).toBe(false);
   });
 
-  it("warm: --json prints only JSON (no progress line); data persists between runs; exit codes are the CLI's", async () => {
+  it("warm: one progress line, or none with --json; data persists between runs; exit codes are the CLI's", async () => {
+    const human = await runCli(["stats"], { env });
+    expect(human.code).toBe(EXIT.OK);
+    expect(human.stderr).toMatch(new RegExp(`^idemq: starting embedded PostgreSQL 18 in ${dataDir} \\.\\.\\. ready in \\d+\\.\\d s\\n$`));
     const stats = await runCli(["stats", "--json"], { env });
     expect(stats).toMatchObject({ code: EXIT.OK, stderr: "" });
     expect(JSON.parse(stats.stdout)).toMatchObject({ jobs: [], events: [] });
@@ -124,6 +126,19 @@ describe("the embedded default", () => {
     expect(doctor.code).toBe(EXIT.DOCTOR_WARNINGS);
     expect(JSON.parse(doctor.stdout).checks.find((c: { check: string }) => c.check === "keys").status).toBe("warning");
     expect(existsSync(join(dataDir, "postmaster.pid"))).toBe(false);
+  });
+
+  it("a directory that is not a data directory: the progress line says failed, then one line with the fix (exit 1)", async () => {
+    const junk = join(root, "junk");
+    await mkdir(junk);
+    await writeFile(join(junk, "notes.txt"), "not a cluster");
+    const result = await runCli(["stats"], { env: { IDEMQ_DATA_DIR: junk } });
+    expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
+    expect(result.stderr).toBe(
+      `idemq: starting embedded PostgreSQL 18 in ${junk} (first run: initdb) ... failed\n` +
+        `idemq: ${junk} is neither empty nor a PostgreSQL data directory; remove it or choose another directory\n`,
+    );
+    expect(existsSync(`${junk}.lock`)).toBe(false);
   });
 
   it("a second process is told the directory is in use, by which PID, and the URL to pass instead", async () => {

@@ -194,7 +194,7 @@ function errorCodes(error: unknown): Set<string> {
 async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase> {
   const dataDir = embeddedDataDir();
   const shown = displayPath(dataDir);
-  const log = options.log ?? (options.json ? undefined : (line: string) => process.stderr.write(`${line}\n`));
+  const progress = progressLine(options);
   const started = performance.now();
   const cold = !existsSync(join(dataDir, "PG_VERSION"));
 
@@ -214,7 +214,7 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
     })());
   signals.onSignal(close);
 
-  log?.(`idemq: starting embedded PostgreSQL ${embeddedMajor()}in ${shown}${cold ? " (first run: initdb)" : ""} ...`);
+  progress.start(`idemq: starting embedded PostgreSQL ${embeddedMajor()}in ${shown}${cold ? " (first run: initdb)" : ""} ...`);
   try {
     server = await startDetached(dataDir);
     lock.update({ postmasterPid: postmasterPid(dataDir) });
@@ -222,12 +222,37 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
     lock.update({ url });
     const applied = await migrate({ connectionString: url });
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
-    log?.(`idemq: embedded PostgreSQL ready in ${seconds} s${applied.length > 0 ? ` (migrated: ${applied.join(", ")})` : ""}`);
+    progress.end(`ready in ${seconds} s${applied.length > 0 ? ` (migrated: ${applied.join(", ")})` : ""}`);
     return { url, embedded: true, dataDir, close };
   } catch (error) {
+    progress.end("failed");
     await close().catch(() => {});
     throw error;
   }
+}
+
+/**
+ * "idemq: starting embedded PostgreSQL 18 in .data/pg ... ready in 1.2 s" on
+ * stderr: the start of the line at once, its end when the server is ready (or
+ * failed, before the error's own line). With a `log` option, two lines to it.
+ */
+function progressLine(options: OpenDatabaseOptions): { start(text: string): void; end(text: string): void } {
+  if (options.log !== undefined) {
+    const log = options.log;
+    return { start: (text) => log(text), end: (text) => log(`idemq: embedded PostgreSQL ${text}`) };
+  }
+  if (options.json) return { start: () => {}, end: () => {} };
+  let open = false;
+  return {
+    start(text) {
+      process.stderr.write(text);
+      open = true;
+    },
+    end(text) {
+      if (open) process.stderr.write(` ${text}\n`);
+      open = false;
+    },
+  };
 }
 
 function embeddedMajor(): string {
@@ -249,12 +274,7 @@ function embeddedMajor(): string {
 /** The path as the user would type it: relative when under the current directory. */
 function displayPath(path: string): string {
   const fromCwd = relative(process.cwd(), path);
-  if (fromCwd !== "" && !fromCwd.startsWith("..") && !isAbsolute(fromCwd)) return fromCwd;
-  const fromRoot = relative(PACKAGE_ROOT, path);
-  if (fromRoot !== "" && !fromRoot.startsWith("..") && !isAbsolute(fromRoot) && process.cwd() === PACKAGE_ROOT) {
-    return fromRoot;
-  }
-  return path;
+  return fromCwd !== "" && !fromCwd.startsWith("..") && !isAbsolute(fromCwd) ? fromCwd : path;
 }
 
 /**
