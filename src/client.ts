@@ -144,9 +144,13 @@ export class Client extends EventEmitter<ClientEvents> {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.ownsPool) await this.pool.end();
-    // After end(): errors of connections still closing stay handled.
-    this.pool.off("error", this.onPoolError);
+    if (this.ownsPool) {
+      // Our listener stays on our ended pool: a connection still closing can
+      // report 57P01 (server shutting down) after end() resolves.
+      await this.pool.end();
+    } else {
+      this.pool.off("error", this.onPoolError);
+    }
   }
 }
 

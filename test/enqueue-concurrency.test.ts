@@ -47,7 +47,7 @@ describe("one key, many connections", () => {
     expect(results.filter((r) => !r.deduplicated)).toHaveLength(1);
     expect(results.filter((r) => r.deduplicated)).toHaveLength(CONNECTIONS - 1);
     const counted = await db.pool.query(
-      "SELECT n FROM idemq.counters WHERE task = 'charge' AND event = 'deduplicated'",
+      "SELECT sum(n) AS n FROM idemq.counters WHERE task = 'charge' AND event = 'deduplicated'",
     );
     expect(Number(counted.rows[0]?.n)).toBe(CONNECTIONS - 1);
   });
