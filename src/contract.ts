@@ -70,6 +70,7 @@ export const STATS_EVENT_METRICS = [
   "conflict",
   "guard_duplicate",
   "lease_expired",
+  "oldest_runnable_seconds",
 ] as const;
 export type StatsMetric = JobState | (typeof STATS_EVENT_METRICS)[number];
 

@@ -48,15 +48,16 @@ export class DuplicateJobError extends IdemqError {
   /** The job holding the key; a bigint kept exact as a string. */
   readonly existingJobId: string;
   readonly existingState: JobState;
-  readonly policy: DuplicatePolicy;
+  /** The policy that rejected; null when retry() found the key held by another active job. */
+  readonly policy: DuplicatePolicy | null;
 
   constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
     super(message, fields, options);
-    const detail = parseDetail(fields.detail, ["key", "existing_job_id", "existing_state", "policy"]);
+    const detail = parseDetail(fields.detail, ["key", "existing_job_id", "existing_state"]);
     this.key = String(detail.json.key);
     this.existingJobId = detail.existingJobId;
     this.existingState = detail.json.existing_state as JobState;
-    this.policy = detail.json.policy as DuplicatePolicy;
+    this.policy = (detail.json.policy ?? null) as DuplicatePolicy | null;
   }
 }
 

@@ -23,7 +23,7 @@ async function completeMany(c: pg.ClientBase, ids: unknown, attempts: unknown): 
 }
 
 describe("complete", () => {
-  it("moves the held job to succeeded, stores the result, sets finished_at and clears the lease", async () => {
+  it("moves the held job to succeeded, stores the result, sets finished_at, clears the lease and keeps the worker that ran it", async () => {
     await inRollback(db.pool, async (c) => {
       const id = await enqueue(c);
       const job = await claimOne(c);
@@ -32,7 +32,7 @@ describe("complete", () => {
         state: "succeeded",
         result: { sent: true, n: 3 },
         finished_now: true,
-        locked_by: null,
+        locked_by: "w1",
         lease_expires_at: null,
         attempt: 1,
       });
@@ -139,7 +139,7 @@ describe("complete_many", () => {
       const done = await completeMany(c, [held1, held2, lost, wrong, "987654321"], [1, 1, 1, 2, 1]);
       expect(done).toEqual([held1, held2].sort(byId));
 
-      expect(await jobRow(c, held1)).toMatchObject({ state: "succeeded", finished_now: true, locked_by: null, lease_expires_at: null });
+      expect(await jobRow(c, held1)).toMatchObject({ state: "succeeded", finished_now: true, locked_by: "w1", lease_expires_at: null });
       expect(await jobRow(c, held2)).toMatchObject({ state: "succeeded" });
       expect(await jobRow(c, lost)).toMatchObject({ state: "enqueued", attempt: 1 });
       expect(await jobRow(c, wrong)).toMatchObject({ state: "processing", attempt: 1 });

@@ -195,6 +195,13 @@ describe("fromPgError", () => {
     });
   });
 
+  it("maps retry()'s IQ409 (key held by another active job, policy null) to DuplicateJobError with policy null", () => {
+    const detail = '{"key":"k","policy":null,"existing_state":"enqueued","existing_job_id":31}';
+    const mapped = fromPgError(pgError("IQ409", "retry: idempotency key ...", { detail }));
+    expect(mapped).toBeInstanceOf(DuplicateJobError);
+    expect(mapped).toMatchObject({ key: "k", existingJobId: "31", existingState: "enqueued", policy: null });
+  });
+
   it("accepts an id given as a JSON string", () => {
     const detail = '{"key":"k","existing_job_id":"12","existing_state":"failed","policy":"reject_if_failed"}';
     expect(fromPgError(pgError("IQ409", "m", { detail }))).toMatchObject({ existingJobId: "12" });

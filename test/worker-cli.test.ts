@@ -2,10 +2,13 @@
 // worker starts, and each mistake is one line on stderr (exit 2); a module
 // exporting its tasks as the default export runs; --log-format pretty prints
 // a readable log.
-import { resolve } from "node:path";
+import { spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../src/index.ts";
-import { runCli } from "./helpers/cli.ts";
+import { CLI, runCli } from "./helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 import { killAllWorkers, startedWorker, startWorker } from "./fixtures/worker/spawn.ts";
 import { waitFor } from "./fixtures/worker/wait.ts";
@@ -75,16 +78,38 @@ describe("idemq worker refuses a bad tasks module with one line", () => {
     expect(oneLine(result.stderr)).toMatch(/cannot load .*cli-throws-on-load\.js: cannot read config\.json$/);
   });
 
-  it("no --tasks, a bad --concurrency, or no database: usage errors (exit 2)", async () => {
+  it("no --tasks or a bad --concurrency: usage errors (exit 2)", async () => {
     const noTasks = await worker([]);
     expect(noTasks.code).toBe(2);
     expect(noTasks.stderr).toContain("required option '--tasks <module>' not specified");
     const zero = await worker(["--tasks", fixture("noop-tasks.ts"), "--concurrency", "0"]);
     expect(zero.code).toBe(2);
     expect(zero.stderr).toContain("must be an integer from 1 to 1000");
-    const noDatabase = await runCli(["worker", "--tasks", fixture("noop-tasks.ts")]);
-    expect(noDatabase.code).toBe(2);
-    expect(oneLine(noDatabase.stderr)).toContain("no database given");
+  });
+
+  it("no database given: runs on the embedded PostgreSQL, and SIGTERM stops it with exit 0", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "idemq-worker-embedded-"));
+    try {
+      const child = spawn(process.execPath, [CLI, "worker", "--tasks", fixture("noop-tasks.ts"), "--log-format", "json"], {
+        env: { ...process.env, DATABASE_URL: "", NO_COLOR: "1", IDEMQ_DATA_DIR: join(dataDir, "pg") },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      const exited = new Promise<number | null>((done) => child.on("exit", (code) => done(code)));
+      const deadline = Date.now() + 60_000;
+      while (!stdout.includes('"worker:started"')) {
+        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`worker did not start:\n${stderr}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      child.kill("SIGTERM");
+      expect(await exited, stderr).toBe(0);
+      expect(stdout).toContain('"worker:stopped"');
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 
   it("an unreachable database: exit 1, one line", async () => {

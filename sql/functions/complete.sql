@@ -3,6 +3,7 @@
 -- Marks a job succeeded, fenced by (job_id, attempt).
 --
 -- Guarantees:
+--   * locked_by keeps the worker whose attempt succeeded (for the job's timeline).
 --   * Succeeds only while that attempt holds the job (state processing,
 --     same attempt); otherwise raises IQ410 and changes nothing. Called in the
 --     transaction that wrote the job's effect, a lost lease rolls the effect
@@ -23,7 +24,7 @@ AS $$
 BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', result = complete.result, finished_at = now(),
-      locked_by = NULL, lease_expires_at = NULL
+      lease_expires_at = NULL
   WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND j.state = 'processing';
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');

@@ -3,6 +3,7 @@
 -- Marks many jobs succeeded in one statement; returns the ids it completed.
 --
 -- Guarantees:
+--   * locked_by keeps the worker whose attempt succeeded (for the job's timeline).
 --   * Pairs job_ids[i] with attempts[i]; completes each pair whose attempt
 --     still holds its job, and skips the others (lease lost, unknown id)
 --     without raising: for batched completion of jobs whose effects are
@@ -45,7 +46,7 @@ BEGIN
     ) h
   )
   UPDATE idemq.jobs AS j
-  SET state = 'succeeded', finished_at = now(), locked_by = NULL, lease_expires_at = NULL
+  SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
   FROM held h
   WHERE j.id = h.id
   RETURNING j.id;

@@ -1131,6 +1131,7 @@ COMMENT ON FUNCTION idemq.claim(text, text[], int, interval) IS
 -- Marks a job succeeded, fenced by (job_id, attempt).
 --
 -- Guarantees:
+--   * locked_by keeps the worker whose attempt succeeded (for the job's timeline).
 --   * Succeeds only while that attempt holds the job (state processing,
 --     same attempt); otherwise raises IQ410 and changes nothing. Called in the
 --     transaction that wrote the job's effect, a lost lease rolls the effect
@@ -1151,7 +1152,7 @@ AS $$
 BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', result = complete.result, finished_at = now(),
-      locked_by = NULL, lease_expires_at = NULL
+      lease_expires_at = NULL
   WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND j.state = 'processing';
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
@@ -1168,6 +1169,7 @@ COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb) IS
 -- Marks many jobs succeeded in one statement; returns the ids it completed.
 --
 -- Guarantees:
+--   * locked_by keeps the worker whose attempt succeeded (for the job's timeline).
 --   * Pairs job_ids[i] with attempts[i]; completes each pair whose attempt
 --     still holds its job, and skips the others (lease lost, unknown id)
 --     without raising: for batched completion of jobs whose effects are
@@ -1210,7 +1212,7 @@ BEGIN
     ) h
   )
   UPDATE idemq.jobs AS j
-  SET state = 'succeeded', finished_at = now(), locked_by = NULL, lease_expires_at = NULL
+  SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
   FROM held h
   WHERE j.id = h.id
   RETURNING j.id;

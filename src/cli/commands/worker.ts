@@ -12,7 +12,8 @@ import { createWorker, type Worker } from "../../worker/create-worker.ts";
 import type { WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
-import { addDatabaseOption, type DatabaseOption, resolveDatabaseUrl } from "../database.ts";
+import { openDatabase } from "../connect.ts";
+import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { errorLine, reportError, UsageError } from "../output.ts";
 
 type LogFormat = "json" | "pretty";
@@ -51,9 +52,25 @@ export function registerWorkerCommand(program: Command): void {
 }
 
 async function runWorker(options: Options): Promise<void> {
-  const connectionString = resolveDatabaseUrl(options);
   const { tasks, workerOptions } = await loadTasksModule(options.tasks);
   const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
+  // No URL: the embedded PostgreSQL in .data/pg (IDEMQ_DATA_DIR), started and
+  // migrated here, stopped after the worker has drained.
+  const db = await openDatabase({ databaseUrl: options.databaseUrl, json: format === "json" });
+  try {
+    await runWorkerOn(db.url, tasks, workerOptions, options, format);
+  } finally {
+    await db.close();
+  }
+}
+
+async function runWorkerOn(
+  connectionString: string,
+  tasks: Tasks,
+  workerOptions: ModuleWorkerOptions,
+  options: Options,
+  format: LogFormat,
+): Promise<void> {
   let worker: Worker;
   try {
     worker = createWorker({
