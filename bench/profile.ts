@@ -1,4 +1,4 @@
-// npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger]
+// npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin]
 //
 // Where idemq's processing time goes, for whoever optimises it: one worker run
 // (as in the process.* workloads) with track_functions on, then
@@ -10,6 +10,7 @@
 //     other jobs are in flight, as in a busy worker.
 
 import { parseArgs } from "node:util";
+import pg from "pg";
 import { spawnWorker } from "./child.ts";
 import { adminClient, createDatabase, databaseUrl, dropDatabase, serverUrl, withClient } from "./db.ts";
 import { lockBenchRuns } from "./run-lock.ts";
@@ -22,6 +23,7 @@ const { values: args } = parseArgs({
     concurrency: { type: "string", default: "10" },
     jobs: { type: "string", default: "20000" },
     task: { type: "string", default: NOOP_TASK },
+    "hold-xmin": { type: "boolean", default: false },
   },
 });
 const concurrency = Number(args.concurrency);
@@ -51,6 +53,14 @@ try {
   await enqueue(jobs);
   await withClient(url, (c) => c.query("ANALYZE"));
 
+  // --hold-xmin: another session holds a transaction open for the whole run (scale.held-xmin).
+  const holder = args["hold-xmin"] ? new pg.Client({ connectionString: url }) : null;
+  if (holder) {
+    holder.on("error", () => {});
+    await holder.connect();
+    await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    await holder.query("SELECT txid_current()");
+  }
   // The worker's backends record per-function times (PGOPTIONS reaches every pg connection of the child).
   process.env.PGOPTIONS = `${process.env.PGOPTIONS ?? ""} -c track_functions=all`;
   const child = spawnWorker(
@@ -60,8 +70,12 @@ try {
   const result = await child.done.finally(() => child.kill());
   await child.exited;
   delete process.env.PGOPTIONS;
+  if (holder) {
+    await holder.query("ROLLBACK");
+    await holder.end();
+  }
 
-  out(`# idemq processing profile: ${jobs} jobs, task ${task}, concurrency ${concurrency}`);
+  out(`# idemq processing profile: ${jobs} jobs, task ${task}, concurrency ${concurrency}${holder ? ", xmin held" : ""}`);
   out();
   out(`- throughput: ${(jobs / result.seconds).toFixed(0)} jobs/s`);
   out(`- worker process CPU: ${((result.workerCpuSeconds * 1e6) / jobs).toFixed(1)} µs/job`);

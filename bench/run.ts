@@ -22,7 +22,7 @@ import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
 
 const USAGE = `usage: npm run bench -- [--json] [--quick] [--scale] [--rounds N] [--only id,id]
-       npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger]   (see bench/profile.ts)
+       npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin]   (bench/profile.ts)
   --json       print the report as JSON (progress goes to stderr)
   --quick      tiny sizes, one round (CI: proves the harness runs, measures nothing)
   --scale      add the scale rows (1M finished jobs retained; a transaction held open)

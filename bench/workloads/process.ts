@@ -113,6 +113,7 @@ const transactional: Workload = {
   id: "process.transactional.c10",
   title: "transactional tasks (a ledger insert per job), concurrency 10",
   concurrency: 10,
+  subject: "idemq:transactional",
   variants: [
     variant("idemq", "transactional", "idemq:transactional"),
     variant("graphile", "transactional", "graphile:perjob"),
