@@ -113,7 +113,7 @@ export const pgboss: System = {
     // Each kind of warning once: the backlog warning repeats every second while the bench's backlog drains.
     const warned = new Set<string>();
     boss.on("warning", (w) => {
-      const kind = String((w.data as { type?: unknown } | undefined)?.type ?? w.message);
+      const kind = w.message.replace(/\d+/g, "#");
       if (!warned.has(kind)) console.error("pg-boss warning:", w.message);
       warned.add(kind);
     });
