@@ -54,7 +54,11 @@ BEGIN
 
   SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
   FROM idemq.jobs j
-  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND j.state = 'processing'
+  -- Held = processing, written as the lease columns that constraint
+  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
+  -- probe the jobs_leases partial index (every job in flight) instead of the
+  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   FOR NO KEY UPDATE;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');

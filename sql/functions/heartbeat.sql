@@ -35,22 +35,22 @@ BEGIN
 
   RETURN QUERY
   -- Driven from the arrays through LATERAL, so each pair is one primary-key
-  -- probe. A plain join lets the planner scan every processing job (the
-  -- jobs_leases partial index matches the predicate) once per pair: with
-  -- hundreds of jobs in flight that is a quadratic plan.
+  -- probe. "Held" is written as the lease columns, not "state = 'processing'",
+  -- which matches the jobs_leases partial index: the planner then scanned every
+  -- job in flight once per pair (quadratic in the batch; seen in EXPLAIN).
   WITH held AS MATERIALIZED (
     SELECT h.id
     FROM (SELECT DISTINCT t.id, t.attempt FROM unnest(job_ids, attempts) AS t(id, attempt) ORDER BY t.id) t
     CROSS JOIN LATERAL (
       SELECT j.id FROM idemq.jobs j
-      WHERE j.id = t.id AND j.attempt = t.attempt AND j.state = 'processing'
+      WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
       FOR NO KEY UPDATE
     ) h
   )
   UPDATE idemq.jobs AS j
   SET lease_expires_at = now() + lease
   FROM held h
-  WHERE j.id = h.id AND j.state = 'processing'
+  WHERE j.id = h.id AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   RETURNING j.id;
 END;
 $$;

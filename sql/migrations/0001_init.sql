@@ -1153,7 +1153,11 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', result = complete.result, finished_at = now(),
       lease_expires_at = NULL
-  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND j.state = 'processing';
+  -- Held = processing, written as the lease columns that constraint
+  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
+  -- probe the jobs_leases partial index (every job in flight) instead of the
+  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
+  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
   END IF;
@@ -1199,15 +1203,15 @@ BEGIN
 
   RETURN QUERY
   -- Driven from the arrays through LATERAL, so each pair is one primary-key
-  -- probe. A plain join lets the planner scan every processing job (the
-  -- jobs_leases partial index matches the predicate) once per pair: with
-  -- hundreds of jobs in flight that is a quadratic plan.
+  -- probe. "Held" is written as the lease columns, not "state = 'processing'",
+  -- which matches the jobs_leases partial index: the planner then scanned every
+  -- job in flight once per pair (quadratic in the batch; seen in EXPLAIN).
   WITH held AS MATERIALIZED (
     SELECT h.id
     FROM (SELECT DISTINCT t.id, t.attempt FROM unnest(job_ids, attempts) AS t(id, attempt) ORDER BY t.id) t
     CROSS JOIN LATERAL (
       SELECT j.id FROM idemq.jobs j
-      WHERE j.id = t.id AND j.attempt = t.attempt AND j.state = 'processing'
+      WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
       FOR NO KEY UPDATE
     ) h
   )
@@ -1603,7 +1607,11 @@ BEGIN
 
   SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
   FROM idemq.jobs j
-  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND j.state = 'processing'
+  -- Held = processing, written as the lease columns that constraint
+  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
+  -- probe the jobs_leases partial index (every job in flight) instead of the
+  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   FOR NO KEY UPDATE;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
@@ -1724,22 +1732,22 @@ BEGIN
 
   RETURN QUERY
   -- Driven from the arrays through LATERAL, so each pair is one primary-key
-  -- probe. A plain join lets the planner scan every processing job (the
-  -- jobs_leases partial index matches the predicate) once per pair: with
-  -- hundreds of jobs in flight that is a quadratic plan.
+  -- probe. "Held" is written as the lease columns, not "state = 'processing'",
+  -- which matches the jobs_leases partial index: the planner then scanned every
+  -- job in flight once per pair (quadratic in the batch; seen in EXPLAIN).
   WITH held AS MATERIALIZED (
     SELECT h.id
     FROM (SELECT DISTINCT t.id, t.attempt FROM unnest(job_ids, attempts) AS t(id, attempt) ORDER BY t.id) t
     CROSS JOIN LATERAL (
       SELECT j.id FROM idemq.jobs j
-      WHERE j.id = t.id AND j.attempt = t.attempt AND j.state = 'processing'
+      WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
       FOR NO KEY UPDATE
     ) h
   )
   UPDATE idemq.jobs AS j
   SET lease_expires_at = now() + lease
   FROM held h
-  WHERE j.id = h.id AND j.state = 'processing'
+  WHERE j.id = h.id AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   RETURNING j.id;
 END;
 $$;
@@ -2100,7 +2108,11 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.state = 'processing'
+  -- Held = processing, written as the lease columns that constraint
+  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
+  -- probe the jobs_leases partial index (every job in flight) instead of the
+  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   RETURNING j.queue INTO v_queue;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
