@@ -171,6 +171,32 @@ describe("duplicates within one batch: the first element with a key decides", ()
     });
   });
 
+  it("later elements whose payload differs in text but is equal as jsonb (1 and 1.0) are deduplicated, against a new or an existing job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const [fresh, held] = [unique("k"), unique("k")];
+      const existing = await jobIn(c, "enqueued", { task: "t", payload: { n: 2 }, idempotency_key: held });
+      // Raw JSON text: JSON.stringify would print 1.0 as 1.
+      const { rows } = await c.query<{ job_id: string; outcome: string }>(
+        `SELECT job_id, outcome FROM idemq.enqueue_many($1::jsonb) ORDER BY ordinal`,
+        [
+          `[{"task": "t", "payload": {"n": 1}, "idempotency_key": "${fresh}"},
+            {"task": "t", "payload": {"n": 1.0}, "idempotency_key": "${fresh}"},
+            {"task": "t", "payload": {"n": 2.00}, "idempotency_key": "${held}"},
+            {"task": "t", "payload": {"n": 2e0}, "idempotency_key": "${held}"},
+            {"task": "t", "payload": {"n": 3}, "idempotency_key": "${held}"}]`,
+        ],
+      );
+      const created = rows[0]!.job_id;
+      expect(rows.map((r) => [r.outcome, r.job_id])).toEqual([
+        ["created", created],
+        ["deduplicated", created],
+        ["deduplicated", existing],
+        ["deduplicated", existing],
+        ["conflict", existing],
+      ]);
+    });
+  });
+
   it("after a first element's conflict with an active job, a later element matching that job is deduplicated against it", async () => {
     await inRollback(db.pool, async (c) => {
       const key = unique("k");
