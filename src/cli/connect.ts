@@ -79,11 +79,9 @@ export async function withClient<T>(
   work: (client: Client, db: OpenDatabase) => Promise<T>,
 ): Promise<T> {
   const db = await openDatabase(options);
+  // Client.close() keeps its error listener on the pool it owns, so a 57P01
+  // from the embedded server stopping right after is handled.
   const client = new Client({ connectionString: db.url, poolConfig: { max: 4 }, onError: () => {} });
-  // pool.end() resolves before its sockets are closed, and Client.close() then
-  // drops its error listener: the embedded server stopping right after would
-  // send those connections a 57P01 that crashes the process unhandled.
-  client.pool.on("error", () => {});
   try {
     return await work(client, db);
   } finally {
