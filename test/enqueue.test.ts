@@ -112,6 +112,31 @@ describe("enqueue: new jobs", () => {
     });
   });
 
+  // enqueue() without a key or parents is one INSERT of its own; everything
+  // else goes through the path enqueue_many uses. Both must write the same row.
+  it("writes the same row as enqueue_many for the same arguments (its one-INSERT path)", async () => {
+    await inRollback(db.pool, async (c) => {
+      const cases = [
+        { task: "same_row" },
+        { task: "same_row", payload: { a: [1, 2.5, null] }, queue: "q-same", priority: 7, max_attempts: 2 },
+        { task: "same_row", run_at: "2100-01-01T00:00:00Z", backoff: { kind: "exponential", initial: "1 second" } },
+        { task: "same_row", run_at: "2000-01-01T00:00:00Z", expires_at: "2100-01-01T00:00:00Z", backoff: null },
+      ];
+      const columns = "task, queue, payload, state, priority, run_at, attempt, uncounted, max_attempts, " +
+        "idempotency_key, backoff, locked_by, lease_expires_at, errors, result, finished_at, expires_at, " +
+        "run_at = created_at AS runs_at_creation";
+      for (const args of cases) {
+        const single = await enqueue(c, args);
+        const [many] = await enqueueMany(c, [args]);
+        const { rows } = await c.query(`SELECT ${columns} FROM idemq.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id`, [
+          [single.job_id, many!.job_id],
+        ]);
+        expect(rows).toHaveLength(2);
+        expect(rows[0]).toEqual(rows[1]);
+      }
+    });
+  });
+
   it("accepts an expires_at already past: the job is created, never claimed, and rescue expires it", async () => {
     await inRollback(db.pool, async (c) => {
       const queue = unique("q");

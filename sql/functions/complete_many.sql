@@ -10,7 +10,7 @@
 --     already committed (or idempotent). A caller that needs all-or-nothing
 --     uses complete() in its transaction.
 --   * Keys and continuations as complete().
--- Concurrency: locks the rows in id order (no deadlock between two batches).
+-- Concurrency: updates the rows in id order (no deadlock between two batches).
 -- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000 ids.
 -- Tests: test/complete.test.ts
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
@@ -32,23 +32,19 @@ BEGIN
   END IF;
 
   RETURN QUERY
-  -- Driven from the arrays through LATERAL, so each pair is one primary-key
-  -- probe. "Held" is written as the lease columns, not "state = 'processing'",
-  -- which matches the jobs_leases partial index: the planner then scanned every
-  -- job in flight once per pair (quadratic in the batch; seen in EXPLAIN).
-  WITH held AS MATERIALIZED (
-    SELECT h.id
-    FROM (SELECT DISTINCT t.id, t.attempt FROM unnest(job_ids, attempts) AS t(id, attempt) ORDER BY t.id) t
-    CROSS JOIN LATERAL (
-      SELECT j.id FROM idemq.jobs j
-      WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
-      FOR NO KEY UPDATE
-    ) h
-  )
+  -- One UPDATE joined to the arrays: each pair is one primary-key probe, and
+  -- the held-check sits in the UPDATE's own WHERE, so a row changed
+  -- concurrently (rescue, cancel) is re-checked on its newest version and
+  -- skipped if no longer held. No separate row lock first: that wrote a WAL
+  -- record per job for nothing. "Held" is written as the lease columns, not
+  -- "state = 'processing'", which matches the jobs_leases partial index: the
+  -- planner then scanned every job in flight once per pair (seen in EXPLAIN).
+  -- The sorted subquery keeps the nested loop in id order; a pair given twice
+  -- updates its row once.
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
-  FROM held h
-  WHERE j.id = h.id
+  FROM (SELECT u.id, u.attempt FROM unnest(job_ids, attempts) AS u(id, attempt) ORDER BY u.id) AS t
+  WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   RETURNING j.id;
 END;
 $$;

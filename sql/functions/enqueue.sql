@@ -48,6 +48,7 @@ AS $$
 DECLARE
   v_null text;
   v_result record;
+  v_state idemq.job_state;
 BEGIN
   v_null := CASE
     WHEN enqueue.task IS NULL THEN 'task'
@@ -66,6 +67,27 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('enqueue: payload must be a JSON object, not %s', enqueue.payload),
       HINT = 'Wrap the value in an object, e.g. {"value": ...}.';
+  END IF;
+
+  -- The common case (no key, no parents, valid arguments) is one INSERT: the
+  -- shared bulk path costs about 0.5 ms per call in JSON round trips. Anything
+  -- else, including every argument the bulk path would reject, goes there, so
+  -- errors read the same whichever path a call takes.
+  IF enqueue.idempotency_key IS NULL AND enqueue.after IS NULL
+     AND enqueue.task <> '' AND enqueue.queue <> '' AND length(enqueue.queue) <= 1000
+     AND enqueue.max_attempts >= 1
+     AND (enqueue.backoff IS NULL OR idemq._backoff_problem(enqueue.backoff) IS NULL) THEN
+    v_state := CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'enqueued' END;
+    INSERT INTO idemq.jobs AS j (task, queue, payload, state, priority, run_at, max_attempts, backoff, expires_at)
+    VALUES (enqueue.task, enqueue.queue, enqueue.payload, v_state, enqueue.priority,
+            coalesce(enqueue.run_at, now()), enqueue.max_attempts, nullif(enqueue.backoff, 'null'), enqueue.expires_at)
+    RETURNING j.id INTO job_id;
+    IF v_state = 'enqueued' THEN
+      PERFORM pg_notify('idemq_jobs', enqueue.queue);
+    END IF;
+    deduplicated := false;
+    RETURN NEXT;
+    RETURN;
   END IF;
 
   SELECT r.r_job_id, r.r_outcome, r.r_existing_state, r.r_policy INTO v_result
