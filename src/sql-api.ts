@@ -77,6 +77,8 @@ export const SQL_FUNCTIONS = {
   purge: ["older_than", "states"],
   prune_keys: ["older_than"],
   stats: [],
+  wait_for_jobs: ["queues"],
+  stop_waiting: ["queues"],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;
@@ -293,6 +295,22 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     leaseExpiresAt: r.lease_expires_at,
     reclaimed: r.reclaimed,
   }));
+}
+
+/**
+ * Declares the session of `client` waiting for jobs of `queues` (all when
+ * undefined): enqueues into them NOTIFY idemq_jobs from now on. True once a
+ * claim would see every job that became runnable without a NOTIFY; false while
+ * such an enqueue is still open (call again shortly). The marker lives as long
+ * as the session, so `client` must be a connection held for good, not a pool.
+ */
+export async function waitForJobs(client: pg.ClientBase, queues?: readonly string[]): Promise<boolean> {
+  return scalar<"wait_for_jobs", boolean>(client, "wait_for_jobs", { queues: queues === undefined ? undefined : [...queues] });
+}
+
+/** Ends waitForJobs(queues) for the session of `client`. */
+export async function stopWaiting(client: pg.ClientBase, queues?: readonly string[]): Promise<void> {
+  await call(client, "stop_waiting", { queues: queues === undefined ? undefined : [...queues] });
 }
 
 interface ClaimedJobRow {

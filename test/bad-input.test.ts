@@ -108,6 +108,12 @@ const CASES: Case[] = [
   c("claim", "lease negative", `${CL}(worker_id => 'w', lease => '-30 seconds')`, "22023"),
   c("claim", "lease over a day", `${CL}(worker_id => 'w', lease => '25 hours')`, "22023"),
   c("claim", "NULL lease", `${CL}(worker_id => 'w', lease => NULL)`, "22004"),
+  // wait_for_jobs, stop_waiting
+  c("wait_for_jobs", "queues an empty array", "SELECT idemq.wait_for_jobs(queues => '{}')", "22023"),
+  c("wait_for_jobs", "queues with a NULL", "SELECT idemq.wait_for_jobs(queues => ARRAY[NULL]::text[])", "22023"),
+  c("wait_for_jobs", "queues with an empty name", "SELECT idemq.wait_for_jobs(queues => ARRAY['a', ''])", "22023"),
+  c("stop_waiting", "queues an empty array", "SELECT idemq.stop_waiting(queues => '{}')", "22023"),
+  c("stop_waiting", "queues with a NULL", "SELECT idemq.stop_waiting(queues => ARRAY['a', NULL])", "22023"),
   // complete / complete_many
   c("complete", "NULL job_id", "SELECT idemq.complete(job_id => NULL, attempt => 1)", "22004"),
   c("complete", "NULL attempt", "SELECT idemq.complete(job_id => ${processing}, attempt => NULL)", "22004"),

@@ -20,6 +20,7 @@ import {
   states,
 } from "./helpers/work.ts";
 import { buildZoo, expectOnlyChanged, snapshot } from "./helpers/zoo.ts";
+import { waitForJobs } from "./helpers/jobs.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -227,6 +228,7 @@ async function listen(client: pg.Client): Promise<{ payloads: string[]; arrived(
     for (const w of waiters) if (w.payload === n.payload) w.resolve();
   });
   await client.query("LISTEN idemq_jobs");
+  await waitForJobs(client);
   return {
     payloads,
     arrived(payload) {

@@ -22,7 +22,8 @@
 --     inserter's transaction). If the inserter rolls back, a waiter inserts.
 --   * Jobs with `after` parents wait in `awaiting` until every parent
 --     succeeded; a parent already failed, cancelled or expired cancels them.
---   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable now.
+--   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable now,
+--     when a listener waits for it (_notify_waiting).
 -- Concurrency: key rows are inserted/updated in key order (fewer deadlocks
 --   between overlapping batches). Parents named in `after` are row-locked (their
 --   has_children is set) so a parent finishing concurrently cannot miss a child.
@@ -357,7 +358,7 @@ BEGIN
     GROUP BY 1, 2;
   END IF;
 
-  PERFORM pg_notify('idemq_jobs', q.queue)
+  PERFORM idemq._notify_waiting(q.queue)
   FROM (SELECT DISTINCT p.queue AS queue
         FROM unnest(v_rows, e_outcome, e_state) AS p(ordinal, task, payload, payload_md5, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy, backoff, expires_at, after,
                  outcome, state)

@@ -9,7 +9,7 @@
 --     finished_at, so the duplicate policy applies from now on.
 --   * Children waiting on this job (after): when it succeeded, each child whose
 --     parents have all succeeded becomes runnable (enqueued, or scheduled if
---     its run_at is later) and idle workers are notified; when it failed, was
+--     its run_at is later) and waiting workers are notified; when it failed, was
 --     cancelled or expired, its awaiting children are cancelled with the
 --     reason in their errors (and theirs in turn, through this trigger).
 --     Their other dependency rows stay until those parents finish; they
@@ -66,7 +66,7 @@ BEGIN
         RETURNING j.queue, j.state
       )
       SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
-      PERFORM pg_notify('idemq_jobs', q) FROM unnest(v_queues) q;
+      PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
     ELSE
       UPDATE idemq.jobs AS j
       SET state = 'cancelled', finished_at = now(),

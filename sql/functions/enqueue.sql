@@ -13,7 +13,8 @@
 --     returns that job with deduplicated = true, whatever the policy.
 --   * A key whose latest job is terminal: duplicate_policy decides
 --     (idemq._policy_rejects): a new job, or IQ409.
---   * run_at NULL means now; a job runnable now NOTIFYs idemq_jobs at commit,
+--   * run_at NULL means now; a job runnable now NOTIFYs idemq_jobs at commit
+--     when a listener waits for its queue (wait_for_jobs; _notify_waiting),
 --     so enqueueing inside the caller's transaction works like an outbox.
 --   * after: the job waits in `awaiting` until every parent succeeded.
 --   * expires_at may already be past: the job is never claimed, and rescue()
@@ -83,7 +84,7 @@ BEGIN
             coalesce(enqueue.run_at, now()), enqueue.max_attempts, nullif(enqueue.backoff, 'null'), enqueue.expires_at)
     RETURNING j.id INTO job_id;
     IF v_state = 'enqueued' THEN
-      PERFORM pg_notify('idemq_jobs', enqueue.queue);
+      PERFORM idemq._notify_waiting(enqueue.queue);
     END IF;
     deduplicated := false;
     RETURN NEXT;

@@ -13,7 +13,8 @@
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the
 --     counted attempts reached max_attempts. Snoozes do not count.
---   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs.
+--   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs
+--     when a listener waits (_notify_waiting).
 --   * Fenced like complete(): a stale attempt changes nothing.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
@@ -80,7 +81,7 @@ BEGIN
   -- A retry due at once (retry_at in the past, a zero delay) must not wait
   -- for a worker's fallback poll.
   IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
-    PERFORM pg_notify('idemq_jobs', v_due.queue);
+    PERFORM idemq._notify_waiting(v_due.queue);
   END IF;
   RETURN v_state;
 END;

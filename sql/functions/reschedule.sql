@@ -37,7 +37,7 @@ BEGIN
                   ELSE 'enqueued' END;
   UPDATE idemq.jobs AS j SET run_at = reschedule.run_at, state = v_state WHERE j.id = v_job.id;
   IF v_state = 'enqueued' THEN
-    PERFORM pg_notify('idemq_jobs', v_job.queue);
+    PERFORM idemq._notify_waiting(v_job.queue);
   END IF;
   RETURN v_state;
 END;

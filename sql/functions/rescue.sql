@@ -14,7 +14,7 @@
 --     (never started, or a retry waiting past its deadline) becomes expired.
 --   * Each job changed counts once in the result.
 --   * Idempotent: any number of workers, or pg_cron, may call it at any time;
---     no leader is needed. Idle workers are notified (idemq_jobs, the queue)
+--     no leader is needed. Waiting workers are notified (_notify_waiting)
 --     of jobs it put back to enqueued.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows another transaction holds (a
 --   completing worker, a concurrent rescue) are left for the next call.
@@ -59,7 +59,7 @@ BEGIN
   SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued')
   INTO v_rescued, v_queues
   FROM moved m;
-  PERFORM pg_notify('idemq_jobs', q) FROM unnest(v_queues) q;
+  PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
 
   WITH late AS MATERIALIZED (
     SELECT j.id

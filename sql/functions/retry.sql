@@ -10,7 +10,7 @@
 --   * The error history is kept. An expired job's expires_at is cleared (so
 --     is any expires_at already past).
 --   * A keyed job takes its key again; if another active job holds the key,
---     IQ409. Idle workers are notified.
+--     IQ409. Waiting workers are notified (_notify_waiting).
 --   * An operator's override: a job cancelled because a parent (after) did
 --     not succeed runs now, without waiting on that parent again.
 -- Concurrency: row locks on the job and its key row.
@@ -59,7 +59,7 @@ BEGIN
   SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
       expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
   WHERE j.id = v_job.id;
-  PERFORM pg_notify('idemq_jobs', v_job.queue);
+  PERFORM idemq._notify_waiting(v_job.queue);
   RETURN 'enqueued';
 END;
 $$;

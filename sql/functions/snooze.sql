@@ -7,7 +7,8 @@
 --     recorded and the snoozed attempt does not count against max_attempts
 --     (attempt still advances on the next claim, since it is the fencing token).
 --   * Fenced like complete().
---   * A run_at not in the future NOTIFYs idemq_jobs.
+--   * A run_at not in the future NOTIFYs idemq_jobs when a listener waits
+--     (_notify_waiting).
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
 -- Tests: test/snooze.test.ts
@@ -37,7 +38,7 @@ BEGIN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
   END IF;
   IF snooze.run_at <= now() THEN
-    PERFORM pg_notify('idemq_jobs', v_queue);
+    PERFORM idemq._notify_waiting(v_queue);
   END IF;
 END;
 $$;

@@ -376,7 +376,8 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 --     inserter's transaction). If the inserter rolls back, a waiter inserts.
 --   * Jobs with `after` parents wait in `awaiting` until every parent
 --     succeeded; a parent already failed, cancelled or expired cancels them.
---   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable now.
+--   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable now,
+--     when a listener waits for it (_notify_waiting).
 -- Concurrency: key rows are inserted/updated in key order (fewer deadlocks
 --   between overlapping batches). Parents named in `after` are row-locked (their
 --   has_children is set) so a parent finishing concurrently cannot miss a child.
@@ -711,7 +712,7 @@ BEGIN
     GROUP BY 1, 2;
   END IF;
 
-  PERFORM pg_notify('idemq_jobs', q.queue)
+  PERFORM idemq._notify_waiting(q.queue)
   FROM (SELECT DISTINCT p.queue AS queue
         FROM unnest(v_rows, e_outcome, e_state) AS p(ordinal, task, payload, payload_md5, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy, backoff, expires_at, after,
                  outcome, state)
@@ -784,6 +785,55 @@ $$;
 COMMENT ON FUNCTION idemq._lock_job(bigint, text) IS
   'Lock and return one job for an operator''s operation; IQ404 if it does not exist.';
 
+-- ---- sql/functions/_notify_waiting.sql ----
+-- idemq._notify_waiting(queue text) RETURNS void
+--
+-- Sends NOTIFY idemq_jobs (payload: the queue) for a job that became runnable
+-- now, if a session may be waiting for it; otherwise sends nothing.
+--
+-- Why: PostgreSQL serialises the commits of transactions that NOTIFY (they
+-- queue on one lock through their WAL flush): a NOTIFY in every enqueue halved
+-- single-enqueue throughput on 10 connections. A worker with a backlog keeps
+-- claiming without being told; only one that ran out of work needs the wake-up,
+-- and it says so with wait_for_jobs().
+--
+-- Guarantees:
+--   * Notifies when, at the call, a session holds the waiting marker of this
+--     queue or of all queues, or is checking the barrier (wait_for_jobs).
+--   * Otherwise holds the barrier (shared, until this transaction ends), so no
+--     wait_for_jobs() returns true before this transaction has ended: its next
+--     claim sees what this transaction committed. Nothing is lost, only the
+--     NOTIFY nobody was waiting for.
+-- Concurrency: advisory locks only, never waits: callers do not block each other
+--   (the marker is tried exclusively and released at once; a collision of two
+--   callers makes one of them notify, which is always safe).
+-- Errors: none.
+-- Tests: test/wake-up.test.ts
+CREATE OR REPLACE FUNCTION idemq._notify_waiting(queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_marker bigint;
+BEGIN
+  IF NOT pg_try_advisory_xact_lock_shared(idemq._wait_key('')) THEN
+    PERFORM pg_notify('idemq_jobs', _notify_waiting.queue);
+    RETURN;
+  END IF;
+  FOREACH v_marker IN ARRAY ARRAY[idemq._wait_key(_notify_waiting.queue), idemq._wait_key(NULL)] LOOP
+    IF NOT pg_try_advisory_lock(v_marker) THEN
+      PERFORM pg_notify('idemq_jobs', _notify_waiting.queue);
+      RETURN;
+    END IF;
+    PERFORM pg_advisory_unlock(v_marker);
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._notify_waiting(text) IS
+  'NOTIFY idemq_jobs with the queue if a session waits for it (wait_for_jobs); else hold the barrier until commit.';
+
 -- ---- sql/functions/_on_job_finished.sql ----
 -- idemq._on_job_finished() RETURNS trigger
 --
@@ -796,7 +846,7 @@ COMMENT ON FUNCTION idemq._lock_job(bigint, text) IS
 --     finished_at, so the duplicate policy applies from now on.
 --   * Children waiting on this job (after): when it succeeded, each child whose
 --     parents have all succeeded becomes runnable (enqueued, or scheduled if
---     its run_at is later) and idle workers are notified; when it failed, was
+--     its run_at is later) and waiting workers are notified; when it failed, was
 --     cancelled or expired, its awaiting children are cancelled with the
 --     reason in their errors (and theirs in turn, through this trigger).
 --     Their other dependency rows stay until those parents finish; they
@@ -853,7 +903,7 @@ BEGIN
         RETURNING j.queue, j.state
       )
       SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
-      PERFORM pg_notify('idemq_jobs', q) FROM unnest(v_queues) q;
+      PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
     ELSE
       UPDATE idemq.jobs AS j
       SET state = 'cancelled', finished_at = now(),
@@ -941,6 +991,64 @@ $$;
 
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
+
+-- ---- sql/functions/_wait_key.sql ----
+-- idemq._wait_key(queue text) RETURNS bigint
+--
+-- The advisory-lock keys of the wake-up protocol (wait_for_jobs, _notify_waiting):
+-- a queue's name keys the marker of sessions waiting for that queue, NULL the
+-- marker of sessions waiting for every queue, and '' (no queue has that name:
+-- CHECK jobs_queue_not_empty) the barrier that enqueues hold while they decide
+-- not to notify.
+--
+-- Guarantees: the same key for the same argument in every session. Two names
+--   hashing alike only cost a NOTIFY nobody needed or a barrier retry.
+-- Concurrency: none (immutable).
+-- Errors: none.
+-- Tests: test/wake-up.test.ts
+CREATE OR REPLACE FUNCTION idemq._wait_key(queue text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN ('x' || left(md5(CASE WHEN queue IS NULL THEN 'idemq:all-queues' ELSE 'idemq:queue:' || queue END), 16))::bit(64)::bigint;
+
+COMMENT ON FUNCTION idemq._wait_key(text) IS
+  'Advisory-lock key of the wake-up protocol: a queue''s waiting marker, NULL for all queues, '''' for the barrier.';
+
+-- ---- sql/functions/_wait_markers.sql ----
+-- idemq._wait_markers(queues text[], operation text)
+--   RETURNS TABLE(marker bigint, held boolean)
+--
+-- The waiting markers of `queues` (NULL: the all-queues marker), each once,
+-- and whether this session holds it: what wait_for_jobs takes and
+-- stop_waiting releases.
+--
+-- Guarantees: validates `queues` first; `operation` names the caller in errors.
+-- Concurrency: reads this session's own locks in pg_locks.
+-- Errors: 22023 queues empty or holding NULL or ''.
+-- Tests: test/wake-up.test.ts, test/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq._wait_markers(queues text[], operation text)
+RETURNS TABLE(marker bigint, held boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+BEGIN
+  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: queues must be NULL (all queues) or a non-empty list of queue names, not %s', operation, queues),
+      HINT = 'Pass the queues you claim from, or NULL for every queue.';
+  END IF;
+  RETURN QUERY
+  SELECT k.key, EXISTS (
+           SELECT 1 FROM pg_locks l
+           WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.mode = 'ShareLock'
+             AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = k.key)
+  FROM (SELECT DISTINCT idemq._wait_key(q) AS key FROM unnest(coalesce(queues, ARRAY[NULL::text])) q) k;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._wait_markers(text[], text) IS
+  'The waiting markers of these queues (wait_for_jobs), and whether this session holds each.';
 
 -- ---- sql/functions/active_states.sql ----
 -- idemq.active_states() RETURNS idemq.job_state[]
@@ -1418,7 +1526,8 @@ COMMENT ON FUNCTION idemq.effect_release(text, text) IS
 --     returns that job with deduplicated = true, whatever the policy.
 --   * A key whose latest job is terminal: duplicate_policy decides
 --     (idemq._policy_rejects): a new job, or IQ409.
---   * run_at NULL means now; a job runnable now NOTIFYs idemq_jobs at commit,
+--   * run_at NULL means now; a job runnable now NOTIFYs idemq_jobs at commit
+--     when a listener waits for its queue (wait_for_jobs; _notify_waiting),
 --     so enqueueing inside the caller's transaction works like an outbox.
 --   * after: the job waits in `awaiting` until every parent succeeded.
 --   * expires_at may already be past: the job is never claimed, and rescue()
@@ -1488,7 +1597,7 @@ BEGIN
             coalesce(enqueue.run_at, now()), enqueue.max_attempts, nullif(enqueue.backoff, 'null'), enqueue.expires_at)
     RETURNING j.id INTO job_id;
     IF v_state = 'enqueued' THEN
-      PERFORM pg_notify('idemq_jobs', enqueue.queue);
+      PERFORM idemq._notify_waiting(enqueue.queue);
     END IF;
     deduplicated := false;
     RETURN NEXT;
@@ -1584,7 +1693,8 @@ COMMENT ON FUNCTION idemq.enqueue_many(jsonb) IS
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the
 --     counted attempts reached max_attempts. Snoozes do not count.
---   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs.
+--   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs
+--     when a listener waits (_notify_waiting).
 --   * Fenced like complete(): a stale attempt changes nothing.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
@@ -1651,7 +1761,7 @@ BEGIN
   -- A retry due at once (retry_at in the past, a zero delay) must not wait
   -- for a worker's fallback poll.
   IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
-    PERFORM pg_notify('idemq_jobs', v_due.queue);
+    PERFORM idemq._notify_waiting(v_due.queue);
   END IF;
   RETURN v_state;
 END;
@@ -1931,7 +2041,7 @@ BEGIN
                   ELSE 'enqueued' END;
   UPDATE idemq.jobs AS j SET run_at = reschedule.run_at, state = v_state WHERE j.id = v_job.id;
   IF v_state = 'enqueued' THEN
-    PERFORM pg_notify('idemq_jobs', v_job.queue);
+    PERFORM idemq._notify_waiting(v_job.queue);
   END IF;
   RETURN v_state;
 END;
@@ -1957,7 +2067,7 @@ COMMENT ON FUNCTION idemq.reschedule(bigint, timestamptz) IS
 --     (never started, or a retry waiting past its deadline) becomes expired.
 --   * Each job changed counts once in the result.
 --   * Idempotent: any number of workers, or pg_cron, may call it at any time;
---     no leader is needed. Idle workers are notified (idemq_jobs, the queue)
+--     no leader is needed. Waiting workers are notified (_notify_waiting)
 --     of jobs it put back to enqueued.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows another transaction holds (a
 --   completing worker, a concurrent rescue) are left for the next call.
@@ -2002,7 +2112,7 @@ BEGIN
   SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued')
   INTO v_rescued, v_queues
   FROM moved m;
-  PERFORM pg_notify('idemq_jobs', q) FROM unnest(v_queues) q;
+  PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
 
   WITH late AS MATERIALIZED (
     SELECT j.id
@@ -2039,7 +2149,7 @@ COMMENT ON FUNCTION idemq.rescue() IS
 --   * The error history is kept. An expired job's expires_at is cleared (so
 --     is any expires_at already past).
 --   * A keyed job takes its key again; if another active job holds the key,
---     IQ409. Idle workers are notified.
+--     IQ409. Waiting workers are notified (_notify_waiting).
 --   * An operator's override: a job cancelled because a parent (after) did
 --     not succeed runs now, without waiting on that parent again.
 -- Concurrency: row locks on the job and its key row.
@@ -2088,7 +2198,7 @@ BEGIN
   SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
       expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
   WHERE j.id = v_job.id;
-  PERFORM pg_notify('idemq_jobs', v_job.queue);
+  PERFORM idemq._notify_waiting(v_job.queue);
   RETURN 'enqueued';
 END;
 $$;
@@ -2106,7 +2216,8 @@ COMMENT ON FUNCTION idemq.retry(bigint) IS
 --     recorded and the snoozed attempt does not count against max_attempts
 --     (attempt still advances on the next claim, since it is the fencing token).
 --   * Fenced like complete().
---   * A run_at not in the future NOTIFYs idemq_jobs.
+--   * A run_at not in the future NOTIFYs idemq_jobs when a listener waits
+--     (_notify_waiting).
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
 -- Tests: test/snooze.test.ts
@@ -2136,7 +2247,7 @@ BEGIN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
   END IF;
   IF snooze.run_at <= now() THEN
-    PERFORM pg_notify('idemq_jobs', v_queue);
+    PERFORM idemq._notify_waiting(v_queue);
   END IF;
 END;
 $$;
@@ -2193,6 +2304,83 @@ $$;
 
 COMMENT ON FUNCTION idemq.stats() IS
   'Counts per queue, task and state, expired leases, oldest runnable age, and duplicate/rejection events per task.';
+
+-- ---- sql/functions/stop_waiting.sql ----
+-- idemq.stop_waiting(queues text[] DEFAULT NULL) RETURNS void
+--
+-- Ends wait_for_jobs(queues) for this session: jobs becoming runnable in those
+-- queues no longer NOTIFY on its account. A worker calls it when a claim came
+-- back full (a backlog: it will claim again without being told).
+--
+-- Guarantees: releases this session's markers for exactly these queues (NULL:
+--   the all-queues marker; wait_for_jobs holds each once); markers it does not
+--   hold are ignored.
+-- Concurrency: advisory locks only.
+-- Errors: 22023 queues empty or holding NULL or ''.
+-- Tests: test/wake-up.test.ts, test/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.stop_waiting(queues text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_marker bigint;
+BEGIN
+  FOR v_marker IN SELECT m.marker FROM idemq._wait_markers(queues, 'stop_waiting') m WHERE m.held LOOP
+    PERFORM pg_advisory_unlock_shared(v_marker);
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.stop_waiting(text[]) IS
+  'Stop waiting for jobs of these queues (see wait_for_jobs): enqueues into them no longer notify on this session''s account.';
+
+-- ---- sql/functions/wait_for_jobs.sql ----
+-- idemq.wait_for_jobs(queues text[] DEFAULT NULL) RETURNS boolean
+--
+-- Declares this session a listener waiting for jobs of `queues` (NULL: every
+-- queue): from now on a job becoming runnable in them sends NOTIFY idemq_jobs.
+-- Call it (in the session that LISTENs, or any session that lives as long)
+-- when a claim came back with fewer jobs than asked for, then claim once more
+-- after it returned true, then wait for a notification. Enqueues skip the
+-- NOTIFY while nobody waits: that is what keeps their commits from queueing.
+--
+-- Guarantees:
+--   * Returns true when every transaction that made a job runnable without
+--     notifying (nobody was waiting then) has ended: a claim started after it
+--     sees all of their jobs. From then on every such job notifies, so a
+--     waiting listener misses none.
+--   * Returns false while such a transaction is still open (or another session
+--     is checking at that instant): call again shortly. The marker is held
+--     either way, so notifications already flow.
+--   * Idempotent: calling again with the same queues holds one marker per queue.
+--     The marker lasts until stop_waiting() or the end of the session
+--     (including a lost connection), not of the transaction.
+-- Concurrency: advisory locks: markers are shared (any number of waiting
+--   sessions), the barrier is only tried, never waited on.
+-- Errors: 22023 queues empty or holding NULL or ''.
+-- Tests: test/wake-up.test.ts, test/worker-wake-up.test.ts, test/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.wait_for_jobs(queues text[] DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_marker bigint;
+BEGIN
+  FOR v_marker IN SELECT m.marker FROM idemq._wait_markers(queues, 'wait_for_jobs') m WHERE NOT m.held LOOP
+    PERFORM pg_advisory_lock_shared(v_marker);
+  END LOOP;
+  IF pg_try_advisory_lock(idemq._wait_key('')) THEN
+    PERFORM pg_advisory_unlock(idemq._wait_key(''));
+    RETURN true;
+  END IF;
+  RETURN false;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.wait_for_jobs(text[]) IS
+  'Wait for jobs of these queues: enqueues NOTIFY while this session waits; true once a claim would see every job that did not notify.';
 
 
 CREATE TRIGGER jobs_finished

@@ -4,11 +4,20 @@
 // when its last claim came back full (more are probably waiting), and only
 // when there is room: the buffer never holds more than `prefetch` jobs, so a
 // claimed job waits at most one round of running jobs before it starts.
+//
+// Enqueues NOTIFY only while a worker waits (idemq.wait_for_jobs): a claim
+// that comes back short makes this worker wait, and it claims once more when
+// the database confirms (that claim sees every job that skipped its NOTIFY);
+// a claim that comes back full ends the waiting, as a backlog needs no wake-ups.
 import * as sql from "../sql-api.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { MAX_CLAIM_BATCH } from "./defaults.ts";
 import type { Runtime } from "./runtime.ts";
 import { jitter, sleep } from "./timers.ts";
+import type { WaitMarker } from "./wait-marker.ts";
+
+/** First delay before asking wait_for_jobs again while an enqueue is still open; doubles up to the poll interval. */
+const WAIT_RETRY_MS = 5;
 
 export class ClaimLoop {
   private wanted = true;
@@ -16,12 +25,15 @@ export class ClaimLoop {
   private resume: (() => void) | undefined;
   private loop: Promise<void> | undefined;
   private readonly stopping = new AbortController();
+  private waitRetryMs = WAIT_RETRY_MS;
+  private waitRetry: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly rt: Runtime,
     /** How many jobs to claim now (0: wait). */
     private readonly room: () => number,
     private readonly claimed: (jobs: ClaimedJob[]) => void,
+    private readonly marker: WaitMarker,
   ) {}
 
   start(): void {
@@ -45,6 +57,7 @@ export class ClaimLoop {
   async stop(): Promise<void> {
     this.stopped = true;
     this.stopping.abort();
+    clearTimeout(this.waitRetry);
     this.kick();
     await this.loop;
   }
@@ -71,8 +84,42 @@ export class ClaimLoop {
         await sleep(jitter(this.rt.settings.errorBackoffMs), this.stopping.signal);
         continue;
       }
-      if (jobs.length === room) this.wanted = true; // a full batch: more are probably waiting
       if (jobs.length > 0) this.claimed(jobs);
+      if (jobs.length === room) {
+        this.wanted = true; // a full batch: more are probably waiting
+        if (this.marker.waiting) await this.stopWaiting();
+      } else if (!this.marker.waiting) {
+        await this.startWaiting();
+      }
+    }
+  }
+
+  private async startWaiting(): Promise<void> {
+    let ready: boolean;
+    try {
+      ready = await this.marker.wait();
+    } catch (error) {
+      // Without the marker nothing notifies this worker: the fallback poll
+      // finds the jobs, and the next short claim tries again.
+      this.rt.report("wait_for_jobs", error);
+      return;
+    }
+    if (ready) {
+      this.waitRetryMs = WAIT_RETRY_MS;
+      this.wanted = true; // sees what was enqueued without a NOTIFY before the marker
+      return;
+    }
+    if (this.stopped) return;
+    clearTimeout(this.waitRetry);
+    this.waitRetry = setTimeout(() => this.wake(), this.waitRetryMs);
+    this.waitRetryMs = Math.min(this.waitRetryMs * 2, this.rt.settings.pollMs);
+  }
+
+  private async stopWaiting(): Promise<void> {
+    try {
+      await this.marker.stopWaiting();
+    } catch (error) {
+      this.rt.report("stop_waiting", error);
     }
   }
 }

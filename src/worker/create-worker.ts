@@ -9,6 +9,7 @@ import { APPLICATION_NAME } from "./defaults.ts";
 import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
 import { Listener } from "./listener.ts";
+import { WaitMarker } from "./wait-marker.ts";
 import { Rescuer } from "./rescuer.ts";
 import { runJob } from "./run-job.ts";
 import { safeEmit, type HeldJob, type Runtime } from "./runtime.ts";
@@ -45,6 +46,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly completer: Completer;
   private readonly heartbeat: Heartbeat;
   private readonly listener: Listener;
+  private readonly marker: WaitMarker;
   private stopping: Promise<void> | undefined;
   private removeSignalHandlers: (() => void) | undefined;
   private readonly stoppedPromise: Promise<void>;
@@ -61,7 +63,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (options.pool !== undefined) {
       this.pool = options.pool;
       this.ownsPool = false;
-      // The LISTEN connection cannot come from the pool (it is held for good): same settings, own client.
+      // The LISTEN and wait-marker connections cannot come from the pool (they are held for good): same settings, own clients.
       const { max: _max, min: _min, idleTimeoutMillis: _idle, ...clientConfig } = options.pool.options as pg.PoolConfig;
       listenConfig = clientConfig;
     } else if (typeof options.connectionString === "string" && options.connectionString !== "") {
@@ -89,7 +91,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       report: (during, error) => this.report(during, error),
       wakeAt: (at) => this.listener.wakeAt(at),
     };
-    this.claimLoop = new ClaimLoop(this.rt, () => this.room(), (jobs) => this.onClaimed(jobs, tasks));
+    this.marker = new WaitMarker(this.rt, listenConfig, () => this.claimLoop.wake());
+    this.claimLoop = new ClaimLoop(this.rt, () => this.room(), (jobs) => this.onClaimed(jobs, tasks), this.marker);
     this.completer = new Completer(this.rt, (held) => this.settle(held));
     this.heartbeat = new Heartbeat(this.rt, (held) => this.dropFromBuffer(held));
     this.rescuer = new Rescuer(this.rt);
@@ -161,7 +164,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async drain(): Promise<void> {
     await this.claimLoop.stop();
-    await Promise.all([this.listener.stop(), this.rescuer.stop()]);
+    await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop()]);
     await releaseBuffered(this.rt, this.buffer.splice(0));
 
     const finished = Promise.all(this.inFlight.values()).then(() => true);

@@ -30,4 +30,4 @@ export const WORKER_DEFAULTS = {
 export const MAX_CLAIM_BATCH = 1000;
 
 /** Shows up in pg_stat_activity unless the connection string names an application. */
-export const APPLICATION_NAME = { pool: "idemq-worker", listener: "idemq-listener" } as const;
+export const APPLICATION_NAME = { pool: "idemq-worker", listener: "idemq-listener", marker: "idemq-wait-marker" } as const;

@@ -222,6 +222,21 @@ export async function savepoint<T>(client: pg.ClientBase, work: () => Promise<T>
 }
 
 /**
+ * Declares `client` a session waiting for jobs of `queues` (NULL: all) and
+ * returns once idemq.wait_for_jobs reports every enqueue that skipped its
+ * NOTIFY has ended (it says false while one is still open).
+ */
+export async function waitForJobs(client: Queryable, queues: string[] | null = null): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const { rows } = await client.query<{ ready: boolean }>("SELECT idemq.wait_for_jobs($1::text[]) AS ready", [queues]);
+    if (rows[0]!.ready) return;
+    if (Date.now() > deadline) throw new Error("idemq.wait_for_jobs kept returning false for 10 s: a transaction that enqueued is still open");
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/**
  * Collects notifications on a connection of its own. `quiet()` proves that
  * nothing else arrived: it sends a sentinel through `sender` and waits for it;
  * notifications are delivered in commit order, so anything committed before
@@ -238,8 +253,14 @@ export class Listener {
     });
   }
 
-  static async start(client: pg.Client, channel = "idemq_jobs"): Promise<Listener> {
-    await client.query(`LISTEN ${client.escapeIdentifier(channel)}`);
+  /**
+   * LISTENs on idemq_jobs and declares the session waiting for every queue
+   * (idemq.wait_for_jobs): enqueues notify only while a session waits.
+   * `{ waiting: false }` only listens: it hears what other waiters cause.
+   */
+  static async start(client: pg.Client, options: { waiting?: boolean } = {}): Promise<Listener> {
+    await client.query("LISTEN idemq_jobs");
+    if (options.waiting ?? true) await waitForJobs(client);
     return new Listener(client);
   }
 
