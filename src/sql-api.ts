@@ -140,6 +140,38 @@ function call<F extends SqlFunction, R extends pg.QueryResultRow>(
   return runQuery<R>(db, text, values);
 }
 
+/**
+ * One simple-protocol round trip for `before; SELECT * FROM idemq.fn(...) AS r; after`,
+ * the arguments inlined as escaped literals (strings, numbers or JSON text;
+ * the function's parameter types resolve them). Returns the call's rows. A
+ * transactional job uses it to send BEGIN with guard() and complete() with
+ * COMMIT: two round trips fewer per job. An error stops the string there.
+ */
+async function callInline<F extends SqlFunction, R extends pg.QueryResultRow>(
+  client: pg.ClientBase,
+  fn: F,
+  args: Args<F>,
+  around: { before?: string; after?: string },
+): Promise<R[]> {
+  const named: string[] = [];
+  for (const name of SQL_FUNCTIONS[fn] as readonly ParamOf<F>[]) {
+    const arg = args[name];
+    if (arg === undefined) continue;
+    if (arg instanceof SqlExpression) throw new TypeError(`callInline: ${fn}(${name}) cannot be inlined`);
+    named.push(`${name} => ${arg === null ? "NULL" : client.escapeLiteral(typeof arg === "string" ? arg : JSON.stringify(arg))}`);
+  }
+  const statements = [around.before, `SELECT * FROM idemq.${fn}(${named.join(", ")}) AS r`, around.after];
+  const text = statements.filter((t) => t !== undefined).join("; ");
+  let results: pg.QueryResult<R> | pg.QueryResult<R>[];
+  try {
+    results = (await client.query(text)) as unknown as pg.QueryResult<R> | pg.QueryResult<R>[];
+  } catch (err) {
+    throw fromPgError(err);
+  }
+  const all = Array.isArray(results) ? results : [results];
+  return all[around.before === undefined ? 0 : 1]!.rows;
+}
+
 async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, args: Args<F>): Promise<T> {
   const rows = await call<F, { r: T }>(db, fn, args);
   return rows[0]!.r;
@@ -341,6 +373,21 @@ export async function complete(db: Queryable, jobId: JobIdInput, attempt: number
   });
 }
 
+/** complete() and COMMIT in one round trip, on the connection whose transaction holds the job's writes. */
+export async function completeAndCommit(
+  client: pg.ClientBase,
+  jobId: JobIdInput,
+  attempt: number,
+  result?: unknown,
+): Promise<void> {
+  await callInline(
+    client,
+    "complete",
+    { job_id: toJobId(jobId), attempt: integer(attempt, "attempt"), result: jsonb(result, "result") },
+    { after: "COMMIT" },
+  );
+}
+
 /** Completes the attempts that still hold their jobs; returns the ids completed. */
 export async function completeMany(db: Queryable, jobs: readonly JobAttempt[]): Promise<string[]> {
   const rows = await call<"complete_many", { r: string }>(db, "complete_many", attemptArrays(jobs));
@@ -414,6 +461,17 @@ export function rescue(db: Queryable): Promise<number> {
 // -------------------------------------------------------- effects once
 
 /** true: go ahead (in this transaction); false: another delivery already committed this effect. */
+/** BEGIN and guard() in one round trip: opens the transaction a transactional job runs in. */
+export async function beginWithGuard(client: pg.ClientBase, key: string, task?: string): Promise<boolean> {
+  const rows = await callInline<"guard", { r: boolean }>(
+    client,
+    "guard",
+    { key: requiredText(key, "key"), task: text(task, "task") },
+    { before: "BEGIN" },
+  );
+  return rows[0]!.r;
+}
+
 export function guard(db: Queryable, key: string, task?: string): Promise<boolean> {
   return scalar(db, "guard", { key: requiredText(key, "key"), task: text(task, "task") });
 }

@@ -6,6 +6,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "./helpers/db.ts";
 import { expectErrorInTx } from "./helpers/savepoint.ts";
+import * as sqlApi from "../src/sql-api.ts";
 
 let db: TestDatabase;
 
@@ -165,6 +166,52 @@ describe("guard: answers within one database", () => {
       expect(await guard(c, "first-only", "first-only")).toBe(false);
       expect(await guardDuplicates(c, "first-only")).toBe(1);
     });
+  });
+});
+
+// The worker sends BEGIN with guard() and complete() with COMMIT as one
+// simple-protocol string each, its arguments inlined as escaped literals.
+describe("guard and complete inlined with BEGIN / COMMIT (src/sql-api.ts)", () => {
+  it("keys, tasks and results with quotes, backslashes and non-ASCII arrive exactly", async () => {
+    const c = await db.pool.connect();
+    try {
+      const key = `it's a \\ "key" é ✓ $1 ; COMMIT; --`;
+      const task = `task 'q' \\n`;
+      const { rows: jobRows } = await c.query(
+        "SELECT job_id FROM idemq.enqueue(task => 'inline', payload => '{}')",
+      );
+      const [claimed] = (await c.query("SELECT id, attempt FROM idemq.claim('w', NULL, 1)")).rows;
+      expect(claimed.id).toBe(jobRows[0].job_id);
+      expect(await sqlApi.beginWithGuard(c, key, task)).toBe(true);
+      const result = { quote: "it's", backslash: "a\\b", nested: [1, { x: null }], text: "é ✓" };
+      await sqlApi.completeAndCommit(c, claimed.id, claimed.attempt, result);
+      const { rows } = await c.query("SELECT key FROM idemq.processed WHERE key = $1", [key]);
+      expect(rows).toEqual([{ key }]);
+      const { rows: done } = await c.query("SELECT state, result FROM idemq.jobs WHERE id = $1", [claimed.id]);
+      expect(done).toEqual([{ state: "succeeded", result }]);
+      // The same key again: false, and the transaction is open until the caller ends it.
+      expect(await sqlApi.beginWithGuard(c, key, task)).toBe(false);
+      expect((await c.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = pg_backend_pid() AND xact_start IS NOT NULL")).rows[0].n).toBe(1);
+      await c.query("ROLLBACK");
+    } finally {
+      c.release();
+    }
+  });
+
+  it("a fenced complete that fails does not run the COMMIT after it: the transaction is aborted, its writes roll back", async () => {
+    const c = await db.pool.connect();
+    try {
+      await c.query("SELECT idemq.enqueue(task => 'inline-fenced', payload => '{}')");
+      const [claimed] = (await c.query("SELECT id, attempt FROM idemq.claim('w', ARRAY['default'], 1)")).rows;
+      expect(await sqlApi.beginWithGuard(c, "inline-fenced:1")).toBe(true);
+      await expect(sqlApi.completeAndCommit(c, claimed.id, claimed.attempt + 1)).rejects.toMatchObject({ code: "IQ410" });
+      await expect(c.query("SELECT 1")).rejects.toMatchObject({ code: "25P02" });
+      await c.query("ROLLBACK");
+      const { rows } = await c.query("SELECT count(*)::int AS n FROM idemq.processed WHERE key = 'inline-fenced:1'");
+      expect(rows[0].n).toBe(0);
+    } finally {
+      c.release();
+    }
   });
 });
 

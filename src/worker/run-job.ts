@@ -105,9 +105,9 @@ async function runTransactional(
   let duplicateOf: string | undefined;
   let broken: Error | undefined;
   try {
-    await client.query("BEGIN");
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
-    if (key !== null && !(await sql.guard(client, key, held.job.task))) duplicateOf = key;
+    if (key === null) await client.query("BEGIN");
+    else if (!(await sql.beginWithGuard(client, key, held.job.task))) duplicateOf = key;
     let result: unknown;
     if (duplicateOf === undefined) {
       result = await task.run(held.job.payload, makeContext(rt, held, client) as never);
@@ -116,8 +116,7 @@ async function runTransactional(
     if (held.abandoned) throw new Error("handed back at shutdown");
     held.phase = "finishing";
     // Fenced: IQ410 when a newer attempt holds the job, and everything above rolls back.
-    await sql.complete(client, held.job.id, held.job.attempt, storable(rt, held, result));
-    await client.query("COMMIT");
+    await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(rt, held, result));
     outcome = { ok: true, result };
   } catch (error) {
     outcome = { ok: false, error };
