@@ -195,8 +195,8 @@ describe("claim", () => {
 // A claim's cost must not grow with the rows the table keeps: one UPDATE joined
 // to the locking subquery once let the planner hash every row of idemq.jobs
 // (a sequential scan per claim of a few hundred, seen in EXPLAIN).
-describe("claim and complete_many read jobs by index, whatever the table holds", () => {
-  it("with 4,000 finished rows and fresh statistics, claim(500) and complete_many of them scan no table sequentially", async () => {
+describe("claim, heartbeat and complete_many read jobs by index, whatever the table holds", () => {
+  it("with 4,000 finished rows and fresh statistics, claim(250), heartbeat and complete_many of 250 jobs scan no table sequentially", async () => {
     await inRollback(db.pool, async (c) => {
       const queue = "index-only";
       const seed = (n: number) =>
@@ -216,10 +216,10 @@ describe("claim and complete_many read jobs by index, whatever the table holds",
       for (const queues of [null, [queue]]) {
         const { rows } = await c.query("SELECT id, attempt FROM idemq.claim('w', $1::text[], 250)", [queues]);
         expect(rows).toHaveLength(250);
-        const done = await c.query("SELECT * FROM idemq.complete_many($1::bigint[], $2::int[])", [
-          rows.map((r) => r.id),
-          rows.map((r) => r.attempt),
-        ]);
+        const pairs = [rows.map((r) => r.id), rows.map((r) => r.attempt)];
+        const beat = await c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[])", pairs);
+        expect(beat.rows).toHaveLength(250);
+        const done = await c.query("SELECT * FROM idemq.complete_many($1::bigint[], $2::int[])", pairs);
         expect(done.rows).toHaveLength(250);
       }
       expect(await seqScans()).toBe(before);

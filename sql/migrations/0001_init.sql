@@ -1304,14 +1304,21 @@ COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb) IS
 --     already committed (or idempotent). A caller that needs all-or-nothing
 --     uses complete() in its transaction.
 --   * Keys and continuations as complete().
+--   * An id given more than once counts once, with its highest attempt
+--     (attempts only grow: only the latest can hold the job).
+--   * Reads jobs by primary key only: the cost follows the batch, not the
+--     rows the table keeps.
 -- Concurrency: updates the rows in id order (no deadlock between two batches).
 -- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000 ids.
--- Tests: test/complete.test.ts
+-- Tests: test/complete.test.ts, test/claim.test.ts (no sequential scan)
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
 BEGIN
   IF job_ids IS NULL OR attempts IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -1325,20 +1332,30 @@ BEGIN
       HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
   END IF;
 
+  -- The pairs sorted by id, an id given twice keeping its highest attempt
+  -- (attempts only grow): width_bucket() then finds an id's attempt by binary
+  -- search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
+  -- per job whatever the table holds: joined to the arrays instead, the planner
+  -- hashed or scanned the whole table for batches of a few hundred (seen in
+  -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
+  -- a row changed concurrently (rescue, a new claim) is re-checked on its newest
+  -- version and skipped if no longer held by that attempt. No row lock first:
+  -- that wrote a WAL record per job for nothing. "Held" is written as the lease
+  -- columns, not "state = 'processing'", which matches the jobs_leases partial
+  -- index: the planner then scanned every job in flight once per pair.
+  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
+  INTO v_ids, v_attempts
+  FROM (SELECT u.id, max(u.attempt) AS attempt
+        FROM unnest(job_ids, attempts) AS u(id, attempt)
+        WHERE u.id IS NOT NULL
+        GROUP BY u.id) t;
+
   RETURN QUERY
-  -- One UPDATE joined to the arrays: each pair is one primary-key probe, and
-  -- the held-check sits in the UPDATE's own WHERE, so a row changed
-  -- concurrently (rescue, cancel) is re-checked on its newest version and
-  -- skipped if no longer held. No separate row lock first: that wrote a WAL
-  -- record per job for nothing. "Held" is written as the lease columns, not
-  -- "state = 'processing'", which matches the jobs_leases partial index: the
-  -- planner then scanned every job in flight once per pair (seen in EXPLAIN).
-  -- The sorted subquery keeps the nested loop in id order; a pair given twice
-  -- updates its row once.
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
-  FROM (SELECT u.id, u.attempt FROM unnest(job_ids, attempts) AS u(id, attempt) ORDER BY u.id) AS t
-  WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
+  WHERE j.id = ANY (v_ids)
+    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+    AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   RETURNING j.id;
 END;
 $$;
@@ -1850,16 +1867,21 @@ COMMENT ON FUNCTION idemq.guard(text, text) IS
 --     answer was lost (rescued, cancelled, or taken by a newer attempt): its
 --     handler should stop, and its complete() will raise IQ410.
 --   * A lease that ran out but was not yet rescued is still held, and is extended.
--- Concurrency: locks rows in id order; SKIP LOCKED is not used, so a job
+--   * An id given more than once counts once, with its highest attempt.
+--   * Reads jobs by primary key only (cost follows the batch, not the table).
+-- Concurrency: updates rows in id order; SKIP LOCKED is not used, so a job
 --   being completed or rescued concurrently is waited for, then judged on its
 --   committed state.
 -- Errors: 22004 NULL arrays; 22023 arrays of different lengths; bad lease.
--- Tests: test/heartbeat.test.ts, test/fencing.test.ts
+-- Tests: test/heartbeat.test.ts, test/fencing.test.ts, test/claim.test.ts (no sequential scan)
 CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 #variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
 BEGIN
   IF job_ids IS NULL OR attempts IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -1874,24 +1896,24 @@ BEGIN
   END IF;
   PERFORM idemq._check_lease(lease, 'heartbeat');
 
+  -- As in complete_many: the pairs sorted by id (an id given twice keeps its
+  -- highest attempt), width_bucket() finding an id's attempt by binary search,
+  -- and "id = ANY (ids)", a primary-key probe per job whatever the table holds
+  -- (joined to the arrays, the planner hashed or scanned the whole table). The
+  -- attempt and the held-check are re-checked on the newest row version.
+  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
+  INTO v_ids, v_attempts
+  FROM (SELECT u.id, max(u.attempt) AS attempt
+        FROM unnest(job_ids, attempts) AS u(id, attempt)
+        WHERE u.id IS NOT NULL
+        GROUP BY u.id) t;
+
   RETURN QUERY
-  -- Driven from the arrays through LATERAL, so each pair is one primary-key
-  -- probe. "Held" is written as the lease columns, not "state = 'processing'",
-  -- which matches the jobs_leases partial index: the planner then scanned every
-  -- job in flight once per pair (quadratic in the batch; seen in EXPLAIN).
-  WITH held AS MATERIALIZED (
-    SELECT h.id
-    FROM (SELECT DISTINCT t.id, t.attempt FROM unnest(job_ids, attempts) AS t(id, attempt) ORDER BY t.id) t
-    CROSS JOIN LATERAL (
-      SELECT j.id FROM idemq.jobs j
-      WHERE j.id = t.id AND j.attempt = t.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
-      FOR NO KEY UPDATE
-    ) h
-  )
   UPDATE idemq.jobs AS j
   SET lease_expires_at = now() + lease
-  FROM held h
-  WHERE j.id = h.id AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
+  WHERE j.id = ANY (v_ids)
+    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+    AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
   RETURNING j.id;
 END;
 $$;
