@@ -3,8 +3,11 @@
 // in one call; all-or-nothing validation; counters behind stats().
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type pg from "pg";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { count, enqueue, enqueueMany, job, jobIn, savepoint, unique } from "./helpers/jobs.ts";
+import { createHash } from "node:crypto";
+import { expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase } from "./helpers/db.ts";
+import { count, enqueue, enqueueMany, job, jobIn, keyRow, Listener, type ManyRow, savepoint, unique } from "./helpers/jobs.ts";
+
+const md5 = (text: string) => createHash("md5").update(text).digest("hex");
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -305,6 +308,210 @@ describe("all or nothing", () => {
       );
       expect(await snapshotCounts(c)).toEqual(before);
     });
+  });
+});
+
+// A batch without `after` whose keys are all new takes the fast path; anything
+// else, or anything the fast path doubts, goes to the validating path. The
+// paths must not differ in outcome, job or error. An element `after: []` (no
+// parents) sends a batch down the validating path, so each case runs both
+// ways. Which path ran shows in the ids: the fast path numbers jobs in ordinal
+// order, the validating path numbers new keys in key order (PROBE_Z, then
+// PROBE_A, so a later ordinal with a smaller key tells them apart).
+describe("fast path and validating path agree", () => {
+  interface Ran {
+    outcomes?: Array<[string, Record<string, unknown> | null]>;
+    error?: { code?: string; message: string; hint?: string };
+    fast?: boolean;
+  }
+
+  /** Runs the raw JSON batch under a savepoint (rolled back): outcomes with each job's columns, or the error. */
+  async function run(c: pg.ClientBase, batch: string, probes: [string, string]): Promise<Ran> {
+    await c.query("SAVEPOINT agree");
+    try {
+      // The raw text: JSON.parse would turn 1.0 into 1.
+      const { rows: made } = await c.query<ManyRow>("SELECT * FROM idemq.enqueue_many($1::jsonb) ORDER BY ordinal", [batch]);
+      // A second statement: the first one's snapshot does not see its own jobs.
+      const { rows } = await c.query<{ id: string; row: Record<string, unknown> }>(
+        "SELECT j.id::text, to_jsonb(j) - 'id' - 'created_at' AS row FROM idemq.jobs j WHERE j.id = ANY($1::bigint[])",
+        [made.map((m) => m.job_id)],
+      );
+      const byId = new Map(rows.map((r) => [r.id, r.row]));
+      const id = (key: string) => BigInt(rows.find((r) => r.row.idempotency_key === key)!.id);
+      return {
+        outcomes: made.map((m) => [m.outcome, byId.get(m.job_id!) ?? null]),
+        fast: id(probes[0]) < id(probes[1]),
+      };
+    } catch (error) {
+      const e = error as PgError;
+      return { error: { code: e.code, message: e.message, hint: e.hint } };
+    } finally {
+      await c.query("ROLLBACK TO SAVEPOINT agree");
+    }
+  }
+
+  // Elements the fast path takes, and elements it must hand over because the
+  // validating path refuses them or parses them differently (1.0 as an int).
+  const TAKEN = [
+    `{"task": "t"}`,
+    `{"task": "t", "payload": null, "queue": null, "run_at": null, "priority": null, "max_attempts": null,
+      "idempotency_key": null, "duplicate_policy": null, "backoff": null, "expires_at": null, "after": null}`,
+    `{"task": "t", "payload": {"a": [1, {"b": null}]}, "queue": "q", "run_at": "2100-01-01T00:00:00Z",
+      "priority": -5, "max_attempts": 3, "duplicate_policy": "reject_always",
+      "expires_at": "2101-01-01T00:00:00+02:00"}`,
+    `{"task": "t", "priority": 1e2, "max_attempts": 2147483647}`,
+    `{"task": "t", "run_at": "2000-01-01 00:00:00Z"}`,
+    `{"task": "t", "backoff": {"kind": "fixed", "delays": ["1 second"]}}`,
+    `{"task": "t", "idempotency_key": "K1"}`,
+  ];
+  const HANDED_OVER = [
+    `{"task": "t", "priority": 1.0}`,
+    `{"task": "t", "max_attempts": 2.00}`,
+    `{"task": 7}`,
+    `{"task": ""}`,
+    `{"task": null}`,
+    `{"payload": {}}`,
+    `{"task": "t", "priorty": 1}`,
+    `{"task": "t", "payload": [1]}`,
+    `{"task": "t", "payload": "x"}`,
+    `{"task": "t", "queue": ""}`,
+    `{"task": "t", "queue": 5}`,
+    `{"task": "t", "queue": "${"q".repeat(1001)}"}`,
+    `{"task": "t", "run_at": 20261201}`,
+    `{"task": "t", "run_at": "next tuesday-ish"}`,
+    `{"task": "t", "expires_at": true}`,
+    `{"task": "t", "expires_at": "soon"}`,
+    `{"task": "t", "priority": "5"}`,
+    `{"task": "t", "priority": 1.5}`,
+    `{"task": "t", "priority": 3000000000}`,
+    `{"task": "t", "max_attempts": 0}`,
+    `{"task": "t", "max_attempts": "3"}`,
+    `{"task": "t", "idempotency_key": ""}`,
+    `{"task": "t", "idempotency_key": 5}`,
+    `{"task": "t", "idempotency_key": ["K2"]}`,
+    `{"task": "t", "duplicate_policy": "reject_never"}`,
+    `{"task": "t", "duplicate_policy": 5}`,
+    `{"task": "t", "backoff": {"kind": "fixed"}}`,
+    `{"task": "t", "backoff": "fast"}`,
+    `{"task": "t", "after": 5}`,
+    `5`,
+    `"t"`,
+    `null`,
+    `[{"task": "t"}]`,
+  ];
+
+  const short = (e: string) => (e.length > 70 ? `${e.slice(0, 67)}...` : e);
+  it.each([...TAKEN.map((e) => [short(e), true, e] as const), ...HANDED_OVER.map((e) => [short(e), false, e] as const)])(
+    "element %s after good keyed and unkeyed ones (fast path takes it: %s)",
+    async (_label, taken, element) => {
+      await inRollback(db.pool, async (c) => {
+        const probes: [string, string] = [unique("z-probe"), unique("a-probe")];
+        const head = `{"task": "t", "idempotency_key": "${unique("k")}"}, {"task": "t", "payload": {"n": 1}}`;
+        const tail = (after: string) =>
+          `{"task": "t", "idempotency_key": "${probes[0]}"}, {"task": "t", "idempotency_key": "${probes[1]}"${after}}`;
+        const fast = await run(c, `[${head}, ${element}, ${tail("")}]`, probes);
+        const validating = await run(c, `[${head}, ${element}, ${tail(`, "after": []`)}]`, probes);
+        expect(validating.fast ?? false).toBe(false);
+        expect(fast.outcomes).toEqual(validating.outcomes);
+        expect(fast.error).toEqual(validating.error);
+        if (validating.error) expect(validating.error.message).toMatch(/^jobs\[3\] /);
+        expect(fast.fast ?? false).toBe(taken);
+      });
+    },
+  );
+
+  it("a key that exists, after new ones, hands the batch over: outcomes as usual, and the new keys written once", async () => {
+    await inRollback(db.pool, async (c) => {
+      const [a, held, b] = [unique("k"), unique("k"), unique("k")];
+      const active = await jobIn(c, "enqueued", { task: "t", idempotency_key: held });
+      const rows = await enqueueMany(c, [
+        { task: "t", idempotency_key: a },
+        { task: "t", idempotency_key: held },
+        { task: "t", payload: { other: 1 }, idempotency_key: held },
+        { task: "t" },
+        { task: "t", idempotency_key: b },
+      ]);
+      expect(rows.map((r) => r.outcome)).toEqual(["created", "deduplicated", "conflict", "created", "created"]);
+      expect(rows[1]!.job_id).toBe(active);
+      expect(await count(c, "SELECT 1 FROM idemq.keys WHERE key = ANY($1)", [[a, held, b]])).toBe(3);
+      for (const r of [rows[0]!, rows[4]!]) {
+        expect(await keyRow(c, (await job(c, r.job_id!)).idempotency_key!)).toMatchObject({ job_id: r.job_id });
+      }
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE idempotency_key = ANY($1)", [[a, held, b]])).toBe(3);
+    });
+  });
+
+  it("a batch mixing keyed and unkeyed jobs, with a key repeated, on the fast path: outcomes, key rows and counters", async () => {
+    await inRollback(db.pool, async (c) => {
+      const task = unique("task");
+      const [k1, k2] = [unique("k"), unique("k")];
+      const rows = await enqueueMany(c, [
+        { task, payload: { n: 1 }, idempotency_key: k1 },
+        { task, payload: { n: 2 } },
+        { task, payload: { n: 1 }, idempotency_key: k1 },
+        { task, payload: { n: 3 }, idempotency_key: k2, run_at: "2100-01-01T00:00:00Z" },
+        { task, payload: { n: 9 }, idempotency_key: k1 },
+        { task, payload: { n: 2 } },
+      ]);
+      expect(rows.map((r) => r.outcome)).toEqual(["created", "created", "deduplicated", "created", "conflict", "created"]);
+      const ids = rows.map((r) => r.job_id);
+      expect([ids[2], ids[4]]).toEqual([ids[0], ids[0]]);
+      expect(new Set([ids[0], ids[1], ids[3], ids[5]]).size).toBe(4);
+      expect(await job(c, ids[0]!)).toMatchObject({ payload: { n: 1 }, idempotency_key: k1, state: "enqueued" });
+      expect(await job(c, ids[1]!)).toMatchObject({ payload: { n: 2 }, idempotency_key: null });
+      expect(await job(c, ids[3]!)).toMatchObject({ payload: { n: 3 }, idempotency_key: k2, state: "scheduled" });
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = $1", [task])).toBe(4);
+      const { rows: keys } = await c.query(
+        "SELECT key, job_id::text, task, payload_md5, finished_state FROM idemq.keys WHERE key = ANY($1) ORDER BY key",
+        [[k1, k2]],
+      );
+      expect(keys).toEqual(
+        [
+          { key: k1, job_id: ids[0], task, payload_md5: md5('{"n": 1}'), finished_state: null },
+          { key: k2, job_id: ids[3], task, payload_md5: md5('{"n": 3}'), finished_state: null },
+        ].sort((x, y) => (x.key < y.key ? -1 : 1)),
+      );
+      const { rows: counted } = await c.query(
+        "SELECT event, sum(n)::int AS n FROM idemq.counters WHERE task = $1 GROUP BY event ORDER BY event",
+        [task],
+      );
+      expect(counted).toEqual([
+        { event: "conflict", n: 1 },
+        { event: "deduplicated", n: 1 },
+      ]);
+    });
+  });
+});
+
+describe("NOTIFY idemq_jobs", () => {
+  it("once per queue with a job runnable now, at commit, whichever path ran", async () => {
+    const listener = await Listener.start(await db.newClient());
+    const sender = await db.newClient();
+    try {
+      const [q1, q2, later] = [unique("q"), unique("q"), unique("q")];
+      const held = unique("k");
+      await jobIn(sender, "enqueued", { task: "t", idempotency_key: held });
+      for (const handOver of [false, true]) {
+        await sender.query("BEGIN");
+        await enqueueMany(sender, [
+          { task: "t", queue: q1 },
+          { task: "t", queue: q2, idempotency_key: unique("k") },
+          { task: "t", queue: q1, idempotency_key: unique("k") },
+          { task: "t", queue: later, run_at: "2100-01-01T00:00:00Z" },
+          // A key that exists, last: the fast path fails on it and rolls back.
+          ...(handOver ? [{ task: "t", queue: q2, idempotency_key: held }] : []),
+        ]);
+        await listener.sync(db.pool);
+        expect(listener.payloads().filter((p) => [q1, q2, later].includes(p))).toEqual([]);
+        await sender.query("COMMIT");
+        await listener.sync(sender);
+        expect(listener.payloads().filter((p) => [q1, q2, later].includes(p)).sort()).toEqual([q1, q2].sort());
+        listener.received.length = 0;
+      }
+    } finally {
+      await listener.stop();
+      await sender.end();
+    }
   });
 });
 

@@ -359,10 +359,17 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 -- The one implementation of enqueue and enqueue_many: validates a JSON array of
 -- jobs, resolves idempotency keys against the key ledger set-wise, inserts the
 -- new jobs, wires continuations, counts duplicates, and notifies idle workers.
+-- A batch without `after` whose keys (if any) are all new takes a fast path:
+-- one statement that parses with jsonb_to_recordset and writes; anything else,
+-- or any doubt, goes to the validating path, which does the same in steps.
 --
 -- Guarantees:
---   * Validation comes first and covers every element, so bad input raises and
---     writes nothing. `single` only changes how errors name the job.
+--   * Validation covers every element before anything is kept, so bad input
+--     raises and writes nothing: the fast path's check refuses at least what
+--     the validating path refuses, and a refusal (or a value that does not
+--     parse, or a key that exists) rolls its block back and hands the batch
+--     to the validating path, which names the first bad element. So errors and
+--     outcomes do not depend on the path. `single` only changes how errors name the job.
 --   * A key held by an active job yields that job (outcome `deduplicated`), or
 --     `conflict` when the task or payload differ (jsonb equality: the md5 of the
 --     jsonb text is only a fast path, since numbers equal as jsonb can print
@@ -379,7 +386,9 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 --   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable now,
 --     when a listener waits for it (_notify_waiting).
 -- Concurrency: key rows are inserted/updated in key order (fewer deadlocks
---   between overlapping batches). Parents named in `after` are row-locked (their
+--   between overlapping batches), on either path; the fast path's insert waits
+--   for a concurrent inserter of a key like ON CONFLICT does, and when the key
+--   is then taken its own key rows roll back before the validating path runs. Parents named in `after` are row-locked (their
 --   has_children is set) so a parent finishing concurrently cannot miss a child.
 --   Under REPEATABLE READ a concurrent committed duplicate raises 40001: retry.
 -- Errors: 22023/22004 for bad input (message names the element; HINT the fix),
@@ -419,6 +428,13 @@ DECLARE
   e_outcome text[];
   e_existing idemq.job_state[];
   e_state idemq.job_state[];
+  -- The fast path's defaults, one local each so plans see them as parameters.
+  v_payload jsonb := v_defaults->'payload';
+  v_queue text := v_defaults->>'queue';
+  v_priority int := (v_defaults->>'priority')::int;
+  v_max_attempts int := (v_defaults->>'max_attempts')::int;
+  v_policy idemq.duplicate_policy := (v_defaults->>'duplicate_policy')::idemq.duplicate_policy;
+  v_fast boolean;
 BEGIN
   IF jobs IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -430,6 +446,164 @@ BEGIN
       MESSAGE = format('jobs must be a JSON array of job objects, not %s', coalesce(jsonb_typeof(jobs), 'NULL')),
       HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
   END IF;
+  -- 0. The fast path, for batches without `after`: one statement parses the
+  --    array with jsonb_to_recordset (typed, in C), checks each element
+  --    cheaply, and writes. Its check only ever refuses more than the validating
+  --    path below: any doubt (a refused element, a value that does not parse, a
+  --    key that already exists) raises a data_exception, which rolls the block
+  --    back (nothing written) and leaves the batch to the validating path, so
+  --    errors and outcomes are the same whichever path ran.
+  v_fast := NOT jsonb_path_exists(jobs, 'lax $[*] ? (@.after.type() != "null")')
+    -- A first key that exists (a repeated enqueue, a resubmitted batch) would
+    -- make the fast path fail: one index probe saves the attempt.
+    AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = jobs->0->>'idempotency_key');
+  IF v_fast AND jsonb_path_exists(jobs, 'lax $[*] ? (@.backoff.type() != "null")') THEN
+    -- Backoffs are checked once per distinct value; a bad one is left to the
+    -- validating path, which names the first element that has it.
+    v_fast := NOT EXISTS (
+      SELECT 1
+      FROM (SELECT DISTINCT e.val->'backoff' AS spec FROM jsonb_array_elements(jobs) e(val)) d
+      WHERE idemq._backoff_problem(d.spec) IS NOT NULL);
+  END IF;
+  IF v_fast THEN
+    BEGIN
+      IF NOT jobs @? 'lax $[*].idempotency_key ? (@.type() != "null")' THEN
+        -- Without keys every element is a new job. `ok` is NULL or false for
+        -- an element the validating path might refuse: then nothing is written
+        -- and no row returned. The one-time filter runs the insert and the
+        -- notify before the first row is returned.
+        RETURN QUERY
+        WITH src AS MATERIALIZED (
+          SELECT r.ord::int AS ord, nextval('idemq.jobs_id_seq') AS id, r.task,
+                 coalesce(r.payload, v_payload) AS payload, coalesce(r.queue, v_queue) AS queue,
+                 coalesce(r.run_at, v_now) AS run_at, coalesce(r.priority, v_priority) AS priority,
+                 coalesce(r.max_attempts, v_max_attempts) AS max_attempts,
+                 coalesce(r.duplicate_policy, v_policy) AS duplicate_policy, r.backoff, r.expires_at,
+                 (r.v - v_fields) = '{}'
+                   AND r.task <> '' AND jsonb_typeof(r.v->'task') = 'string'
+                   AND (r.payload IS NULL OR jsonb_typeof(r.payload) = 'object')
+                   AND (r.queue IS NULL OR (jsonb_typeof(r.v->'queue') = 'string'
+                                            AND r.queue <> '' AND length(r.queue) <= 1000))
+                   AND (r.run_at IS NULL OR jsonb_typeof(r.v->'run_at') = 'string')
+                   AND (r.expires_at IS NULL OR jsonb_typeof(r.v->'expires_at') = 'string')
+                   AND (r.priority IS NULL OR jsonb_typeof(r.v->'priority') = 'number')
+                   AND (r.max_attempts IS NULL OR (jsonb_typeof(r.v->'max_attempts') = 'number'
+                                                   AND r.max_attempts >= 1))
+                   AND r.idempotency_key IS NULL AND r.after IS NULL AS ok
+          FROM ROWS FROM (jsonb_array_elements(jobs),
+                          jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at timestamptz,
+                            priority int, max_attempts int, idempotency_key text,
+                            duplicate_policy idemq.duplicate_policy, backoff jsonb, expires_at timestamptz,
+                            after jsonb)) WITH ORDINALITY
+               AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key,
+                    duplicate_policy, backoff, expires_at, after, ord)
+        ), chk AS (
+          SELECT coalesce(bool_and(coalesce(s.ok, false)), false) AS ok FROM src s
+        ), ins AS (
+          INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
+                                       backoff, expires_at)
+          SELECT s.id, s.task, s.queue, s.payload,
+                 CASE WHEN s.run_at > v_now THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state,
+                 s.priority, s.run_at, s.max_attempts, s.backoff, s.expires_at
+          FROM src s
+          WHERE (SELECT c.ok FROM chk c)
+          RETURNING j.queue, j.state
+        ), nt AS (
+          SELECT count(pg_notify('idemq_jobs', q.queue)) AS n
+          FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q
+        )
+        SELECT s.ord, s.id, 'created'::text, NULL::idemq.job_state, s.duplicate_policy, NULL::text
+        FROM src s
+        WHERE (SELECT c.ok FROM chk c) AND (SELECT n.n FROM nt n) >= 0
+        ORDER BY s.ord;
+      ELSE
+        -- With keys: the first element of each key (window over key, ordinal)
+        -- takes it; later ones are deduplicated against it or conflict. Every
+        -- key must be new: a plain insert in key order, so a key that exists
+        -- (or that a concurrent caller inserts first: the insert waits for its
+        -- transaction) raises unique_violation at once, the block rolls back,
+        -- and the validating path resolves the keys that exist.
+        RETURN QUERY
+        WITH src AS MATERIALIZED (
+          SELECT r.ord::int AS ord, nextval('idemq.jobs_id_seq') AS id, r.task,
+                 coalesce(r.payload, v_payload) AS payload, coalesce(r.queue, v_queue) AS queue,
+                 coalesce(r.run_at, v_now) AS run_at, coalesce(r.priority, v_priority) AS priority,
+                 coalesce(r.max_attempts, v_max_attempts) AS max_attempts, r.idempotency_key AS key,
+                 coalesce(r.duplicate_policy, v_policy) AS duplicate_policy, r.backoff, r.expires_at,
+                 (r.v - v_fields) = '{}'
+                   AND r.task <> '' AND jsonb_typeof(r.v->'task') = 'string'
+                   AND (r.payload IS NULL OR jsonb_typeof(r.payload) = 'object')
+                   AND (r.queue IS NULL OR (jsonb_typeof(r.v->'queue') = 'string'
+                                            AND r.queue <> '' AND length(r.queue) <= 1000))
+                   AND (r.run_at IS NULL OR jsonb_typeof(r.v->'run_at') = 'string')
+                   AND (r.expires_at IS NULL OR jsonb_typeof(r.v->'expires_at') = 'string')
+                   AND (r.priority IS NULL OR jsonb_typeof(r.v->'priority') = 'number')
+                   AND (r.max_attempts IS NULL OR (jsonb_typeof(r.v->'max_attempts') = 'number'
+                                                   AND r.max_attempts >= 1))
+                   AND (r.idempotency_key IS NULL OR (jsonb_typeof(r.v->'idempotency_key') = 'string'
+                                                      AND r.idempotency_key <> ''))
+                   AND r.after IS NULL AS ok
+          FROM ROWS FROM (jsonb_array_elements(jobs),
+                          jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at timestamptz,
+                            priority int, max_attempts int, idempotency_key text,
+                            duplicate_policy idemq.duplicate_policy, backoff jsonb, expires_at timestamptz,
+                            after jsonb)) WITH ORDINALITY
+               AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key,
+                    duplicate_policy, backoff, expires_at, after, ord)
+        ), chk AS (
+          SELECT coalesce(bool_and(coalesce(s.ok, false)), false) AS ok FROM src s
+        ), dec AS MATERIALIZED (
+          SELECT w.*,
+                 CASE WHEN w.key IS NULL OR w.id = w.lead_id THEN 'created'
+                      WHEN w.task = w.lead_task AND w.payload = w.lead_payload THEN 'deduplicated'
+                      ELSE 'conflict' END AS outcome
+          FROM (SELECT s.*, first_value(s.id) OVER k AS lead_id, first_value(s.task) OVER k AS lead_task,
+                       first_value(s.payload) OVER k AS lead_payload
+                FROM src s
+                WINDOW k AS (PARTITION BY s.key ORDER BY s.ord)) w
+        ), k AS (
+          INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+          SELECT d.key, d.id, d.task, md5(d.payload::text)
+          FROM dec d
+          WHERE d.key IS NOT NULL AND d.outcome = 'created' AND (SELECT c.ok FROM chk c)
+          ORDER BY d.key
+          RETURNING 1
+        ), ins AS (
+          INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
+                                       idempotency_key, backoff, expires_at)
+          SELECT d.id, d.task, d.queue, d.payload,
+                 CASE WHEN d.run_at > v_now THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state,
+                 d.priority, d.run_at, d.max_attempts, d.key, d.backoff, d.expires_at
+          FROM dec d
+          WHERE d.outcome = 'created' AND (SELECT c.ok FROM chk c)
+          RETURNING j.queue, j.state
+        ), cnt AS (
+          INSERT INTO idemq.counters AS c (task, event, n)
+          SELECT d.task, d.outcome, count(*)
+          FROM dec d
+          WHERE d.outcome <> 'created' AND (SELECT c.ok FROM chk c)
+          GROUP BY 1, 2
+          RETURNING 1
+        ), nt AS (
+          SELECT count(pg_notify('idemq_jobs', q.queue)) AS n
+          FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q
+        )
+        SELECT d.ord, CASE WHEN d.key IS NULL THEN d.id ELSE d.lead_id END, d.outcome,
+               NULL::idemq.job_state, d.duplicate_policy, d.key
+        FROM dec d
+        WHERE (SELECT c.ok FROM chk c) AND (SELECT count(*) FROM k) >= 0
+          AND (SELECT n.n FROM nt n) >= 0 AND (SELECT count(*) FROM cnt) >= 0
+        ORDER BY d.ord;
+      END IF;
+      IF NOT FOUND AND jsonb_array_length(jobs) > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'data_exception', MESSAGE = 'enqueue fast path declined';
+      END IF;
+      RETURN;
+    EXCEPTION WHEN data_exception OR unique_violation THEN
+      NULL;  -- rolled back; the validating path below decides
+    END;
+  END IF;
+
   -- 1. Validate every element; report the first problem.
   SELECT e.ord, chk.problem INTO v_ord, v_problem
   FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(val, ord)
