@@ -137,6 +137,32 @@ describe("enqueue: new jobs", () => {
     });
   });
 
+  it("with a new key, writes the same job and key rows as enqueue_many (its two-INSERT path)", async () => {
+    await inRollback(db.pool, async (c) => {
+      const args = { task: "same_key_row", payload: { n: 1.5, s: "é" }, queue: "q-key", priority: 2, max_attempts: 4 };
+      const single = await enqueue(c, { ...args, idempotency_key: "parity-single" });
+      const [many] = await enqueueMany(c, [{ ...args, idempotency_key: "parity-many" }]);
+      expect(single.deduplicated).toBe(false);
+      const { rows: jobs } = await c.query(
+        "SELECT id::text, task, queue, payload, state, priority, max_attempts, attempt, errors, backoff, expires_at FROM idemq.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id",
+        [[single.job_id, many!.job_id]],
+      );
+      const [a, b] = jobs.map(({ id: _id, ...rest }) => rest);
+      expect(jobs).toHaveLength(2);
+      expect(a).toEqual(b);
+      const { rows: keys } = await c.query(
+        "SELECT key, job_id::text, task, payload_md5, finished_state FROM idemq.keys WHERE key IN ('parity-single', 'parity-many') ORDER BY key DESC",
+      );
+      expect(keys).toEqual([
+        { key: "parity-single", job_id: single.job_id, task: "same_key_row", payload_md5: keys[1].payload_md5, finished_state: null },
+        { key: "parity-many", job_id: many!.job_id, task: "same_key_row", payload_md5: keys[1].payload_md5, finished_state: null },
+      ]);
+      // The key now exists: the same call again is deduplicated (through the shared path).
+      const again = await enqueue(c, { ...args, idempotency_key: "parity-single" });
+      expect(again).toEqual({ job_id: single.job_id, deduplicated: true });
+    });
+  });
+
   it("accepts an expires_at already past: the job is created, never claimed, and rescue expires it", async () => {
     await inRollback(db.pool, async (c) => {
       const queue = unique("q");

@@ -5,9 +5,11 @@
 -- The one implementation of enqueue and enqueue_many: validates a JSON array of
 -- jobs, resolves idempotency keys against the key ledger set-wise, inserts the
 -- new jobs, wires continuations, counts duplicates, and notifies idle workers.
--- A batch without `after` whose keys (if any) are all new takes a fast path:
--- one statement that parses with jsonb_to_recordset and writes; anything else,
--- or any doubt, goes to the validating path, which does the same in steps.
+-- A batch (enqueue_many) without `after` whose keys (if any) are all new takes
+-- a fast path: one statement that parses with jsonb_to_recordset and writes;
+-- anything else, or any doubt, goes to the validating path, which does the
+-- same in steps. The fast path runs in a subtransaction (one per call), which
+-- is why enqueue() (`single`) never takes it.
 --
 -- Guarantees:
 --   * Validation covers every element before anything is kept, so bad input
@@ -34,8 +36,9 @@
 -- Concurrency: key rows are inserted/updated in key order (fewer deadlocks
 --   between overlapping batches), on either path; the fast path's insert waits
 --   for a concurrent inserter of a key like ON CONFLICT does, and when the key
---   is then taken its own key rows roll back before the validating path runs. Parents named in `after` are row-locked (their
---   has_children is set) so a parent finishing concurrently cannot miss a child.
+--   is then taken its own key rows roll back before the validating path runs.
+--   Parents named in `after` are row-locked (their has_children is set) so a
+--   parent finishing concurrently cannot miss a child.
 --   Under REPEATABLE READ a concurrent committed duplicate raises 40001: retry.
 -- Errors: 22023/22004 for bad input (message names the element; HINT the fix),
 --   e.g. a queue name over 1000 characters (it is the NOTIFY payload);
@@ -99,7 +102,12 @@ BEGIN
   --    key that already exists) raises a data_exception, which rolls the block
   --    back (nothing written) and leaves the batch to the validating path, so
   --    errors and outcomes are the same whichever path ran.
-  v_fast := NOT jsonb_path_exists(jobs, 'lax $[*] ? (@.after.type() != "null")')
+  --    Not for enqueue() (`single`): the block is a subtransaction, and a
+  --    caller enqueueing one by one in a long transaction would pile them up
+  --    (past 64 they overflow every session's snapshot cache); enqueue() has
+  --    fast paths of its own.
+  v_fast := NOT single
+    AND NOT jsonb_path_exists(jobs, 'lax $[*] ? (@.after.type() != "null")')
     -- A first key that exists (a repeated enqueue, a resubmitted batch) would
     -- make the fast path fail: one index probe saves the attempt.
     AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = jobs->0->>'idempotency_key');
@@ -155,7 +163,7 @@ BEGIN
           WHERE (SELECT c.ok FROM chk c)
           RETURNING j.queue, j.state
         ), nt AS (
-          SELECT count(pg_notify('idemq_jobs', q.queue)) AS n
+          SELECT count(idemq._notify_waiting(q.queue)) AS n
           FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q
         )
         SELECT s.ord, s.id, 'created'::text, NULL::idemq.job_state, s.duplicate_policy, NULL::text
@@ -231,7 +239,7 @@ BEGIN
           GROUP BY 1, 2
           RETURNING 1
         ), nt AS (
-          SELECT count(pg_notify('idemq_jobs', q.queue)) AS n
+          SELECT count(idemq._notify_waiting(q.queue)) AS n
           FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q
         )
         SELECT d.ord, CASE WHEN d.key IS NULL THEN d.id ELSE d.lead_id END, d.outcome,

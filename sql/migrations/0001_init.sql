@@ -359,9 +359,11 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 -- The one implementation of enqueue and enqueue_many: validates a JSON array of
 -- jobs, resolves idempotency keys against the key ledger set-wise, inserts the
 -- new jobs, wires continuations, counts duplicates, and notifies idle workers.
--- A batch without `after` whose keys (if any) are all new takes a fast path:
--- one statement that parses with jsonb_to_recordset and writes; anything else,
--- or any doubt, goes to the validating path, which does the same in steps.
+-- A batch (enqueue_many) without `after` whose keys (if any) are all new takes
+-- a fast path: one statement that parses with jsonb_to_recordset and writes;
+-- anything else, or any doubt, goes to the validating path, which does the
+-- same in steps. The fast path runs in a subtransaction (one per call), which
+-- is why enqueue() (`single`) never takes it.
 --
 -- Guarantees:
 --   * Validation covers every element before anything is kept, so bad input
@@ -388,8 +390,9 @@ COMMENT ON FUNCTION idemq._check_lease(interval, text) IS
 -- Concurrency: key rows are inserted/updated in key order (fewer deadlocks
 --   between overlapping batches), on either path; the fast path's insert waits
 --   for a concurrent inserter of a key like ON CONFLICT does, and when the key
---   is then taken its own key rows roll back before the validating path runs. Parents named in `after` are row-locked (their
---   has_children is set) so a parent finishing concurrently cannot miss a child.
+--   is then taken its own key rows roll back before the validating path runs.
+--   Parents named in `after` are row-locked (their has_children is set) so a
+--   parent finishing concurrently cannot miss a child.
 --   Under REPEATABLE READ a concurrent committed duplicate raises 40001: retry.
 -- Errors: 22023/22004 for bad input (message names the element; HINT the fix),
 --   e.g. a queue name over 1000 characters (it is the NOTIFY payload);
@@ -453,7 +456,12 @@ BEGIN
   --    key that already exists) raises a data_exception, which rolls the block
   --    back (nothing written) and leaves the batch to the validating path, so
   --    errors and outcomes are the same whichever path ran.
-  v_fast := NOT jsonb_path_exists(jobs, 'lax $[*] ? (@.after.type() != "null")')
+  --    Not for enqueue() (`single`): the block is a subtransaction, and a
+  --    caller enqueueing one by one in a long transaction would pile them up
+  --    (past 64 they overflow every session's snapshot cache); enqueue() has
+  --    fast paths of its own.
+  v_fast := NOT single
+    AND NOT jsonb_path_exists(jobs, 'lax $[*] ? (@.after.type() != "null")')
     -- A first key that exists (a repeated enqueue, a resubmitted batch) would
     -- make the fast path fail: one index probe saves the attempt.
     AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = jobs->0->>'idempotency_key');
@@ -509,7 +517,7 @@ BEGIN
           WHERE (SELECT c.ok FROM chk c)
           RETURNING j.queue, j.state
         ), nt AS (
-          SELECT count(pg_notify('idemq_jobs', q.queue)) AS n
+          SELECT count(idemq._notify_waiting(q.queue)) AS n
           FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q
         )
         SELECT s.ord, s.id, 'created'::text, NULL::idemq.job_state, s.duplicate_policy, NULL::text
@@ -585,7 +593,7 @@ BEGIN
           GROUP BY 1, 2
           RETURNING 1
         ), nt AS (
-          SELECT count(pg_notify('idemq_jobs', q.queue)) AS n
+          SELECT count(idemq._notify_waiting(q.queue)) AS n
           FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q
         )
         SELECT d.ord, CASE WHEN d.key IS NULL THEN d.id ELSE d.lead_id END, d.outcome,
@@ -1770,6 +1778,7 @@ DECLARE
   v_null text;
   v_result record;
   v_state idemq.job_state;
+  v_id bigint;
 BEGIN
   v_null := CASE
     WHEN enqueue.task IS NULL THEN 'task'
@@ -1790,25 +1799,39 @@ BEGIN
       HINT = 'Wrap the value in an object, e.g. {"value": ...}.';
   END IF;
 
-  -- The common case (no key, no parents, valid arguments) is one INSERT: the
-  -- shared bulk path costs about 0.5 ms per call in JSON round trips. Anything
-  -- else, including every argument the bulk path would reject, goes there, so
-  -- errors read the same whichever path a call takes.
-  IF enqueue.idempotency_key IS NULL AND enqueue.after IS NULL
+  -- The common cases are one or two INSERTs: no key, or a key nobody holds,
+  -- without parents and with valid arguments. The shared bulk path costs about
+  -- 0.5 ms per call in JSON round trips. Everything else, including every
+  -- argument the bulk path would reject and every key already in the ledger,
+  -- goes there, so errors and outcomes read the same whichever path a call takes.
+  IF enqueue.after IS NULL AND coalesce(enqueue.idempotency_key <> '', true)
      AND enqueue.task <> '' AND enqueue.queue <> '' AND length(enqueue.queue) <= 1000
      AND enqueue.max_attempts >= 1
      AND (enqueue.backoff IS NULL OR idemq._backoff_problem(enqueue.backoff) IS NULL) THEN
-    v_state := CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'enqueued' END;
-    INSERT INTO idemq.jobs AS j (task, queue, payload, state, priority, run_at, max_attempts, backoff, expires_at)
-    VALUES (enqueue.task, enqueue.queue, enqueue.payload, v_state, enqueue.priority,
-            coalesce(enqueue.run_at, now()), enqueue.max_attempts, nullif(enqueue.backoff, 'null'), enqueue.expires_at)
-    RETURNING j.id INTO job_id;
-    IF v_state = 'enqueued' THEN
-      PERFORM idemq._notify_waiting(enqueue.queue);
+    IF enqueue.idempotency_key IS NOT NULL THEN
+      -- A new key: the key row's primary key serialises concurrent callers
+      -- (ON CONFLICT waits for an inserter's transaction); a key that exists
+      -- (or a concurrent inserter that committed) is left to the shared path.
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+      VALUES (enqueue.idempotency_key, nextval('idemq.jobs_id_seq'), enqueue.task, md5(enqueue.payload::text))
+      ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+      RETURNING k.job_id INTO v_id;
     END IF;
-    deduplicated := false;
-    RETURN NEXT;
-    RETURN;
+    IF enqueue.idempotency_key IS NULL OR v_id IS NOT NULL THEN
+      v_state := CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'enqueued' END;
+      INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
+                                   idempotency_key, backoff, expires_at)
+      VALUES (coalesce(v_id, nextval('idemq.jobs_id_seq')), enqueue.task, enqueue.queue, enqueue.payload,
+              v_state, enqueue.priority, coalesce(enqueue.run_at, now()), enqueue.max_attempts,
+              enqueue.idempotency_key, nullif(enqueue.backoff, 'null'), enqueue.expires_at)
+      RETURNING j.id INTO job_id;
+      IF v_state = 'enqueued' THEN
+        PERFORM idemq._notify_waiting(enqueue.queue);
+      END IF;
+      deduplicated := false;
+      RETURN NEXT;
+      RETURN;
+    END IF;
   END IF;
 
   SELECT r.r_job_id, r.r_outcome, r.r_existing_state, r.r_policy INTO v_result
