@@ -16,8 +16,6 @@ import {
   type System,
 } from "./types.ts";
 
-const ACTIVE = "('scheduled', 'enqueued', 'processing', 'awaiting')";
-
 /**
  * BENCH_IDEMQ_PREFETCH: a diagnostic knob, not a default. It sets the
  * worker's prefetch (claimed jobs buffered locally; default = concurrency),
@@ -68,8 +66,16 @@ export const idemq: System = {
     };
   },
 
+  // Counted through the partial indexes (jobs_runnable, jobs_leases): with the
+  // scale row's 1,000,000 finished jobs, "state IN (every active state)" was a
+  // parallel sequential scan (~125 ms on three processes), polled every 2 ms
+  // until the last completions landed, inside the measured window. The bench
+  // enqueues no continuations, so no job is ever `awaiting`.
   async remaining(db) {
-    const { rows } = await db.query(`SELECT count(*)::int AS n FROM idemq.jobs WHERE state IN ${ACTIVE}`);
+    const { rows } = await db.query(
+      `SELECT ((SELECT count(*) FROM idemq.jobs WHERE state IN ('enqueued', 'scheduled'))
+             + (SELECT count(*) FROM idemq.jobs WHERE state = 'processing'))::int AS n`,
+    );
     return (rows[0] as { n: number }).n;
   },
 
