@@ -42,10 +42,8 @@ function pgError(code: string, message: string, extra: { detail?: string; hint?:
 function recorder(rows: Record<string, unknown>[] = [{}]) {
   const calls: { text: string; values: unknown[] }[] = [];
   const db: Queryable = {
-    // sql-api sends a query config ({ name, text, values }) for prepared statements.
-    query: async (textOrConfig: string | pg.QueryConfig, values?: unknown[]) => {
-      const text = typeof textOrConfig === "string" ? textOrConfig : textOrConfig.text;
-      calls.push({ text, values: (typeof textOrConfig === "string" ? values : textOrConfig.values) ?? [] });
+    query: async (text: string, values?: unknown[]) => {
+      calls.push({ text, values: values ?? [] });
       return { rows, command: "SELECT", rowCount: rows.length, oid: 0, fields: [] };
     },
   };
