@@ -117,39 +117,17 @@ export function buildCall<F extends SqlFunction>(
   return { text: `SELECT * FROM idemq.${fn}(${named.join(", ")}) AS r${suffix}`, values };
 }
 
-/** Runs one statement, mapping SQL errors to idemq's classes. A `name` makes it a prepared statement. */
+/** Runs one statement, mapping SQL errors to idemq's classes. */
 export async function runQuery<R extends pg.QueryResultRow>(
   db: Queryable,
   sql: string,
   values: unknown[],
-  name?: string,
 ): Promise<R[]> {
   try {
-    const config: pg.QueryConfig = name === undefined ? { text: sql, values } : { name, text: sql, values };
-    return (await (db as pg.ClientBase).query<R>(config)).rows;
+    return (await db.query(sql, values)).rows as R[];
   } catch (err) {
     throw fromPgError(err);
   }
-}
-
-/**
- * Whether calls of the SQL functions are prepared statements (named, parsed
- * and planned once per connection: about 60 µs less per call). Read once from
- * IDEMQ_PREPARED_STATEMENTS; "off" for connection poolers that cannot keep
- * them, such as PgBouncer in transaction mode before 1.21.
- */
-export const PREPARED_STATEMENTS = process.env.IDEMQ_PREPARED_STATEMENTS !== "off";
-
-/** Statement names by text: a call's text depends on which arguments it passes, so there are few. */
-const statementNames = new Map<string, string>();
-
-function statementName(fn: string, text: string): string {
-  let name = statementNames.get(text);
-  if (name === undefined) {
-    name = `idemq_${fn}_${statementNames.size}`;
-    statementNames.set(text, name);
-  }
-  return name;
 }
 
 function call<F extends SqlFunction, R extends pg.QueryResultRow>(
@@ -159,7 +137,7 @@ function call<F extends SqlFunction, R extends pg.QueryResultRow>(
   suffix = "",
 ): Promise<R[]> {
   const { text, values } = buildCall(fn, args, suffix);
-  return runQuery<R>(db, text, values, PREPARED_STATEMENTS ? statementName(fn, text) : undefined);
+  return runQuery<R>(db, text, values);
 }
 
 /**
