@@ -60,7 +60,7 @@ export const SQL_FUNCTIONS = {
     "after",
   ],
   enqueue_many: ["jobs"],
-  claim: ["worker_id", "queues", "batch_size", "lease"],
+  claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
   complete: ["job_id", "attempt", "result"],
   complete_many: ["job_ids", "attempts"],
   fail: ["job_id", "attempt", "error", "retryable", "retry_at"],
@@ -285,6 +285,8 @@ export interface ClaimOptions {
   queues?: readonly string[];
   batchSize?: number;
   lease?: Duration;
+  /** Only jobs of these tasks (default: any task). */
+  tasks?: readonly string[];
 }
 
 export interface ClaimedJob {
@@ -310,11 +312,15 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
   if (opts.queues !== undefined && (!Array.isArray(opts.queues) || opts.queues.some((q) => typeof q !== "string"))) {
     throw bad("queues must be an array of queue names");
   }
+  if (opts.tasks !== undefined && (!Array.isArray(opts.tasks) || opts.tasks.some((t) => typeof t !== "string"))) {
+    throw bad("tasks must be an array of task names");
+  }
   const rows = await call<"claim", ClaimedJobRow>(db, "claim", {
     worker_id: requiredText(opts.workerId, "workerId"),
     queues: opts.queues === undefined ? undefined : [...opts.queues],
     batch_size: integer(opts.batchSize, "batchSize"),
     lease: interval(opts.lease),
+    tasks: opts.tasks === undefined ? undefined : [...opts.tasks],
   });
   return rows.map((r) => ({
     id: r.id,

@@ -108,6 +108,9 @@ const CASES: Case[] = [
   c("claim", "lease negative", `${CL}(worker_id => 'w', lease => '-30 seconds')`, "22023"),
   c("claim", "lease over a day", `${CL}(worker_id => 'w', lease => '25 hours')`, "22023"),
   c("claim", "NULL lease", `${CL}(worker_id => 'w', lease => NULL)`, "22004"),
+  c("claim", "tasks an empty array", `${CL}(worker_id => 'w', tasks => '{}')`, "22023"),
+  c("claim", "tasks with a NULL", `${CL}(worker_id => 'w', tasks => ARRAY[NULL]::text[])`, "22023"),
+  c("claim", "tasks with an empty name", `${CL}(worker_id => 'w', tasks => ARRAY['a', ''])`, "22023"),
   // wait_for_jobs, stop_waiting
   c("wait_for_jobs", "queues an empty array", "SELECT idemq.wait_for_jobs(queues => '{}')", "22023"),
   c("wait_for_jobs", "queues with a NULL", "SELECT idemq.wait_for_jobs(queues => ARRAY[NULL]::text[])", "22023"),

@@ -1323,7 +1323,8 @@ COMMENT ON FUNCTION idemq.cancel(bigint) IS
 
 -- ---- sql/functions/claim.sql ----
 -- idemq.claim(worker_id text, queues text[] DEFAULT NULL, batch_size int DEFAULT 1,
---   lease interval DEFAULT '30 seconds') RETURNS SETOF idemq.claimed_job
+--   lease interval DEFAULT '30 seconds', tasks text[] DEFAULT NULL)
+--   RETURNS SETOF idemq.claimed_job
 --
 -- Hands up to batch_size runnable jobs to a worker, each under a lease.
 --
@@ -1331,6 +1332,9 @@ COMMENT ON FUNCTION idemq.cancel(bigint) IS
 --   * Runnable: state enqueued or scheduled with run_at <= now() (a due
 --     scheduled job needs no promoter), and not past expires_at.
 --   * Order: priority desc, then run_at, then id.
+--   * tasks: only jobs of these tasks (NULL: any task). A worker passes the
+--     tasks it has, so a job of a task it lacks is left to a worker that has
+--     it instead of spending an attempt.
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
 --     worker_id, lease_expires_at = now() + lease. (id, attempt) is the
 --     fencing token for complete, fail, snooze and heartbeat.
@@ -1343,13 +1347,14 @@ COMMENT ON FUNCTION idemq.cancel(bigint) IS
 --   Jobs locked by another transaction (being claimed, cancelled...) are
 --   skipped, not waited for.
 -- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, batch_size
---   outside 1..1000, empty queue name, bad lease.
+--   outside 1..1000, empty queue or task name, bad lease.
 -- Tests: test/claim.test.ts, test/claim-concurrency.test.ts, test/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
   batch_size int DEFAULT 1,
-  lease interval DEFAULT '30 seconds')
+  lease interval DEFAULT '30 seconds',
+  tasks text[] DEFAULT NULL)
 RETURNS SETOF idemq.claimed_job
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -1374,6 +1379,12 @@ BEGIN
       MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s', queues),
       HINT = 'Pass NULL to claim from every queue.';
   END IF;
+  IF tasks IS NOT NULL AND (cardinality(tasks) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(tasks) t WHERE t IS NULL OR t = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('claim: tasks must be NULL (any task) or a non-empty list of task names, not %s', tasks),
+      HINT = 'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.';
+  END IF;
   PERFORM idemq._check_lease(lease, 'claim');
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
@@ -1384,7 +1395,8 @@ BEGIN
   -- holds. The jobs whose previous attempt lost its lease are noted before the
   -- update resets the flag. Two static statements for the queue filter rather
   -- than "queues IS NULL OR ...": each gets a plan that walks jobs_runnable in
-  -- claim order and stops at the limit.
+  -- claim order and stops at the limit. The task filter is checked on the
+  -- rows the walk meets (jobs_runnable does not hold the task).
   IF queues IS NULL THEN
     SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
     INTO v_ids, v_lost
@@ -1394,6 +1406,7 @@ BEGIN
       WHERE j.state IN ('enqueued', 'scheduled')
         AND j.run_at <= now()
         AND (j.expires_at IS NULL OR j.expires_at > now())
+        AND (tasks IS NULL OR j.task = ANY (tasks))
       ORDER BY j.priority DESC, j.run_at, j.id
       LIMIT batch_size
       FOR UPDATE SKIP LOCKED
@@ -1408,6 +1421,7 @@ BEGIN
         AND j.run_at <= now()
         AND j.queue = ANY (queues)
         AND (j.expires_at IS NULL OR j.expires_at > now())
+        AND (tasks IS NULL OR j.task = ANY (tasks))
       ORDER BY j.priority DESC, j.run_at, j.id
       LIMIT batch_size
       FOR UPDATE SKIP LOCKED
@@ -1434,7 +1448,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.claim(text, text[], int, interval) IS
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[]) IS
   'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
 
 -- ---- sql/functions/complete.sql ----

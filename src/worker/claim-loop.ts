@@ -26,6 +26,7 @@ export class ClaimLoop {
   private loop: Promise<void> | undefined;
   private readonly stopping = new AbortController();
   private waitRetryMs = WAIT_RETRY_MS;
+  private readonly taskNames: string[];
   private waitRetry: NodeJS.Timeout | undefined;
 
   constructor(
@@ -34,7 +35,9 @@ export class ClaimLoop {
     private readonly room: () => number,
     private readonly claimed: (jobs: ClaimedJob[]) => void,
     private readonly marker: WaitMarker,
-  ) {}
+  ) {
+    this.taskNames = [...rt.tasks.keys()];
+  }
 
   start(): void {
     this.loop ??= this.run();
@@ -77,6 +80,8 @@ export class ClaimLoop {
           queues: this.rt.settings.queues,
           batchSize: room,
           lease: this.rt.settings.lease.interval,
+          // Only jobs it can run: a job of a task it lacks waits for a worker that has it.
+          tasks: this.taskNames,
         });
       } catch (error) {
         this.rt.report("claim", error);

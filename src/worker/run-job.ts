@@ -50,6 +50,7 @@ export async function runJob(rt: Runtime, held: HeldJob, completer: Completer, f
   }
   let outcome: Outcome;
   try {
+    // claim() passes this worker's tasks, so this is a guard, not a path jobs take.
     if (held.task === undefined) throw new UnknownTaskError(held.job.task, [...rt.tasks.keys()]);
     outcome = { ok: true, result: await held.task.run(held.job.payload, makeContext(rt, held, undefined) as never) };
   } catch (error) {
