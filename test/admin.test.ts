@@ -173,10 +173,14 @@ describe("cancel", () => {
     );
     await worker.query("BEGIN");
     await worker.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, claimed.rows[0]!.attempt]);
-    const cancelled = operator.query("SELECT idemq.cancel(job_id => $1)", [id]);
+    // The handler is attached at once: the error may arrive before the worker's COMMIT returns.
+    const cancelled = expectSqlError(operator.query("SELECT idemq.cancel(job_id => $1)", [id]), {
+      code: "IQ412",
+      detail: { job_id: Number(id), state: "succeeded" },
+    });
     expect(await waitUntilBlocked(db.pool, operatorPid)).toEqual([workerPid]);
     await worker.query("COMMIT");
-    await expectSqlError(cancelled, { code: "IQ412", detail: { job_id: Number(id), state: "succeeded" } });
+    await cancelled;
   });
 });
 

@@ -130,10 +130,11 @@ describe("guard: deterministic interleavings", () => {
 
     await b.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
     await b.query("SELECT 1"); // take the snapshot before A commits
-    const bAnswer = guard(b, key);
+    // The handler is attached at once: B's error may arrive before A's COMMIT returns.
+    const bAnswer = expectSqlError(guard(b, key), { code: "40001" });
     await waitUntilBlocked(db.pool, bPid);
     await a.query("COMMIT");
-    await expectSqlError(bAnswer, { code: "40001" });
+    await bAnswer;
     await b.query("ROLLBACK");
   });
 });
