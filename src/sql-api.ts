@@ -63,7 +63,7 @@ export const SQL_FUNCTIONS = {
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
   complete: ["job_id", "attempt", "result"],
   complete_many: ["job_ids", "attempts"],
-  fail: ["job_id", "attempt", "error", "retryable", "retry_at"],
+  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts"],
   heartbeat: ["job_ids", "attempts", "lease"],
   snooze: ["job_id", "attempt", "run_at"],
   rescue: [],
@@ -405,6 +405,10 @@ export interface FailOptions {
   retryable?: boolean;
   /** Overrides the backoff for the next attempt. */
   retryAt?: Instant;
+  /** The backoff to use instead of the job's (delay by counted attempts, database clock). */
+  backoff?: Backoff;
+  /** A limit lower than the job's max_attempts (counted attempts: snoozes do not count). */
+  maxAttempts?: number;
 }
 
 /** Records a failed attempt; returns the job's new state (`scheduled` or `failed`). */
@@ -421,6 +425,8 @@ export function fail(
     error: jsonb(error, "error") ?? null,
     retryable: opts.retryable,
     retry_at: instant(opts.retryAt, "retryAt"),
+    backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
+    max_attempts: opts.maxAttempts === undefined ? undefined : integer(opts.maxAttempts, "maxAttempts"),
   });
 }
 

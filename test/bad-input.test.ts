@@ -133,6 +133,8 @@ const CASES: Case[] = [
   c("fail", "error a number", "SELECT idemq.fail(job_id => ${processing}, attempt => ${attempt}, error => '42')", "22023"),
   c("fail", "NULL retryable", `SELECT idemq.fail(job_id => \${processing}, attempt => \${attempt}, error => '"x"', retryable => NULL)`, "22004"),
   c("fail", "no such job", `SELECT idemq.fail(job_id => 987654321, attempt => 1, error => '"x"')`, "IQ404"),
+  c("fail", "backoff of an unknown kind", `SELECT idemq.fail(job_id => \${processing}, attempt => \${attempt}, error => '"x"', backoff => '{"kind": "linear"}')`, "22023"),
+  c("fail", "max_attempts 0", `SELECT idemq.fail(job_id => \${processing}, attempt => \${attempt}, error => '"x"', max_attempts => 0)`, "22023"),
   // heartbeat
   c("heartbeat", "NULL job_ids", "SELECT * FROM idemq.heartbeat(job_ids => NULL, attempts => '{1}')", "22004"),
   c("heartbeat", "NULL attempts", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => NULL)", "22004"),

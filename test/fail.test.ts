@@ -78,6 +78,42 @@ describe("fail", () => {
     });
   });
 
+  it("backoff and max_attempts given to fail override the job's (a worker's task settings); snoozes do not count", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, { backoff: FIXED, max_attempts: 10 });
+      const override = { backoff: { kind: "fixed", delays: ["7 seconds", "9 seconds"] }, max_attempts: 2 };
+      // Attempt 1 is snoozed: it does not count.
+      await claimOne(c);
+      await c.query("SELECT idemq.snooze(job_id => $1, attempt => 1, run_at => now())", [id]);
+      await claimOne(c);
+      expect(await fail(c, id, 2, "first counted", override)).toBe("scheduled");
+      // The first counted failure: the override's first delay, not the job's 2 seconds.
+      expect((await jobRow(c, id)).run_in).toBe(7);
+      await makeDue(c, id);
+      await claimOne(c);
+      // The second counted failure reaches the override's limit of 2, below the job's 10.
+      expect(await fail(c, id, 3, "second counted", override)).toBe("failed");
+      expect(await jobRow(c, id)).toMatchObject({ state: "failed", attempt: 3 });
+    });
+  });
+
+  it("rejects a malformed backoff override or max_attempts below 1 (22023), changing nothing", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await enqueue(c, {});
+      await claimOne(c);
+      await underSavepoint(c, () =>
+        expectSqlError(fail(c, id, 1, "x", { backoff: { kind: "linear" } }), {
+          code: "22023",
+          message: /^fail: backoff kind must be/,
+        }),
+      );
+      await underSavepoint(c, () =>
+        expectSqlError(fail(c, id, 1, "x", { max_attempts: 0 }), { code: "22023", message: /max_attempts must be NULL or >= 1/ }),
+      );
+      expect(await jobRow(c, id)).toMatchObject({ state: "processing", attempt: 1 });
+    });
+  });
+
   it("keeps every failed attempt's error: attempt, started_at, failed_at, worker, class, message and extra fields", async () => {
     await inRollback(db.pool, async (c) => {
       const id = await enqueue(c, { backoff: FIXED, max_attempts: 2 });

@@ -58,6 +58,14 @@ beforeAll(async () => {
         throw new Error("always fails");
       },
     },
+    snooze_capped: {
+      maxAttempts: 2,
+      backoff: { kind: "fixed", delays: ["50ms"] },
+      run: async (_p, ctx) => {
+        if (ctx.job.attempt === 1) ctx.snooze("50ms");
+        throw new Error(`counted failure at attempt ${ctx.job.attempt}`);
+      },
+    },
     snoozer: {
       backoff: { kind: "fixed", delays: ["50ms"] },
       run: async (_p, ctx) => {
@@ -110,8 +118,10 @@ describe("fixed backoff", () => {
     expect(gaps[0]).toBeLessThan(100 + 50);
     expect(gaps[1]).toBeGreaterThanOrEqual(200);
     expect(gaps[1]).toBeLessThan(200 + 50);
-    // ... and it is what fail() scheduled: the last retry's retry_at is still the job's run_at.
-    expect(job.runAt).toEqual(retries[1]!.retryAt);
+    // ... while fail() scheduled the retry itself, from the task's backoff and the
+    // database clock: the job's run_at is the second failure's failed_at + 200 ms.
+    const secondFailedAt = new Date(errors[1]!.failed_at as string).getTime();
+    expect(job.runAt!.getTime() - secondFailedAt).toBe(200);
     expect(w.of("job:success").filter((e) => e.jobId === jobId)).toHaveLength(1);
   });
 });
@@ -148,6 +158,14 @@ describe("errors that skip retries", () => {
     expect(job).toMatchObject({ state: "failed", attempt: 2, maxAttempts: 10 });
     expect(entries(job).map((e) => e.attempt)).toEqual([1, 2]);
     expect(w.of("job:failed").find((e) => e.jobId === jobId)).toMatchObject({ attempt: 2, permanent: false });
+  });
+
+  it("a snooze does not count against the task's maxAttempts: maxAttempts 2 with a snooze ends after the third claim", async () => {
+    const { jobId } = await client.enqueue("snooze_capped", {}, { maxAttempts: 10 });
+    const job = await finished(jobId);
+    // attempt 1 snoozed (uncounted); attempts 2 and 3 are the task's two counted attempts.
+    expect(job).toMatchObject({ state: "failed", attempt: 3 });
+    expect(entries(job).map((e) => e.attempt)).toEqual([2, 3]);
   });
 
   it("a job of a task the worker does not have is not claimed (no attempt spent); a worker that has the task runs it", async () => {

@@ -1929,7 +1929,8 @@ COMMENT ON FUNCTION idemq.enqueue_many(jsonb) IS
 
 -- ---- sql/functions/fail.sql ----
 -- idemq.fail(job_id bigint, attempt int, error jsonb, retryable boolean DEFAULT true,
---   retry_at timestamptz DEFAULT NULL) RETURNS idemq.job_state
+--   retry_at timestamptz DEFAULT NULL, backoff jsonb DEFAULT NULL,
+--   max_attempts int DEFAULT NULL) RETURNS idemq.job_state
 --
 -- Records a failed attempt; schedules a retry or fails the job for good.
 --
@@ -1943,19 +1944,26 @@ COMMENT ON FUNCTION idemq.enqueue_many(jsonb) IS
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the
 --     counted attempts reached max_attempts. Snoozes do not count.
+--   * backoff and max_attempts override the job's for this decision (a
+--     worker's task settings): the delay is _backoff_delay(backoff, counted
+--     attempts) on the database clock, and the job fails once the counted
+--     attempts reach the lower of the two limits.
 --   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs
 --     when a listener waits (_notify_waiting).
 --   * Fenced like complete(): a stale attempt changes nothing.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
---   22023 error is not a JSON object or string.
+--   22023 error is not a JSON object or string, a malformed backoff,
+--   max_attempts < 1.
 -- Tests: test/fail.test.ts, test/backoff.test.ts
 CREATE OR REPLACE FUNCTION idemq.fail(
   job_id bigint,
   attempt int,
   error jsonb,
   retryable boolean DEFAULT true,
-  retry_at timestamptz DEFAULT NULL)
+  retry_at timestamptz DEFAULT NULL,
+  backoff jsonb DEFAULT NULL,
+  max_attempts int DEFAULT NULL)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
 -- The parameter named "error" (fixed by the contract) would be read as a
@@ -1967,6 +1975,7 @@ DECLARE
   v_job record;
   v_state idemq.job_state;
   v_due record;
+  v_problem text;
 BEGIN
   IF fail.error IS NULL OR fail.retryable IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -1982,6 +1991,17 @@ BEGIN
       MESSAGE = format('fail: error must be a JSON object or string, not %s', fail.error),
       HINT = 'Pass {"class": "TimeoutError", "message": "...", "stack": "..."}.';
   END IF;
+  v_problem := idemq._backoff_problem(fail.backoff);
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: %s', v_problem),
+      HINT = 'Pass NULL to use the job''s own backoff.';
+  END IF;
+  IF fail.max_attempts < 1 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: max_attempts must be NULL or >= 1, not %s', fail.max_attempts),
+      HINT = 'Pass NULL to use the job''s own max_attempts.';
+  END IF;
 
   SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
   FROM idemq.jobs j
@@ -1994,13 +2014,15 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
   END IF;
-  v_state := CASE WHEN NOT fail.retryable OR v_job.attempt - v_job.uncounted >= v_job.max_attempts
+  v_state := CASE WHEN NOT fail.retryable
+                    OR v_job.attempt - v_job.uncounted >= least(v_job.max_attempts, fail.max_attempts)
                   THEN 'failed' ELSE 'scheduled' END;
 
   UPDATE idemq.jobs AS j
   SET state = v_state,
       run_at = CASE WHEN v_state = 'scheduled'
-                    THEN coalesce(fail.retry_at, now() + idemq._backoff_delay(v_job.backoff, v_job.attempt - v_job.uncounted))
+                    THEN coalesce(fail.retry_at, now() + idemq._backoff_delay(coalesce(nullif(fail.backoff, 'null'), v_job.backoff),
+                                                                  v_job.attempt - v_job.uncounted))
                     ELSE j.run_at END,
       finished_at = CASE WHEN v_state = 'failed' THEN now() END,
       errors = j.errors || jsonb_build_array(v_error || jsonb_build_object(
@@ -2017,7 +2039,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz) IS
+COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int) IS
   'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';
 
 -- ---- sql/functions/guard.sql ----

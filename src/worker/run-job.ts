@@ -10,9 +10,10 @@
 //   transaction back, the handler's writes included: job:lease-lost.
 //   A transactional task with neither a guardKey nor a job key runs unguarded
 //   (its writes still commit only together with complete()).
-// A failed attempt is recorded by fail(): not retryable for PermanentError,
-// exceptOn/onlyOn, or the task's own maxAttempts reached; retry_at from the
-// task's own backoff when it has one (else the job's backoff, in SQL).
+// A failed attempt is recorded by fail(): not retryable for PermanentError or
+// exceptOn/onlyOn; the task's own maxAttempts and backoff, when it has them,
+// go to fail(), which applies them to the counted attempts (snoozes do not
+// count) on the database clock (else the job's own, in SQL).
 import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
 import { LeaseLostError, PermanentError } from "../errors.ts";
@@ -158,15 +159,22 @@ export async function failJob(rt: Runtime, held: HeldJob, error: unknown): Promi
   if (held.leaseLost) return leaseLost(rt, held, "the lease was lost while the handler ran; its error is discarded");
   const task = held.task;
   const permanent = isPermanent(task, error);
-  const outOfAttempts = task?.maxAttempts !== undefined && held.job.attempt >= task.maxAttempts;
-  const retryable = !permanent && !outOfAttempts;
+  const retryable = !permanent;
+  // fail() applies the task's maxAttempts and backoff to the counted attempts
+  // (snoozes do not count) on the database clock. retryAt is this worker's
+  // estimate, for the event and an early wake-up only: it counts snoozes, so
+  // with a growing backoff it errs late, and the fallback poll bounds that.
   const retryAt =
     retryable && task?.backoff !== undefined
       ? new Date(Date.now() + backoffDelayMs(task.backoff, held.job.attempt))
       : undefined;
   const info = errorInfo(error);
   try {
-    const state = await sql.fail(rt.pool, held.job.id, held.job.attempt, info, { retryable, retryAt });
+    const state = await sql.fail(rt.pool, held.job.id, held.job.attempt, info, {
+      retryable,
+      ...(task?.backoffSpec === undefined ? {} : { backoff: task.backoffSpec }),
+      ...(task?.maxAttempts === undefined ? {} : { maxAttempts: task.maxAttempts }),
+    });
     if (state === "failed") {
       rt.emit("job:failed", { ...jobEvent(rt, held), durationMs: durationOf(held), error: info, permanent });
     } else {

@@ -2,7 +2,7 @@
 // each is a function or { run, transactional?, guardKey?, maxAttempts?,
 // backoff?, exceptOn?, onlyOn?, lease? }. A mistake is one WorkerConfigError
 // whose message names the task and the option.
-import { toMilliseconds, toPgInterval, type Duration } from "../contract.ts";
+import { toMilliseconds, toPgInterval, type Backoff, type Duration } from "../contract.ts";
 import { toBackoffSchedule, type BackoffSchedule } from "./backoff.ts";
 import type { ErrorClass, Payload } from "./types.ts";
 
@@ -21,6 +21,8 @@ export interface NormalizedTask {
   guardKey: ((payload: Payload) => string | null | undefined) | undefined;
   maxAttempts: number | undefined;
   backoff: BackoffSchedule | undefined;
+  /** The backoff as given, for fail() to apply on the database clock. */
+  backoffSpec: Backoff | undefined;
   exceptOn: readonly ErrorClass[];
   onlyOn: readonly ErrorClass[] | undefined;
   /** The task's lease as an interval literal, and in ms; undefined: the worker's. */
@@ -52,6 +54,7 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
       guardKey: undefined,
       maxAttempts: undefined,
       backoff: undefined,
+      backoffSpec: undefined,
       exceptOn: [],
       onlyOn: undefined,
       lease: undefined,
@@ -93,6 +96,7 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
     guardKey: guardKey as NormalizedTask["guardKey"],
     maxAttempts: maxAttempts as number | undefined,
     backoff,
+    backoffSpec: backoff === undefined ? undefined : (config.backoff as Backoff),
     exceptOn: errorClasses(config.exceptOn, `${what}: exceptOn`) ?? [],
     onlyOn: errorClasses(config.onlyOn, `${what}: onlyOn`),
     lease: config.lease === undefined ? undefined : lease(config.lease as Duration, `${what}: lease`),

@@ -167,6 +167,8 @@ export async function complete(db: Queryable, id: string, attempt: number, resul
 export interface FailArgs {
   retryable?: boolean;
   retry_at?: Sql | string;
+  backoff?: Record<string, unknown>;
+  max_attempts?: number;
 }
 
 /** idemq.fail(...); returns the job's new state. */
@@ -178,7 +180,7 @@ export async function fail(
   args: FailArgs = {},
 ): Promise<string> {
   const values: unknown[] = [id, attempt, JSON.stringify(error)];
-  const extra = namedArgs(args as Record<string, unknown>, { retryable: "boolean", retry_at: "timestamptz" }, values);
+  const extra = namedArgs(args as Record<string, unknown>, { retryable: "boolean", retry_at: "timestamptz", backoff: "jsonb", max_attempts: "int" }, values);
   const { rows } = await db.query<{ state: string }>(
     `SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb${extra ? `, ${extra}` : ""})::text AS state`,
     values,
