@@ -77,12 +77,6 @@ DECLARE
   e_outcome text[];
   e_existing idemq.job_state[];
   e_state idemq.job_state[];
-  -- The fast path's defaults, one local each so plans see them as parameters.
-  v_payload jsonb := v_defaults->'payload';
-  v_queue text := v_defaults->>'queue';
-  v_priority int := (v_defaults->>'priority')::int;
-  v_max_attempts int := (v_defaults->>'max_attempts')::int;
-  v_policy idemq.duplicate_policy := (v_defaults->>'duplicate_policy')::idemq.duplicate_policy;
   v_fast boolean;
 BEGIN
   IF jobs IS NULL THEN
@@ -96,8 +90,8 @@ BEGIN
       HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
   END IF;
   -- 0. The fast path, for batches without `after`: one statement parses the
-  --    array with jsonb_to_recordset (typed, in C), checks each element
-  --    cheaply, and writes. Its check only ever refuses more than the validating
+  --    array with jsonb_to_recordset (typed, in C) and checks each element
+  --    cheaply (_parse_jobs, shared by the two statements below), and writes. Its check only ever refuses more than the validating
   --    path below: any doubt (a refused element, a value that does not parse, a
   --    key that already exists) raises a data_exception, which rolls the block
   --    back (nothing written) and leaves the batch to the validating path, so
@@ -128,29 +122,9 @@ BEGIN
         -- notify before the first row is returned.
         RETURN QUERY
         WITH src AS MATERIALIZED (
-          SELECT r.ord::int AS ord, nextval('idemq.jobs_id_seq') AS id, r.task,
-                 coalesce(r.payload, v_payload) AS payload, coalesce(r.queue, v_queue) AS queue,
-                 coalesce(r.run_at, v_now) AS run_at, coalesce(r.priority, v_priority) AS priority,
-                 coalesce(r.max_attempts, v_max_attempts) AS max_attempts,
-                 coalesce(r.duplicate_policy, v_policy) AS duplicate_policy, r.backoff, r.expires_at,
-                 (r.v - v_fields) = '{}'
-                   AND r.task <> '' AND jsonb_typeof(r.v->'task') = 'string'
-                   AND (r.payload IS NULL OR jsonb_typeof(r.payload) = 'object')
-                   AND (r.queue IS NULL OR (jsonb_typeof(r.v->'queue') = 'string'
-                                            AND r.queue <> '' AND length(r.queue) <= 1000))
-                   AND (r.run_at IS NULL OR jsonb_typeof(r.v->'run_at') = 'string')
-                   AND (r.expires_at IS NULL OR jsonb_typeof(r.v->'expires_at') = 'string')
-                   AND (r.priority IS NULL OR jsonb_typeof(r.v->'priority') = 'number')
-                   AND (r.max_attempts IS NULL OR (jsonb_typeof(r.v->'max_attempts') = 'number'
-                                                   AND r.max_attempts >= 1))
-                   AND r.idempotency_key IS NULL AND r.after IS NULL AS ok
-          FROM ROWS FROM (jsonb_array_elements(jobs),
-                          jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at timestamptz,
-                            priority int, max_attempts int, idempotency_key text,
-                            duplicate_policy idemq.duplicate_policy, backoff jsonb, expires_at timestamptz,
-                            after jsonb)) WITH ORDINALITY
-               AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key,
-                    duplicate_policy, backoff, expires_at, after, ord)
+          SELECT p.ord, nextval('idemq.jobs_id_seq') AS id, p.task, p.payload, p.queue, p.run_at, p.priority,
+                 p.max_attempts, p.key, p.duplicate_policy, p.backoff, p.expires_at, p.ok
+          FROM idemq._parse_jobs(jobs, v_now) p
         ), chk AS (
           SELECT coalesce(bool_and(coalesce(s.ok, false)), false) AS ok FROM src s
         ), ins AS (
@@ -179,31 +153,9 @@ BEGIN
         -- and the validating path resolves the keys that exist.
         RETURN QUERY
         WITH src AS MATERIALIZED (
-          SELECT r.ord::int AS ord, nextval('idemq.jobs_id_seq') AS id, r.task,
-                 coalesce(r.payload, v_payload) AS payload, coalesce(r.queue, v_queue) AS queue,
-                 coalesce(r.run_at, v_now) AS run_at, coalesce(r.priority, v_priority) AS priority,
-                 coalesce(r.max_attempts, v_max_attempts) AS max_attempts, r.idempotency_key AS key,
-                 coalesce(r.duplicate_policy, v_policy) AS duplicate_policy, r.backoff, r.expires_at,
-                 (r.v - v_fields) = '{}'
-                   AND r.task <> '' AND jsonb_typeof(r.v->'task') = 'string'
-                   AND (r.payload IS NULL OR jsonb_typeof(r.payload) = 'object')
-                   AND (r.queue IS NULL OR (jsonb_typeof(r.v->'queue') = 'string'
-                                            AND r.queue <> '' AND length(r.queue) <= 1000))
-                   AND (r.run_at IS NULL OR jsonb_typeof(r.v->'run_at') = 'string')
-                   AND (r.expires_at IS NULL OR jsonb_typeof(r.v->'expires_at') = 'string')
-                   AND (r.priority IS NULL OR jsonb_typeof(r.v->'priority') = 'number')
-                   AND (r.max_attempts IS NULL OR (jsonb_typeof(r.v->'max_attempts') = 'number'
-                                                   AND r.max_attempts >= 1))
-                   AND (r.idempotency_key IS NULL OR (jsonb_typeof(r.v->'idempotency_key') = 'string'
-                                                      AND r.idempotency_key <> ''))
-                   AND r.after IS NULL AS ok
-          FROM ROWS FROM (jsonb_array_elements(jobs),
-                          jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at timestamptz,
-                            priority int, max_attempts int, idempotency_key text,
-                            duplicate_policy idemq.duplicate_policy, backoff jsonb, expires_at timestamptz,
-                            after jsonb)) WITH ORDINALITY
-               AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key,
-                    duplicate_policy, backoff, expires_at, after, ord)
+          SELECT p.ord, nextval('idemq.jobs_id_seq') AS id, p.task, p.payload, p.queue, p.run_at, p.priority,
+                 p.max_attempts, p.key, p.duplicate_policy, p.backoff, p.expires_at, p.ok
+          FROM idemq._parse_jobs(jobs, v_now) p
         ), chk AS (
           SELECT coalesce(bool_and(coalesce(s.ok, false)), false) AS ok FROM src s
         ), dec AS MATERIALIZED (
