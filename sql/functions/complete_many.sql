@@ -38,9 +38,8 @@ BEGIN
       HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
   END IF;
 
-  -- The pairs sorted by id, an id given twice keeping its highest attempt
-  -- (attempts only grow): width_bucket() then finds an id's attempt by binary
-  -- search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
+  -- The pairs sorted by id (_pairs_by_id), so width_bucket() finds an id's
+  -- attempt by binary search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
   -- per job whatever the table holds: joined to the arrays instead, the planner
   -- hashed or scanned the whole table for batches of a few hundred (seen in
   -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
@@ -49,12 +48,7 @@ BEGIN
   -- that wrote a WAL record per job for nothing. "Held" is written as the lease
   -- columns, not "state = 'processing'", which matches the jobs_leases partial
   -- index: the planner then scanned every job in flight once per pair.
-  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
-  INTO v_ids, v_attempts
-  FROM (SELECT u.id, max(u.attempt) AS attempt
-        FROM unnest(job_ids, attempts) AS u(id, attempt)
-        WHERE u.id IS NOT NULL
-        GROUP BY u.id) t;
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
 
   RETURN QUERY
   UPDATE idemq.jobs AS j

@@ -38,17 +38,12 @@ BEGIN
   END IF;
   PERFORM idemq._check_lease(lease, 'heartbeat');
 
-  -- As in complete_many: the pairs sorted by id (an id given twice keeps its
-  -- highest attempt), width_bucket() finding an id's attempt by binary search,
-  -- and "id = ANY (ids)", a primary-key probe per job whatever the table holds
-  -- (joined to the arrays, the planner hashed or scanned the whole table). The
-  -- attempt and the held-check are re-checked on the newest row version.
-  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
-  INTO v_ids, v_attempts
-  FROM (SELECT u.id, max(u.attempt) AS attempt
-        FROM unnest(job_ids, attempts) AS u(id, attempt)
-        WHERE u.id IS NOT NULL
-        GROUP BY u.id) t;
+  -- As in complete_many: the pairs sorted by id (_pairs_by_id), width_bucket()
+  -- finding an id's attempt by binary search, and "id = ANY (ids)", a
+  -- primary-key probe per job whatever the table holds (joined to the arrays,
+  -- the planner hashed or scanned the whole table). The attempt and the
+  -- held-check are re-checked on the newest row version.
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
 
   RETURN QUERY
   UPDATE idemq.jobs AS j

@@ -1060,6 +1060,32 @@ $$;
 COMMENT ON FUNCTION idemq._on_job_finished() IS
   'Trigger: on a job entering a terminal state, finish its key in the ledger and release or cancel its children.';
 
+-- ---- sql/functions/_pairs_by_id.sql ----
+-- idemq._pairs_by_id(job_ids bigint[], attempts int[], OUT ids bigint[], OUT attempts_by_id int[])
+--
+-- The (job_ids[i], attempts[i]) pairs of complete_many and heartbeat, sorted
+-- by id for width_bucket(): attempts_by_id[width_bucket(id, ids)] is the
+-- attempt given for id, found by binary search.
+--
+-- Guarantees: each id once, with its highest attempt (attempts only grow: only
+--   the latest can hold the job); NULL ids dropped; empty arrays for no pairs.
+-- Concurrency: none (reads only its arguments).
+-- Errors: none (callers check lengths).
+-- Tests: test/complete.test.ts, test/heartbeat.test.ts
+CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[],
+                                              OUT ids bigint[], OUT attempts_by_id int[])
+LANGUAGE sql IMMUTABLE
+AS $$
+  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
+  FROM (SELECT u.id, max(u.attempt) AS attempt
+        FROM unnest(job_ids, attempts) AS u(id, attempt)
+        WHERE u.id IS NOT NULL
+        GROUP BY u.id) t
+$$;
+
+COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[]) IS
+  '(job_id, attempt) pairs sorted by id, each id once with its highest attempt, for width_bucket() lookups.';
+
 -- ---- sql/functions/_parse_jobs.sql ----
 -- idemq._parse_jobs(jobs jsonb, at timestamptz)
 --   RETURNS TABLE(ord int, task text, payload jsonb, queue text, run_at timestamptz,
@@ -1549,9 +1575,8 @@ BEGIN
       HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
   END IF;
 
-  -- The pairs sorted by id, an id given twice keeping its highest attempt
-  -- (attempts only grow): width_bucket() then finds an id's attempt by binary
-  -- search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
+  -- The pairs sorted by id (_pairs_by_id), so width_bucket() finds an id's
+  -- attempt by binary search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
   -- per job whatever the table holds: joined to the arrays instead, the planner
   -- hashed or scanned the whole table for batches of a few hundred (seen in
   -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
@@ -1560,12 +1585,7 @@ BEGIN
   -- that wrote a WAL record per job for nothing. "Held" is written as the lease
   -- columns, not "state = 'processing'", which matches the jobs_leases partial
   -- index: the planner then scanned every job in flight once per pair.
-  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
-  INTO v_ids, v_attempts
-  FROM (SELECT u.id, max(u.attempt) AS attempt
-        FROM unnest(job_ids, attempts) AS u(id, attempt)
-        WHERE u.id IS NOT NULL
-        GROUP BY u.id) t;
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
@@ -2150,17 +2170,12 @@ BEGIN
   END IF;
   PERFORM idemq._check_lease(lease, 'heartbeat');
 
-  -- As in complete_many: the pairs sorted by id (an id given twice keeps its
-  -- highest attempt), width_bucket() finding an id's attempt by binary search,
-  -- and "id = ANY (ids)", a primary-key probe per job whatever the table holds
-  -- (joined to the arrays, the planner hashed or scanned the whole table). The
-  -- attempt and the held-check are re-checked on the newest row version.
-  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
-  INTO v_ids, v_attempts
-  FROM (SELECT u.id, max(u.attempt) AS attempt
-        FROM unnest(job_ids, attempts) AS u(id, attempt)
-        WHERE u.id IS NOT NULL
-        GROUP BY u.id) t;
+  -- As in complete_many: the pairs sorted by id (_pairs_by_id), width_bucket()
+  -- finding an id's attempt by binary search, and "id = ANY (ids)", a
+  -- primary-key probe per job whatever the table holds (joined to the arrays,
+  -- the planner hashed or scanned the whole table). The attempt and the
+  -- held-check are re-checked on the newest row version.
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
