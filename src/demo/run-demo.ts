@@ -1,6 +1,7 @@
 // `idemq demo`: real jobs on real worker processes against a fresh database,
 // in four parts (guard, email, retries, policies). Each part returns its
 // figures; the demo passes when every figure is what it should be.
+import { relative } from "node:path";
 import { Client } from "../client.ts";
 import { createDemoDatabase } from "./demo-database.ts";
 import { emailScenario } from "./email-scenario.ts";
@@ -12,7 +13,7 @@ import { policiesScenario } from "./policies-scenario.ts";
 import type { Progress } from "./progress.ts";
 import { retriesScenario } from "./retries-scenario.ts";
 import type { DemoContext, ScenarioResult } from "./scenario.ts";
-import { DemoWorker, type DemoWorkerOptions } from "./worker-processes.ts";
+import { DEMO_TASKS_MODULE, DemoWorker, type DemoWorkerOptions } from "./worker-processes.ts";
 
 export interface DemoOptions {
   /** A database on the server to use; the demo creates its own database next to it. */
@@ -76,7 +77,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       startWorker({ name: `worker-${i + 1}`, queues: ["credits", "imports", "payouts"], concurrency: CREDIT_CONCURRENCY }),
     );
     const mailer = startWorker({ name: "mailer-1", queues: ["emails"], concurrency: 1, settings: MAILER_SETTINGS });
-    progress.step(`starting ${workers.length} worker processes: idemq worker --tasks src/demo/worker-tasks.ts (${workers.map((w) => `${w.name} pid ${w.pid}`).join(", ")})`);
+    progress.step(`starting ${workers.length} worker processes: idemq worker --tasks ${relative(process.cwd(), DEMO_TASKS_MODULE)} (${workers.map((w) => `${w.name} pid ${w.pid}`).join(", ")})`);
     await Promise.all(workers.map((w) => w.started()));
     progress.step("workers running");
 

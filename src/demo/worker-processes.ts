@@ -1,13 +1,16 @@
-// The demo's workers are real processes: `idemq worker` (bin/idemq.js, the same
-// tsx launcher as the CLI) with the demo's tasks module, printing its events as
+// The demo's workers are real processes: `idemq worker` (bin/idemq.js) with the
+// demo's tasks module (worker-tasks.js beside this file in dist/, or .ts when
+// this module itself runs from source under tsx), printing its events as
 // JSON lines. They connect to the demo's database by URL and never own the
 // embedded server, so the demo can SIGKILL one without harming PostgreSQL.
 import { type ChildProcess, spawn } from "node:child_process";
 import { EventEmitter } from "node:events";
+import { extname } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const CLI = fileURLToPath(new URL("../../bin/idemq.js", import.meta.url));
-const TASKS = fileURLToPath(new URL("./worker-tasks.ts", import.meta.url));
+/** The demo's tasks module. */
+export const DEMO_TASKS_MODULE = fileURLToPath(new URL(`./worker-tasks${extname(fileURLToPath(import.meta.url))}`, import.meta.url));
 
 /** One event line of `idemq worker --log-format json`. */
 export interface WorkerEvent {
@@ -54,7 +57,7 @@ export class DemoWorker extends EventEmitter<{ event: [WorkerEvent] }> {
         CLI,
         "worker",
         "--tasks",
-        TASKS,
+        DEMO_TASKS_MODULE,
         "--log-format",
         "json",
         "--queues",

@@ -1,5 +1,5 @@
 // The demo's tasks, run by real worker processes:
-//   node bin/idemq.js worker --tasks src/demo/worker-tasks.ts
+//   node bin/idemq.js worker --tasks dist/demo/worker-tasks.js
 // The demo passes its fake services' URLs and its short timings in IDEMQ_DEMO_*
 // variables (see worker-processes.ts).
 import type { ModuleWorkerOptions, Tasks, TransactionalJobContext } from "../worker/types.ts";

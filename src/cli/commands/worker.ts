@@ -2,8 +2,8 @@
 //
 // Loads a module exporting `tasks` (and optionally `workerOptions`), runs a
 // worker until SIGTERM/SIGINT (a second signal exits at once), and prints its
-// events: JSON lines, or a readable log. TypeScript modules load through tsx,
-// which bin/idemq.js registers.
+// events: JSON lines, or a readable log. A TypeScript module loads through tsx
+// (src/cli/typescript-loader.ts), registered only for such a module.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -13,6 +13,7 @@ import type { WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
 import { openDatabase } from "../connect.ts";
+import { prepareToImport } from "../typescript-loader.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { errorLine, reportError, UsageError } from "../output.ts";
 
@@ -96,6 +97,7 @@ export async function loadTasksModule(path: string): Promise<{ tasks: Tasks; wor
   if (!existsSync(file)) throw new UsageError(`--tasks ${path}: no such file`);
   let mod: Record<string, unknown>;
   try {
+    await prepareToImport(file);
     mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
   } catch (error) {
     throw new Error(`cannot load ${path}: ${errorLine(error)}`, { cause: error });
