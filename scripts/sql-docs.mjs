@@ -134,7 +134,7 @@ export function renderSqlDocs(dir = functionsDir) {
     "Every function lives in schema `idemq`, one file per function in `sql/functions/`.",
     "Call them by named parameters (`idemq.enqueue(task => 'send_email', payload => '{...}')`);",
     "a parameter left out takes its DEFAULT. Errors: class `22` or `IQ404`/`IQ409`/`IQ410`/`IQ412`/`IQ422`,",
-    "each with a HINT (see DESIGN.md, \"Error codes\"). Job states and their transitions: [state-machine.md](state-machine.md).",
+    "each with a HINT (see [design.md](design.md#error-codes)). Job states and their transitions: [state-machine.md](state-machine.md).",
     "",
     "## Public functions",
     "",

@@ -1,4 +1,4 @@
-// The TypeScript side of the contract in DESIGN.md: every name that mirrors
+// The TypeScript side of the contract in docs/design.md: every name that mirrors
 // SQL (states, policies, backoff kinds, error codes, the NOTIFY channel) is
 // defined here once. Contract tests compare these lists with the catalog.
 // SQL defaults (queue 'default', max_attempts 10, lease 30 s, key retention
@@ -79,7 +79,7 @@ export const NOTIFY_CHANNEL = "idemq_jobs";
 
 // ------------------------------------------------------------ error codes
 
-/** The SQLSTATEs idemq raises, with their meaning (DESIGN.md, "Error codes"). */
+/** The SQLSTATEs idemq raises, with their meaning (docs/design.md, "Error codes"). */
 export const ERROR_CODES = {
   IQ400: "bad argument",
   IQ404: "no such job",

@@ -44,7 +44,7 @@ export interface Queryable {
   query(text: string, values?: unknown[]): Promise<pg.QueryResult>;
 }
 
-/** Parameters of each public SQL function, in declaration order (DESIGN.md). */
+/** Parameters of each public SQL function, in declaration order (docs/design.md, "SQL API"). */
 export const SQL_FUNCTIONS = {
   enqueue: [
     "task",

@@ -1,11 +1,14 @@
 // docs/sql-api.md is generated from the headers of sql/functions/*.sql
 // (scripts/sql-docs.mjs); this test fails when it is stale, so the reference
-// never drifts from the functions it documents.
+// never drifts from the functions it documents. docs/design.md, the contract,
+// is written by hand: its SQL signatures and the functions and parameters it
+// names are checked against the migrated catalog, so it cannot drift either.
 import { execFile } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const run = promisify(execFile);
@@ -41,5 +44,121 @@ describe("docs/sql-api.md", () => {
         expect(section, `${name}: ${label}`).toMatch(new RegExp(`\\*\\*${label}[^*]*:\\*\\*`));
       }
     }
+  });
+});
+
+/** A function as the catalog has it: its input parameters and what it returns. */
+interface CatalogFunction {
+  names: string[];
+  types: string[];
+  result: string;
+}
+
+/**
+ * The SQL calls docs/design.md writes as code spans, `name(args)` or
+ * `idemq.name(args)`, outside its TypeScript section (where `snooze(duration)`
+ * is a ctx method) and outside fenced blocks.
+ */
+function designCalls(): { span: string; name: string; args: string; returns: string | undefined }[] {
+  const doc = readFileSync(join(ROOT, "docs", "design.md"), "utf8");
+  const [before, rest] = doc.split(/^## TypeScript API$/m);
+  expect(rest, 'docs/design.md has a "## TypeScript API" section').toBeDefined();
+  const after = rest!.slice(rest!.search(/^## /m));
+  const text = (before! + after).replace(/^```[^\n]*\n[\s\S]*?^```$/gm, "");
+  const calls = [];
+  // A code span is delimited by backtick runs of equal length (CommonMark).
+  for (const m of text.matchAll(/(`+)(?!`)([\s\S]*?[^`])\1(?!`)/g)) {
+    const span = m[2]!.replace(/\s+/g, " ").trim();
+    const call = /^(?:idemq\.)?([a-z_][a-z0-9_]*)\((.*?)\)(?: RETURNS (.+))?$/.exec(span);
+    if (call) calls.push({ span, name: call[1]!, args: call[2]!, returns: call[3] });
+  }
+  return calls;
+}
+
+/** Splits at commas outside quotes, parentheses and brackets. */
+function splitArgs(args: string): string[] {
+  const parts: string[] = [];
+  let depth = 0;
+  let quoted = false;
+  let current = "";
+  for (const ch of args) {
+    if (ch === "'") quoted = !quoted;
+    else if (!quoted && (ch === "(" || ch === "[")) depth++;
+    else if (!quoted && (ch === ")" || ch === "]")) depth--;
+    if (ch === "," && depth === 0 && !quoted) {
+      parts.push(current.trim());
+      current = "";
+    } else current += ch;
+  }
+  if (current.trim() !== "") parts.push(current.trim());
+  return parts;
+}
+
+/** The doc's SQL type spelling as format_type() prints it. */
+function catalogType(type: string): string {
+  return type
+    .replace(/\bint\b/g, "integer")
+    .replace(/\btimestamptz\b/g, "timestamp with time zone")
+    .replace(/\s+/g, " ")
+    .trim();
+}
+
+describe("docs/design.md", () => {
+  let db: TestDatabase;
+  const catalog = new Map<string, CatalogFunction>();
+  beforeAll(async () => {
+    db = await freshDatabase({ poolSize: 1 });
+    const { rows } = await db.pool.query<{ name: string; arg_names: string[]; modes: string[] | null; types: string[]; result: string }>(`
+      SELECT p.proname AS name, coalesce(p.proargnames, '{}') AS arg_names, p.proargmodes::text[] AS modes,
+             array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY u(t, i) ORDER BY i) AS types,
+             pg_get_function_result(p.oid) AS result
+      FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace`);
+    for (const r of rows) {
+      // Input parameters only: RETURNS TABLE columns are arguments of mode 't'.
+      const names = r.arg_names.filter((_, i) => r.modes === null || ["i", "b", "v"].includes(r.modes[i]!));
+      catalog.set(r.name, { names, types: r.types, result: r.result });
+    }
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  it("names only SQL functions that exist, each with a file in sql/functions/", () => {
+    const calls = designCalls();
+    expect(calls.length, "SQL calls found in docs/design.md").toBeGreaterThan(20);
+    for (const { span, name } of calls) {
+      expect(existsSync(join(ROOT, "sql", "functions", `${name}.sql`)), `docs/design.md: \`${span}\` names no file sql/functions/${name}.sql`).toBe(true);
+      expect(catalog.has(name), `docs/design.md: \`${span}\`: no function idemq.${name} after migrating`).toBe(true);
+    }
+  });
+
+  it("names only parameters the functions have", () => {
+    for (const { span, name, args } of designCalls()) {
+      const fn = catalog.get(name);
+      if (fn === undefined) continue; // reported by the test above
+      for (const arg of splitArgs(args)) {
+        if (arg === "...") continue;
+        const param = /^[a-z_][a-z0-9_]*/.exec(arg)?.[0];
+        expect(param, `docs/design.md: \`${span}\`: "${arg}" is not a parameter name`).toBeDefined();
+        expect(fn.names, `docs/design.md: \`${span}\`: idemq.${name} has no parameter ${param} (it has: ${fn.names.join(", ")})`).toContain(param);
+      }
+    }
+  });
+
+  it("gives full signatures exactly as the catalog has them: every parameter, in order, with its type, and the result", () => {
+    let checked = 0;
+    for (const { span, name, args, returns } of designCalls()) {
+      const fn = catalog.get(name);
+      const parts = splitArgs(args);
+      // A full signature types its first parameter (`key text`); `guard(key, task)` and `claim(..., tasks)` only name some.
+      const typed = parts.length > 0 && /^[a-z_][a-z0-9_]* (?!DEFAULT\b)\S/.test(parts[0]!);
+      if (fn === undefined || !(typed || (parts.length === 0 && returns !== undefined))) continue;
+      const params = parts.map((p) => /^([a-z_][a-z0-9_]*) (.+?)(?: DEFAULT .*)?$/.exec(p));
+      expect(params.map((p) => p?.[1]), `docs/design.md: \`${span}\`: parameters`).toEqual(fn.names);
+      expect(params.map((p) => catalogType(p?.[2] ?? "")), `docs/design.md: \`${span}\`: parameter types`).toEqual(fn.types);
+      if (returns !== undefined) expect(catalogType(returns), `docs/design.md: \`${span}\`: result`).toBe(fn.result);
+      checked++;
+    }
+    expect(checked, "full signatures checked").toBeGreaterThan(10);
   });
 });

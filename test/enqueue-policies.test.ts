@@ -1,4 +1,4 @@
-// The duplicate-policy matrix of DESIGN.md (idemq._policy_rejects, applied by
+// The duplicate-policy matrix of docs/design.md (idemq._policy_rejects, applied by
 // enqueue): a key held by an active job always deduplicates; a key whose latest
 // job is terminal follows the policy (a new job, or IQ409 with DETAIL); a key
 // reused for different work while active raises IQ422, and once the job is
@@ -29,7 +29,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-// DESIGN.md, "With a key whose latest job is terminal, duplicate_policy decides".
+// docs/design.md ("Enqueue"), "With a key whose latest job is terminal, duplicate_policy decides".
 const MATRIX: Record<Policy, Record<TerminalState, "new job" | "reject">> = {
   allow_after_failed: { succeeded: "new job", failed: "new job", expired: "new job", cancelled: "new job" },
   reject_if_failed: { succeeded: "new job", failed: "reject", expired: "new job", cancelled: "new job" },

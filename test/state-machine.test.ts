@@ -263,6 +263,17 @@ const T: Transition[] = [
     },
   },
   {
+    from: "processing", to: "expired", by: "rescue",
+    run: async (c, from) => {
+      const job = await processing(c, ", max_attempts => 2, expires_at => now() + interval '1 minute'");
+      await from(job.id);
+      await expireLease(c, job.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
+      await c.query("SELECT idemq.rescue()");
+      return job.id;
+    },
+  },
+  {
     from: "processing", to: "cancelled", by: "cancel",
     run: async (c, from) => {
       const job = await processing(c);

@@ -1,5 +1,5 @@
 // ctx.effect(key, fn, { staleAfter, reconcile }): the claim-first protocol of
-// DESIGN.md ("Effects once") for an effect outside the database.
+// docs/design.md ("Effects once") for an effect outside the database.
 //
 //   effect_claim -> claimed:   call fn(key), then effect_done with its result
 //                   done:      return the stored result; fn is not called

@@ -64,7 +64,7 @@ export interface JobContext {
    */
   snooze(delay: Duration): never;
   /**
-   * Runs an effect outside the database once per key (DESIGN.md, "Effects
+   * Runs an effect outside the database once per key (docs/design.md, "Effects
    * once"): claims the key first, runs fn(key), records its JSON result.
    * A key already done returns the stored result without calling fn.
    */
