@@ -130,7 +130,7 @@ interface PgErrorLike {
 
 function isPgErrorLike(err: unknown): err is PgErrorLike {
   if (typeof err !== "object" || err === null) return false;
-  const e = err as Record<string, unknown>;
+  const e = err as { code?: unknown; message?: unknown };
   return typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code) && typeof e.message === "string";
 }
 
@@ -158,8 +158,11 @@ export function fromPgError(err: unknown): unknown {
   }
 }
 
+/** DETAIL as JSON: the fields the error classes read, and any others. */
+type DetailJson = { key?: unknown; existing_job_id?: unknown; existing_state?: unknown; policy?: unknown } & Record<string, unknown>;
+
 interface ParsedDetail {
-  json: Record<string, unknown>;
+  json: DetailJson;
   existingJobId: string;
 }
 
@@ -173,7 +176,7 @@ function parseDetail(detail: string | undefined, required: readonly string[]): P
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
     throw new Error(`DETAIL is not a JSON object: ${String(detail)}`);
   }
-  const obj = json as Record<string, unknown>;
+  const obj = json as DetailJson;
   for (const field of required) {
     if (obj[field] === undefined || obj[field] === null) throw new Error(`DETAIL lacks ${field}: ${detail}`);
   }

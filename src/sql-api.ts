@@ -230,11 +230,23 @@ export async function enqueue(
   return { jobId: row.job_id, deduplicated: row.deduplicated };
 }
 
-/** One job of a bulk enqueue. No `delay` here: `enqueue_many` takes run_at only. */
-export interface EnqueueManyJob extends Omit<EnqueueOptions, "delay"> {
-  task: string;
-  payload?: unknown;
-}
+/**
+ * Payload type by task name, e.g. `{ credit: { orderId: number } }`. The
+ * untyped default: any task name, any payload.
+ */
+export type PayloadMap = Record<string, unknown>;
+
+/** `payload` as a job's field: optional only when the payload type admits undefined (as `unknown` does). */
+export type PayloadField<P> = undefined extends P ? { payload?: P } : { payload: P };
+
+/**
+ * One job of a bulk enqueue. No `delay` here: `enqueue_many` takes run_at
+ * only. With a payload map, a union over its tasks: each element's payload
+ * is checked against its own task.
+ */
+export type EnqueueManyJob<Payloads extends object = PayloadMap> = {
+  [K in keyof Payloads & string]: Omit<EnqueueOptions, "delay"> & { task: K } & PayloadField<Payloads[K]>;
+}[keyof Payloads & string];
 
 export interface EnqueueManyResult {
   /** Position of the job in the input array, as `enqueue_many` numbers it. */
@@ -282,7 +294,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
 
 export interface ClaimOptions {
   workerId: string;
-  queues?: readonly string[];
+  queues?: readonly string[] | undefined;
   batchSize?: number;
   lease?: Duration;
   /** Only jobs of these tasks (default: any task). */
@@ -457,7 +469,7 @@ export async function snooze(
   });
 }
 
-function runAtArg(when: { runAt?: Instant; delay?: Duration }, what: string): unknown {
+function runAtArg(when: { runAt?: Instant | undefined; delay?: Duration | undefined }, what: string): unknown {
   if ((when.runAt === undefined) === (when.delay === undefined)) {
     throw bad(`${what} needs exactly one of runAt or delay`);
   }
@@ -498,7 +510,7 @@ export async function effectClaim(
   db: Queryable,
   key: string,
   owner: string,
-  opts: { staleAfter?: Duration } = {},
+  opts: { staleAfter?: Duration | undefined } = {},
 ): Promise<EffectClaimResult> {
   const rows = await call<"effect_claim", { status: EffectStatus; result: unknown }>(db, "effect_claim", {
     key: requiredText(key, "key"),
@@ -542,7 +554,7 @@ export function purge(db: Queryable, opts: { olderThan: Duration; states?: reado
 }
 
 /** Releases idempotency keys whose latest job finished more than `olderThan` ago; returns the count. */
-export function pruneKeys(db: Queryable, opts: { olderThan?: Duration } = {}): Promise<number> {
+export function pruneKeys(db: Queryable, opts: { olderThan?: Duration | undefined } = {}): Promise<number> {
   return scalar(db, "prune_keys", { older_than: interval(opts.olderThan) });
 }
 
