@@ -39,6 +39,7 @@ export {
   KeyReuseError,
   LeaseLostError,
   PermanentError,
+  SchemaMissingError,
 } from "./errors.ts";
 
 export {

@@ -126,8 +126,29 @@ export async function runQuery<R extends pg.QueryResultRow>(
   try {
     return (await db.query(sql, values)).rows as R[];
   } catch (err) {
-    throw fromPgError(err);
+    throw fromPgError(err, databaseOf(db));
   }
+}
+
+/**
+ * The database a pool or client is set up for, read from its settings (no
+ * query: after an error the caller's transaction may be aborted), for error
+ * messages; undefined when they do not say.
+ */
+export function databaseOf(db: Queryable): string | undefined {
+  const { database, options } = db as { database?: unknown; options?: { database?: unknown; connectionString?: unknown } };
+  // pg.Client and pg.PoolClient resolve their settings (URL, PGDATABASE) into `database`.
+  if (typeof database === "string" && database !== "") return database;
+  if (typeof options?.database === "string" && options.database !== "") return options.database;
+  if (typeof options?.connectionString === "string") {
+    try {
+      const name = decodeURIComponent(new URL(options.connectionString).pathname.slice(1));
+      if (name !== "") return name;
+    } catch {
+      // not a URL (e.g. "host=... dbname=..."): leave the name out
+    }
+  }
+  return undefined;
 }
 
 function call<F extends SqlFunction, R extends pg.QueryResultRow>(
@@ -166,7 +187,7 @@ async function callInline<F extends SqlFunction, R extends pg.QueryResultRow>(
   try {
     results = (await client.query(text)) as unknown as pg.QueryResult<R> | pg.QueryResult<R>[];
   } catch (err) {
-    throw fromPgError(err);
+    throw fromPgError(err, databaseOf(client));
   }
   const all = Array.isArray(results) ? results : [results];
   return all[around.before === undefined ? 0 : 1]!.rows;
