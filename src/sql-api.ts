@@ -135,7 +135,7 @@ export async function runQuery<R extends pg.QueryResultRow>(
  * query: after an error the caller's transaction may be aborted), for error
  * messages; undefined when they do not say.
  */
-export function databaseOf(db: Queryable): string | undefined {
+function databaseOf(db: Queryable): string | undefined {
   const { database, options } = db as { database?: unknown; options?: { database?: unknown; connectionString?: unknown } };
   // pg.Client and pg.PoolClient resolve their settings (URL, PGDATABASE) into `database`.
   if (typeof database === "string" && database !== "") return database;

@@ -4,7 +4,7 @@
 // whose message names the task and the option.
 import { toMilliseconds, toPgInterval, type Backoff, type Duration } from "../contract.ts";
 import { toBackoffSchedule, type BackoffSchedule } from "./backoff.ts";
-import type { ErrorClass, Payload, Tasks, TasksFor } from "./types.ts";
+import type { ErrorClass, Payload, Tasks } from "./types.ts";
 
 /** A mistake in the worker's options or tasks (not a database error, hence no SQLSTATE). */
 export class WorkerConfigError extends Error {
@@ -44,12 +44,10 @@ const TASK_SHAPE = "a function (payload, ctx) => ... or { run, transactional?, g
  * Each payload type is read from its handler's first parameter
  * (`run: async (p: { orderId: number }, ctx) => ...`); `ctx` and `ctx.tx` are
  * typed from `transactional`. To have `ctx.job.payload` and guardKey's
- * parameter typed too, and handlers' parameters without annotations, give the
- * payloads as the type argument: `defineTasks<{ credit: { orderId: number } }>({ ... })`.
+ * parameter typed too, and handlers' parameters without annotations, give a
+ * payload map as the type argument: `defineTasks<TasksFor<{ credit: { orderId: number } }>>({ ... })`.
  */
-export function defineTasks<T extends Tasks>(tasks: T): T;
-export function defineTasks<Payloads extends object>(tasks: TasksFor<Payloads>): TasksFor<Payloads>;
-export function defineTasks(tasks: Tasks): Tasks {
+export function defineTasks<T extends Tasks>(tasks: T): T {
   normalizeTasks(tasks);
   return tasks;
 }

@@ -4,7 +4,7 @@
 // noPropertyAccessFromIndexSignature (test/typed-tasks.test.ts runs it). It
 // imports "idemq" as an application would, so the same file can check the
 // built declarations: see test/types/tsconfig.json.
-import { Client, createWorker, defineTasks, type EnqueueManyJob, type TaskPayloads } from "idemq";
+import { Client, createWorker, defineTasks, type EnqueueManyJob, type TaskPayloads, type TasksFor } from "idemq";
 
 declare const connectionString: string;
 
@@ -67,6 +67,20 @@ export async function produce(): Promise<void> {
   await producer.enqueueMany([job]);
 }
 
+// One task whose handler's ctx is unannotated: its type is still read from the handler.
+const single = defineTasks({
+  send_invoice: async (p: { orderId: number }, ctx) => ctx.log.info("sending", { orderId: p.orderId }),
+});
+
+export async function produceSingle(): Promise<void> {
+  const client = new Client<typeof single>({ connectionString });
+  await client.enqueue("send_invoice", { orderId: 42 });
+  // @ts-expect-error wrong payload type
+  await client.enqueue("send_invoice", { orderId: "42" });
+  // @ts-expect-error unknown task name
+  await client.enqueue("send_invoce", { orderId: 42 });
+}
+
 // ------------------------------------------------ payloads as a type argument
 
 interface Payloads {
@@ -74,7 +88,7 @@ interface Payloads {
   send_greeting: { name: string };
 }
 
-export const typedTasks = defineTasks<Payloads>({
+export const typedTasks = defineTasks<TasksFor<Payloads>>({
   credit: {
     transactional: true,
     // guardKey's parameter, run's parameters and ctx.job.payload are all typed.
