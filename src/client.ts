@@ -25,13 +25,13 @@ export type ClientOptions =
   | {
       /** A pool you own: the Client never ends it. */
       pool: pg.Pool;
-      onError?: (err: Error) => void;
+      onError?: ((err: Error) => void) | undefined;
     }
   | {
       connectionString: string;
       /** Further settings for the pool the Client creates (and ends in close()). */
-      poolConfig?: Omit<pg.PoolConfig, "connectionString">;
-      onError?: (err: Error) => void;
+      poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
+      onError?: ((err: Error) => void) | undefined;
     };
 
 /** Run on your own transaction's client instead of the pool (an outbox-style enqueue). */

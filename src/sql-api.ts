@@ -201,20 +201,20 @@ async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, args: Args
 // ------------------------------------------------------------- enqueue
 
 export interface EnqueueOptions {
-  queue?: string;
+  queue?: string | undefined;
   /** When the job becomes runnable; exclusive with `delay`. */
-  runAt?: Instant;
+  runAt?: Instant | undefined;
   /** Runnable after this long, measured by the database clock; exclusive with `runAt`. */
-  delay?: Duration;
+  delay?: Duration | undefined;
   /** Higher runs first. */
-  priority?: number;
-  maxAttempts?: number;
-  idempotencyKey?: string;
-  duplicatePolicy?: DuplicatePolicy;
-  backoff?: Backoff;
-  expiresAt?: Instant;
+  priority?: number | undefined;
+  maxAttempts?: number | undefined;
+  idempotencyKey?: string | undefined;
+  duplicatePolicy?: DuplicatePolicy | undefined;
+  backoff?: Backoff | undefined;
+  expiresAt?: Instant | undefined;
   /** Parent jobs: this job waits in `awaiting` until they finish. */
-  after?: readonly JobIdInput[];
+  after?: readonly JobIdInput[] | undefined;
 }
 
 export interface EnqueueResult {

@@ -38,20 +38,20 @@ export interface JobLog {
 
 export interface EffectOptions<T> {
   /** After how long another attempt may take over an unfinished claim (effect_claim's stale_after; SQL default when unset). */
-  staleAfter?: Duration;
+  staleAfter?: Duration | undefined;
   /**
    * Called instead of fn when an earlier claim went stale (its owner may have
    * made the call): return the earlier result if the effect happened, or
    * undefined to call fn again with the same key.
    */
-  reconcile?: (key: string) => Promise<T | undefined> | T | undefined;
+  reconcile?: ((key: string) => Promise<T | undefined> | T | undefined) | undefined;
   /**
    * Whether an error thrown by fn means the call definitely did not happen
    * (then the claim is released so a later attempt claims afresh). Default:
    * every error. Return false for ambiguous failures (a timeout): the claim
    * is kept, goes stale after staleAfter, and the next attempt reconciles.
    */
-  definiteFailure?: (error: unknown) => boolean;
+  definiteFailure?: ((error: unknown) => boolean) | undefined;
 }
 
 /**
@@ -97,15 +97,15 @@ export type TransactionalTaskHandler<P = Payload> = (payload: P, ctx: Transactio
 
 interface TaskOptions {
   /** Attempts allowed, counted by ctx.job.attempt; the job's own max_attempts still applies. */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** Retry schedule computed by the worker (instead of the job's backoff). */
-  backoff?: Backoff;
+  backoff?: Backoff | undefined;
   /** Errors of these classes fail the job at once. */
-  exceptOn?: readonly ErrorClass[];
+  exceptOn?: readonly ErrorClass[] | undefined;
   /** Only errors of these classes are retried; any other fails the job at once. */
-  onlyOn?: readonly ErrorClass[];
+  onlyOn?: readonly ErrorClass[] | undefined;
   /** This task's lease (heartbeats extend it by this much). */
-  lease?: Duration;
+  lease?: Duration | undefined;
 }
 
 /** A plain task with options. */
@@ -122,7 +122,7 @@ export interface TransactionalTaskConfig<P = Payload> extends TaskOptions {
    * Without it (or when it returns null/undefined) the job's idempotency key
    * is used; with neither, the task runs unguarded.
    */
-  guardKey?: (payload: P) => string | null | undefined;
+  guardKey?: ((payload: P) => string | null | undefined) | undefined;
   run: TransactionalTaskHandler<P>;
 }
 
@@ -158,29 +158,29 @@ export type TaskPayloads<T extends Tasks> = { [K in keyof T]: TaskPayload<T[K]> 
 interface WorkerSettings {
   tasks: Tasks;
   /** Queues to claim from; all queues when unset. */
-  queues?: readonly string[];
+  queues?: readonly string[] | undefined;
   /** Jobs running at once (default 10). */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /** Claimed jobs waiting locally for a free slot (default: concurrency; 0 claims only for free slots). */
-  prefetch?: number;
+  prefetch?: number | undefined;
   /** Names this worker in locked_by and in error entries (default host:pid:random). */
-  workerId?: string;
+  workerId?: string | undefined;
   /** Lease of claimed jobs (default 30 seconds). */
-  lease?: Duration;
+  lease?: Duration | undefined;
   /** Default lease / 3. */
-  heartbeatInterval?: Duration;
+  heartbeatInterval?: Duration | undefined;
   /** Fallback poll (default 2 seconds, jittered). */
-  pollInterval?: Duration;
+  pollInterval?: Duration | undefined;
   /** rescue() timer (default 15 seconds, jittered); 0 disables it. */
-  rescueInterval?: Duration;
+  rescueInterval?: Duration | undefined;
   /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
-  pruneInterval?: Duration;
+  pruneInterval?: Duration | undefined;
   /** Key retention passed to prune_keys(); when unset the SQL default applies. */
-  keyRetention?: Duration;
+  keyRetention?: Duration | undefined;
   /** Running jobs get this long to finish on stop() before they are handed back (default 25 seconds). */
-  shutdownTimeout?: Duration;
+  shutdownTimeout?: Duration | undefined;
   /** Install SIGTERM/SIGINT handlers that stop the worker (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 /** The options of createWorker: tasks and settings, plus where the database is. */
@@ -189,7 +189,7 @@ export type WorkerOptions = WorkerSettings &
     | {
         connectionString: string;
         /** Settings for the pool the worker creates (default max: concurrency + 4). */
-        poolConfig?: Omit<pg.PoolConfig, "connectionString">;
+        poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
         pool?: undefined;
       }
     | {

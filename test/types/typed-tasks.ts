@@ -4,7 +4,7 @@
 // noPropertyAccessFromIndexSignature (test/typed-tasks.test.ts runs it). It
 // imports "idemq" as an application would, so the same file can check the
 // built declarations: see test/types/tsconfig.json.
-import { Client, createWorker, defineTasks, type EnqueueManyJob, type TaskPayloads, type TasksFor } from "idemq";
+import { Client, createWorker, defineTasks, type EnqueueManyJob, type Queryable, type TaskPayloads, type TasksFor } from "idemq";
 
 declare const connectionString: string;
 
@@ -126,4 +126,20 @@ export async function untyped(task: string, payload: unknown): Promise<void> {
   await client.enqueue("anything", { any: ["json"] }, { runAt: new Date() });
   await client.enqueue("no_payload");
   await client.enqueueMany([{ task, payload }, { task: "other" }]);
+}
+
+// ------------------------------------------------ options forwarded as they come
+
+// With exactOptionalPropertyTypes, an option left undefined is accepted as unset.
+export async function forwarding(
+  queue: string | undefined,
+  key: string | undefined,
+  tx: Queryable | undefined,
+  concurrency: number | undefined,
+): Promise<void> {
+  await producer.enqueue("ping", undefined, { queue, idempotencyKey: key, client: tx });
+  await producer.enqueueMany([{ task: "ping", queue, idempotencyKey: key }], { client: tx });
+  await producer.listJobs({ queue, limit: undefined });
+  createWorker({ connectionString, tasks, concurrency, queues: undefined, poolConfig: undefined });
+  new Client({ connectionString, poolConfig: undefined, onError: undefined });
 }
