@@ -15,27 +15,45 @@ import type {
   EnqueueResult,
   Instant,
   JobIdInput,
+  PayloadMap,
   Queryable,
   StatsRow,
 } from "./sql-api.ts";
+import type { TaskPayloads, Tasks } from "./worker/types.ts";
 
 export type ClientOptions =
   | {
       /** A pool you own: the Client never ends it. */
       pool: pg.Pool;
-      onError?: (err: Error) => void;
+      onError?: ((err: Error) => void) | undefined;
     }
   | {
       connectionString: string;
       /** Further settings for the pool the Client creates (and ends in close()). */
-      poolConfig?: Omit<pg.PoolConfig, "connectionString">;
-      onError?: (err: Error) => void;
+      poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
+      onError?: ((err: Error) => void) | undefined;
     };
 
 /** Run on your own transaction's client instead of the pool (an outbox-style enqueue). */
 export interface InTransaction {
-  client?: Queryable;
+  client?: Queryable | undefined;
 }
+
+/**
+ * The payload map of a Client's type argument: tasks (`typeof tasks`) give
+ * their handlers' payload types; anything else is a payload map already. A
+ * payload is JSON, never a function or an object with a `run` function, so
+ * the two cannot be confused.
+ */
+export type ClientPayloads<T extends object> = T extends Tasks ? TaskPayloads<T> : T;
+
+/** The task names a Client accepts. */
+export type TaskName<T extends object> = keyof ClientPayloads<T> & string;
+
+/** enqueue's arguments after the task name: the payload (optional when its type admits undefined), then options. */
+export type EnqueueArgs<P> = undefined extends P
+  ? [payload?: P, opts?: (EnqueueOptions & InTransaction) | undefined]
+  : [payload: P, opts?: (EnqueueOptions & InTransaction) | undefined];
 
 /** An IQ409 raised by enqueue: it rolls back with the statement, so SQL cannot count it. */
 export interface EnqueueRejectedEvent {
@@ -49,7 +67,13 @@ export interface ClientEvents {
   "client:error": [Error];
 }
 
-export class Client extends EventEmitter<ClientEvents> {
+/**
+ * Enqueue and admin calls. `new Client<typeof tasks>(...)` (tasks from
+ * defineTasks) or `new Client<{ credit: { orderId: number } }>(...)` checks
+ * each enqueue's task name and payload at compile time; a plain `Client`
+ * takes any task name and payload.
+ */
+export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEvents> {
   readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly onPoolError: (err: Error) => void;
@@ -84,7 +108,9 @@ export class Client extends EventEmitter<ClientEvents> {
     return opts?.client ?? this.pool;
   }
 
-  async enqueue(task: string, payload?: unknown, opts: EnqueueOptions & InTransaction = {}): Promise<EnqueueResult> {
+  /** Enqueues one job; `client` runs it in your transaction. An IQ409 rejection also emits `enqueue:rejected`. */
+  async enqueue<K extends TaskName<T>>(task: K, ...args: EnqueueArgs<ClientPayloads<T>[K]>): Promise<EnqueueResult> {
+    const [payload, opts = {}] = args as [unknown?, (EnqueueOptions & InTransaction)?];
     const { client, ...options } = opts;
     try {
       return await sql.enqueue(this.db({ client }), task, payload, options);
@@ -95,7 +121,7 @@ export class Client extends EventEmitter<ClientEvents> {
   }
 
   /** Bulk enqueue: rejections and conflicts are row outcomes, never raised. */
-  enqueueMany(jobs: readonly EnqueueManyJob[], opts: InTransaction = {}): Promise<EnqueueManyResult[]> {
+  enqueueMany(jobs: readonly EnqueueManyJob<ClientPayloads<T>>[], opts: InTransaction = {}): Promise<EnqueueManyResult[]> {
     return sql.enqueueMany(this.db(opts), jobs);
   }
 
@@ -119,7 +145,7 @@ export class Client extends EventEmitter<ClientEvents> {
   }
 
   /** Releases idempotency keys; without olderThan, the SQL default retention applies. */
-  pruneKeys(opts: { olderThan?: Duration } & InTransaction = {}): Promise<number> {
+  pruneKeys(opts: { olderThan?: Duration | undefined } & InTransaction = {}): Promise<number> {
     return sql.pruneKeys(this.db(opts), opts);
   }
 

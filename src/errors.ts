@@ -89,6 +89,43 @@ export class KeyReuseError extends IdemqError {
 }
 
 /**
+ * The database has no idemq schema, or an older one that lacks a function,
+ * table or type this version uses (PostgreSQL's 3F000, 42883, 42P01 or 42704
+ * naming idemq, kept as the code and the cause). The fix is `idemq migrate`.
+ */
+export class SchemaMissingError extends IdemqError {
+  static override readonly defaultCode: string = "3F000";
+  /** The database's name, when the connection settings tell it. */
+  readonly database: string | undefined;
+
+  constructor(database: string | undefined, fields: SqlErrorFields = {}, options?: ErrorOptions) {
+    super(schemaMissingMessage({ database }), fields, options);
+    this.database = database;
+  }
+}
+
+/**
+ * The one sentence for a database without the idemq schema, shared by the
+ * library's SchemaMissingError and the CLI's check of a given URL.
+ */
+export function schemaMissingMessage(target: { database?: string | undefined; where?: string | undefined }): string {
+  const database = target.database === undefined ? "the database" : `database ${target.database}`;
+  const at = target.where === undefined ? "" : ` at ${target.where}`;
+  return (
+    `${database}${at} has no idemq schema (or it is older than this version of idemq): ` +
+    "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)"
+  );
+}
+
+/** What PostgreSQL reports when something of schema idemq is not there, by SQLSTATE. */
+const MISSING_IN_SCHEMA: Readonly<Record<string, RegExp>> = {
+  "3F000": /^schema "idemq" does not exist/, // invalid_schema_name
+  "42883": /^function idemq\./, // undefined_function (absent, or without a parameter this version names)
+  "42P01": /^relation "idemq\./, // undefined_table (the admin reads of idemq.jobs)
+  "42704": /^type "idemq\./, // undefined_object (a cast to idemq.job_state)
+};
+
+/**
  * Thrown by a handler to fail the job at once, without retries (like a
  * Hangfire ExceptOn match). Not a database error, hence not an IdemqError.
  */
@@ -130,16 +167,20 @@ interface PgErrorLike {
 
 function isPgErrorLike(err: unknown): err is PgErrorLike {
   if (typeof err !== "object" || err === null) return false;
-  const e = err as Record<string, unknown>;
+  const e = err as { code?: unknown; message?: unknown };
   return typeof e.code === "string" && /^[0-9A-Z]{5}$/.test(e.code) && typeof e.message === "string";
 }
 
 /**
  * Maps a pg DatabaseError to its idemq class by SQLSTATE; returns anything
- * else (including SQL errors idemq does not own) unchanged.
+ * else (including SQL errors idemq does not own) unchanged. `database` names
+ * the database in a SchemaMissingError.
  */
-export function fromPgError(err: unknown): unknown {
+export function fromPgError(err: unknown, database?: string): unknown {
   if (err instanceof IdemqError || !isPgErrorLike(err)) return err;
+  if (MISSING_IN_SCHEMA[err.code]?.test(err.message)) {
+    return new SchemaMissingError(database, { code: err.code, detail: err.message }, { cause: err });
+  }
   const cls: IdemqErrorClass | undefined =
     (ERROR_CLASSES as Readonly<Record<string, IdemqErrorClass>>)[err.code] ??
     SQLSTATE_CLASS_FALLBACKS[err.code.slice(0, 2)];
@@ -158,8 +199,11 @@ export function fromPgError(err: unknown): unknown {
   }
 }
 
+/** DETAIL as JSON: the fields the error classes read, and any others. */
+type DetailJson = { key?: unknown; existing_job_id?: unknown; existing_state?: unknown; policy?: unknown } & Record<string, unknown>;
+
 interface ParsedDetail {
-  json: Record<string, unknown>;
+  json: DetailJson;
   existingJobId: string;
 }
 
@@ -173,7 +217,7 @@ function parseDetail(detail: string | undefined, required: readonly string[]): P
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
     throw new Error(`DETAIL is not a JSON object: ${String(detail)}`);
   }
-  const obj = json as Record<string, unknown>;
+  const obj = json as DetailJson;
   for (const field of required) {
     if (obj[field] === undefined || obj[field] === null) throw new Error(`DETAIL lacks ${field}: ${detail}`);
   }

@@ -1,10 +1,18 @@
 // The public API of idemq: only what users use.
 
 export { Client } from "./client.ts";
-export type { ClientEvents, ClientOptions, EnqueueRejectedEvent, InTransaction } from "./client.ts";
+export type {
+  ClientEvents,
+  ClientOptions,
+  ClientPayloads,
+  EnqueueArgs,
+  EnqueueRejectedEvent,
+  InTransaction,
+  TaskName,
+} from "./client.ts";
 
 // The worker.
-export { createWorker, EffectBusyError, Worker, WorkerConfigError } from "./worker/index.ts";
+export { createWorker, defineTasks, EffectBusyError, Worker, WorkerConfigError } from "./worker/index.ts";
 export type {
   EffectOptions,
   ErrorInfo,
@@ -13,7 +21,10 @@ export type {
   LogEntry,
   TaskConfig,
   TaskDefinition,
+  TaskPayload,
+  TaskPayloads,
   Tasks,
+  TasksFor,
   TransactionalJobContext,
   WorkerEvents,
   WorkerOptions,
@@ -28,6 +39,7 @@ export {
   KeyReuseError,
   LeaseLostError,
   PermanentError,
+  SchemaMissingError,
 } from "./errors.ts";
 
 export {
@@ -59,6 +71,7 @@ export type {
   EnqueueResult,
   Instant,
   JobIdInput,
+  PayloadMap,
   Queryable,
   StatsRow,
 } from "./sql-api.ts";

@@ -28,13 +28,13 @@ export interface Job {
 }
 
 export interface ListJobsFilter {
-  state?: JobState | readonly JobState[];
-  queue?: string;
-  task?: string;
+  state?: JobState | readonly JobState[] | undefined;
+  queue?: string | undefined;
+  task?: string | undefined;
   /** Idempotency key. */
-  key?: string;
+  key?: string | undefined;
   /** Default CLIENT_DEFAULTS.listLimit. */
-  limit?: number;
+  limit?: number | undefined;
 }
 
 const JOB_COLUMNS =

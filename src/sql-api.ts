@@ -126,8 +126,29 @@ export async function runQuery<R extends pg.QueryResultRow>(
   try {
     return (await db.query(sql, values)).rows as R[];
   } catch (err) {
-    throw fromPgError(err);
+    throw fromPgError(err, databaseOf(db));
   }
+}
+
+/**
+ * The database a pool or client is set up for, read from its settings (no
+ * query: after an error the caller's transaction may be aborted), for error
+ * messages; undefined when they do not say.
+ */
+function databaseOf(db: Queryable): string | undefined {
+  const { database, options } = db as { database?: unknown; options?: { database?: unknown; connectionString?: unknown } };
+  // pg.Client and pg.PoolClient resolve their settings (URL, PGDATABASE) into `database`.
+  if (typeof database === "string" && database !== "") return database;
+  if (typeof options?.database === "string" && options.database !== "") return options.database;
+  if (typeof options?.connectionString === "string") {
+    try {
+      const name = decodeURIComponent(new URL(options.connectionString).pathname.slice(1));
+      if (name !== "") return name;
+    } catch {
+      // not a URL (e.g. "host=... dbname=..."): leave the name out
+    }
+  }
+  return undefined;
 }
 
 function call<F extends SqlFunction, R extends pg.QueryResultRow>(
@@ -166,7 +187,7 @@ async function callInline<F extends SqlFunction, R extends pg.QueryResultRow>(
   try {
     results = (await client.query(text)) as unknown as pg.QueryResult<R> | pg.QueryResult<R>[];
   } catch (err) {
-    throw fromPgError(err);
+    throw fromPgError(err, databaseOf(client));
   }
   const all = Array.isArray(results) ? results : [results];
   return all[around.before === undefined ? 0 : 1]!.rows;
@@ -180,20 +201,20 @@ async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, args: Args
 // ------------------------------------------------------------- enqueue
 
 export interface EnqueueOptions {
-  queue?: string;
+  queue?: string | undefined;
   /** When the job becomes runnable; exclusive with `delay`. */
-  runAt?: Instant;
+  runAt?: Instant | undefined;
   /** Runnable after this long, measured by the database clock; exclusive with `runAt`. */
-  delay?: Duration;
+  delay?: Duration | undefined;
   /** Higher runs first. */
-  priority?: number;
-  maxAttempts?: number;
-  idempotencyKey?: string;
-  duplicatePolicy?: DuplicatePolicy;
-  backoff?: Backoff;
-  expiresAt?: Instant;
+  priority?: number | undefined;
+  maxAttempts?: number | undefined;
+  idempotencyKey?: string | undefined;
+  duplicatePolicy?: DuplicatePolicy | undefined;
+  backoff?: Backoff | undefined;
+  expiresAt?: Instant | undefined;
   /** Parent jobs: this job waits in `awaiting` until they finish. */
-  after?: readonly JobIdInput[];
+  after?: readonly JobIdInput[] | undefined;
 }
 
 export interface EnqueueResult {
@@ -230,11 +251,23 @@ export async function enqueue(
   return { jobId: row.job_id, deduplicated: row.deduplicated };
 }
 
-/** One job of a bulk enqueue. No `delay` here: `enqueue_many` takes run_at only. */
-export interface EnqueueManyJob extends Omit<EnqueueOptions, "delay"> {
-  task: string;
-  payload?: unknown;
-}
+/**
+ * Payload type by task name, e.g. `{ credit: { orderId: number } }`. The
+ * untyped default: any task name, any payload.
+ */
+export type PayloadMap = Record<string, unknown>;
+
+/** `payload` as a job's field: optional only when the payload type admits undefined (as `unknown` does). */
+export type PayloadField<P> = undefined extends P ? { payload?: P } : { payload: P };
+
+/**
+ * One job of a bulk enqueue. No `delay` here: `enqueue_many` takes run_at
+ * only. With a payload map, a union over its tasks: each element's payload
+ * is checked against its own task.
+ */
+export type EnqueueManyJob<Payloads extends object = PayloadMap> = {
+  [K in keyof Payloads & string]: Omit<EnqueueOptions, "delay"> & { task: K } & PayloadField<Payloads[K]>;
+}[keyof Payloads & string];
 
 export interface EnqueueManyResult {
   /** Position of the job in the input array, as `enqueue_many` numbers it. */
@@ -282,7 +315,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
 
 export interface ClaimOptions {
   workerId: string;
-  queues?: readonly string[];
+  queues?: readonly string[] | undefined;
   batchSize?: number;
   lease?: Duration;
   /** Only jobs of these tasks (default: any task). */
@@ -457,7 +490,7 @@ export async function snooze(
   });
 }
 
-function runAtArg(when: { runAt?: Instant; delay?: Duration }, what: string): unknown {
+function runAtArg(when: { runAt?: Instant | undefined; delay?: Duration | undefined }, what: string): unknown {
   if ((when.runAt === undefined) === (when.delay === undefined)) {
     throw bad(`${what} needs exactly one of runAt or delay`);
   }
@@ -498,7 +531,7 @@ export async function effectClaim(
   db: Queryable,
   key: string,
   owner: string,
-  opts: { staleAfter?: Duration } = {},
+  opts: { staleAfter?: Duration | undefined } = {},
 ): Promise<EffectClaimResult> {
   const rows = await call<"effect_claim", { status: EffectStatus; result: unknown }>(db, "effect_claim", {
     key: requiredText(key, "key"),
@@ -542,7 +575,7 @@ export function purge(db: Queryable, opts: { olderThan: Duration; states?: reado
 }
 
 /** Releases idempotency keys whose latest job finished more than `olderThan` ago; returns the count. */
-export function pruneKeys(db: Queryable, opts: { olderThan?: Duration } = {}): Promise<number> {
+export function pruneKeys(db: Queryable, opts: { olderThan?: Duration | undefined } = {}): Promise<number> {
   return scalar(db, "prune_keys", { older_than: interval(opts.olderThan) });
 }
 

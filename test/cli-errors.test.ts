@@ -126,7 +126,8 @@ describe("bad input: one line, the fix, no stack trace", () => {
       const result = await runCli([...args, "--database-url", empty.url]);
       expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
       expect(oneLine(result)).toBe(
-        `idemq: database ${empty.name} at 127.0.0.1:${new URL(empty.url).port || "5432"} has no idemq schema: ` +
+        `idemq: database ${empty.name} at 127.0.0.1:${new URL(empty.url).port || "5432"} has no idemq schema ` +
+          "(or it is older than this version of idemq): " +
           "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)",
       );
     }

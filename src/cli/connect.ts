@@ -32,6 +32,7 @@ import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { Client } from "../client.ts";
 import { createDatabaseIfMissing, type EmbeddedPostgresServer, loadEmbeddedPostgres, startEmbeddedPostgres } from "../embedded.ts";
+import { schemaMissingMessage } from "../errors.ts";
 import { migrate } from "../migrate.ts";
 import { SIGNAL_EXIT } from "./exit-codes.ts";
 import { UsageError } from "./output.ts";
@@ -143,10 +144,7 @@ async function checkServer(url: string, requireSchema: boolean): Promise<void> {
       "SELECT to_regprocedure('idemq.enqueue_many(jsonb)') IS NOT NULL AS installed",
     );
     if (!rows[0]?.installed) {
-      throw new Error(
-        `database ${target.database} at ${target.where} has no idemq schema: run \`idemq migrate --database-url <url>\` ` +
-          "(or `idemq migrate sql` for a script to apply with psql)",
-      );
+      throw new Error(schemaMissingMessage(target));
     }
   } finally {
     await client.end().catch(() => {});

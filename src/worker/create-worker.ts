@@ -2,6 +2,7 @@
 // rescuer and listener around one pool, and runs the shutdown sequence.
 import { EventEmitter } from "node:events";
 import pg from "pg";
+import { checkSchema } from "../schema-check.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { Completer } from "./completer.ts";
 import { ClaimLoop } from "./claim-loop.ts";
@@ -100,11 +101,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
   }
 
-  /** Connects the listener, then starts claiming, heartbeats and maintenance. Resolves once running. */
+  /**
+   * Checks the database has this version's idemq schema (else a
+   * SchemaMissingError naming `idemq migrate`), connects the listener, then
+   * starts claiming, heartbeats and maintenance. Resolves once running.
+   */
   async start(): Promise<void> {
     if (this.state !== "new") throw new Error(`worker ${this.workerId} was already started`);
     this.state = "starting";
     try {
+      await checkSchema(this.pool);
       await this.listener.start();
     } catch (error) {
       await this.listener.stop();

@@ -4,7 +4,7 @@ export { EffectBusyError } from "./effect.ts";
 export { JobSnoozed } from "./job-context.ts";
 export { UnknownTaskError } from "./run-job.ts";
 export { WorkerShutdownError } from "./shutdown.ts";
-export { WorkerConfigError } from "./task-config.ts";
+export { defineTasks, WorkerConfigError } from "./task-config.ts";
 export type { ErrorInfo, JobEndEvent, JobEvent, LogEntry, WorkerEvents } from "./events.ts";
 export type {
   EffectOptions,
@@ -18,7 +18,10 @@ export type {
   TaskConfig,
   TaskDefinition,
   TaskHandler,
+  TaskPayload,
+  TaskPayloads,
   Tasks,
+  TasksFor,
   TransactionalJobContext,
   TransactionalTaskConfig,
   TransactionalTaskHandler,

@@ -26,6 +26,7 @@ export function jobInfo(held: HeldJob): JobInfo {
     maxAttempts: Math.min(task?.maxAttempts ?? job.maxAttempts, job.maxAttempts),
     key: job.idempotencyKey,
     reclaimed: job.reclaimed,
+    payload: job.payload,
   };
 }
 

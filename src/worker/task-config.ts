@@ -4,7 +4,7 @@
 // whose message names the task and the option.
 import { toMilliseconds, toPgInterval, type Backoff, type Duration } from "../contract.ts";
 import { toBackoffSchedule, type BackoffSchedule } from "./backoff.ts";
-import type { ErrorClass, Payload } from "./types.ts";
+import type { ErrorClass, Payload, Tasks } from "./types.ts";
 
 /** A mistake in the worker's options or tasks (not a database error, hence no SQLSTATE). */
 export class WorkerConfigError extends Error {
@@ -29,9 +29,28 @@ export interface NormalizedTask {
   lease: { interval: string; ms: number } | undefined;
 }
 
-const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease"];
+const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease"] as const;
+type TaskOption = (typeof TASK_OPTIONS)[number];
+const isTaskOption = (key: string): key is TaskOption => (TASK_OPTIONS as readonly string[]).includes(key);
 
 const TASK_SHAPE = "a function (payload, ctx) => ... or { run, transactional?, guardKey?, maxAttempts?, backoff?, exceptOn?, onlyOn?, lease? }";
+
+/**
+ * Declares a worker's tasks once, so that `createWorker({ tasks })` runs them
+ * and `new Client<typeof tasks>()` checks every enqueue against them. Checks
+ * the tasks as createWorker does (a WorkerConfigError names the mistake) and
+ * returns them unchanged.
+ *
+ * Each payload type is read from its handler's first parameter
+ * (`run: async (p: { orderId: number }, ctx) => ...`); `ctx` and `ctx.tx` are
+ * typed from `transactional`. To have `ctx.job.payload` and guardKey's
+ * parameter typed too, and handlers' parameters without annotations, give a
+ * payload map as the type argument: `defineTasks<TasksFor<{ credit: { orderId: number } }>>({ ... })`.
+ */
+export function defineTasks<T extends Tasks>(tasks: T): T {
+  normalizeTasks(tasks);
+  return tasks;
+}
 
 /** Validates a tasks object; returns the tasks by name. */
 export function normalizeTasks(tasks: unknown): Map<string, NormalizedTask> {
@@ -63,8 +82,8 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
   if (definition === null || typeof definition !== "object" || typeof (definition as { run?: unknown }).run !== "function") {
     throw new WorkerConfigError(`${what} is not a function or { run }: got ${describe(definition)}; expected ${TASK_SHAPE}`);
   }
-  const config = definition as Record<string, unknown>;
-  const unknown = Object.keys(config).find((key) => !TASK_OPTIONS.includes(key));
+  const config = definition as { [option in TaskOption]?: unknown };
+  const unknown = Object.keys(config).find((key) => !isTaskOption(key));
   if (unknown !== undefined) {
     throw new WorkerConfigError(`${what} has an unknown option "${unknown}" (options: ${TASK_OPTIONS.join(", ")})`);
   }

@@ -11,7 +11,8 @@ export type Payload = any;
 /** An error class for exceptOn / onlyOn. */
 export type ErrorClass = abstract new (...args: never[]) => unknown;
 
-export interface JobInfo {
+/** What ctx.job says about the attempt; P is the task's payload type. */
+export interface JobInfo<P = Payload> {
   /** The job id (a bigint, kept exact as a string). */
   id: string;
   task: string;
@@ -24,6 +25,8 @@ export interface JobInfo {
   key: string | null;
   /** The previous attempt lost its lease: its effects may have happened. */
   reclaimed: boolean;
+  /** The payload (parsed jsonb): the value the handler receives as its first argument. */
+  payload: P;
 }
 
 export interface JobLog {
@@ -35,24 +38,28 @@ export interface JobLog {
 
 export interface EffectOptions<T> {
   /** After how long another attempt may take over an unfinished claim (effect_claim's stale_after; SQL default when unset). */
-  staleAfter?: Duration;
+  staleAfter?: Duration | undefined;
   /**
    * Called instead of fn when an earlier claim went stale (its owner may have
    * made the call): return the earlier result if the effect happened, or
    * undefined to call fn again with the same key.
    */
-  reconcile?: (key: string) => Promise<T | undefined> | T | undefined;
+  reconcile?: ((key: string) => Promise<T | undefined> | T | undefined) | undefined;
   /**
    * Whether an error thrown by fn means the call definitely did not happen
    * (then the claim is released so a later attempt claims afresh). Default:
    * every error. Return false for ambiguous failures (a timeout): the claim
    * is kept, goes stale after staleAfter, and the next attempt reconciles.
    */
-  definiteFailure?: (error: unknown) => boolean;
+  definiteFailure?: ((error: unknown) => boolean) | undefined;
 }
 
-export interface JobContext {
-  job: JobInfo;
+/**
+ * The ctx a handler receives; P is the task's payload type. A plain task's
+ * ctx has `tx: undefined`, a transactional task's is a TransactionalJobContext.
+ */
+export interface JobContext<P = Payload> {
+  job: JobInfo<P>;
   /** Aborts when the lease is lost, or when shutdownTimeout runs out during shutdown. */
   signal: AbortSignal;
   /** Structured log lines carrying the job id, task and attempt. */
@@ -73,80 +80,107 @@ export interface JobContext {
   tx: pg.PoolClient | undefined;
 }
 
-export interface TransactionalJobContext extends JobContext {
+/** The ctx of a transactional task: `tx` is always there. */
+export interface TransactionalJobContext<P = Payload> extends JobContext<P> {
   /** The transaction in which the worker calls guard() and complete(): write the job's effects here. */
   tx: pg.PoolClient;
 }
 
-export interface TaskHandler {
-  (payload: Payload, ctx: JobContext): unknown;
+/** A plain task's handler: no transaction, so `ctx.tx` is undefined. Its result is stored as the job's result. */
+export interface TaskHandler<P = Payload> {
+  (payload: P, ctx: JobContext<P> & { tx: undefined }): unknown;
   /** Never set: declared so a task object without `transactional` is typed as a plain task. */
   transactional?: undefined;
 }
-export type TransactionalTaskHandler = (payload: Payload, ctx: TransactionalJobContext) => unknown;
+/** A transactional task's handler: it writes its effects in `ctx.tx`, which commits with complete(). */
+export type TransactionalTaskHandler<P = Payload> = (payload: P, ctx: TransactionalJobContext<P>) => unknown;
 
 interface TaskOptions {
   /** Attempts allowed, counted by ctx.job.attempt; the job's own max_attempts still applies. */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** Retry schedule computed by the worker (instead of the job's backoff). */
-  backoff?: Backoff;
+  backoff?: Backoff | undefined;
   /** Errors of these classes fail the job at once. */
-  exceptOn?: readonly ErrorClass[];
+  exceptOn?: readonly ErrorClass[] | undefined;
   /** Only errors of these classes are retried; any other fails the job at once. */
-  onlyOn?: readonly ErrorClass[];
+  onlyOn?: readonly ErrorClass[] | undefined;
   /** This task's lease (heartbeats extend it by this much). */
-  lease?: Duration;
+  lease?: Duration | undefined;
 }
 
-export interface PlainTaskConfig extends TaskOptions {
+/** A plain task with options. */
+export interface PlainTaskConfig<P = Payload> extends TaskOptions {
   transactional?: false;
-  run: TaskHandler;
+  run: TaskHandler<P>;
 }
 
-export interface TransactionalTaskConfig extends TaskOptions {
+/** A task whose handler runs in the transaction that records the guard row and complete(). */
+export interface TransactionalTaskConfig<P = Payload> extends TaskOptions {
   transactional: true;
   /**
    * The guard key: the business key of the effect (e.g. p => `credit:order-${p.orderId}`).
    * Without it (or when it returns null/undefined) the job's idempotency key
    * is used; with neither, the task runs unguarded.
    */
-  guardKey?: (payload: Payload) => string | null | undefined;
-  run: TransactionalTaskHandler;
+  guardKey?: ((payload: P) => string | null | undefined) | undefined;
+  run: TransactionalTaskHandler<P>;
 }
 
-export type TaskConfig = PlainTaskConfig | TransactionalTaskConfig;
+/** A task's handler with its options; P is its payload type. */
+export type TaskConfig<P = Payload> = PlainTaskConfig<P> | TransactionalTaskConfig<P>;
 
-/** A task: a handler function, or a handler with options. */
-export type TaskDefinition = TaskHandler | TaskConfig;
+/** A task: a handler function, or a handler with options; P is its payload type. */
+export type TaskDefinition<P = Payload> = TaskHandler<P> | TaskConfig<P>;
 
+/** Tasks by name, as createWorker takes them (payloads untyped). */
 export type Tasks = Record<string, TaskDefinition>;
+
+/**
+ * The tasks of a payload map, each handler typed by its payload:
+ * `TasksFor<{ credit: { orderId: number } }>` is `{ credit: TaskDefinition<{ orderId: number }> }`.
+ */
+export type TasksFor<Payloads extends object> = { [K in keyof Payloads]: TaskDefinition<Payloads[K]> };
+
+/** The payload type of one task definition: its handler's first parameter (`unknown` when it has none). */
+export type TaskPayload<D> = D extends (payload: infer P, ...rest: never[]) => unknown
+  ? P
+  : D extends { run: (payload: infer P, ...rest: never[]) => unknown }
+    ? P
+    : never;
+
+/**
+ * Task name -> payload type of a tasks object, e.g.
+ * `TaskPayloads<typeof tasks>` is `{ credit: { orderId: number }; ... }`.
+ * `Client<typeof tasks>` uses it to type enqueue.
+ */
+export type TaskPayloads<T extends Tasks> = { [K in keyof T]: TaskPayload<T[K]> };
 
 interface WorkerSettings {
   tasks: Tasks;
   /** Queues to claim from; all queues when unset. */
-  queues?: readonly string[];
+  queues?: readonly string[] | undefined;
   /** Jobs running at once (default 10). */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /** Claimed jobs waiting locally for a free slot (default: concurrency; 0 claims only for free slots). */
-  prefetch?: number;
+  prefetch?: number | undefined;
   /** Names this worker in locked_by and in error entries (default host:pid:random). */
-  workerId?: string;
+  workerId?: string | undefined;
   /** Lease of claimed jobs (default 30 seconds). */
-  lease?: Duration;
+  lease?: Duration | undefined;
   /** Default lease / 3. */
-  heartbeatInterval?: Duration;
+  heartbeatInterval?: Duration | undefined;
   /** Fallback poll (default 2 seconds, jittered). */
-  pollInterval?: Duration;
+  pollInterval?: Duration | undefined;
   /** rescue() timer (default 15 seconds, jittered); 0 disables it. */
-  rescueInterval?: Duration;
+  rescueInterval?: Duration | undefined;
   /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
-  pruneInterval?: Duration;
+  pruneInterval?: Duration | undefined;
   /** Key retention passed to prune_keys(); when unset the SQL default applies. */
-  keyRetention?: Duration;
+  keyRetention?: Duration | undefined;
   /** Running jobs get this long to finish on stop() before they are handed back (default 25 seconds). */
-  shutdownTimeout?: Duration;
+  shutdownTimeout?: Duration | undefined;
   /** Install SIGTERM/SIGINT handlers that stop the worker (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 /** The options of createWorker: tasks and settings, plus where the database is. */
@@ -155,7 +189,7 @@ export type WorkerOptions = WorkerSettings &
     | {
         connectionString: string;
         /** Settings for the pool the worker creates (default max: concurrency + 4). */
-        poolConfig?: Omit<pg.PoolConfig, "connectionString">;
+        poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
         pool?: undefined;
       }
     | {
