@@ -64,13 +64,23 @@ export interface MigrationStatus {
  * (measured on PostgreSQL 15; test/upgrade.test.ts runs that sequence).
  */
 export async function migrate(options: MigrateOptions): Promise<string[]> {
-  const log = options.log ?? (() => {});
   const client = options.client;
+  // node-pg-migrate announces each migration before running it; on a failure
+  // that names the one that failed.
+  let running: string | undefined;
+  const log = (line: string) => {
+    running = /^### MIGRATION (\S+) \((?:UP|DOWN)\) ###$/.exec(line)?.[1] ?? running;
+    options.log?.(line);
+  };
   const lockHeldBefore = client !== undefined && (await holdsMigrationLock(client));
   try {
     return await runMigrations(options, log);
   } catch (error) {
     if (client !== undefined) await releaseAfterFailure(client, lockHeldBefore);
+    // The pg error keeps its SQLSTATE and fields; only the message says where it happened.
+    if (running !== undefined && error instanceof Error) {
+      error.message = `migration ${running} failed and was rolled back (the migrations before it stay applied): ${error.message}`;
+    }
     throw error;
   }
 }

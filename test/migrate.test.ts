@@ -175,7 +175,10 @@ describe("migrations: one fails", () => {
       const failing = "-- Up Migration\nCREATE TABLE public.half (id int);\nDO $$ BEGIN RAISE EXCEPTION 'fixture: this migration fails'; END $$;\n-- Down Migration\nDROP TABLE public.half;\n";
       await writeFile(join(dir, "0002_fails.sql"), failing);
       const client = await db.newClient();
-      await expect(migrate({ client, migrationsDir: dir })).rejects.toThrow("fixture: this migration fails");
+      await expect(migrate({ client, migrationsDir: dir })).rejects.toMatchObject({
+        code: "P0001",
+        message: "migration 0002_fails failed and was rolled back (the migrations before it stay applied): fixture: this migration fails",
+      });
 
       expect(await appliedRows(db)).toEqual(["0001_ok"]);
       const { rows } = await client.query(
