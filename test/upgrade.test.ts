@@ -315,10 +315,13 @@ DELETE FROM enumfix.items;
 
   it("in one transaction PostgreSQL refuses it (55P04 unsafe use of new value): why each migration commits on its own", async () => {
     const db = await emptyDatabase();
+    // The type exists already, as it does in a released schema. (A type
+    // created in the same transaction is exempt, on PostgreSQL 18 at least.)
+    expect(await migrate({ connectionString: db.url, migrationsDir: await fixtureDir(), count: 1 })).toEqual(["0001_enum_type"]);
     const client = await db.newClient();
     await client.query("BEGIN");
     const failure = await (async () => {
-      for (const text of Object.values(FIXTURE)) await client.query(text.split("-- Down Migration")[0]!);
+      for (const text of Object.values(FIXTURE).slice(1)) await client.query(text.split("-- Down Migration")[0]!);
     })().then(
       () => undefined,
       (error: { code?: string; message?: string }) => error,
