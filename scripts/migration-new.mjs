@@ -93,10 +93,22 @@ export function changes(state, files) {
   };
 }
 
+/** From CREATE OR REPLACE FUNCTION to the LANGUAGE line: the arguments and the return type. */
+export function signature(text) {
+  const start = text.indexOf("CREATE OR REPLACE FUNCTION");
+  return text.slice(start, text.indexOf("\nLANGUAGE ", start));
+}
+
 /** The text of migration `name` carrying `diff` (see changes()). */
 export function renderMigration(name, diff, state, from, files) {
   const up = creationOrder([...diff.created, ...diff.changed]);
   const down = creationOrder([...diff.changed, ...diff.removed]);
+  // CREATE OR REPLACE cannot change argument types or names or the return type
+  // (and would add an overload for new argument types): drop the old one first.
+  // A dependent (a DEFAULT, a SQL-standard body, a trigger) makes the DROP fail
+  // loudly at migrate time; then handle it by hand in the sections.
+  const resigned = new Set(diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n))));
+  const redefine = (n) => (resigned.has(n) ? [`-- The signature changed: CREATE OR REPLACE cannot change it.`, `DROP FUNCTION idemq.${n};`] : []);
   const revoke = (names) => names.filter((n) => n.startsWith("_")).map((n) => `REVOKE EXECUTE ON FUNCTION idemq.${n} FROM PUBLIC;`);
   // Dependents before what they use.
   const drops = (names) => creationOrder(names).reverse();
@@ -115,14 +127,14 @@ export function renderMigration(name, diff, state, from, files) {
     "-- on its own, so the next migration can use it.",
     "",
   ];
-  for (const n of up) lines.push(marker(n), files.get(n), "");
+  for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
   for (const n of drops(diff.removed)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
-  const upRevokes = revoke(diff.created);
+  const upRevokes = revoke([...diff.created, ...resigned]);
   if (upRevokes.length > 0) lines.push("-- Private helpers are for the public functions only.", ...upRevokes, "");
   lines.push("-- Down Migration", "");
-  for (const n of down) lines.push(`-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
+  for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
   for (const n of drops(diff.created)) lines.push(`DROP FUNCTION idemq.${n};`);
-  const downRevokes = revoke(diff.removed);
+  const downRevokes = revoke([...diff.removed, ...resigned]);
   if (downRevokes.length > 0) lines.push(...downRevokes);
   if (diff.created.length + downRevokes.length > 0) lines.push("");
   lines.push("-- Hand-written reversal of the schema changes above goes here, after the functions.", "");
@@ -205,6 +217,8 @@ function main(argv) {
   writeFileSync(target, renderMigration(migration, diff, state, from, files));
   const carried = [...diff.created.map((n) => `+${n}`), ...diff.changed.map((n) => `~${n}`), ...diff.removed.map((n) => `-${n}`)];
   console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
+  const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));
+  if (resigned.length > 0) console.log(`Signature changed (dropped first, then created): ${resigned.map((n) => `idemq.${n}`).join(", ")}`);
   console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down), and run npm run migration:check.");
   return 0;
 }

@@ -2,7 +2,8 @@
 // file that differs from the latest migration state (edited, new, removed)
 // and every released migration whose text changed; `migration:new NAME`
 // writes the next migration carrying exactly those files (helpers first, new
-// private helpers revoked from PUBLIC, removed ones dropped), refuses to
+// private helpers revoked from PUBLIC, removed ones dropped, one whose
+// signature changed dropped before it is created again), refuses to
 // overwrite, and the migration it writes applies, leaves sql/functions/
 // installed, and its Down restores the catalog it started from.
 import { execFile } from "node:child_process";
@@ -80,6 +81,15 @@ describe("migration:check and migration:new", () => {
     await writeFile(statsFile, edited);
     await writeFile(join(functions, "upgrade_probe.sql"), PUBLIC_FN);
     await writeFile(join(functions, "_upgrade_probe.sql"), HELPER);
+    // A new parameter: CREATE OR REPLACE would add an overload, so the old one is dropped first.
+    const purgeFile = join(functions, "purge.sql");
+    const purge = await readFile(purgeFile, "utf8");
+    const resigned = purge
+      .replaceAll("DEFAULT idemq.terminal_states())", "DEFAULT idemq.terminal_states(), note text DEFAULT NULL)")
+      .replace("COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[])", "COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[], text)");
+    // The header's signature line, the CREATE line and the COMMENT.
+    expect(resigned.match(/note text|job_state\[\], text\)/g)).toHaveLength(3);
+    await writeFile(purgeFile, resigned);
     const pruneKeys = await readFile(join(functions, "prune_keys.sql"), "utf8");
     await unlink(join(functions, "prune_keys.sql"));
 
@@ -93,11 +103,14 @@ describe("migration:check and migration:new", () => {
 
     const made = await script("probe");
     expect(made).toMatchObject({ code: 0, stderr: "" });
-    expect(made.stdout).toContain(`wrote migrations/${NEXT}.sql: +_upgrade_probe +upgrade_probe ~stats -prune_keys`);
+    expect(made.stdout).toContain(`wrote migrations/${NEXT}.sql: +_upgrade_probe +upgrade_probe ~purge ~stats -prune_keys`);
+    expect(made.stdout).toContain("Signature changed (dropped first, then created): idemq.purge\n");
     const text = await readFile(join(migrations, `${NEXT}.sql`), "utf8");
     const [up, down] = text.split("-- Down Migration");
     const markers = [...up!.matchAll(/^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm)].map((m) => m[1] + (m[2] ?? ""));
-    expect(markers, "helpers first, then the rest; removals last").toEqual(["_upgrade_probe", "stats", "upgrade_probe", "prune_keys (removed)"]);
+    expect(markers, "helpers first, then the rest; removals last").toEqual(["_upgrade_probe", "purge", "stats", "upgrade_probe", "prune_keys (removed)"]);
+    expect(up).toContain("DROP FUNCTION idemq.purge;\n-- ---- sql/functions/purge.sql ----\n");
+    expect(up).not.toContain("DROP FUNCTION idemq.stats;");
     expect(up).toContain(`-- ---- sql/functions/stats.sql ----\n${edited.trimEnd()}\n`);
     expect(up).toContain("-- ---- sql/functions/prune_keys.sql (removed) ----\nDROP FUNCTION idemq.prune_keys;\n");
     expect(up).toContain("REVOKE EXECUTE ON FUNCTION idemq._upgrade_probe FROM PUBLIC;");
@@ -105,6 +118,7 @@ describe("migration:check and migration:new", () => {
     // Down: the previous texts back, then the new functions dropped, dependents first.
     expect(down).toContain(`${pruneKeys.trimEnd()}\n`);
     expect(down).toContain(`${stats.trimEnd()}\n`);
+    expect(down).toContain(`DROP FUNCTION idemq.purge;\n-- sql/functions/purge.sql as of ${lastCarrier("purge")}\n${purge.trimEnd()}\n`);
     expect(down).toContain("DROP FUNCTION idemq.upgrade_probe;\nDROP FUNCTION idemq._upgrade_probe;\n");
 
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
@@ -131,8 +145,15 @@ describe("migration:check and migration:new", () => {
       SELECT idemq.upgrade_probe() AS probe,
              has_function_privilege('public', 'idemq._upgrade_probe()', 'EXECUTE') AS helper_public,
              to_regproc('idemq.prune_keys') AS prune_keys,
-             obj_description('idemq.stats'::regproc, 'pg_proc') AS stats_comment`);
-    expect(rows[0]).toMatchObject({ probe: "probe!", helper_public: false, prune_keys: null, stats_comment: expect.stringMatching(/^\(probe\) /) });
+             obj_description('idemq.stats'::regproc, 'pg_proc') AS stats_comment,
+             (SELECT array_agg(pg_get_function_identity_arguments(oid)) FROM pg_proc WHERE oid = ANY('{idemq.purge}'::regproc[]::oid[]) OR (proname = 'purge' AND pronamespace = 'idemq'::regnamespace)) AS purge_signatures`);
+    expect(rows[0]).toMatchObject({
+      probe: "probe!",
+      helper_public: false,
+      prune_keys: null,
+      stats_comment: expect.stringMatching(/^\(probe\) /),
+      purge_signatures: ["older_than interval, states idemq.job_state[], note text"],
+    });
     const installed = await db.pool.query<{ name: string }>("SELECT proname AS name FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace ORDER BY 1");
     const files = (await readdir(functions)).filter((f) => f.endsWith(".sql")).map((f) => f.slice(0, -4)).sort();
     expect(installed.rows.map((r) => r.name)).toEqual(files);
