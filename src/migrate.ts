@@ -45,13 +45,47 @@ export interface MigrationStatus {
 }
 
 /**
- * Applies pending migrations (or reverts applied ones with direction "down") in
- * one transaction and returns the names it ran, in order. Concurrent calls are
- * safe: node-pg-migrate holds an advisory lock, and a caller that waited for it
- * finds nothing left to do.
+ * Applies pending migrations (or reverts applied ones with direction "down"),
+ * each in its own transaction together with its row in idemq_meta.migrations,
+ * and returns the names it ran, in order. If one fails, it is rolled back and
+ * those before it stay applied. Concurrent calls are safe: node-pg-migrate
+ * holds a session advisory lock for the whole run and reads what is applied
+ * only once it has the lock, so a caller that waited finds nothing left to do.
+ *
+ * Why not one transaction for all: PostgreSQL refuses to use an enum value
+ * before the transaction that added it commits ("unsafe use of new value", in
+ * a CHECK, an index predicate, or the body of a SQL-language function being
+ * created; a PL/pgSQL body is accepted but fails when called). Committing each
+ * migration lets the next one use a value an earlier one added. That is also
+ * why active_states() and terminal_states() stay SQL-language: a migration that
+ * adds a state must update the literal state lists in constraints and partial
+ * indexes too, which no function language can do in the adding transaction,
+ * so the value goes in a migration of its own and the next one uses it
+ * (measured on PostgreSQL 15 and 18; test/upgrade.test.ts runs that sequence).
  */
 export async function migrate(options: MigrateOptions): Promise<string[]> {
-  const log = options.log ?? (() => {});
+  const client = options.client;
+  // node-pg-migrate announces each migration before running it; on a failure
+  // that names the one that failed.
+  let running: string | undefined;
+  const log = (line: string) => {
+    running = /^### MIGRATION (\S+) \((?:UP|DOWN)\) ###$/.exec(line)?.[1] ?? running;
+    options.log?.(line);
+  };
+  const lockHeldBefore = client !== undefined && (await holdsMigrationLock(client));
+  try {
+    return await runMigrations(options, log);
+  } catch (error) {
+    if (client !== undefined) await releaseAfterFailure(client, lockHeldBefore);
+    // The pg error keeps its SQLSTATE and fields; only the message says where it happened.
+    if (running !== undefined && error instanceof Error) {
+      error.message = `migration ${running} failed and was rolled back (the migrations before it stay applied): ${error.message}`;
+    }
+    throw error;
+  }
+}
+
+async function runMigrations(options: MigrateOptions, log: (line: string) => void): Promise<string[]> {
   const ran = await runner({
     ...(options.client !== undefined
       ? { dbClient: options.client }
@@ -64,11 +98,40 @@ export async function migrate(options: MigrateOptions): Promise<string[]> {
     direction: options.direction ?? "up",
     ...(options.count !== undefined ? { count: options.count } : {}),
     checkOrder: true,
-    singleTransaction: true,
+    // Each migration in its own BEGIN ... COMMIT (see migrate()).
+    singleTransaction: false,
     advisoryLockMode: "wait",
     logger: { debug: log, info: log, warn: log, error: log },
   });
   return ran.map((migration) => migration.name);
+}
+
+/**
+ * A failed migration leaves the caller's client in an aborted transaction, in
+ * which node-pg-migrate's unlock fails, so its session advisory lock would
+ * outlive the call and block every later migrate. (A connection of our own is
+ * closed, which ends both.) Roll back, and release the lock if this call took it.
+ */
+async function releaseAfterFailure(client: pg.ClientBase, lockHeldBefore: boolean): Promise<void> {
+  try {
+    await client.query("ROLLBACK");
+    if (!lockHeldBefore && (await holdsMigrationLock(client))) {
+      await client.query("SELECT pg_advisory_unlock($1::bigint)", [String(PG_MIGRATE_LOCK_ID)]);
+    }
+  } catch {
+    // The client is broken; the caller's error says why, and closing the client ends the lock.
+  }
+}
+
+/** Whether this session holds node-pg-migrate's advisory lock (a bigint key: classid high 32 bits, objid low 32). */
+async function holdsMigrationLock(client: pg.ClientBase): Promise<boolean> {
+  const { rows } = await client.query<{ held: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM pg_locks
+                     WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1
+                       AND ((classid::bigint << 32) | objid::bigint) = $1::bigint) AS held`,
+    [String(PG_MIGRATE_LOCK_ID)],
+  );
+  return rows[0]?.held ?? false;
 }
 
 /** Which migrations are applied and which are pending. Read-only: creates nothing. */
@@ -80,9 +143,13 @@ export async function migrationStatus(options: MigrationOptions): Promise<Migrat
 }
 
 /**
- * The pending migrations as one plain SQL script for psql, in a transaction: it
- * creates idemq_meta.migrations if missing and records each migration as
- * node-pg-migrate would, so `migrate` afterwards finds nothing pending.
+ * The pending migrations as one plain SQL script for psql, each migration in its
+ * own transaction with its row in idemq_meta.migrations (as `migrate` runs
+ * them), so `migrate` afterwards finds nothing pending. Each transaction takes
+ * node-pg-migrate's advisory lock and then checks that the applied migrations
+ * are still exactly those before it: a concurrent `idemq migrate` (which holds
+ * the lock for its whole run) or a second run of the script makes the script
+ * stop there, never apply a migration twice.
  */
 export async function pendingSql(options: MigrationOptions): Promise<string> {
   const files = await migrationFiles(options.migrationsDir);
@@ -97,38 +164,45 @@ export async function pendingSql(options: MigrationOptions): Promise<string> {
   if (pending.length === 0) return "-- idemq: no pending migrations\n";
 
   const table = `${quoteIdent(MIGRATIONS_SCHEMA)}.${quoteIdent(MIGRATIONS_TABLE)}`;
-  const names = pending.map((file) => quoteLiteral(file.name)).join(", ");
   const parts = [
     `-- idemq: pending migrations ${pending.map((file) => file.name).join(", ")}`,
     "-- Apply with: psql -v ON_ERROR_STOP=1 -f <this file> <database-url>",
-    "BEGIN;",
-    "",
-    // The same advisory lock as node-pg-migrate, so a concurrent `idemq migrate`
-    // and this script run one after the other.
-    `DO $idemq$ BEGIN PERFORM pg_advisory_xact_lock(${PG_MIGRATE_LOCK_ID}); END $idemq$;`,
-    `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(MIGRATIONS_SCHEMA)};`,
-    // The table node-pg-migrate creates (runner.ts, ensureMigrationsTable).
-    `CREATE TABLE IF NOT EXISTS ${table} (id SERIAL PRIMARY KEY, name varchar(255) NOT NULL, run_on timestamp NOT NULL);`,
-    // Refuse if someone applied these migrations since the script was generated.
-    "DO $idemq$",
-    "BEGIN",
-    `  IF EXISTS (SELECT 1 FROM ${table} WHERE name IN (${names})) THEN`,
-    "    RAISE EXCEPTION 'idemq: some of these migrations were applied since this script was generated'",
-    "      USING HINT = 'Generate the script again with: idemq migrate sql';",
-    "  END IF;",
-    "END",
-    "$idemq$;",
+    "-- Each migration commits on its own (a later one may use an enum value an",
+    "-- earlier one added); if one fails, psql stops there and those before it stay applied.",
   ];
-  for (const file of pending) {
+  for (const [i, file] of pending.entries()) {
+    const before = applied.length + i;
     const up = await upSection(file.path);
     parts.push(
       "",
       `-- ==== ${basename(file.path)} ====`,
+      "BEGIN;",
+      // The same advisory lock as node-pg-migrate, so a concurrent `idemq migrate`
+      // and this transaction run one after the other.
+      `DO $idemq$ BEGIN PERFORM pg_advisory_xact_lock(${PG_MIGRATE_LOCK_ID}); END $idemq$;`,
+      ...(i === 0
+        ? [
+            `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(MIGRATIONS_SCHEMA)};`,
+            // The table node-pg-migrate creates (runner.ts, ensureMigrationsTable).
+            `CREATE TABLE IF NOT EXISTS ${table} (id SERIAL PRIMARY KEY, name varchar(255) NOT NULL, run_on timestamp NOT NULL);`,
+          ]
+        : []),
+      // Refuse if the applied migrations changed since the script was generated.
+      "DO $idemq$",
+      "BEGIN",
+      `  IF EXISTS (SELECT 1 FROM ${table} WHERE name = ${quoteLiteral(file.name)})`,
+      `     OR (SELECT count(*) FROM ${table}) <> ${before} THEN`,
+      `    RAISE EXCEPTION 'idemq: ${file.name.replaceAll("'", "''")} not run: migrations were applied since this script was generated (or reverted)'`,
+      "      USING HINT = 'Migrations above it in this script are applied. See what is pending with: idemq migrate status; generate the script again with: idemq migrate sql';",
+      "  END IF;",
+      "END",
+      "$idemq$;",
       up.trimEnd().endsWith(";") ? up.trimEnd() : `${up.trimEnd()}\n;`,
       `INSERT INTO ${table} (name, run_on) VALUES (${quoteLiteral(file.name)}, NOW());`,
+      "COMMIT;",
     );
   }
-  parts.push("", "COMMIT;", "");
+  parts.push("");
   return parts.join("\n");
 }
 

@@ -7,6 +7,7 @@ import { EXIT } from "../src/cli/exit-codes.ts";
 import { runCli } from "./helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 import { enqueue, enqueueMany, jobIn, unique } from "./helpers/jobs.ts";
+import { MIGRATION_NAMES } from "./helpers/migrations.ts";
 
 const databases: TestDatabase[] = [];
 afterAll(async () => {
@@ -43,7 +44,7 @@ describe("idemq doctor", () => {
     for (const check of Object.values(checks)) expect(check.status, check.check).toBe("ok");
     const { rows } = await db.pool.query<{ v: string }>("SELECT current_setting('server_version') AS v");
     expect(checks.server).toMatchObject({ message: `PostgreSQL ${rows[0]!.v}`, version: rows[0]!.v });
-    expect(checks.schema).toMatchObject({ applied: ["0001_init"], pending: [], unknown: [] });
+    expect(checks.schema).toMatchObject({ applied: [...MIGRATION_NAMES], pending: [], unknown: [] });
     expect(checks.keys).toMatchObject({ retention: "14 days", retentionSeconds: 14 * 86400 });
 
     const human = await runCli(["doctor", "--database-url", db.url]);
@@ -69,7 +70,7 @@ describe("idemq doctor", () => {
       message: "the idemq schema is not installed",
       fix: expect.stringContaining("run `idemq migrate`"),
       applied: [],
-      pending: ["0001_init"],
+      pending: [...MIGRATION_NAMES],
     });
     for (const check of ["keys", "leases", "bloat"]) expect(checks[check]!.status).toBe("skipped");
     expect(checks.server!.status).toBe("ok");

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../src/cli/exit-codes.ts";
 import { runCli } from "./helpers/cli.ts";
 import { killAll, startCli, startNode } from "./helpers/cli-spawn.ts";
+import { MIGRATION_NAMES } from "./helpers/migrations.ts";
 
 const HOLD = resolve(import.meta.dirname, "fixtures", "cli", "hold-embedded.ts");
 let root: string;
@@ -96,7 +97,7 @@ describe("the embedded default", () => {
     expect(result.code, result.stderr).toBe(EXIT.OK);
     expect(result.stdout).toBe("No jobs yet.\n");
     expect(result.stderr).toMatch(
-      new RegExp(`^idemq: starting embedded PostgreSQL 18 in ${dataDir} \\(first run: initdb\\) \\.\\.\\. ready in \\d+\\.\\d s \\(migrated: 0001_init\\)\\n$`),
+      new RegExp(`^idemq: starting embedded PostgreSQL 18 in ${dataDir} \\(first run: initdb\\) \\.\\.\\. ready in \\d+\\.\\d s \\(migrated: ${MIGRATION_NAMES.join(", ")}\\)\\n$`),
     );
     expect(existsSync(join(dataDir, "PG_VERSION"))).toBe(true);
     // Stopped, and the directory released.
@@ -162,7 +163,7 @@ describe("the embedded default", () => {
       "SELECT current_database() AS db, current_setting('listen_addresses') AS listen, " +
         "(SELECT array_agg(name ORDER BY id) FROM idemq_meta.migrations) AS migrations",
     );
-    expect(rows[0]).toEqual({ db: "idemq", listen: "127.0.0.1", migrations: ["0001_init"] });
+    expect(rows[0]).toEqual({ db: "idemq", listen: "127.0.0.1", migrations: [...MIGRATION_NAMES] });
     const passed = await runCli(["stats", "--json", "--database-url", lock.url], { env });
     expect(passed.code).toBe(EXIT.OK);
 

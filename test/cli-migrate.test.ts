@@ -2,6 +2,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { migrationStatus, pendingSql } from "../src/migrate.ts";
 import { runCli } from "./helpers/cli.ts";
+import { MIGRATION_NAMES } from "./helpers/migrations.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 
 const databases: TestDatabase[] = [];
@@ -57,16 +58,19 @@ describe("idemq migrate", () => {
     expect(status.stdout).toBe([...pending.map((name) => `applied  ${name}\n`), "Up to date.\n"].join(""));
   });
 
-  it("migrate sql prints the pending migrations as one transaction, and changes nothing", async () => {
+  it("migrate sql prints the pending migrations, each in a transaction of its own, and changes nothing", async () => {
     const db = await emptyDatabase();
     const result = await runCli(["migrate", "sql", "--database-url", db.url]);
     expect(result).toMatchObject({ code: 0, stderr: "" });
     expect(result.stdout).toBe(await pendingSql({ connectionString: db.url }));
     const { pending } = await migrationStatus({ connectionString: db.url });
-    if (pending.length > 0) {
-      expect(result.stdout).toMatch(/^BEGIN;$/m);
-      expect(result.stdout.trimEnd()).toMatch(/COMMIT;$/);
-    }
+    expect(pending).toEqual(MIGRATION_NAMES);
+    // Per migration, in order: BEGIN, its file, its bookkeeping row, COMMIT.
+    const blocks = [...result.stdout.matchAll(/^-- ==== (\w+)\.sql ====\nBEGIN;\n[\s\S]*?^INSERT INTO "idemq_meta"\."migrations" \(name, run_on\) VALUES \('(\w+)', NOW\(\)\);\nCOMMIT;$/gm)];
+    expect(blocks.map((m) => [m[1], m[2]])).toEqual(pending.map((name) => [name, name]));
+    expect(result.stdout.match(/^BEGIN;$/gm)).toHaveLength(pending.length);
+    expect(result.stdout.match(/^COMMIT;$/gm)).toHaveLength(pending.length);
+    expect(result.stdout.trimEnd()).toMatch(/COMMIT;$/);
     const { rows } = await db.pool.query("SELECT to_regnamespace('idemq_meta') IS NULL AS untouched");
     expect(rows[0].untouched).toBe(true);
   });

@@ -3,9 +3,9 @@
 // literal state lists the planner needs spelled out use real states; the
 // error registry covers every SQLSTATE the SQL raises; the typed call module
 // names every public function's parameters; defaults live once; the installed
-// functions match sql/functions/ (drift) and the migration matches its
-// sources; every function file carries the STYLE.md header; private helpers
-// are not executable by PUBLIC.
+// functions match sql/functions/ (drift) and the latest migration state equals
+// sql/functions/; every function file carries the STYLE.md header; private
+// helpers are not executable by PUBLIC.
 import { execFile } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -263,7 +263,7 @@ describe("drift: installed functions equal sql/functions/", () => {
       const file = functionFiles.find((f) => f.name === name)!;
       const body = /AS \$\$([\s\S]*?)\$\$/.exec(file.text)?.[1];
       expect(body, `${name}.sql has a $$ body`).toBeDefined();
-      expect(src.trim(), `idemq.${name} differs from sql/functions/${name}.sql; regenerate the migration: node scripts/sync-migration.mjs 0001_init --force`).toBe(
+      expect(src.trim(), `idemq.${name} differs from sql/functions/${name}.sql; carry the change in a new migration: npm run migration:new -- NAME`).toBe(
         body!.trim(),
       );
     }
@@ -280,13 +280,17 @@ describe("drift: installed functions equal sql/functions/", () => {
       const after = (await c.query(describeFn)).rows;
       expect(after.map((r) => r.name), "no new function or overload appeared").toEqual(before.map((r) => r.name));
       for (let i = 0; i < before.length; i++) {
-        expect(after[i], `idemq.${before[i].name}: the installed function differs from its file; regenerate the migration: node scripts/sync-migration.mjs 0001_init --force`).toEqual(before[i]);
+        expect(after[i], `idemq.${before[i].name}: the installed function differs from its file; carry the change in a new migration: npm run migration:new -- NAME`).toEqual(before[i]);
       }
     });
   });
 
-  it("the migration is in sync with its sources: node scripts/sync-migration.mjs 0001_init --check exits 0", async () => {
-    await expect(run(process.execPath, ["scripts/sync-migration.mjs", "0001_init", "--check"], { cwd: ROOT })).resolves.toBeDefined();
+  it("the latest migration state equals sql/functions/, both ways: npm run migration:check (scripts/migration-new.mjs --check) exits 0", async () => {
+    const check = run(process.execPath, ["scripts/migration-new.mjs", "--check"], { cwd: ROOT });
+    await expect(
+      check.catch((error: { stderr?: string }) => Promise.reject(new Error(error.stderr))),
+      `the migrations and sql/functions/ differ; carry the change in a new migration: npm run migration:new -- NAME`,
+    ).resolves.toBeDefined();
   });
 });
 

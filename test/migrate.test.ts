@@ -1,5 +1,6 @@
 // The migration runner (src/migrate.ts): idempotent, reversible, safe under
-// concurrency, and its psql script builds the same catalog as `migrate`.
+// concurrency, one transaction per migration (a failed one leaves those
+// before it applied), and its psql script builds the same catalog as `migrate`.
 // Each case runs on the package's sql/migrations and on a fixture set, so the
 // runner is proven on its own and the real migrations are proven with it.
 import { execFile } from "node:child_process";
@@ -162,6 +163,36 @@ describe("migrations: partly applied (fixture set)", () => {
       applied: ["0001_fixture_schema", "0002_fixture_more"],
       pending: [],
     });
+  });
+});
+
+describe("migrations: one fails", () => {
+  it("the ones before it stay applied, it is rolled back, and a caller's client is left usable without the lock", async () => {
+    const db = await emptyDatabase();
+    const dir = await mkdtemp(join(tmpdir(), "idemq-failing-migrations-"));
+    try {
+      await writeFile(join(dir, "0001_ok.sql"), "-- Up Migration\nCREATE TABLE public.ok (id int);\n-- Down Migration\nDROP TABLE public.ok;\n");
+      const failing = "-- Up Migration\nCREATE TABLE public.half (id int);\nDO $$ BEGIN RAISE EXCEPTION 'fixture: this migration fails'; END $$;\n-- Down Migration\nDROP TABLE public.half;\n";
+      await writeFile(join(dir, "0002_fails.sql"), failing);
+      const client = await db.newClient();
+      await expect(migrate({ client, migrationsDir: dir })).rejects.toMatchObject({
+        code: "P0001",
+        message: "migration 0002_fails failed and was rolled back (the migrations before it stay applied): fixture: this migration fails",
+      });
+
+      expect(await appliedRows(db)).toEqual(["0001_ok"]);
+      const { rows } = await client.query(
+        "SELECT to_regclass('public.ok') IS NOT NULL AS ok, to_regclass('public.half') IS NULL AS rolled_back, " +
+          "(SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory_locks",
+      );
+      expect(rows[0]).toEqual({ ok: true, rolled_back: true, advisory_locks: 0 });
+
+      await writeFile(join(dir, "0002_fails.sql"), failing.replace(/^DO .*\n/m, ""));
+      expect(await migrate({ client, migrationsDir: dir })).toEqual(["0002_fails"]);
+      expect(await migrate({ connectionString: db.url, migrationsDir: dir })).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 

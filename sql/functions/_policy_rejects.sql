@@ -3,7 +3,7 @@
 -- The duplicate-policy matrix: does `policy` refuse a new job for a key whose
 -- latest job ended in `finished_state`?
 --
--- Guarantees: the one definition of the matrix in DESIGN.md:
+-- Guarantees: the one definition of the matrix in docs/design.md:
 --   allow_after_failed  -> never rejects
 --   reject_if_failed    -> rejects after failed
 --   reject_always       -> rejects after any terminal state

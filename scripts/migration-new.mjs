@@ -1,0 +1,228 @@
+#!/usr/bin/env node
+// Writes the next migration, sql/migrations/NNNN_NAME.sql, carrying the text of
+// every function file that changed since the latest migration state, so applied
+// migrations never change (STYLE.md §2).
+//
+// The latest migration state of a function is its text as the last migration
+// that carries it has it: each migration marks an embedded function with
+// `-- ---- sql/functions/NAME.sql ----` (the text runs to the file's closing
+// COMMENT ON FUNCTION) and a dropped one with `-- ---- sql/functions/NAME.sql
+// (removed) ----`. Only the Up sections are read.
+//
+//   npm run migration:new -- NAME       write sql/migrations/NNNN_NAME.sql
+//   npm run migration:check             exit 1 unless the latest state equals
+//                                       sql/functions/ and released migrations
+//                                       match sql/released.sha256
+//   (--functions DIR --migrations DIR --released FILE override the paths; tests use them)
+import { createHash } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const MARKER = /^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm;
+const marker = (name) => `-- ---- sql/functions/${name}.sql ----`;
+const removedMarker = (name) => `-- ---- sql/functions/${name}.sql (removed) ----`;
+// node-pg-migrate's section comments (sqlMigration.ts, createMigrationCommentRegex).
+const DOWN_SECTION = /^\s*--[\s-]*down\s+migration/im;
+
+/**
+ * Creation order: private helpers, then the state sets, which other functions
+ * use in DEFAULT expressions (checked at CREATE time), then the rest.
+ */
+export function creationOrder(names) {
+  const rank = (n) => (n.startsWith("_") ? 0 : n.endsWith("_states") ? 1 : 2);
+  return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}
+
+/** sql/functions/*.sql as a Map name -> text, each text without trailing whitespace (as migrations embed it). */
+export function functionFiles(dir) {
+  const files = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
+  return new Map(files.map((f) => [f.slice(0, -4), readFileSync(path.join(dir, f), "utf8").trimEnd()]));
+}
+
+/** The migration files in the order node-pg-migrate runs them (numeric prefix). */
+export function migrationFiles(dir) {
+  return readdirSync(dir)
+    .filter((f) => /^\d+_\w+\.sql$/.test(f))
+    .sort((a, b) => parseInt(a, 10) - parseInt(b, 10) || a.localeCompare(b))
+    .map((f) => ({ name: f.slice(0, -4), file: path.join(dir, f) }));
+}
+
+/** The functions one migration's Up section carries: Map name -> text, or null for a removed one. */
+export function carriedFunctions(text, source) {
+  const downAt = text.search(DOWN_SECTION);
+  const up = downAt < 0 ? text : text.slice(0, downAt);
+  const carried = new Map();
+  for (const m of up.matchAll(MARKER)) {
+    const name = m[1];
+    if (m[2]) {
+      carried.set(name, null);
+      continue;
+    }
+    const start = m.index + m[0].length + 1;
+    const end = new RegExp(String.raw`COMMENT ON FUNCTION idemq\.${name}\([^)]*\) IS\s+'(?:[^']|'')*';`).exec(up.slice(start));
+    if (!end) {
+      throw new Error(`${source}: the text after "${m[0]}" does not end with COMMENT ON FUNCTION idemq.${name}(...) IS '...';`);
+    }
+    carried.set(name, up.slice(start, start + end.index + end[0].length));
+  }
+  return carried;
+}
+
+/** The latest migration state: Map name -> text of every function the migrations leave installed, and which migration set each. */
+export function latestState(migrationsDir) {
+  const state = new Map();
+  const from = new Map();
+  for (const { name, file } of migrationFiles(migrationsDir)) {
+    for (const [fn, text] of carriedFunctions(readFileSync(file, "utf8"), file)) {
+      if (text === null) state.delete(fn);
+      else state.set(fn, text);
+      from.set(fn, name);
+    }
+  }
+  return { state, from };
+}
+
+/** What sql/functions/ changed against the state: names created, changed and removed. */
+export function changes(state, files) {
+  return {
+    created: [...files.keys()].filter((n) => !state.has(n)),
+    changed: [...files.keys()].filter((n) => state.has(n) && state.get(n) !== files.get(n)),
+    removed: [...state.keys()].filter((n) => !files.has(n)),
+  };
+}
+
+/** From CREATE OR REPLACE FUNCTION to the LANGUAGE line: the arguments and the return type. */
+export function signature(text) {
+  const start = text.indexOf("CREATE OR REPLACE FUNCTION");
+  return text.slice(start, text.indexOf("\nLANGUAGE ", start));
+}
+
+/** The text of migration `name` carrying `diff` (see changes()). */
+export function renderMigration(name, diff, state, from, files) {
+  const up = creationOrder([...diff.created, ...diff.changed]);
+  const down = creationOrder([...diff.changed, ...diff.removed]);
+  // CREATE OR REPLACE cannot change argument types or names or the return type
+  // (and would add an overload for new argument types): drop the old one first.
+  // A dependent (a DEFAULT, a SQL-standard body, a trigger) makes the DROP fail
+  // loudly at migrate time; then handle it by hand in the sections.
+  const resigned = new Set(diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n))));
+  const redefine = (n) => (resigned.has(n) ? [`-- The signature changed: CREATE OR REPLACE cannot change it.`, `DROP FUNCTION idemq.${n};`] : []);
+  const revoke = (names) => names.filter((n) => n.startsWith("_")).map((n) => `REVOKE EXECUTE ON FUNCTION idemq.${n} FROM PUBLIC;`);
+  // Dependents before what they use.
+  const drops = (names) => creationOrder(names).reverse();
+  const lines = [
+    `-- Migration ${name}: TODO one line saying what changes and why.`,
+    "-- Written by `npm run migration:new`; the function texts below are copies of",
+    "-- sql/functions/ (npm run migration:check compares them). Once released (listed",
+    "-- in sql/released.sha256) this file never changes again.",
+    "-- Up Migration",
+    "",
+    "-- Hand-written schema changes (tables, columns, indexes) go here, before the",
+    "-- functions that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes",
+    "-- in a migration of its own: PostgreSQL refuses to use a new value before its",
+    "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
+    "-- predicate or a SQL-language function body alike, and each migration commits",
+    "-- on its own, so the next migration can use it.",
+    "",
+  ];
+  for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
+  for (const n of drops(diff.removed)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
+  const upRevokes = revoke([...diff.created, ...resigned]);
+  if (upRevokes.length > 0) lines.push("-- Private helpers are for the public functions only.", ...upRevokes, "");
+  lines.push("-- Down Migration", "");
+  for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
+  for (const n of drops(diff.created)) lines.push(`DROP FUNCTION idemq.${n};`);
+  const downRevokes = revoke([...diff.removed, ...resigned]);
+  if (downRevokes.length > 0) lines.push(...downRevokes);
+  if (diff.created.length + downRevokes.length > 0) lines.push("");
+  lines.push("-- Hand-written reversal of the schema changes above goes here, after the functions.", "");
+  return lines.join("\n");
+}
+
+/** Released migrations whose text no longer has its recorded sha256: [{file, expected, actual}]. */
+export function releasedMismatches(releasedFile) {
+  const dir = path.dirname(releasedFile);
+  return readFileSync(releasedFile, "utf8")
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => {
+      const [expected, file] = line.split(/\s+\*?/);
+      const full = path.join(dir, file);
+      const actual = existsSync(full) ? createHash("sha256").update(readFileSync(full)).digest("hex") : "missing";
+      return { file, expected, actual };
+    })
+    .filter((r) => r.actual !== r.expected);
+}
+
+function main(argv) {
+  const option = (flag, fallback) => {
+    const at = argv.indexOf(flag);
+    return at >= 0 ? path.resolve(argv[at + 1]) : fallback;
+  };
+  const functionsDir = option("--functions", path.join(root, "sql", "functions"));
+  const migrationsDir = option("--migrations", path.join(root, "sql", "migrations"));
+  const releasedFile = option("--released", path.join(root, "sql", "released.sha256"));
+  const positional = argv.filter((a, i) => !a.startsWith("--") && !["--functions", "--migrations", "--released"].includes(argv[i - 1]));
+  const shown = (p) => path.relative(process.cwd(), p) || ".";
+
+  const files = functionFiles(functionsDir);
+  const { state, from } = latestState(migrationsDir);
+  const diff = changes(state, files);
+  const migrations = migrationFiles(migrationsDir);
+  const latest = migrations.at(-1)?.name ?? "(none)";
+
+  if (argv.includes("--check")) {
+    const problems = [
+      ...diff.created.map((n) => `${shown(functionsDir)}/${n}.sql is new: no migration creates idemq.${n}`),
+      ...diff.changed.map((n) => `${shown(functionsDir)}/${n}.sql differs from its text in ${from.get(n)}`),
+      ...diff.removed.map((n) => `${shown(functionsDir)}/${n}.sql is gone, but ${from.get(n)} leaves idemq.${n} installed`),
+    ];
+    if (existsSync(releasedFile)) {
+      for (const r of releasedMismatches(releasedFile)) {
+        problems.push(`${r.file} is released and must never change: sha256 ${r.actual}, recorded ${r.expected} in ${shown(releasedFile)}; restore it (git checkout) and put the change in a new migration`);
+      }
+    }
+    if (problems.length === 0) return 0;
+    for (const p of problems) console.error(p);
+    if (diff.created.length + diff.changed.length + diff.removed.length > 0) {
+      console.error(
+        `The latest migration state (up to ${latest}) differs from ${shown(functionsDir)}/; carry the change in a new migration: npm run migration:new -- NAME`,
+      );
+    }
+    return 1;
+  }
+
+  const name = positional[0];
+  if (!name || !/^[a-z][a-z0-9_]*$/.test(name)) {
+    console.error("usage: npm run migration:new -- NAME   (NAME: lower case, digits and _, e.g. add_pause)");
+    return 2;
+  }
+  const sameName = migrations.find((m) => m.name.replace(/^\d+_/, "") === name);
+  if (sameName) {
+    console.error(
+      `${shown(sameName.file)} already has the name ${name}; nothing written. Pick another name, or, if ${sameName.name} is not released ` +
+        `(not in ${shown(releasedFile)}) and you mean to regenerate it, delete it and run this again (hand-written parts are lost).`,
+    );
+    return 1;
+  }
+  const next = migrations.reduce((max, m) => Math.max(max, parseInt(m.name, 10)), 0) + 1;
+  const migration = `${String(next).padStart(4, "0")}_${name}`;
+  const target = path.join(migrationsDir, `${migration}.sql`);
+  if (existsSync(target)) {
+    console.error(`${shown(target)} exists; nothing written. Migrations are never overwritten: pick another name.`);
+    return 1;
+  }
+  writeFileSync(target, renderMigration(migration, diff, state, from, files));
+  const carried = [...diff.created.map((n) => `+${n}`), ...diff.changed.map((n) => `~${n}`), ...diff.removed.map((n) => `-${n}`)];
+  console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
+  const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));
+  if (resigned.length > 0) console.log(`Signature changed (dropped first, then created): ${resigned.map((n) => `idemq.${n}`).join(", ")}`);
+  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down), and run npm run migration:check.");
+  return 0;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = main(process.argv.slice(2));
+}
