@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
+import { expectedMistakes, MISTAKES_SOURCE } from "./types/mistakes.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const TSC = join(ROOT, "node_modules", "typescript", "bin", "tsc");
@@ -169,6 +170,8 @@ describe("a strict TypeScript app against the shipped declarations", () => {
       exactOptionalPropertyTypes: true,
       noPropertyAccessFromIndexSignature: true,
       noUncheckedIndexedAccess: true,
+      skipLibCheck: false,
+      types: ["node"],
       noEmit: true,
     },
     include: ["*.ts"],
@@ -183,34 +186,24 @@ describe("a strict TypeScript app against the shipped declarations", () => {
     await cp(join(app, "node_modules"), join(typed, "node_modules"), { recursive: true, verbatimSymlinks: true });
   });
 
-  it("type-checks a producer and a worker with zero errors, types from dist/*.d.ts", async () => {
-    await writeFile(
-      join(typed, "app.ts"),
-      `import { Client, createWorker, DuplicateJobError, type Tasks } from "idemq";
-const tasks: Tasks = {
-  greet: async (payload, ctx) => { ctx.log.info("greeting", { payload }); return { ok: true }; },
-  credit: { transactional: true, guardKey: () => "credit:1", run: async (_payload, ctx) => { await ctx.tx.query("SELECT 1"); } },
-};
-const client = new Client({ connectionString: "postgres://localhost/app" });
-const { jobId, deduplicated }: { jobId: string; deduplicated: boolean } = await client.enqueue("greet", { name: "Ada" }, { idempotencyKey: "greet:ada", duplicatePolicy: "reject_if_succeeded" });
-const worker = createWorker({ connectionString: "postgres://localhost/app", concurrency: 5, tasks });
-worker.on("job:success", (event) => console.log(event.jobId));
-try { await client.enqueue("greet", {}); } catch (error) { if (error instanceof DuplicateJobError) console.log(error.existingJobId); }
-export { jobId, deduplicated, worker };
-`,
-    );
-    const result = await run(process.execPath, [TSC, "-p", "."], typed);
+  it("type-checks the typed producer and worker of test/types/typed-tasks.ts with zero errors, types from dist/*.d.ts", async () => {
+    // The fixture imports "idemq": here that is the installed package, whose exports point at dist/.
+    await cp(join(ROOT, "test", "types", "typed-tasks.ts"), join(typed, "typed-tasks.ts"));
+    const result = await run(process.execPath, [TSC, "-p", ".", "--pretty", "false"], typed);
     expect(result.stdout + result.stderr).toBe("");
     expect(result.code).toBe(0);
+    expect(existsSync(join(typed, "node_modules", "idemq", "src"))).toBe(false);
   });
 
-  it("a mistake in the app fails to compile", async () => {
-    await writeFile(join(typed, "wrong.ts"), `import { Client } from "idemq";\nawait new Client({ connectionString: "x" }).enqueue("greet", {}, { duplicatePolicy: "sometimes" });\n`);
+  it("a wrong payload, a missing field and an unknown task name fail to compile, each at its line of the app", async () => {
+    await writeFile(join(typed, "wrong.ts"), MISTAKES_SOURCE);
     try {
-      const result = await run(process.execPath, [TSC, "-p", "."], typed);
+      const result = await run(process.execPath, [TSC, "-p", ".", "--pretty", "false"], typed);
       expect(result.code).not.toBe(0);
-      expect(result.stdout).toContain("wrong.ts");
-      expect(result.stdout).toContain('"sometimes"');
+      const errors = result.stdout.split("\n").filter((line) => / error TS\d+:/.test(line));
+      const expected = expectedMistakes("wrong.ts");
+      expect(errors).toHaveLength(expected.length);
+      expected.forEach((pattern, i) => expect(errors[i]).toMatch(pattern));
     } finally {
       await rm(join(typed, "wrong.ts"));
     }
