@@ -4,13 +4,15 @@
 // short command or still starting; a borrower told in one line when the server
 // it used stopped; the data directory .idemq/pg under the current directory.
 // Every CLI runs as a real subprocess without DATABASE_URL, each test in a data
-// directory of its own.
+// directory of its own; only the 60 s wait bound is tested in this process, on
+// claimDataDir with a shorter bound.
 import { existsSync, readdirSync, renameSync, writeFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { claimDataDir } from "../src/cli/embedded-share.ts";
 import { EXIT } from "../src/cli/exit-codes.ts";
 import { DEFAULT_MIGRATIONS_DIR } from "../src/migrate.ts";
 import { waitFor } from "./fixtures/worker/wait.ts";
@@ -300,6 +302,27 @@ describe("waiting for the holder", () => {
     holder.child.kill("SIGTERM");
     expect((await holder.exited).code).toBe(143);
     expect(alive(lock.postmasterPid!)).toBe(false);
+  });
+
+  it("gives up after the wait bound (60 s in the CLI) with one line naming the holder and the URL to pass instead", async () => {
+    const { dataDir, env } = freshDataDir("wait-bound");
+    const holder = startNode(["--import", "tsx", HOLD, "plain"], { env });
+    const ready = await holder.waitForLine((line) => line.startsWith("READY "), START_TIMEOUT_MS);
+    const lines: string[] = [];
+    const progress = { start: (text: string) => lines.push(text), end: (text: string) => lines.push(text) };
+    await expect(claimDataDir(dataDir, "the/dir", { share: false, progress, waitMs: 300 })).rejects.toThrow(
+      new Error(
+        `the data directory the/dir is in use by PID ${holder.pid} (an idemq process: hold-embedded.ts plain), ` +
+          `still after 0.3 s; stop it or pass --database-url ${ready.slice("READY ".length)}`,
+      ),
+    );
+    expect(lines).toEqual([
+      `idemq: the embedded PostgreSQL in the/dir is in use by PID ${holder.pid} (hold-embedded.ts plain); waiting to finish with it ...`,
+      "gave up",
+    ]);
+    expect(readLockFile(dataDir)?.pid).toBe(holder.pid);
+    holder.child.kill("SIGTERM");
+    expect((await holder.exited).code).toBe(143);
   });
 });
 

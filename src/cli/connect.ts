@@ -201,7 +201,7 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
   const progress = progressLine(options);
 
   await mkdir(dirname(dataDir), { recursive: true });
-  const claim = await claimDataDir(dataDir, shown, options.share ?? false, progress);
+  const claim = await claimDataDir(dataDir, shown, { share: options.share ?? false, progress });
   if ("holder" in claim) {
     const { holder } = claim;
     const borrowed = borrowServer(holder, dataDir, shown);
@@ -230,7 +230,13 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
     (closed ??= (async () => {
       try {
         // Newcomers wait for the lock from now on, instead of borrowing a server about to stop.
-        if (options.share) lock.update({ shared: false });
+        if (options.share) {
+          try {
+            lock.update({ shared: false });
+          } catch {
+            // Stopping the server matters more; a newcomer then sees it stop (serverLost).
+          }
+        }
         await server?.stop();
       } finally {
         signals.release();

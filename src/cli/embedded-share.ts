@@ -38,12 +38,16 @@ export type ServingHolder = LockContent & { url: string; postmasterPid: number }
 /** This process holds the data directory, or may use the server of a holder that shares it. */
 export type Claim = { lock: Lock } | { holder: ServingHolder };
 
-export async function claimDataDir(
-  dataDir: string,
-  shown: string,
-  share: boolean,
-  progress: ProgressLine,
-): Promise<Claim> {
+export interface ClaimOptions {
+  /** Mark the lock shared: this process lets others use its server. */
+  share: boolean;
+  progress: ProgressLine;
+  /** How long to wait for one holder (default HOLDER_WAIT_MS). */
+  waitMs?: number;
+}
+
+export async function claimDataDir(dataDir: string, shown: string, options: ClaimOptions): Promise<Claim> {
+  const { share, progress, waitMs = HOLDER_WAIT_MS } = options;
   let waitingFor: LockContent | undefined;
   let deadline = 0;
   const stopWaiting = (outcome: string): void => {
@@ -67,11 +71,11 @@ export async function claimDataDir(
         if (!sameHolder(waitingFor, holder)) {
           stopWaiting("released");
           waitingFor = holder;
-          deadline = Date.now() + HOLDER_WAIT_MS;
+          deadline = Date.now() + waitMs;
           const what = holder.shared ? "to have its server ready" : "to finish with it";
           progress.start(`idemq: the embedded PostgreSQL in ${shown} is in use by PID ${holder.pid} (${holder.command}); waiting ${what} ...`);
         }
-        if (Date.now() > deadline) throw inUse(holder, shown);
+        if (Date.now() > deadline) throw inUse(holder, shown, waitMs);
       }
       await new Promise((r) => setTimeout(r, POLL_MS));
     }
@@ -81,11 +85,11 @@ export async function claimDataDir(
   }
 }
 
-function inUse(holder: LockContent, shown: string): Error {
+function inUse(holder: LockContent, shown: string, waitMs: number): Error {
   const alternative = holder.url ? ` ${holder.url}` : "";
   return new Error(
     `the data directory ${shown} is in use by PID ${holder.pid} (an idemq process: ${holder.command}), ` +
-      `still after ${HOLDER_WAIT_MS / 1000} s; stop it or pass --database-url${alternative}`,
+      `still after ${waitMs / 1000} s; stop it or pass --database-url${alternative}`,
   );
 }
 
