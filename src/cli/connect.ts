@@ -205,11 +205,7 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
   if ("holder" in claim) {
     const { holder } = claim;
     const borrowed = borrowServer(holder, dataDir, shown);
-    if (!options.json || options.log !== undefined) {
-      (options.log ?? ((line) => process.stderr.write(`${line}\n`)))(
-        `idemq: using the embedded PostgreSQL in ${shown} of PID ${holder.pid} (${holder.command})`,
-      );
-    }
+    note(options, `idemq: using the embedded PostgreSQL in ${shown} of PID ${holder.pid} (${holder.command})`);
     return {
       url: holder.url,
       embedded: true,
@@ -285,6 +281,12 @@ function progressLine(options: OpenDatabaseOptions): ProgressLine {
       open = false;
     },
   };
+}
+
+/** A whole progress line: to `log` when given, else stderr (nothing with json). */
+function note(options: OpenDatabaseOptions, line: string): void {
+  if (options.log !== undefined) options.log(line);
+  else if (!options.json) process.stderr.write(`${line}\n`);
 }
 
 function embeddedMajor(): string {

@@ -114,7 +114,7 @@ function commandLine(): string {
 }
 
 /** Alive, and still the process that wrote the lock (not a reused PID: same start time). */
-export function isRunning(holder: LockContent): boolean {
+function isRunning(holder: LockContent): boolean {
   if (!pidAlive(holder.pid)) return false;
   const started = processStartTime(holder.pid);
   return started === undefined || holder.processStart === undefined || started === holder.processStart;

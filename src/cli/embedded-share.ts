@@ -36,9 +36,9 @@ export interface ProgressLine {
 export type ServingHolder = LockContent & { url: string; postmasterPid: number };
 
 /** This process holds the data directory, or may use the server of a holder that shares it. */
-export type Claim = { lock: Lock } | { holder: ServingHolder };
+export type DataDirClaim = { lock: Lock } | { holder: ServingHolder };
 
-export interface ClaimOptions {
+export interface DataDirClaimOptions {
   /** Mark the lock shared: this process lets others use its server. */
   share: boolean;
   progress: ProgressLine;
@@ -46,7 +46,7 @@ export interface ClaimOptions {
   waitMs?: number;
 }
 
-export async function claimDataDir(dataDir: string, shown: string, options: ClaimOptions): Promise<Claim> {
+export async function claimDataDir(dataDir: string, shown: string, options: DataDirClaimOptions): Promise<DataDirClaim> {
   const { share, progress, waitMs = HOLDER_WAIT_MS } = options;
   let waitingFor: LockContent | undefined;
   let deadline = 0;
