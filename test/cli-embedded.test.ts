@@ -1,8 +1,8 @@
 // The embedded default: with no --database-url and no DATABASE_URL the CLI
 // starts an embedded PostgreSQL 18 in IDEMQ_DATA_DIR (here a temporary
 // directory), creates and migrates database idemq, answers, and stops it. A
-// second process meanwhile is told the directory is in use and by whom;
-// signals stay the CLI's (a draining handler keeps the server, the exit code
+// second process meanwhile uses the server of a long-running one (more in
+// cli-embedded-share.test.ts); signals stay the CLI's (a draining handler keeps the server, the exit code
 // is the CLI's own); the server of a SIGKILLed process is taken back.
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -142,22 +142,32 @@ describe("the embedded default", () => {
     expect(existsSync(`${junk}.lock`)).toBe(false);
   });
 
-  it("a second process is told the directory is in use, by which PID, and the URL to pass instead", async () => {
+  it("a second process uses the server of a long-running one (stats --watch shares it) and leaves it running", async () => {
     // In a process group of its own, as a terminal runs it.
     const holder = startCli(["stats", "--watch", "0.3", "--json"], { env, detached: true });
     await holder.waitForLine((line) => line.startsWith("{"));
     const lock = JSON.parse(readFileSync(lockFile(), "utf8")) as { pid: number; url: string; postmasterPid: number };
-    expect(lock).toMatchObject({ pid: holder.pid, url: expect.stringMatching(/^postgres:\/\/postgres:postgres@127\.0\.0\.1:\d+\/idemq$/) });
+    expect(lock).toMatchObject({
+      pid: holder.pid,
+      shared: true,
+      url: expect.stringMatching(/^postgres:\/\/postgres:postgres@127\.0\.0\.1:\d+\/idemq$/),
+    });
     expect(lock.postmasterPid).toBe(postmasterPid());
 
     const second = await runCli(["stats", "--json"], { env });
-    expect(second).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
-    expect(second.stderr).toBe(
-      `idemq: the data directory ${dataDir} is in use by PID ${holder.pid} (an idemq process: idemq stats --watch 0.3 --json); ` +
-        `stop it or pass --database-url ${lock.url}\n`,
+    expect(second).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(second.stdout).totals.enqueued).toBe(1); // the job enqueued earlier
+    const readable = await runCli(["stats"], { env });
+    expect(readable.code).toBe(EXIT.OK);
+    expect(readable.stdout).toContain("embedded_task");
+    expect(readable.stderr).toBe(
+      `idemq: using the embedded PostgreSQL in ${dataDir} of PID ${holder.pid} (idemq stats --watch 0.3 --json)\n`,
     );
+    // Still the holder's server, and still its lock.
+    expect(alive(lock.postmasterPid)).toBe(true);
+    expect(JSON.parse(readFileSync(lockFile(), "utf8"))).toEqual(lock);
 
-    // The URL it names works, on a migrated database idemq, listening on loopback only.
+    // The URL in the lock works, on a migrated database idemq, listening on loopback only.
     const rows = await query<{ db: string; listen: string; migrations: string[] }>(
       lock.url,
       "SELECT current_database() AS db, current_setting('listen_addresses') AS listen, " +

@@ -92,10 +92,12 @@ describe("idemq migrate", () => {
     expect(result.stderr).toContain("SQLSTATE 3D000");
   });
 
-  it("no database given: exit 2 with one line saying how to give one", async () => {
-    const result = await runCli(["migrate", "status"]);
+  it("migrate sql with no database given: exit 2 with one line saying why it needs one and how to give it", async () => {
+    // (migrate and migrate status use the embedded server then: test/cli-embedded-share.test.ts.)
+    const result = await runCli(["migrate", "sql"]);
     expect(result.code).toBe(2);
     expectOneLineError(result.stderr);
+    expect(result.stderr).toContain("a script for a DBA to apply to their own server");
     expect(result.stderr).toContain("--database-url");
     expect(result.stderr).toContain("DATABASE_URL");
   });

@@ -4,7 +4,7 @@
 // ```sql blocks by psql (ON_ERROR_STOP). Each block gets a fresh migrated
 // database in DATABASE_URL, and IDEMQ_DATA_DIR points at an empty temporary
 // directory, so an embedded server starts from a clean state as on a new
-// machine and never touches this checkout's .data/pg.
+// machine and never touches this checkout's .idemq/pg.
 //
 // A block that cannot run as written carries the marker
 //   <!-- readme-test: substitute -->

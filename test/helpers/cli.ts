@@ -15,6 +15,8 @@ export interface CliOptions {
   env?: Record<string, string>;
   timeoutMs?: number;
   input?: string;
+  /** Working directory (default: the test process's); the embedded server's default data directory is under it. */
+  cwd?: string;
 }
 
 export function runCli(args: string[], options: CliOptions = {}): Promise<CliResult> {
@@ -25,7 +27,7 @@ export function runCli(args: string[], options: CliOptions = {}): Promise<CliRes
     const child = execFile(
       process.execPath,
       [CLI, ...args],
-      { env, timeout: options.timeoutMs ?? 30_000, maxBuffer: 16 * 1024 * 1024 },
+      { env, cwd: options.cwd, timeout: options.timeoutMs ?? 30_000, maxBuffer: 16 * 1024 * 1024 },
       (error, stdout, stderr) => {
         const code = error ? (typeof error.code === "number" ? error.code : 1) : 0;
         resolveResult({ code, stdout, stderr });

@@ -10,6 +10,7 @@ import { Progress } from "../../demo/progress.ts";
 import { type DemoResult, runDemo } from "../../demo/run-demo.ts";
 import { summaryTable } from "../../demo/summary-table.ts";
 import { openDatabase } from "../connect.ts";
+import { DEFAULT_DATA_DIR } from "../data-dir.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { EXIT, SIGNAL_EXIT } from "../exit-codes.ts";
 import { action, addJsonOption, type JsonOption } from "../output.ts";
@@ -29,13 +30,16 @@ export function registerDemoCommand(program: Command): void {
       "after",
       `
 Example:
-  npm start                          # = idemq demo, on the embedded PostgreSQL in .data/pg
+  npm start                          # = idemq demo, on the embedded PostgreSQL in ${DEFAULT_DATA_DIR}
   idemq demo --json | jq .figures    # the results as one JSON object
   idemq demo --database-url postgres://postgres@127.0.0.1:5432/postgres --keep
 
 Each run creates a database of its own (idemq_demo_...) on the server and drops
-it at the end. Progress goes to stderr. Exit code 0 when every figure is as
-expected, 1 when one is not (or the demo could not run).`,
+it at the end. Without a URL the server is the embedded PostgreSQL 18, with its
+data in ${DEFAULT_DATA_DIR} under the current directory (IDEMQ_DATA_DIR moves it);
+other idemq commands in this directory use it while the demo runs. Progress goes
+to stderr. Exit code 0 when every figure is as expected, 1 when one is not (or
+the demo could not run).`,
     )
     .action(
       action(async (_options: Options, command: Command) => {
@@ -44,6 +48,7 @@ expected, 1 when one is not (or the demo could not run).`,
         const db = await openDatabase({
           databaseUrl: options.databaseUrl,
           requireSchema: false,
+          share: true,
           log: (line) => progress.step(line.replace(/^idemq: /, "")),
         });
         const signals = watchSignals((signal) => progress.step(`${signal}: stopping the workers, dropping the demo database`));
@@ -59,8 +64,9 @@ expected, 1 when one is not (or the demo could not run).`,
             signal: signals.interrupted,
           });
           print(result, options);
-          if (result.database.kept && db.embedded) {
+          if (result.database.kept && db.embedded && db.sharedBy === undefined) {
             // The embedded server lives only as long as this process: keep it up for inspection.
+            // (On another process's server, the database stays as long as that server does.)
             progress.step(
               `the embedded server stays up until Ctrl-C; in another terminal: idemq jobs --database-url ${result.database.url}`,
             );

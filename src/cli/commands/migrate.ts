@@ -1,21 +1,35 @@
 // idemq migrate            apply pending migrations
 // idemq migrate status     list applied and pending migrations
 // idemq migrate sql        print the pending migrations as one psql script
+//
+// Without a URL, migrate and migrate status act on the embedded server's
+// database idemq (the one other commands start, or a worker's they share);
+// opening it does not migrate it, so `migrate` reports what it applied and
+// `migrate status` what is pending. `migrate sql` needs a URL: its script is
+// for a DBA to apply to a server of their own.
 import type { Command } from "commander";
 import { migrate, migrationStatus, pendingSql } from "../../migrate.ts";
-import { addDatabaseOption, type DatabaseOption, resolveDatabaseUrl } from "../database.ts";
-import { action, addJsonOption, emit, type JsonOption } from "../output.ts";
+import { openDatabase } from "../connect.ts";
+import { DEFAULT_DATA_DIR } from "../data-dir.ts";
+import { addDatabaseOption, type DatabaseOption } from "../database.ts";
+import { action, addJsonOption, emit, type JsonOption, UsageError } from "../output.ts";
 
 type Options = DatabaseOption & JsonOption;
+
+const EMBEDDED_HELP = `
+Without --database-url or DATABASE_URL: the embedded PostgreSQL's database idemq
+(data in ${DEFAULT_DATA_DIR} under the current directory, or IDEMQ_DATA_DIR), or
+the server of a worker running in this directory. \`migrate sql\` needs a URL.`;
 
 export function registerMigrateCommands(program: Command): void {
   const migrateCommand = program
     .command("migrate")
     .description("apply pending database migrations (schema idemq)")
+    .addHelpText("after", EMBEDDED_HELP)
     .action(
       action(async (_options: Options, command: Command) => {
         const options = command.optsWithGlobals<Options>();
-        const applied = await migrate({ connectionString: resolveDatabaseUrl(options) });
+        const applied = await onDatabase(options, (url) => migrate({ connectionString: url }));
         emit(
           options,
           { applied },
@@ -29,10 +43,11 @@ export function registerMigrateCommands(program: Command): void {
   const status = migrateCommand
     .command("status")
     .description("list applied and pending migrations")
+    .addHelpText("after", EMBEDDED_HELP)
     .action(
       action(async (_options: Options, command: Command) => {
         const options = command.optsWithGlobals<Options>();
-        const result = await migrationStatus({ connectionString: resolveDatabaseUrl(options) });
+        const result = await onDatabase(options, (url) => migrationStatus({ connectionString: url }));
         emit(options, result, [
           ...result.applied.map((name) => `applied  ${name}`),
           ...result.pending.map((name) => `pending  ${name}`),
@@ -49,8 +64,33 @@ export function registerMigrateCommands(program: Command): void {
     .action(
       action(async (_options: DatabaseOption, command: Command) => {
         const options = command.optsWithGlobals<DatabaseOption>();
-        process.stdout.write(await pendingSql({ connectionString: resolveDatabaseUrl(options) }));
+        const url = options.databaseUrl?.trim();
+        if (!url) {
+          throw new UsageError(
+            "migrate sql writes a script for a DBA to apply to their own server: pass that server with " +
+              "--database-url <url> or DATABASE_URL (`idemq migrate` migrates the embedded one)",
+          );
+        }
+        process.stdout.write(await pendingSql({ connectionString: url }));
       }),
     );
   addDatabaseOption(sql);
+}
+
+/**
+ * Runs `work` on the given URL, or on the embedded database, opened without
+ * migrating it. A given URL goes to node-pg-migrate as it is, so a failure
+ * carries the server's own message and SQLSTATE.
+ */
+async function onDatabase<T>(options: Options, work: (url: string) => Promise<T>): Promise<T> {
+  const given = options.databaseUrl?.trim();
+  if (given) return work(given);
+  const db = await openDatabase({ json: options.json, migrate: false });
+  try {
+    return await work(db.url);
+  } catch (error) {
+    throw db.serverLost?.() ?? error;
+  } finally {
+    await db.close();
+  }
 }

@@ -41,7 +41,8 @@ export function registerStatsCommand(program: Command): void {
     .action(
       action(async (_options: Options, cmd: Command) => {
         const options = cmd.optsWithGlobals<Options>();
-        await withClient(options, async (client) => {
+        // --watch runs until stopped: other commands may use its embedded server meanwhile.
+        await withClient({ ...options, share: options.watch !== undefined }, async (client) => {
           if (options.watch === undefined) {
             const report = await statsReport(client);
             emit(options, report, renderStats(report));

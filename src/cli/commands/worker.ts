@@ -12,7 +12,8 @@ import { createWorker, type Worker } from "../../worker/create-worker.ts";
 import type { WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
-import { openDatabase } from "../connect.ts";
+import { type OpenDatabase, openDatabase } from "../connect.ts";
+import { DEFAULT_DATA_DIR, displayPath } from "../data-dir.ts";
 import { prepareToImport } from "../typescript-loader.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { errorLine, reportError, UsageError } from "../output.ts";
@@ -39,6 +40,14 @@ export function registerWorkerCommand(program: Command): void {
         "pretty",
       ]),
     )
+    .addHelpText(
+      "after",
+      `
+Without --database-url or DATABASE_URL the worker runs the embedded PostgreSQL 18
+with its data in ${DEFAULT_DATA_DIR} under the current directory (IDEMQ_DATA_DIR moves
+it), and prints its URL (stderr; in JSON, field databaseUrl of worker:started).
+While it runs, other idemq commands in this directory use that server.`,
+    )
     .action(async (_options: Options, command: Command) => {
       // Exits explicitly: a tasks module may hold handles (pools, sockets) that would keep the process alive.
       try {
@@ -55,11 +64,12 @@ export function registerWorkerCommand(program: Command): void {
 async function runWorker(options: Options): Promise<void> {
   const { tasks, workerOptions } = await loadTasksModule(options.tasks);
   const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
-  // No URL: the embedded PostgreSQL in .data/pg (IDEMQ_DATA_DIR), started and
-  // migrated here, stopped after the worker has drained.
-  const db = await openDatabase({ databaseUrl: options.databaseUrl, json: format === "json" });
+  // No URL: the embedded PostgreSQL (data-dir.ts), started and migrated here,
+  // shared with other commands meanwhile, stopped after the worker has drained.
+  const db = await openDatabase({ databaseUrl: options.databaseUrl, json: format === "json", share: true });
   try {
-    await runWorkerOn(db.url, tasks, workerOptions, options, format);
+    const startedFields = db.embedded ? announceEmbedded(db, format) : {};
+    await runWorkerOn(db.url, tasks, workerOptions, options, format, startedFields);
   } finally {
     await db.close();
   }
@@ -71,6 +81,7 @@ async function runWorkerOn(
   workerOptions: ModuleWorkerOptions,
   options: Options,
   format: LogFormat,
+  startedFields: Record<string, unknown>,
 ): Promise<void> {
   let worker: Worker;
   try {
@@ -86,7 +97,7 @@ async function runWorkerOn(
     if (error instanceof WorkerConfigError) throw new UsageError(`${options.tasks}: ${error.message}`);
     throw error;
   }
-  printEvents(worker, format);
+  printEvents(worker, format, startedFields);
   await worker.start();
   await worker.wait();
 }
@@ -137,9 +148,26 @@ const EVENTS = [
   "log",
 ] as const satisfies readonly (keyof WorkerEvents)[];
 
-function printEvents(worker: Worker, format: LogFormat): void {
+/**
+ * The embedded server's URL, so other tools can use it while the worker runs:
+ * a line on stderr in pretty mode; in JSON, fields of the worker:started event
+ * (stdout stays JSON lines).
+ */
+function announceEmbedded(db: OpenDatabase, format: LogFormat): Record<string, unknown> {
+  const dataDir = displayPath(db.dataDir ?? "");
+  if (format === "json") return { databaseUrl: db.url, dataDir };
+  process.stderr.write(
+    db.sharedBy === undefined
+      ? `idemq: the worker serves the embedded PostgreSQL in ${dataDir} at ${db.url} (other idemq commands here use it)\n`
+      : `idemq: the worker uses the embedded PostgreSQL at ${db.url}, which PID ${db.sharedBy.pid} (${db.sharedBy.command}) serves\n`,
+  );
+  return {};
+}
+
+function printEvents(worker: Worker, format: LogFormat, startedFields: Record<string, unknown>): void {
   for (const event of EVENTS) {
-    worker.on(event, (payload: object) => {
+    worker.on(event, (eventPayload: object) => {
+      const payload = event === "worker:started" ? { ...eventPayload, ...startedFields } : eventPayload;
       const line = format === "json" ? jsonLine(event, payload) : prettyLine(event, payload as Record<string, unknown>);
       process.stdout.write(`${line}\n`);
     });
