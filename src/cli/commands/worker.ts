@@ -31,7 +31,7 @@ export function registerWorkerCommand(program: Command): void {
   const worker = program
     .command("worker")
     .description("run jobs with the tasks a module exports, until SIGTERM/SIGINT")
-    .requiredOption("--tasks <module>", "module (JavaScript or TypeScript) that exports `tasks`")
+    .requiredOption("--tasks <module>", "module that exports `tasks` (JavaScript; TypeScript through your project's tsx)")
     .option("--queues <names>", "comma-separated queues to work (default: all)", parseQueues)
     .option("--concurrency <n>", "jobs running at once (default 10)", parseConcurrency)
     .addOption(
