@@ -14,6 +14,7 @@ import { EXIT } from "../src/cli/exit-codes.ts";
 import { runCli } from "./helpers/cli.ts";
 import { killAll, startCli, startNode } from "./helpers/cli-spawn.ts";
 import { MIGRATION_NAMES } from "./helpers/migrations.ts";
+import { alive } from "./helpers/embedded-dir.ts";
 
 const HOLD = resolve(import.meta.dirname, "fixtures", "cli", "hold-embedded.ts");
 let root: string;
@@ -47,20 +48,6 @@ function postmasterPid(): number | undefined {
     return Number.parseInt(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]!, 10);
   } catch {
     return undefined;
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
   }
 }
 

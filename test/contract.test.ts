@@ -15,6 +15,7 @@ import { ACTIVE_STATES, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_ST
 import { BadArgumentError, ERROR_CLASSES } from "../src/errors.ts";
 import { SQL_FUNCTIONS } from "../src/sql-api.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { splitSqlList } from "./helpers/split-sql-list.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const FUNCTIONS_DIR = join(ROOT, "sql", "functions");
@@ -194,30 +195,11 @@ describe("typed call module", () => {
 });
 
 describe("defaults live once", () => {
-  /** Splits "a text, b jsonb DEFAULT '{}'::jsonb, ..." on top-level commas. */
-  function splitArguments(args: string): string[] {
-    const parts: string[] = [];
-    let depth = 0;
-    let quoted = false;
-    let current = "";
-    for (const ch of args) {
-      if (ch === "'") quoted = !quoted;
-      if (!quoted && (ch === "(" || ch === "[")) depth++;
-      if (!quoted && (ch === ")" || ch === "]")) depth--;
-      if (!quoted && depth === 0 && ch === ",") {
-        parts.push(current.trim());
-        current = "";
-      } else current += ch;
-    }
-    if (current.trim()) parts.push(current.trim());
-    return parts;
-  }
-
   it("idemq._job_defaults() equals the non-NULL DEFAULTs of enqueue()'s signature, and names no parameter whose default is NULL", async () => {
     const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.enqueue'::regproc) AS args, idemq._job_defaults() AS d");
     const defaults: Record<string, unknown> = {};
     const nullDefaults: string[] = [];
-    for (const part of splitArguments(rows[0].args)) {
+    for (const part of splitSqlList(rows[0].args)) {
       const m = /^(\w+) .+? DEFAULT (.+)$/.exec(part);
       if (!m) continue;
       const value = (await db.pool.query(`SELECT to_jsonb(${m[2]}) AS v`)).rows[0].v;

@@ -15,6 +15,7 @@ import { Progress } from "../src/demo/progress.ts";
 import { summaryTable } from "../src/demo/summary-table.ts";
 import { databaseUrl } from "../src/embedded.ts";
 import { serverUrl } from "./helpers/db.ts";
+import { alive } from "./helpers/embedded-dir.ts";
 
 const DEMO_TIMEOUT_MS = 240_000;
 const FIGURES = 35;
@@ -69,20 +70,6 @@ function postmasterPid(dataDir: string): number | undefined {
     return Number.isInteger(pid) && pid > 0 ? pid : undefined;
   } catch {
     return undefined;
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
   }
 }
 

@@ -9,6 +9,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
+import { splitSqlList } from "./helpers/split-sql-list.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 const run = promisify(execFile);
@@ -75,25 +76,6 @@ function designCalls(): { span: string; name: string; args: string; returns: str
   return calls;
 }
 
-/** Splits at commas outside quotes, parentheses and brackets. */
-function splitArgs(args: string): string[] {
-  const parts: string[] = [];
-  let depth = 0;
-  let quoted = false;
-  let current = "";
-  for (const ch of args) {
-    if (ch === "'") quoted = !quoted;
-    else if (!quoted && (ch === "(" || ch === "[")) depth++;
-    else if (!quoted && (ch === ")" || ch === "]")) depth--;
-    if (ch === "," && depth === 0 && !quoted) {
-      parts.push(current.trim());
-      current = "";
-    } else current += ch;
-  }
-  if (current.trim() !== "") parts.push(current.trim());
-  return parts;
-}
-
 /** The doc's SQL type spelling as format_type() prints it. */
 function catalogType(type: string): string {
   return type
@@ -136,7 +118,7 @@ describe("docs/design.md", () => {
     for (const { span, name, args } of designCalls()) {
       const fn = catalog.get(name);
       if (fn === undefined) continue; // reported by the test above
-      for (const arg of splitArgs(args)) {
+      for (const arg of splitSqlList(args)) {
         if (arg === "...") continue;
         const param = /^[a-z_][a-z0-9_]*/.exec(arg)?.[0];
         expect(param, `docs/design.md: \`${span}\`: "${arg}" is not a parameter name`).toBeDefined();
@@ -149,7 +131,7 @@ describe("docs/design.md", () => {
     let checked = 0;
     for (const { span, name, args, returns } of designCalls()) {
       const fn = catalog.get(name);
-      const parts = splitArgs(args);
+      const parts = splitSqlList(args);
       // A full signature types its first parameter (`key text`); `guard(key, task)` and `claim(..., tasks)` only name some.
       const typed = parts.length > 0 && /^[a-z_][a-z0-9_]* (?!DEFAULT\b)\S/.test(parts[0]!);
       if (fn === undefined || !(typed || (parts.length === 0 && returns !== undefined))) continue;
