@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { createWorker, type Worker } from "../../worker/create-worker.ts";
+import type { Worker } from "../../worker/create-worker.ts";
 import type { WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
@@ -83,6 +83,8 @@ async function runWorkerOn(
   format: LogFormat,
   startedFields: Record<string, unknown>,
 ): Promise<void> {
+  // Imported here, not at the top: every other command (and --help) would load the worker and pg-listen.
+  const { createWorker } = await import("../../worker/create-worker.ts");
   let worker: Worker;
   try {
     worker = createWorker({
