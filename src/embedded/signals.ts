@@ -4,7 +4,7 @@
 // a draining worker short and replace the CLI's exit code.
 import { loadEmbeddedPostgres, requireFromEmbeddedPostgres } from "./load.ts";
 
-export const HANDLED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+const HANDLED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 export type HandledSignal = (typeof HANDLED_SIGNALS)[number];
 
 export interface SignalControl {

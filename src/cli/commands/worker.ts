@@ -105,7 +105,7 @@ async function runWorkerOn(
 }
 
 /** Imports the module and checks its tasks; a mistake is one UsageError line. */
-export async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOptions: ModuleWorkerOptions }> {
+async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOptions: ModuleWorkerOptions }> {
   const file = resolve(path);
   if (!existsSync(file)) throw new UsageError(`--tasks ${path}: no such file`);
   let mod: Record<string, unknown>;
@@ -177,7 +177,7 @@ function printEvents(worker: Worker, format: LogFormat, startedFields: Record<st
 }
 
 function jsonLine(event: string, payload: object): string {
-  return JSON.stringify({ time: new Date().toISOString(), event, ...payload }, (key, value: unknown) =>
+  return JSON.stringify({ time: new Date().toISOString(), event, ...payload }, (_key, value: unknown) =>
     value instanceof Error ? { class: value.constructor.name, message: value.message } : value,
   );
 }
