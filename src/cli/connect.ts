@@ -10,7 +10,7 @@
 // without the idemq schema and name `idemq migrate` (doctor reports it).
 import pg from "pg";
 import { Client } from "../client.ts";
-import { openDataDirServer } from "../embedded/data-dir-server.ts";
+import { type DataDirServer, openDataDirServer } from "../embedded/data-dir-server.ts";
 import type { ProgressLine } from "../embedded/share.ts";
 import { schemaMissingMessage } from "../errors.ts";
 import { migrate } from "../migrate.ts";
@@ -39,17 +39,11 @@ export interface OpenDatabaseOptions {
   share?: boolean | undefined;
 }
 
-export interface OpenDatabase {
-  url: string;
+/** The database a command uses; on a given URL, close() has nothing to stop. */
+export interface OpenDatabase extends DataDirServer {
   embedded: boolean;
   /** The embedded server's data directory. */
   dataDir?: string;
-  /** The process whose embedded server this one uses (it shares it), when not this one's own. */
-  sharedBy?: { pid: number; command: string };
-  /** On another process's server: the error to report instead of a failed query's, once that server stopped. */
-  serverLost?(): Error | undefined;
-  /** Stops this process's embedded server and releases the data directory (never another's); idempotent. */
-  close(): Promise<void>;
 }
 
 export async function openDatabase(options: OpenDatabaseOptions = {}): Promise<OpenDatabase> {
