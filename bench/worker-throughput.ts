@@ -10,7 +10,7 @@
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { Client, createWorker, type Tasks } from "../src/index.ts";
-import { databaseUrl } from "../src/embedded.ts";
+import { databaseUrl } from "../src/embedded/server.ts";
 import { migrate } from "../src/migrate.ts";
 
 const { values } = parseArgs({

@@ -19,7 +19,7 @@ import { register } from "tsx/esm/api";
 register();
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const { default: pg } = await import("pg");
-const { startEmbeddedPostgres, databaseUrl } = await import("../src/embedded.ts");
+const { startEmbeddedPostgres, databaseUrl } = await import("../src/embedded/server.ts");
 const { migrate } = await import("../src/migrate.ts");
 const { committedCatalog, serialize, SNAPSHOT_PATH, UPDATE_COMMAND } = await import("../test/helpers/catalog-snapshot.ts");
 

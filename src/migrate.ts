@@ -3,10 +3,12 @@
 import { readFile } from "node:fs/promises";
 import { basename, dirname, extname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { PG_MIGRATE_LOCK_ID, runner } from "node-pg-migrate";
-import { getMigrationFilePaths } from "node-pg-migrate/migration";
-import { getActions } from "node-pg-migrate/sqlMigration";
 import pg from "pg";
+
+// node-pg-migrate is imported inside the functions that use it: every CLI
+// command reaches this module through the CLI's connect.ts, and importing it
+// costs about a third of a command's start-up (0.1-0.15 s).
+const nodePgMigrate = () => import("node-pg-migrate");
 
 export const MIGRATIONS_SCHEMA = "idemq_meta";
 export const MIGRATIONS_TABLE = "migrations";
@@ -86,24 +88,28 @@ export async function migrate(options: MigrateOptions): Promise<string[]> {
 }
 
 async function runMigrations(options: MigrateOptions, log: (line: string) => void): Promise<string[]> {
-  const ran = await runner({
-    ...(options.client !== undefined
-      ? { dbClient: options.client }
-      : { databaseUrl: options.connectionString }),
-    dir: options.migrationsDir ?? DEFAULT_MIGRATIONS_DIR,
-    ignorePattern: IGNORE_PATTERN,
-    migrationsSchema: MIGRATIONS_SCHEMA,
-    createMigrationsSchema: true,
-    migrationsTable: MIGRATIONS_TABLE,
-    direction: options.direction ?? "up",
-    ...(options.count !== undefined ? { count: options.count } : {}),
-    checkOrder: true,
-    // Each migration in its own BEGIN ... COMMIT (see migrate()).
-    singleTransaction: false,
-    advisoryLockMode: "wait",
-    logger: { debug: log, info: log, warn: log, error: log },
+  const { runner } = await nodePgMigrate();
+  // Given a URL, node-pg-migrate would open a client with no 'error' listener:
+  // a 57P01 (the server shutting down) on it, during or right after the run,
+  // would crash the process. So the client is always one we own and listen on.
+  return withClient(options, async (dbClient) => {
+    const ran = await runner({
+      dbClient,
+      dir: options.migrationsDir ?? DEFAULT_MIGRATIONS_DIR,
+      ignorePattern: IGNORE_PATTERN,
+      migrationsSchema: MIGRATIONS_SCHEMA,
+      createMigrationsSchema: true,
+      migrationsTable: MIGRATIONS_TABLE,
+      direction: options.direction ?? "up",
+      ...(options.count !== undefined ? { count: options.count } : {}),
+      checkOrder: true,
+      // Each migration in its own BEGIN ... COMMIT (see migrate()).
+      singleTransaction: false,
+      advisoryLockMode: "wait",
+      logger: { debug: log, info: log, warn: log, error: log },
+    });
+    return ran.map((migration) => migration.name);
   });
-  return ran.map((migration) => migration.name);
 }
 
 /**
@@ -116,7 +122,7 @@ async function releaseAfterFailure(client: pg.ClientBase, lockHeldBefore: boolea
   try {
     await client.query("ROLLBACK");
     if (!lockHeldBefore && (await holdsMigrationLock(client))) {
-      await client.query("SELECT pg_advisory_unlock($1::bigint)", [String(PG_MIGRATE_LOCK_ID)]);
+      await client.query("SELECT pg_advisory_unlock($1::bigint)", [String(await migrationLockId())]);
     }
   } catch {
     // The client is broken; the caller's error says why, and closing the client ends the lock.
@@ -125,13 +131,19 @@ async function releaseAfterFailure(client: pg.ClientBase, lockHeldBefore: boolea
 
 /** Whether this session holds node-pg-migrate's advisory lock (a bigint key: classid high 32 bits, objid low 32). */
 async function holdsMigrationLock(client: pg.ClientBase): Promise<boolean> {
+  const lockId = await migrationLockId();
   const { rows } = await client.query<{ held: boolean }>(
     `SELECT EXISTS (SELECT 1 FROM pg_locks
                      WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1
                        AND ((classid::bigint << 32) | objid::bigint) = $1::bigint) AS held`,
-    [String(PG_MIGRATE_LOCK_ID)],
+    [String(lockId)],
   );
   return rows[0]?.held ?? false;
+}
+
+/** node-pg-migrate's advisory lock key, which `migrate sql` scripts take too. */
+async function migrationLockId(): Promise<number> {
+  return (await nodePgMigrate()).PG_MIGRATE_LOCK_ID;
 }
 
 /** Which migrations are applied and which are pending. Read-only: creates nothing. */
@@ -162,6 +174,7 @@ export async function pendingSql(options: MigrationOptions): Promise<string> {
   });
   const pending = files.slice(applied.length);
   if (pending.length === 0) return "-- idemq: no pending migrations\n";
+  const lockId = await migrationLockId();
 
   const table = `${quoteIdent(MIGRATIONS_SCHEMA)}.${quoteIdent(MIGRATIONS_TABLE)}`;
   const parts = [
@@ -179,7 +192,7 @@ export async function pendingSql(options: MigrationOptions): Promise<string> {
       "BEGIN;",
       // The same advisory lock as node-pg-migrate, so a concurrent `idemq migrate`
       // and this transaction run one after the other.
-      `DO $idemq$ BEGIN PERFORM pg_advisory_xact_lock(${PG_MIGRATE_LOCK_ID}); END $idemq$;`,
+      `DO $idemq$ BEGIN PERFORM pg_advisory_xact_lock(${lockId}); END $idemq$;`,
       ...(i === 0
         ? [
             `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(MIGRATIONS_SCHEMA)};`,
@@ -212,12 +225,14 @@ interface MigrationFile {
 }
 
 async function migrationFiles(dir = DEFAULT_MIGRATIONS_DIR): Promise<MigrationFile[]> {
+  const { getMigrationFilePaths } = await import("node-pg-migrate/migration");
   const paths = await getMigrationFilePaths(dir, { ignorePattern: IGNORE_PATTERN, logger: silentLogger });
   return paths.map((path) => ({ name: basename(path, extname(path)), path }));
 }
 
 /** The "-- Up Migration" section, split exactly as node-pg-migrate splits it. */
 async function upSection(path: string): Promise<string> {
+  const { getActions } = await import("node-pg-migrate/sqlMigration");
   const actions = getActions(await readFile(path, "utf8"));
   let sql: string | undefined;
   const capture = { sql: (text: string) => void (sql = text) };

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { claimDataDir } from "../src/cli/embedded-share.ts";
+import { claimDataDir } from "../src/embedded/share.ts";
 import { EXIT } from "../src/cli/exit-codes.ts";
 import { DEFAULT_MIGRATIONS_DIR } from "../src/migrate.ts";
 import { waitFor } from "./fixtures/worker/wait.ts";

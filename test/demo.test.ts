@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { CLI, runCli } from "./helpers/cli.ts";
 import { Progress } from "../src/demo/progress.ts";
 import { summaryTable } from "../src/demo/summary-table.ts";
-import { databaseUrl } from "../src/embedded.ts";
+import { databaseUrl } from "../src/embedded/server.ts";
 import { serverUrl } from "./helpers/db.ts";
 import { alive } from "./helpers/embedded-dir.ts";
 

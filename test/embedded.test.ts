@@ -1,4 +1,4 @@
-// src/embedded.ts: warm starts, the data-directory lock left by a killed
+// src/embedded/server.ts: warm starts, the data-directory lock left by a killed
 // process, ephemeral servers and readable start failures.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { createDatabaseIfMissing, startEmbeddedPostgres } from "../src/embedded.ts";
+import { createDatabaseIfMissing, startEmbeddedPostgres } from "../src/embedded/server.ts";
 
 const CHILD = resolve(import.meta.dirname, "fixtures", "embedded-child.ts");
 const tempDirs: string[] = [];

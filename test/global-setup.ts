@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
 import type { TestProject } from "vitest/node";
-import { databaseUrl, type EmbeddedPostgresServer, startEmbeddedPostgres } from "../src/embedded.ts";
+import { databaseUrl, type EmbeddedPostgresServer, startEmbeddedPostgres } from "../src/embedded/server.ts";
 import { migrate } from "../src/migrate.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");

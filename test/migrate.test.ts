@@ -196,6 +196,42 @@ describe("migrations: one fails", () => {
   });
 });
 
+describe("migrations: the server ends the connection", () => {
+  it("given a URL, a 57P01 mid-migration is the error migrate rejects with, not a crash of the process", async () => {
+    const db = await emptyDatabase();
+    const dir = await mkdtemp(join(tmpdir(), "idemq-terminated-migrations-"));
+    try {
+      await writeFile(join(dir, "0001_waits.sql"), "-- Up Migration\nSELECT pg_sleep(60);\n-- Down Migration\nSELECT 1;\n");
+      const running = migrate({ connectionString: db.url, migrationsDir: dir });
+      const outcome = running.then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      // migrate's own connection, once it runs the migration (the pool's connection asks).
+      let pid: number | undefined;
+      const deadline = Date.now() + 30_000;
+      while (pid === undefined && Date.now() < deadline) {
+        const { rows } = await db.pool.query<{ pid: number }>(
+          "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%pg_sleep(60)%'",
+        );
+        pid = rows[0]?.pid;
+        if (pid === undefined) await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(pid, "migrate's connection runs the migration").toBeDefined();
+      await db.pool.query("SELECT pg_terminate_backend($1)", [pid]);
+      // node-pg-migrate's own client had no 'error' listener: the connection
+      // ending unexpectedly was an uncaught 'error' event, which ends the process.
+      expect(await outcome).toMatchObject({
+        code: "57P01",
+        message: expect.stringContaining("migration 0001_waits failed and was rolled back"),
+      });
+      expect(await appliedRows(db)).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 function psqlEnv(): NodeJS.ProcessEnv {
   const env = { ...process.env };
   for (const key of Object.keys(env)) if (key.startsWith("PG")) delete env[key];

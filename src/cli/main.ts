@@ -13,10 +13,10 @@ import { registerPurgeCommand } from "./commands/purge.ts";
 import { registerRescueCommand } from "./commands/rescue.ts";
 import { registerStatsCommand } from "./commands/stats.ts";
 import { registerWorkerCommand } from "./commands/worker.ts";
-import { ENVIRONMENT_HELP, EXIT_CODES_HELP } from "./exit-codes.ts";
-import { EXIT_USAGE, oneLineCommanderErrors } from "./output.ts";
+import { ENVIRONMENT_HELP, EXIT, EXIT_CODES_HELP } from "./exit-codes.ts";
+import { oneLineCommanderErrors } from "./output.ts";
 
-export function buildProgram(): Command {
+function buildProgram(): Command {
   const program = new Command("idemq")
     .description("PostgreSQL-native background-job queue")
     // An option after a subcommand belongs to that subcommand.
@@ -46,7 +46,7 @@ export async function main(argv: readonly string[] = process.argv): Promise<numb
   } catch (error) {
     if (error instanceof CommanderError) {
       // Commander has already printed its message; help and --version are not errors.
-      return error.exitCode === 0 ? 0 : EXIT_USAGE;
+      return error.exitCode === 0 ? 0 : EXIT.USAGE;
     }
     throw error;
   }

@@ -3,7 +3,7 @@
 // (bad or missing arguments), and codes for the idemq errors (IQ409 -> 3...).
 import { type Command, Option } from "commander";
 import { IdemqError } from "../errors.ts";
-import { EXIT, exitCodeFor } from "./exit-codes.ts";
+import { exitCodeFor } from "./exit-codes.ts";
 
 // `idemq jobs | head` closes stdout early: stop quietly instead of crashing
 // with an EPIPE stack trace. (An embedded server is stopped by its exit hook.)
@@ -16,9 +16,6 @@ process.stdout.on("error", (error: NodeJS.ErrnoException) => {
 export class UsageError extends Error {
   override name = "UsageError";
 }
-
-export const EXIT_FAILURE = EXIT.FAILURE;
-export const EXIT_USAGE = EXIT.USAGE;
 
 export interface JsonOption {
   json?: boolean;

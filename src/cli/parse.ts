@@ -4,7 +4,7 @@
 // database is opened.
 import { readFile } from "node:fs/promises";
 import { InvalidArgumentError } from "commander";
-import { DUPLICATE_POLICIES, JOB_STATES, type JobState, isJobState, toPgInterval } from "../contract.ts";
+import { JOB_STATES, type JobState, isJobState, toPgInterval } from "../contract.ts";
 import { UsageError } from "./output.ts";
 
 const DURATION_EXAMPLES = "250ms, 30s, 5m, 2h, 7d, 1h30m";
@@ -80,10 +80,6 @@ export function parseInstant(value: string): Date {
   return date;
 }
 
-export function policyHelp(): string {
-  return DUPLICATE_POLICIES.join(", ");
-}
-
 // ------------------------------------------------------------- payloads
 
 /**
@@ -115,11 +111,11 @@ export async function readPayload(argument: string | undefined): Promise<unknown
   return parseJson(text, source);
 }
 
-export function parseJson(text: string, source: string): unknown {
+function parseJson(text: string, source: string): unknown {
   try {
     return JSON.parse(text);
-  } catch {
-    const problem = findJsonError(text);
+  } catch (error) {
+    const problem = jsonErrorAt(text, error as SyntaxError);
     throw new UsageError(
       `${source} is not valid JSON: ${problem.message} at line ${problem.line} column ${problem.column} ` +
         `(position ${problem.position}); e.g. '{"orderId": 42}', @file.json, or - for stdin`,
@@ -140,128 +136,63 @@ interface JsonProblem {
   column: number;
 }
 
+const AT_POSITION = /(?: in JSON)? at position (\d+)(?: \(line (\d+) column (\d+)\))?$/;
+const UNEXPECTED_END = "Unexpected end of JSON input";
+
 /**
- * Where JSON.parse gave up, which Node 20 does not always say: a small
- * recursive-descent scan of the same grammar, for the error message only.
+ * Where JSON.parse gave up, read from its own error. V8 says "... in JSON at
+ * position N" (Node 22 adds "(line L column C)"), or "Unexpected end of JSON
+ * input", or, for a character that cannot start a value, "Unexpected token 'c',
+ * <an excerpt> is not valid JSON" with no position: that one is found by
+ * bisecting on the prefixes JSON.parse still reads to their end, and a
+ * misspelt literal (`tru`) is reported where the word starts.
  */
-export function findJsonError(text: string): JsonProblem {
-  let pos = 0;
-  class Stop extends Error {}
-  let problem = "";
-  const fail = (message: string): never => {
-    problem = message;
-    throw new Stop();
-  };
-  const describe = (): string => (pos >= text.length ? "end of input" : `"${text[pos]}"`);
-  const ws = (): void => {
-    while (pos < text.length && " \t\n\r".includes(text[pos]!)) pos++;
-  };
-  const literal = (word: string): void => {
-    if (text.startsWith(word, pos)) pos += word.length;
-    else fail(`unexpected ${describe()}`);
-  };
-  const string = (): void => {
-    pos++; // opening quote
-    for (;;) {
-      if (pos >= text.length) fail("unterminated string");
-      const c = text[pos]!;
-      if (c === '"') {
-        pos++;
-        return;
-      }
-      if (c === "\\") {
-        const next = text[pos + 1];
-        if (next === "u") {
-          if (!/^[0-9a-fA-F]{4}$/.test(text.slice(pos + 2, pos + 6))) fail("bad \\u escape in a string");
-          pos += 6;
-        } else if (next !== undefined && '"\\/bfnrt'.includes(next)) {
-          pos += 2;
-        } else {
-          fail("bad escape in a string");
-        }
-      } else if (c < " ") {
-        fail("control character in a string");
-      } else {
-        pos++;
-      }
-    }
-  };
-  const number = (): void => {
-    const match = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(pos));
-    if (match === null) fail(`unexpected ${describe()}`);
-    pos += match![0].length;
-  };
-  const value = (): void => {
-    ws();
-    const c = text[pos];
-    if (c === "{") {
-      pos++;
-      ws();
-      if (text[pos] === "}") {
-        pos++;
-        return;
-      }
-      for (;;) {
-        ws();
-        if (text[pos] !== '"') fail(`expected a property name in double quotes, found ${describe()}`);
-        string();
-        ws();
-        if (text[pos] !== ":") fail(`expected ":" after a property name, found ${describe()}`);
-        pos++;
-        value();
-        ws();
-        if (text[pos] === ",") {
-          pos++;
-          continue;
-        }
-        if (text[pos] === "}") {
-          pos++;
-          return;
-        }
-        fail(`expected "," or "}" after a property value, found ${describe()}`);
-      }
-    } else if (c === "[") {
-      pos++;
-      ws();
-      if (text[pos] === "]") {
-        pos++;
-        return;
-      }
-      for (;;) {
-        value();
-        ws();
-        if (text[pos] === ",") {
-          pos++;
-          continue;
-        }
-        if (text[pos] === "]") {
-          pos++;
-          return;
-        }
-        fail(`expected "," or "]" after an array element, found ${describe()}`);
-      }
-    } else if (c === '"') {
-      string();
-    } else if (c === "t") {
-      literal("true");
-    } else if (c === "f") {
-      literal("false");
-    } else if (c === "n") {
-      literal("null");
-    } else if (c === "-" || (c !== undefined && c >= "0" && c <= "9")) {
-      number();
-    } else {
-      fail(pos >= text.length ? "no JSON value (empty input)" : `unexpected ${describe()}`);
-    }
-  };
-  try {
-    value();
-    ws();
-    if (pos < text.length) fail(`unexpected ${describe()} after the JSON value`);
-    problem = "not valid JSON";
-  } catch (error) {
-    if (!(error instanceof Stop)) throw error;
+export function jsonErrorAt(text: string, error: SyntaxError): JsonProblem {
+  const at = AT_POSITION.exec(error.message);
+  if (at !== null) {
+    const position = Number(at[1]);
+    const message = lowerFirst(error.message.slice(0, at.index));
+    if (at[2] !== undefined) return { message, position, line: Number(at[2]), column: Number(at[3]) };
+    return { message, position, ...lineAndColumn(text, position) };
   }
-  const before = text.slice(0, pos).split("\n");
-  return { message: problem, position: pos, line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+  if (error.message === UNEXPECTED_END) {
+    return { message: "unexpected end of input", position: text.length, ...lineAndColumn(text, text.length) };
+  }
+  let position = firstUnreadable(text);
+  while (position > 0 && /[A-Za-z]/.test(text[position - 1]!)) position--;
+  const word = /^[A-Za-z]+/.exec(text.slice(position))?.[0] ?? text.charAt(position);
+  return { message: `unexpected ${JSON.stringify(word)}`, position, ...lineAndColumn(text, position) };
+}
+
+/** The index of the first character after which JSON.parse fails before the end of its input. */
+function firstUnreadable(text: string): number {
+  const readsToEnd = (length: number): boolean => {
+    const prefix = text.slice(0, length);
+    try {
+      JSON.parse(prefix);
+      return true;
+    } catch (error) {
+      const { message } = error as Error;
+      const at = AT_POSITION.exec(message);
+      return message === UNEXPECTED_END || (at !== null && Number(at[1]) >= length);
+    }
+  };
+  // readsToEnd(0) holds (an empty input ends early); the whole text does not.
+  let good = 0;
+  let bad = text.length;
+  while (bad - good > 1) {
+    const middle = Math.floor((good + bad) / 2);
+    if (readsToEnd(middle)) good = middle;
+    else bad = middle;
+  }
+  return bad - 1;
+}
+
+function lineAndColumn(text: string, position: number): { line: number; column: number } {
+  const before = text.slice(0, position).split("\n");
+  return { line: before.length, column: (before.at(-1)?.length ?? 0) + 1 };
+}
+
+function lowerFirst(text: string): string {
+  return text.charAt(0).toLowerCase() + text.slice(1);
 }

@@ -8,7 +8,7 @@ import { pathToFileURL } from "node:url";
 
 const TYPESCRIPT_EXTENSIONS = new Set([".ts", ".mts", ".cts"]);
 
-export const TSX_MISSING =
+const TSX_MISSING =
   "a TypeScript tasks module needs tsx: install it with `npm install --save-dev tsx`, or compile the module to JavaScript";
 
 let registered = false;

@@ -4,7 +4,7 @@
 // the demo's PID, so a later run can drop the databases of runs that were
 // killed before they could clean up.
 import pg from "pg";
-import { databaseUrl } from "../embedded.ts";
+import { databaseUrl } from "../embedded/server.ts";
 import { migrate } from "../migrate.ts";
 
 export interface DemoDatabase {

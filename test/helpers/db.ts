@@ -4,7 +4,7 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { expect, inject } from "vitest";
-import { databaseUrl } from "../../src/embedded.ts";
+import { databaseUrl } from "../../src/embedded/server.ts";
 
 export interface TestDatabase {
   name: string;

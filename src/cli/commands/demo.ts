@@ -7,7 +7,7 @@
 // own, created for the run and dropped after it (kept with --keep).
 import type { Command } from "commander";
 import { Progress } from "../../demo/progress.ts";
-import { type DemoResult, runDemo } from "../../demo/run-demo.ts";
+import type { DemoResult } from "../../demo/run-demo.ts";
 import { summaryTable } from "../../demo/summary-table.ts";
 import { openDatabase } from "../connect.ts";
 import { DEFAULT_DATA_DIR } from "../data-dir.ts";
@@ -44,6 +44,8 @@ the demo could not run).`,
     .action(
       action(async (_options: Options, command: Command) => {
         const options = command.optsWithGlobals<Options>();
+        // Imported here, not at the top: every other command (and --help) would load the whole demo.
+        const { runDemo } = await import("../../demo/run-demo.ts");
         const progress = new Progress(process.stderr);
         const db = await openDatabase({
           databaseUrl: options.databaseUrl,

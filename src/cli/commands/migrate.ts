@@ -79,7 +79,7 @@ export function registerMigrateCommands(program: Command): void {
 
 /**
  * Runs `work` on the given URL, or on the embedded database, opened without
- * migrating it. A given URL goes to node-pg-migrate as it is, so a failure
+ * migrating it. A given URL is migrated as it is (not checked first), so a failure
  * carries the server's own message and SQLSTATE.
  */
 async function onDatabase<T>(options: Options, work: (url: string) => Promise<T>): Promise<T> {

@@ -71,7 +71,7 @@ function parseSeconds(value: string): number {
   return n;
 }
 
-export async function statsReport(client: Client): Promise<StatsReport> {
+async function statsReport(client: Client): Promise<StatsReport> {
   return toReport(await client.stats());
 }
 
@@ -82,7 +82,7 @@ function zeroStates(): Record<JobState | "lease_expired", number> {
   >;
 }
 
-export function toReport(rows: readonly StatsRow[]): StatsReport {
+function toReport(rows: readonly StatsRow[]): StatsReport {
   const jobs = new Map<string, JobCounts>();
   const events = new Map<string, EventCounts>();
   const totals = { ...zeroStates(), oldest_runnable_seconds: null as number | null };
@@ -115,7 +115,7 @@ export function toReport(rows: readonly StatsRow[]): StatsReport {
 
 const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED", "OLDEST RUNNABLE"];
 
-export function renderStats(report: StatsReport): string[] {
+function renderStats(report: StatsReport): string[] {
   if (report.jobs.length === 0 && report.events.length === 0) return ["No jobs yet."];
   const numbers = (counts: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null }) => [
     ...JOB_STATES.map((state) => String(counts[state])),

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { createWorker, type Worker } from "../../worker/create-worker.ts";
+import type { Worker } from "../../worker/create-worker.ts";
 import type { WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
@@ -83,6 +83,8 @@ async function runWorkerOn(
   format: LogFormat,
   startedFields: Record<string, unknown>,
 ): Promise<void> {
+  // Imported here, not at the top: every other command (and --help) would load the worker and pg-listen.
+  const { createWorker } = await import("../../worker/create-worker.ts");
   let worker: Worker;
   try {
     worker = createWorker({
@@ -103,7 +105,7 @@ async function runWorkerOn(
 }
 
 /** Imports the module and checks its tasks; a mistake is one UsageError line. */
-export async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOptions: ModuleWorkerOptions }> {
+async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOptions: ModuleWorkerOptions }> {
   const file = resolve(path);
   if (!existsSync(file)) throw new UsageError(`--tasks ${path}: no such file`);
   let mod: Record<string, unknown>;
@@ -175,7 +177,7 @@ function printEvents(worker: Worker, format: LogFormat, startedFields: Record<st
 }
 
 function jsonLine(event: string, payload: object): string {
-  return JSON.stringify({ time: new Date().toISOString(), event, ...payload }, (key, value: unknown) =>
+  return JSON.stringify({ time: new Date().toISOString(), event, ...payload }, (_key, value: unknown) =>
     value instanceof Error ? { class: value.constructor.name, message: value.message } : value,
   );
 }

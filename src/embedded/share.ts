@@ -13,13 +13,13 @@
 //   server, so a newcomer waits for the lock instead of borrowing a server
 //   about to go away.
 // - The server stops while a borrower runs: the borrower's next query fails,
-//   and serverLost() turns that error into one line saying why; a watcher ends
+//   and serverLost() turns that error into one line saying why; a watcher tells
 //   a borrower that would otherwise wait or retry forever (a worker) as soon
-//   as the postmaster is gone.
+//   as the postmaster is gone (the CLI then exits).
 import { realpathSync } from "node:fs";
 import pg from "pg";
-import { type Lock, type LockContent, lockPath, pidAlive, readLock, sameHolder, tryLock } from "./data-dir-lock.ts";
-import { EXIT } from "./exit-codes.ts";
+import { type Lock, type LockContent, lockPath, readLock, sameHolder, tryLock } from "./data-dir-lock.ts";
+import { pidAlive } from "./processes.ts";
 
 /** How long to wait for one holder to finish, or to have its server ready: longer than a cold start on a busy machine. */
 const HOLDER_WAIT_MS = 60_000;
@@ -119,7 +119,13 @@ export interface BorrowedServer {
   close(): Promise<void>;
 }
 
-export function borrowServer(holder: ServingHolder, dataDir: string, shown: string): BorrowedServer {
+/** Watches the holder's server; `onLost` runs once it is gone. */
+export function borrowServer(
+  holder: ServingHolder,
+  dataDir: string,
+  shown: string,
+  onLost: (error: Error) => void,
+): BorrowedServer {
   const lost = (): Error =>
     new Error(
       `the embedded PostgreSQL in ${shown}, run by PID ${holder.pid} (${holder.command}), ` +
@@ -127,8 +133,8 @@ export function borrowServer(holder: ServingHolder, dataDir: string, shown: stri
     );
   const watcher = setInterval(() => {
     if (pidAlive(holder.postmasterPid)) return;
-    process.stderr.write(`idemq: ${lost().message}\n`);
-    process.exit(EXIT.FAILURE);
+    clearInterval(watcher);
+    onLost(lost());
   }, WATCH_MS);
   watcher.unref();
   return {

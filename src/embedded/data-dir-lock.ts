@@ -1,10 +1,11 @@
 // The lock file next to an embedded data directory (`.idemq/pg.lock`): which
 // idemq process runs the server there (PID and start time, command), the URL
 // of its database once it is ready, its postmaster PID, and whether it lets
-// other CLI commands use the server meanwhile (`shared`). connect.ts and
-// embedded-share.ts decide what to do with a lock someone else holds.
+// other CLI commands use the server meanwhile (`shared`). share.ts decides
+// what to do with a lock someone else holds.
 import { linkSync, readFileSync, renameSync, rmSync, statSync, unlinkSync, writeFileSync } from "node:fs";
-import { basename, join } from "node:path";
+import { basename } from "node:path";
+import { pidAlive, processStartTime, runningServer, stopLeftoverServer } from "./processes.ts";
 
 export interface LockContent {
   pid: number;
@@ -78,7 +79,9 @@ export async function tryLock(dataDir: string, shown: string, fields: Partial<Lo
     const holder = readLock(path);
     if (holder !== undefined && holder.pid !== process.pid && isRunning(holder)) return { holder };
     if (holder === undefined && recentlyCreated(path)) return { holder: undefined };
-    if (holder?.postmasterPid !== undefined) await stopLeftoverServer(dataDir, holder.postmasterPid);
+    // Whatever its parent now is (PID 1 or a subreaper): the holder that ran it is gone.
+    const leftover = runningServer(dataDir);
+    if (leftover !== undefined && leftover.pid === holder?.postmasterPid) await stopLeftoverServer(leftover.pid, dataDir);
     rmSync(path, { force: true });
   }
   throw new Error(`could not lock the data directory ${shown} (${path} keeps changing); try again`);
@@ -118,71 +121,4 @@ function isRunning(holder: LockContent): boolean {
   if (!pidAlive(holder.pid)) return false;
   const started = processStartTime(holder.pid);
   return started === undefined || holder.processStart === undefined || started === holder.processStart;
-}
-
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-  const state = procState(pid);
-  return state !== "Z" && state !== "X";
-}
-
-/** The PID in `postmaster.pid`: the server running in the directory, if any. */
-export function postmasterPid(dataDir: string): number | undefined {
-  try {
-    const pid = Number.parseInt(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0] ?? "", 10);
-    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function procCmdline(pid: number): string | undefined {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
-  } catch {
-    return undefined;
-  }
-}
-
-/** Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot. */
-function processStartTime(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
-  } catch {
-    return undefined;
-  }
-}
-
-function procState(pid: number): string | undefined {
-  try {
-    // "pid (comm) S ...": the state follows the last parenthesis.
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * The process that held the lock died (SIGKILL, OOM) and left its PostgreSQL
- * running. Stop it with SIGINT (a fast shutdown) if it is still the server of
- * this data directory.
- */
-async function stopLeftoverServer(dataDir: string, pid: number): Promise<void> {
-  if (postmasterPid(dataDir) !== pid || !pidAlive(pid)) return;
-  const cmdline = procCmdline(pid);
-  if (cmdline !== undefined && !cmdline.includes(dataDir)) return;
-  process.kill(pid, "SIGINT");
-  const deadline = Date.now() + 30_000;
-  while (pidAlive(pid)) {
-    if (Date.now() > deadline) {
-      throw new Error(`PostgreSQL PID ${pid} left running in ${dataDir} by a killed idemq process did not stop; kill it and retry`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }

