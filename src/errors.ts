@@ -1,7 +1,7 @@
 // Typed errors for what the SQL raises, plus PermanentError for handlers.
 // fromPgError maps a pg DatabaseError through ERROR_CLASSES, the one table
-// from SQLSTATE to class; a contract test compares its keys with the codes
-// the SQL functions raise.
+// from SQLSTATE to class, refined by DETAIL_SUBCLASSES where one code has two
+// meanings (IQ410); contract tests compare both with what the SQL raises.
 
 import type { DuplicatePolicy, IdemqErrorCode, JobState } from "./contract.ts";
 
@@ -54,16 +54,49 @@ export class DuplicateJobError extends IdemqError {
   constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
     super(message, fields, options);
     const detail = parseDetail(fields.detail, ["key", "existing_job_id", "existing_state"]);
-    this.key = String(detail.json.key);
-    this.existingJobId = detail.existingJobId;
-    this.existingState = detail.json.existing_state as JobState;
-    this.policy = (detail.json.policy ?? null) as DuplicatePolicy | null;
+    this.key = String(detail.key);
+    this.existingJobId = existingJobId(fields.detail as string, detail.existing_job_id);
+    this.existingState = detail.existing_state as JobState;
+    this.policy = (detail.policy ?? null) as DuplicatePolicy | null;
   }
 }
 
-/** IQ410: this (job_id, attempt) no longer holds the job, or the effect claim is not this owner's. */
+/**
+ * IQ410: this attempt no longer holds its job — complete, fail or snooze by
+ * a `(job_id, attempt)` that was rescued, cancelled or taken over by a newer
+ * attempt (DETAIL `job_id`, `attempt`, `current_attempt`, `current_state`).
+ * A worker also aborts `ctx.signal` with one when a heartbeat finds the lease
+ * gone. IQ410's other meaning, an effect claim lost, is its subclass
+ * {@link EffectClaimLostError}, so catching LeaseLostError still catches
+ * every IQ410.
+ */
 export class LeaseLostError extends IdemqError {
   static override readonly defaultCode: string = "IQ410";
+}
+
+/**
+ * IQ410 from `effect_done` or `effect_release`: the claim on an effect key is
+ * not this owner's (it went stale and another attempt reclaimed it, or it was
+ * never claimed; DETAIL `key`, `owner`). The job's own lease may be intact:
+ * thrown from `ctx.effect`, it fails the attempt like any error (the job is
+ * retried), and it does not mean the job's lease was lost.
+ *
+ * A subclass of LeaseLostError because until it existed every IQ410 was a
+ * LeaseLostError: code that catches LeaseLostError around `ctx.effect` keeps
+ * working. Test for this class first where the two meanings differ.
+ */
+export class EffectClaimLostError extends LeaseLostError {
+  /** The effect's key. */
+  readonly key: string;
+  /** The owner whose claim it no longer is (`job:<id>:<attempt>@<worker>` for a worker's ctx.effect). */
+  readonly owner: string;
+
+  constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
+    super(message, fields, options);
+    const detail = parseDetail(fields.detail, ["key", "owner"]);
+    this.key = String(detail.key);
+    this.owner = String(detail.owner);
+  }
 }
 
 /** IQ412: the job's state does not allow this operation. */
@@ -82,9 +115,9 @@ export class KeyReuseError extends IdemqError {
   constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
     super(message, fields, options);
     const detail = parseDetail(fields.detail, ["key", "existing_job_id"]);
-    this.key = String(detail.json.key);
-    this.existingJobId = detail.existingJobId;
-    this.details = detail.json;
+    this.key = String(detail.key);
+    this.existingJobId = existingJobId(fields.detail as string, detail.existing_job_id);
+    this.details = detail;
   }
 }
 
@@ -149,6 +182,17 @@ export const ERROR_CLASSES = {
 } as const satisfies Record<IdemqErrorCode, IdemqErrorClass>;
 
 /**
+ * Codes with two meanings, told apart by a field the SQL puts in DETAIL: the
+ * subclass of ERROR_CLASSES[code] for a DETAIL that has that field. IQ410
+ * names `owner` only for an effect claim (effect_done, effect_release) and
+ * `job_id` for a job's lease (_raise_not_held); a contract test checks the
+ * SQL against this table.
+ */
+export const DETAIL_SUBCLASSES: Readonly<Partial<Record<IdemqErrorCode, { field: string; cls: IdemqErrorClass }>>> = {
+  IQ410: { field: "owner", cls: EffectClaimLostError },
+};
+
+/**
  * Fallbacks by SQLSTATE class (first two characters) when no exact code
  * matches: PostgreSQL's data exceptions are bad arguments; an IQ code the
  * table does not know yet still becomes an IdemqError.
@@ -181,15 +225,17 @@ export function fromPgError(err: unknown, database?: string): unknown {
   if (MISSING_IN_SCHEMA[err.code]?.test(err.message)) {
     return new SchemaMissingError(database, { code: err.code, detail: err.message }, { cause: err });
   }
-  const cls: IdemqErrorClass | undefined =
-    (ERROR_CLASSES as Readonly<Record<string, IdemqErrorClass>>)[err.code] ??
-    SQLSTATE_CLASS_FALLBACKS[err.code.slice(0, 2)];
-  if (cls === undefined) return err;
   const fields: SqlErrorFields = {
     code: err.code,
     detail: typeof err.detail === "string" ? err.detail : undefined,
     hint: typeof err.hint === "string" ? err.hint : undefined,
   };
+  const subclass = DETAIL_SUBCLASSES[err.code as IdemqErrorCode];
+  const cls: IdemqErrorClass | undefined =
+    (subclass !== undefined && detailHas(fields.detail, subclass.field) ? subclass.cls : undefined) ??
+    (ERROR_CLASSES as Readonly<Record<string, IdemqErrorClass>>)[err.code] ??
+    SQLSTATE_CLASS_FALLBACKS[err.code.slice(0, 2)];
+  if (cls === undefined) return err;
   try {
     return new cls(err.message, fields, { cause: err });
   } catch {
@@ -200,14 +246,16 @@ export function fromPgError(err: unknown, database?: string): unknown {
 }
 
 /** DETAIL as JSON: the fields the error classes read, and any others. */
-type DetailJson = { key?: unknown; existing_job_id?: unknown; existing_state?: unknown; policy?: unknown } & Record<string, unknown>;
+type DetailJson = {
+  key?: unknown;
+  existing_job_id?: unknown;
+  existing_state?: unknown;
+  policy?: unknown;
+  owner?: unknown;
+} & Record<string, unknown>;
 
-interface ParsedDetail {
-  json: DetailJson;
-  existingJobId: string;
-}
-
-function parseDetail(detail: string | undefined, required: readonly string[]): ParsedDetail {
+/** DETAIL as a JSON object with every `required` field set; throws when it is not. */
+function parseDetail(detail: string | undefined, required: readonly string[]): DetailJson {
   let json: unknown;
   try {
     json = JSON.parse(detail ?? "");
@@ -221,12 +269,21 @@ function parseDetail(detail: string | undefined, required: readonly string[]): P
   for (const field of required) {
     if (obj[field] === undefined || obj[field] === null) throw new Error(`DETAIL lacks ${field}: ${detail}`);
   }
-  return { json: obj, existingJobId: exactId(detail as string, obj.existing_job_id) };
+  return obj;
+}
+
+function detailHas(detail: string | undefined, field: string): boolean {
+  try {
+    parseDetail(detail, [field]);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 // A bigint id in JSON may exceed 2^53, where JSON.parse rounds it: read the
 // digits from the text instead.
-function exactId(detail: string, parsed: unknown): string {
+function existingJobId(detail: string, parsed: unknown): string {
   if (typeof parsed === "string") return parsed;
   if (typeof parsed === "number" && Number.isSafeInteger(parsed)) return String(parsed);
   const m = /"existing_job_id"\s*:\s*(-?\d+)/.exec(detail);

@@ -33,6 +33,7 @@ export type {
 export {
   BadArgumentError,
   DuplicateJobError,
+  EffectClaimLostError,
   IdemqError,
   InvalidStateError,
   JobNotFoundError,

@@ -16,7 +16,9 @@ import {
 } from "../src/contract.ts";
 import {
   BadArgumentError,
+  DETAIL_SUBCLASSES,
   DuplicateJobError,
+  EffectClaimLostError,
   ERROR_CLASSES,
   IdemqError,
   InvalidStateError,
@@ -178,6 +180,32 @@ describe("fromPgError", () => {
     expect(mapped).toBeInstanceOf(cls);
     expect(mapped).toMatchObject({ code, message: "boom", detail: "d", hint: "h", name: cls.name });
     expect((mapped as Error).cause).toBe(original);
+  });
+
+  it("maps IQ410 by its DETAIL: a job's lease (job_id) to LeaseLostError, an effect claim (key, owner) to EffectClaimLostError", () => {
+    const job = fromPgError(
+      pgError("IQ410", "complete: lease lost", {
+        detail: '{"job_id": 7, "attempt": 1, "current_attempt": 2, "current_state": "processing"}',
+      }),
+    );
+    expect(job).toBeInstanceOf(LeaseLostError);
+    expect(job).not.toBeInstanceOf(EffectClaimLostError);
+    expect(job).toMatchObject({ code: "IQ410", name: "LeaseLostError" });
+
+    const effect = fromPgError(
+      pgError("IQ410", "effect_done: the claim ...", { detail: '{"key": "charge:1", "owner": "job:7:1@w"}' }),
+    );
+    expect(effect).toBeInstanceOf(EffectClaimLostError);
+    // A subclass: code that catches every IQ410 as LeaseLostError still catches it.
+    expect(effect).toBeInstanceOf(LeaseLostError);
+    expect(effect).toMatchObject({ code: "IQ410", name: "EffectClaimLostError", key: "charge:1", owner: "job:7:1@w" });
+  });
+
+  it("refines only codes whose base class the subclass extends", () => {
+    for (const [code, { cls }] of Object.entries(DETAIL_SUBCLASSES)) {
+      expect(cls.prototype).toBeInstanceOf(ERROR_CLASSES[code as keyof typeof ERROR_CLASSES]);
+    }
+    expect(Object.keys(DETAIL_SUBCLASSES)).toEqual(["IQ410"]);
   });
 
   it("parses DuplicateJobError's DETAIL, keeping a large id exact", () => {

@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ACTIVE_STATES, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_STATES } from "../src/contract.ts";
-import { BadArgumentError, ERROR_CLASSES } from "../src/errors.ts";
+import { BadArgumentError, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../src/errors.ts";
 import { SQL_FUNCTIONS } from "../src/sql-api.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
 import { splitSqlList } from "./helpers/split-sql-list.ts";
@@ -162,6 +162,22 @@ describe("error registry", () => {
 
   it("ERROR_CODES (the documented table) and ERROR_CLASSES name the same codes", () => {
     expect(Object.keys(ERROR_CODES).sort()).toEqual(Object.keys(ERROR_CLASSES).sort());
+  });
+
+  it("DETAIL_SUBCLASSES matches the SQL: each refined code's DETAIL names the field exactly where it has the subclass's meaning", () => {
+    // IQ410 with `owner` only from effect_done/effect_release, never from _raise_not_held (job_id).
+    const raisers = (code: string, field: string) =>
+      functionFiles
+        .filter((f) =>
+          [...f.text.matchAll(/RAISE EXCEPTION USING ERRCODE = '(IQ\w{3})',[\s\S]*?;/g)].some(
+            (m) => m[1] === code && new RegExp(`DETAIL = jsonb_build_object\\([^;]*'${field}'`).test(m[0]),
+          ),
+        )
+        .map((f) => f.name)
+        .sort();
+    expect(DETAIL_SUBCLASSES.IQ410?.field).toBe("owner");
+    expect(raisers("IQ410", "owner")).toEqual(["effect_done", "effect_release"]);
+    expect(raisers("IQ410", "job_id")).toEqual(["_raise_not_held"]);
   });
 });
 

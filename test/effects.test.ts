@@ -6,6 +6,8 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "./helpers/db.ts";
 import { expectErrorInTx } from "./helpers/savepoint.ts";
+import { EffectClaimLostError, LeaseLostError } from "../src/errors.ts";
+import { effectDone, effectRelease } from "../src/sql-api.ts";
 
 let db: TestDatabase;
 
@@ -277,6 +279,22 @@ describe("effect_done", () => {
       });
       expect(await record(c, "e:never")).toBeUndefined();
     });
+  });
+
+  it("through the typed calls, a non-owner's done and release raise EffectClaimLostError (a LeaseLostError) with key and owner", async () => {
+    for (const call of [
+      () => effectDone(db.pool, "e:typed-not-mine", "owner-b", {}),
+      () => effectRelease(db.pool, "e:typed-not-mine", "owner-b"),
+    ]) {
+      const error = await call().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(EffectClaimLostError);
+      expect(error).toBeInstanceOf(LeaseLostError);
+      expect(error).toMatchObject({ code: "IQ410", key: "e:typed-not-mine", owner: "owner-b" });
+    }
+    expect(await record(db.pool, "e:typed-not-mine")).toBeUndefined();
   });
 
   it("done twice by the owner is a no-op: the first result and done_at stay", async () => {

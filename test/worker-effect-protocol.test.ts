@@ -5,6 +5,8 @@
 //                returns undefined, fn(key) runs again with the same key
 //   fn throws -> effect_release (definite failure), or the claim is kept
 //                when definiteFailure says the outcome is unknown
+//   claim lost -> effect_done raises EffectClaimLostError: the attempt fails
+//                like any error (the job's own lease is intact)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, type Job } from "../src/index.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
@@ -19,7 +21,7 @@ const calls: Array<{ what: "fn" | "reconcile"; key: string }> = [];
 
 class Unreachable extends Error {}
 
-type Payload = { key: string; reconcileAnswer?: unknown; fail?: "definite" | "unknown" };
+type Payload = { key: string; reconcileAnswer?: unknown; fail?: "definite" | "unknown"; stolen?: true };
 
 beforeAll(async () => {
   db = await freshDatabase({ poolSize: 3 });
@@ -32,6 +34,8 @@ beforeAll(async () => {
           p.key,
           async (key) => {
             calls.push({ what: "fn", key });
+            // Another owner took the claim while the call ran: effect_done will refuse.
+            if (p.stolen) await db.pool.query("UPDATE idemq.effects SET owner = 'thief' WHERE key = $1", [key]);
             if (p.fail !== undefined) throw new Unreachable("the payment API did not answer");
             return { chargeId: `ch-${key}` };
           },
@@ -135,5 +139,14 @@ describe("ctx.effect", () => {
     expect(job).toMatchObject({ state: "failed" });
     expect(await effect("charge:7")).toMatchObject({ status: "claimed", reclaims: 0 });
     expect((await effect("charge:7"))!.owner).toContain(`job:${job.id}:1@`);
+  });
+
+  it("claim taken by another owner before effect_done: EffectClaimLostError fails the attempt, not job:lease-lost", async () => {
+    const job = await run({ key: "charge:8", stolen: true });
+    expect(job).toMatchObject({ state: "failed" });
+    expect(job.errors[0]).toMatchObject({ class: "EffectClaimLostError" });
+    expect(w.of("job:lease-lost").filter((e) => e.jobId === job.id)).toEqual([]);
+    expect(w.of("job:failed").filter((e) => e.jobId === job.id)).toHaveLength(1);
+    expect(await effect("charge:8")).toMatchObject({ status: "claimed", owner: "thief" });
   });
 });

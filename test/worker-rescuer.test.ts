@@ -1,4 +1,4 @@
-// The worker's maintenance, called directly through runOnce()/pruneOnce()
+// The worker's maintenance services, called directly through runOnce()
 // (the timers only call these): rescue() hands back expired leases, and
 // prune_keys() gets the worker's key retention, or no argument at all when
 // none is configured, so the SQL default (14 days) applies.
@@ -53,11 +53,11 @@ describe("rescuer.runOnce()", () => {
   });
 });
 
-describe("rescuer.pruneOnce()", () => {
+describe("keyPruner.runOnce()", () => {
   it("with keyRetention 1 hour: releases a key finished 2 hours ago, keeps one finished 30 minutes ago", async () => {
     await finishedKey("retention:old", "2 hours");
     await finishedKey("retention:recent", "30 minutes");
-    expect(await worker("1 hour").rescuer.pruneOnce()).toBe(1);
+    expect(await worker("1 hour").keyPruner.runOnce()).toBe(1);
     expect(await keyExists("retention:old")).toBe(false);
     expect(await keyExists("retention:recent")).toBe(true);
   });
@@ -65,7 +65,7 @@ describe("rescuer.pruneOnce()", () => {
   it("without keyRetention the SQL default applies: a key finished 13 days ago stays, one finished 15 days ago goes", async () => {
     await finishedKey("default:13d", "13 days");
     await finishedKey("default:15d", "15 days");
-    expect(await worker().rescuer.pruneOnce()).toBe(1);
+    expect(await worker().keyPruner.runOnce()).toBe(1);
     expect(await keyExists("default:13d")).toBe(true);
     expect(await keyExists("default:15d")).toBe(false);
   });

@@ -12,9 +12,9 @@
 import * as sql from "../sql-api.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { MAX_CLAIM_BATCH } from "./defaults.ts";
-import type { Runtime } from "./runtime.ts";
 import { jitter, sleep } from "./timers.ts";
 import type { WaitMarker } from "./wait-marker.ts";
+import type { WorkerState } from "./worker-state.ts";
 
 /** First delay before asking wait_for_jobs again while an enqueue is still open; doubles up to the poll interval. */
 const WAIT_RETRY_MS = 5;
@@ -30,13 +30,13 @@ export class ClaimLoop {
   private waitRetry: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly rt: Runtime,
+    private readonly state: WorkerState,
     /** How many jobs to claim now (0: wait). */
     private readonly room: () => number,
     private readonly claimed: (jobs: ClaimedJob[]) => void,
     private readonly marker: WaitMarker,
   ) {
-    this.taskNames = [...rt.tasks.keys()];
+    this.taskNames = [...state.tasks.keys()];
   }
 
   start(): void {
@@ -75,18 +75,18 @@ export class ClaimLoop {
       this.wanted = false;
       let jobs: ClaimedJob[];
       try {
-        jobs = await sql.claim(this.rt.pool, {
-          workerId: this.rt.settings.workerId,
-          queues: this.rt.settings.queues,
+        jobs = await sql.claim(this.state.pool, {
+          workerId: this.state.settings.workerId,
+          queues: this.state.settings.queues,
           batchSize: room,
-          lease: this.rt.settings.lease.interval,
+          lease: this.state.settings.lease.interval,
           // Only jobs it can run: a job of a task it lacks waits for a worker that has it.
           tasks: this.taskNames,
         });
       } catch (error) {
-        this.rt.report("claim", error);
+        this.state.report("claim", error);
         this.wanted = true;
-        await sleep(jitter(this.rt.settings.errorBackoffMs), this.stopping.signal);
+        await sleep(jitter(this.state.settings.errorBackoffMs), this.stopping.signal);
         continue;
       }
       if (jobs.length > 0) this.claimed(jobs);
@@ -106,7 +106,7 @@ export class ClaimLoop {
     } catch (error) {
       // Without the marker nothing notifies this worker: the fallback poll
       // finds the jobs, and the next short claim tries again.
-      this.rt.report("wait_for_jobs", error);
+      this.state.report("wait_for_jobs", error);
       return;
     }
     if (ready) {
@@ -117,14 +117,14 @@ export class ClaimLoop {
     if (this.stopped) return;
     clearTimeout(this.waitRetry);
     this.waitRetry = setTimeout(() => this.wake(), this.waitRetryMs);
-    this.waitRetryMs = Math.min(this.waitRetryMs * 2, this.rt.settings.pollMs);
+    this.waitRetryMs = Math.min(this.waitRetryMs * 2, this.state.settings.pollMs);
   }
 
   private async stopWaiting(): Promise<void> {
     try {
       await this.marker.stopWaiting();
     } catch (error) {
-      this.rt.report("stop_waiting", error);
+      this.state.report("stop_waiting", error);
     }
   }
 }

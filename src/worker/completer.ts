@@ -4,8 +4,9 @@
 // batches grow by themselves. complete_many skips attempts that lost their
 // lease; those jobs get job:lease-lost instead of job:success.
 import * as sql from "../sql-api.ts";
-import { durationOf, jobEvent, type HeldJob, type Runtime } from "./runtime.ts";
+import type { HeldJob } from "./held-jobs.ts";
 import { jitter, sleep } from "./timers.ts";
+import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
 /** Failed complete_many calls after which a closing worker gives up; the leases then run out and rescue() hands the jobs back. */
 const ATTEMPTS_WHEN_CLOSING = 3;
@@ -16,11 +17,7 @@ export class Completer {
   private closing = false;
   private readonly closed = new AbortController();
 
-  constructor(
-    private readonly rt: Runtime,
-    /** Called once per job when its completion is settled either way. */
-    private readonly settled: (held: HeldJob) => void,
-  ) {}
+  constructor(private readonly state: WorkerState) {}
 
   add(held: HeldJob): void {
     this.pending.push(held);
@@ -38,11 +35,11 @@ export class Completer {
     let failures = 0;
     try {
       while (this.pending.length > 0) {
-        const batch = this.pending.splice(0, this.rt.settings.completionBatch);
+        const batch = this.pending.splice(0, this.state.settings.completionBatch);
         let completed: Set<string>;
         try {
           const ids = await sql.completeMany(
-            this.rt.pool,
+            this.state.pool,
             batch.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt })),
           );
           completed = new Set(ids);
@@ -50,26 +47,26 @@ export class Completer {
         } catch (error) {
           failures++;
           if (this.closing && failures >= ATTEMPTS_WHEN_CLOSING) {
-            this.rt.report(`complete_many (gave up on ${batch.length} jobs; rescue() hands them back when their leases run out)`, error);
-            batch.forEach(this.settled);
+            this.state.report(`complete_many (gave up on ${batch.length} jobs; rescue() hands them back when their leases run out)`, error);
+            for (const held of batch) this.state.held.remove(held);
             continue;
           }
-          this.rt.report(`complete_many (${batch.length} jobs; retrying)`, error);
+          this.state.report(`complete_many (${batch.length} jobs; retrying)`, error);
           this.pending.unshift(...batch);
-          await sleep(jitter(this.rt.settings.errorBackoffMs), this.closing ? undefined : this.closed.signal);
+          await sleep(jitter(this.state.settings.errorBackoffMs), this.closing ? undefined : this.closed.signal);
           continue;
         }
         for (const held of batch) {
           if (completed.has(held.job.id)) {
-            this.rt.emit("job:success", { ...jobEvent(this.rt, held), durationMs: durationOf(held) });
+            this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
           } else {
-            this.rt.emit("job:lease-lost", {
-              ...jobEvent(this.rt, held),
+            this.state.emit("job:lease-lost", {
+              ...jobEvent(this.state, held),
               durationMs: durationOf(held),
               reason: "complete_many skipped it: this attempt no longer holds the job",
             });
           }
-          this.settled(held);
+          this.state.held.remove(held);
         }
       }
     } finally {

@@ -1,5 +1,6 @@
 // createWorker(): wires the claim loop, job runner, completer, heartbeat,
-// rescuer and listener around one pool, and runs the shutdown sequence.
+// maintenance services and listener around one pool and one record of held
+// jobs (HeldJobs), and runs the shutdown sequence.
 import { EventEmitter } from "node:events";
 import pg from "pg";
 import { checkSchema } from "../schema-check.ts";
@@ -9,18 +10,20 @@ import { ClaimLoop } from "./claim-loop.ts";
 import { APPLICATION_NAME } from "./defaults.ts";
 import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
+import { HeldJobs, isReleased, type HeldJob } from "./held-jobs.ts";
+import { KeyPruner } from "./key-pruner.ts";
 import { Listener } from "./listener.ts";
 import { WaitMarker } from "./wait-marker.ts";
 import { Rescuer } from "./rescuer.ts";
 import { runJob } from "./run-job.ts";
-import { safeEmit, type HeldJob, type Runtime } from "./runtime.ts";
 import { normalizeSettings, type Settings } from "./settings.ts";
-import { handBack, installSignalHandlers, releaseBuffered } from "./shutdown.ts";
-import { normalizeTasks, WorkerConfigError, type NormalizedTask } from "./task-config.ts";
+import { handBack, installSignalHandlers, releaseClaimed } from "./shutdown.ts";
+import { normalizeTasks, WorkerConfigError } from "./task-config.ts";
 import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
+import { safeEmit, type WorkerState } from "./worker-state.ts";
 
-type State = "new" | "starting" | "running" | "stopping" | "stopped";
+type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
 
 /** How long stop() waits for the pool to close before giving up on connections a stuck handler holds. */
 const POOL_END_TIMEOUT_MS = 5000;
@@ -31,16 +34,16 @@ export function createWorker(options: WorkerOptions): Worker {
 
 export class Worker extends EventEmitter<WorkerEvents> {
   readonly workerId: string;
-  /** rescue() and prune_keys(): `runOnce()` / `pruneOnce()` run them now. */
+  /** rescue() on a timer; `runOnce()` runs it now. */
   readonly rescuer: Rescuer;
+  /** prune_keys() on a timer; `runOnce()` runs it now. */
+  readonly keyPruner: KeyPruner;
 
-  private state: State = "new";
+  private lifecycle: Lifecycle = "new";
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly settings: Settings;
-  private readonly rt: Runtime;
-  private readonly buffer: HeldJob[] = [];
-  private running = 0;
+  private readonly state: WorkerState;
   /** Each started job until its attempt is recorded. */
   private readonly inFlight = new Map<HeldJob, Promise<void>>();
   private readonly claimLoop: ClaimLoop;
@@ -83,21 +86,22 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // Without a listener an idle client's error (a server restart) would crash the process.
     this.pool.on("error", this.onPoolError);
 
-    this.rt = {
+    this.state = {
       pool: this.pool,
       settings: this.settings,
       tasks,
-      held: new Map(),
+      held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
       report: (during, error) => this.report(during, error),
       wakeAt: (at) => this.listener.wakeAt(at),
     };
-    this.marker = new WaitMarker(this.rt, listenConfig, () => this.claimLoop.wake());
-    this.claimLoop = new ClaimLoop(this.rt, () => this.room(), (jobs) => this.onClaimed(jobs, tasks), this.marker);
-    this.completer = new Completer(this.rt, (held) => this.settle(held));
-    this.heartbeat = new Heartbeat(this.rt, (held) => this.dropFromBuffer(held));
-    this.rescuer = new Rescuer(this.rt);
-    this.listener = new Listener(this.rt, listenConfig, () => this.claimLoop.wake());
+    this.marker = new WaitMarker(this.state, listenConfig, () => this.claimLoop.wake());
+    this.claimLoop = new ClaimLoop(this.state, () => this.room(), (jobs) => this.onClaimed(jobs), this.marker);
+    this.completer = new Completer(this.state);
+    this.heartbeat = new Heartbeat(this.state);
+    this.rescuer = new Rescuer(this.state);
+    this.keyPruner = new KeyPruner(this.state);
+    this.listener = new Listener(this.state, listenConfig, () => this.claimLoop.wake());
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
   }
 
@@ -107,31 +111,32 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * starts claiming, heartbeats and maintenance. Resolves once running.
    */
   async start(): Promise<void> {
-    if (this.state !== "new") throw new Error(`worker ${this.workerId} was already started`);
-    this.state = "starting";
+    if (this.lifecycle !== "new") throw new Error(`worker ${this.workerId} was already started`);
+    this.lifecycle = "starting";
     try {
       await checkSchema(this.pool);
       await this.listener.start();
     } catch (error) {
       await this.listener.stop();
       await this.closePool();
-      this.state = "stopped";
+      this.lifecycle = "stopped";
       this.resolveStopped();
       throw error;
     }
-    if (this.state !== "starting") {
+    if (this.lifecycle !== "starting") {
       // stop() was called meanwhile and found nothing started yet.
       await this.listener.stop();
       return;
     }
-    this.state = "running";
+    this.lifecycle = "running";
     this.heartbeat.start();
     this.rescuer.start();
+    this.keyPruner.start();
     this.claimLoop.start();
     if (this.settings.handleSignals) {
-      this.removeSignalHandlers = installSignalHandlers(this.rt, () => this.stop(), () => this.running);
+      this.removeSignalHandlers = installSignalHandlers(this.state, () => this.stop(), () => this.runningCount);
     }
-    this.rt.emit("worker:started", { workerId: this.workerId });
+    this.state.emit("worker:started", { workerId: this.workerId });
   }
 
   /**
@@ -151,27 +156,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Jobs whose handlers are running now. */
   get runningCount(): number {
-    return this.running;
+    return this.state.held.running;
   }
 
   private async shutdown(): Promise<void> {
-    const wasStarted = this.state === "running" || this.state === "starting";
-    this.state = "stopping";
+    const wasStarted = this.lifecycle === "running" || this.lifecycle === "starting";
+    this.lifecycle = "stopping";
     try {
       if (wasStarted) await this.drain();
     } finally {
       this.removeSignalHandlers?.();
       await this.closePool();
-      this.state = "stopped";
-      this.rt.emit("worker:stopped", { workerId: this.workerId });
+      this.lifecycle = "stopped";
+      this.state.emit("worker:stopped", { workerId: this.workerId });
       this.resolveStopped();
     }
   }
 
   private async drain(): Promise<void> {
     await this.claimLoop.stop();
-    await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop()]);
-    await releaseBuffered(this.rt, this.buffer.splice(0));
+    await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop(), this.keyPruner.stop()]);
+    await releaseClaimed(this.state);
 
     const finished = Promise.all(this.inFlight.values()).then(() => true);
     const stopWaiting = new AbortController();
@@ -179,82 +184,47 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const allFinished = await Promise.race([finished, timedOut]);
     stopWaiting.abort();
     if (!allFinished) {
-      const late = [...this.rt.held.values()].filter((held) => held.phase === "running");
-      await Promise.all(late.map((held) => handBack(this.rt, held)));
+      const late = this.state.held.inPhase("started");
+      await Promise.all(late.map((held) => handBack(this.state, held)));
       // The others are recording their outcome (fail, snooze, complete): let them.
-      await Promise.all([...this.inFlight].filter(([held]) => !held.abandoned).map(([, done]) => done));
+      await Promise.all([...this.inFlight].filter(([held]) => !isReleased(held)).map(([, done]) => done));
     }
     await this.completer.drain();
     await this.heartbeat.stop();
   }
 
   private room(): number {
-    if (this.state !== "running") return 0;
-    const { concurrency, prefetch } = this.settings;
-    if (this.buffer.length > Math.floor(prefetch / 2)) return 0;
-    const slots = concurrency + prefetch - this.running - this.buffer.length;
-    // Jobs whose outcome is still being recorded (a complete_many in flight)
-    // are held too: when recording falls behind, claiming waits for it.
-    const unrecorded = 2 * (concurrency + prefetch) - this.rt.held.size;
-    return Math.min(slots, unrecorded);
+    return this.lifecycle === "running" ? this.state.held.room() : 0;
   }
 
-  private onClaimed(jobs: ClaimedJob[], tasks: ReadonlyMap<string, NormalizedTask>): void {
-    for (const job of jobs) {
-      const held: HeldJob = {
-        job,
-        task: tasks.get(job.task),
-        phase: "buffered",
-        controller: new AbortController(),
-        leaseLost: false,
-        abandoned: false,
-        startedAt: performance.now(),
-        endedAt: undefined,
-        snoozeDelay: undefined,
-        tx: undefined,
-      };
-      this.rt.held.set(job.id, held);
-      this.buffer.push(held);
-    }
-    this.startFromBuffer();
+  private onClaimed(jobs: ClaimedJob[]): void {
+    this.state.held.claimed(jobs);
+    this.startClaimed();
   }
 
-  private startFromBuffer(): void {
-    while (this.state === "running" && this.running < this.settings.concurrency && this.buffer.length > 0) {
-      this.startJob(this.buffer.shift()!);
+  /** HeldJobs' one wake-up: a slot came free, or a claimed job left the buffer, or the bound on held jobs lifted. */
+  private onRoomGrew(): void {
+    this.startClaimed();
+    this.claimLoop.kick();
+  }
+
+  private startClaimed(): void {
+    while (this.lifecycle === "running") {
+      const held = this.state.held.startNext();
+      if (held === undefined) return;
+      this.startJob(held);
     }
   }
 
   private startJob(held: HeldJob): void {
-    this.running++;
-    let freed = false;
-    const freeSlot = (): void => {
-      if (freed) return;
-      freed = true;
-      this.running--;
-      this.startFromBuffer();
-      this.claimLoop.kick();
-    };
-    const done = runJob(this.rt, held, this.completer, freeSlot)
+    const done = runJob(this.state, held, this.completer)
       .catch((error) => this.report(`running job ${held.job.id}`, error))
       .finally(() => {
-        freeSlot();
+        // runJob gives the slot back itself; this only covers a throw before it did.
+        this.state.held.freeSlot(held);
         this.inFlight.delete(held);
-        this.claimLoop.kick();
       });
     this.inFlight.set(held, done);
-  }
-
-  private dropFromBuffer(held: HeldJob): void {
-    const i = this.buffer.indexOf(held);
-    if (i >= 0) this.buffer.splice(i, 1);
-    this.settle(held);
-    this.claimLoop.kick();
-  }
-
-  private settle(held: HeldJob): void {
-    if (this.rt.held.get(held.job.id) === held) this.rt.held.delete(held.job.id);
-    this.claimLoop.kick();
   }
 
   private report(during: string, error: unknown): void {

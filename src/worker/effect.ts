@@ -15,8 +15,9 @@
 // Every call runs on the pool in its own transaction, also in a transactional
 // task: the claim must be committed before the external call is made.
 import * as sql from "../sql-api.ts";
-import type { HeldJob, Runtime } from "./runtime.ts";
+import type { HeldJob } from "./held-jobs.ts";
 import type { EffectOptions } from "./types.ts";
+import type { WorkerState } from "./worker-state.ts";
 
 /** effect_claim answered busy: a fresh claim on the key is held elsewhere. The job is retried. */
 export class EffectBusyError extends Error {
@@ -29,12 +30,12 @@ export class EffectBusyError extends Error {
 }
 
 /** The owner of an effect claim: one attempt of one job on one worker. */
-export function effectOwner(rt: Runtime, held: HeldJob): string {
-  return `job:${held.job.id}:${held.job.attempt}@${rt.settings.workerId}`;
+export function effectOwner(state: WorkerState, held: HeldJob): string {
+  return `job:${held.job.id}:${held.job.attempt}@${state.settings.workerId}`;
 }
 
 export async function runEffect<T>(
-  rt: Runtime,
+  state: WorkerState,
   held: HeldJob,
   key: string,
   fn: (key: string) => Promise<T> | T,
@@ -44,8 +45,8 @@ export async function runEffect<T>(
   if (typeof fn !== "function") throw new TypeError("ctx.effect: fn must be a function (key) => result");
   // A lost lease (or a shutdown past its timeout): start no new external call.
   held.controller.signal.throwIfAborted();
-  const owner = effectOwner(rt, held);
-  const claim = await sql.effectClaim(rt.pool, key, owner, { staleAfter: options.staleAfter });
+  const owner = effectOwner(state, held);
+  const claim = await sql.effectClaim(state.pool, key, owner, { staleAfter: options.staleAfter });
   switch (claim.status) {
     case "done":
       return claim.result as T;
@@ -56,7 +57,7 @@ export async function runEffect<T>(
         // A failing reconcile keeps the claim: nobody knows whether the effect happened.
         const earlier = await options.reconcile(key);
         if (earlier !== undefined) {
-          await sql.effectDone(rt.pool, key, owner, earlier);
+          await sql.effectDone(state.pool, key, owner, earlier);
           return earlier;
         }
       }
@@ -70,14 +71,14 @@ export async function runEffect<T>(
   } catch (error) {
     if (options.definiteFailure?.(error) ?? true) {
       try {
-        await sql.effectRelease(rt.pool, key, owner);
+        await sql.effectRelease(state.pool, key, owner);
       } catch (releaseError) {
         // The claim stays and goes stale; the job's error is fn's.
-        rt.report(`effect_release of "${key}"`, releaseError);
+        state.report(`effect_release of "${key}"`, releaseError);
       }
     }
     throw error;
   }
-  await sql.effectDone(rt.pool, key, owner, result);
+  await sql.effectDone(state.pool, key, owner, result);
   return result;
 }

@@ -2,8 +2,9 @@
 import type pg from "pg";
 import { toPgInterval, type Duration } from "../contract.ts";
 import { runEffect } from "./effect.ts";
-import type { HeldJob, Runtime } from "./runtime.ts";
+import type { HeldJob } from "./held-jobs.ts";
 import type { EffectOptions, JobContext, JobInfo, JobLog } from "./types.ts";
+import type { WorkerState } from "./worker-state.ts";
 
 /**
  * Thrown by ctx.snooze() to end the handler. The worker snoozes the job
@@ -30,32 +31,32 @@ export function jobInfo(held: HeldJob): JobInfo {
   };
 }
 
-export function makeContext(rt: Runtime, held: HeldJob, tx: pg.PoolClient | undefined): JobContext {
+export function makeContext(state: WorkerState, held: HeldJob, tx: pg.PoolClient | undefined): JobContext {
   return {
     job: jobInfo(held),
     tx,
     signal: held.controller.signal,
-    log: makeLog(rt, held),
+    log: makeLog(state, held),
     snooze(delay: Duration): never {
       toPgInterval(delay); // a bad duration throws here, as a failure of the handler
       held.snoozeDelay = delay;
       throw new JobSnoozed(delay);
     },
     effect<T>(key: string, fn: (key: string) => Promise<T> | T, options?: EffectOptions<T>): Promise<T> {
-      return runEffect(rt, held, key, fn, options);
+      return runEffect(state, held, key, fn, options);
     },
   };
 }
 
-function makeLog(rt: Runtime, held: HeldJob): JobLog {
+function makeLog(state: WorkerState, held: HeldJob): JobLog {
   const line =
     (level: "debug" | "info" | "warn" | "error") =>
     (message: string, fields: Record<string, unknown> = {}): void => {
-      rt.emit("log", {
+      state.emit("log", {
         ...fields,
         level,
         message,
-        workerId: rt.settings.workerId,
+        workerId: state.settings.workerId,
         jobId: held.job.id,
         task: held.job.task,
         attempt: held.job.attempt,

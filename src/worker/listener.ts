@@ -10,8 +10,8 @@ import type pg from "pg";
 import pgListen from "pg-listen";
 import { NOTIFY_CHANNEL } from "../contract.ts";
 import { APPLICATION_NAME } from "./defaults.ts";
-import type { Runtime } from "./runtime.ts";
 import { JitteredTimer } from "./timers.ts";
+import type { WorkerState } from "./worker-state.ts";
 
 type Subscriber = ReturnType<typeof pgListen.default>;
 
@@ -29,11 +29,11 @@ export class Listener {
   private stopped = false;
 
   constructor(
-    private readonly rt: Runtime,
+    private readonly state: WorkerState,
     private readonly connection: pg.ClientConfig,
     private readonly wake: (why: "notify" | "connected" | "poll" | "timer") => void,
   ) {
-    this.poll = new JitteredTimer(rt.settings.pollMs, async () => this.wake("poll"));
+    this.poll = new JitteredTimer(state.settings.pollMs, async () => this.wake("poll"));
   }
 
   async start(): Promise<void> {
@@ -45,16 +45,16 @@ export class Listener {
         parse: (payload: string) => payload,
       },
     );
-    const queues = this.rt.settings.queues;
+    const queues = this.state.settings.queues;
     subscriber.events.on("notification", ({ channel, payload }) => {
       if (channel !== NOTIFY_CHANNEL) return;
       if (queues === undefined || queues.includes(payload as string)) this.wake("notify");
     });
     subscriber.events.on("connected", () => this.wake("connected"));
     subscriber.events.on("reconnect", (attempt) => {
-      if (attempt === 1) this.rt.emit("log", { level: "warn", message: "LISTEN connection lost; reconnecting", workerId: this.rt.settings.workerId });
+      if (attempt === 1) this.state.emit("log", { level: "warn", message: "LISTEN connection lost; reconnecting", workerId: this.state.settings.workerId });
     });
-    subscriber.events.on("error", (error) => this.rt.report("LISTEN connection", error));
+    subscriber.events.on("error", (error) => this.state.report("LISTEN connection", error));
     this.subscriber = subscriber;
     await subscriber.connect();
     await subscriber.listenTo(NOTIFY_CHANNEL);
@@ -65,7 +65,7 @@ export class Listener {
   wakeAt(at: number): void {
     if (this.stopped) return;
     const delay = at - Date.now();
-    if (delay >= this.rt.settings.pollMs) return;
+    if (delay >= this.state.settings.pollMs) return;
     // A little late rather than early: run_at is compared with the database's clock.
     const timer = setTimeout(() => {
       this.wakeTimers.delete(timer);
@@ -85,7 +85,7 @@ export class Listener {
       try {
         await subscriber.close();
       } catch (error) {
-        this.rt.report("closing the LISTEN connection", error);
+        this.state.report("closing the LISTEN connection", error);
       }
     }
   }

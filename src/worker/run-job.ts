@@ -16,15 +16,16 @@
 // count) on the database clock (else the job's own, in SQL).
 import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
-import { LeaseLostError, PermanentError } from "../errors.ts";
+import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
 import * as sql from "../sql-api.ts";
 import { backoffDelayMs } from "./backoff.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo } from "./events.ts";
+import { isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
-import { durationOf, jobEvent, type HeldJob, type Runtime } from "./runtime.ts";
 import type { NormalizedTask } from "./task-config.ts";
+import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
 /** The job names a task this worker does not have. Retryable: another worker may have it. */
 export class UnknownTaskError extends Error {
@@ -37,69 +38,65 @@ export class UnknownTaskError extends Error {
 type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
 
 /**
- * Runs the job; calls freeSlot once its handler (and, for a transactional
- * task, its transaction) is over, and resolves when its attempt is recorded
- * (a plain success is then queued in the Completer).
+ * Runs a started job: gives its slot back (HeldJobs.freeSlot) once its
+ * handler (and, for a transactional task, its transaction) is over, and
+ * resolves when its attempt is recorded (a plain success is then queued in
+ * the Completer).
  */
-export async function runJob(rt: Runtime, held: HeldJob, completer: Completer, freeSlot: () => void): Promise<void> {
-  held.phase = "running";
-  held.startedAt = performance.now();
-  rt.emit("job:start", { ...jobEvent(rt, held), reclaimed: held.job.reclaimed });
+export async function runJob(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
+  state.emit("job:start", { ...jobEvent(state, held), reclaimed: held.job.reclaimed });
   if (held.task?.transactional) {
-    await runTransactional(rt, held, held.task, freeSlot);
+    await runTransactional(state, held, held.task);
     return;
   }
   let outcome: Outcome;
   try {
     // claim() passes this worker's tasks, so this is a guard, not a path jobs take.
-    if (held.task === undefined) throw new UnknownTaskError(held.job.task, [...rt.tasks.keys()]);
-    outcome = { ok: true, result: await held.task.run(held.job.payload, makeContext(rt, held, undefined) as never) };
+    if (held.task === undefined) throw new UnknownTaskError(held.job.task, [...state.tasks.keys()]);
+    outcome = { ok: true, result: await held.task.run(held.job.payload, makeContext(state, held, undefined) as never) };
   } catch (error) {
     outcome = { ok: false, error };
   }
-  held.endedAt = performance.now();
-  held.phase = "finishing";
-  freeSlot();
-  if (held.abandoned) return; // handed back at shutdown; the attempt is already recorded
-  if (held.snoozeDelay !== undefined) return snoozeJob(rt, held);
-  if (!outcome.ok) return failJob(rt, held, outcome.error);
-  if (held.leaseLost) return leaseLost(rt, held, "the lease was lost while the handler ran; its result is discarded");
-  const result = storable(rt, held, outcome.result);
+  handlerOver(state, held);
+  if (isReleased(held)) return; // handed back at shutdown; the attempt is already recorded
+  if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
+  if (!outcome.ok) return failJob(state, held, outcome.error);
+  if (held.fencedOut) return leaseLost(state, held, "the lease was lost while the handler ran; its result is discarded");
+  const result = storable(state, held, outcome.result);
   if (result === undefined) {
     completer.add(held);
     return;
   }
   try {
-    await sql.complete(rt.pool, held.job.id, held.job.attempt, result);
-    rt.emit("job:success", { ...jobEvent(rt, held), durationMs: durationOf(held) });
+    await sql.complete(state.pool, held.job.id, held.job.attempt, result);
+    state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (error) {
-    if (error instanceof LeaseLostError) return leaseLost(rt, held, error.message);
+    if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
     // The lease runs out and rescue() hands the job back: at least once.
-    rt.report(`complete of job ${held.job.id}`, error);
+    state.report(`complete of job ${held.job.id}`, error);
   } finally {
-    release(rt, held);
+    state.held.remove(held);
   }
 }
 
-async function runTransactional(
-  rt: Runtime,
-  held: HeldJob,
-  task: NormalizedTask,
-  freeSlot: () => void,
-): Promise<void> {
+/** started -> finished, and the slot goes to the next job. */
+function handlerOver(state: WorkerState, held: HeldJob): void {
+  state.held.finish(held);
+  state.held.freeSlot(held);
+}
+
+async function runTransactional(state: WorkerState, held: HeldJob, task: NormalizedTask): Promise<void> {
   let client: pg.PoolClient;
   try {
-    client = await rt.pool.connect();
+    client = await state.pool.connect();
   } catch (error) {
-    held.endedAt = performance.now();
-    held.phase = "finishing";
-    freeSlot();
-    return failJob(rt, held, error);
+    handlerOver(state, held);
+    return failJob(state, held, error);
   }
-  if (held.abandoned) {
+  if (isReleased(held)) {
     // Handed back at shutdown while waiting for a connection.
     client.release();
-    freeSlot();
+    state.held.freeSlot(held);
     return;
   }
   held.tx = client;
@@ -112,17 +109,18 @@ async function runTransactional(
     else if (!(await sql.beginWithGuard(client, key, held.job.task))) duplicateOf = key;
     let result: unknown;
     if (duplicateOf === undefined) {
-      result = await task.run(held.job.payload, makeContext(rt, held, client) as never);
+      result = await task.run(held.job.payload, makeContext(state, held, client) as never);
       if (held.snoozeDelay !== undefined) throw new Error("snoozed"); // roll back, then snooze
     }
-    if (held.abandoned) throw new Error("handed back at shutdown");
-    held.phase = "finishing";
+    if (isReleased(held)) throw new Error("handed back at shutdown");
+    // Finished before the commit: a heartbeat that sees the job succeeded is not a loss.
+    state.held.finish(held);
     // Fenced: IQ410 when a newer attempt holds the job, and everything above rolls back.
-    await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(rt, held, result));
+    await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(state, held, result));
     outcome = { ok: true, result };
   } catch (error) {
     outcome = { ok: false, error };
-    if (!held.abandoned) {
+    if (!isReleased(held)) {
       try {
         await client.query("ROLLBACK");
       } catch (rollbackError) {
@@ -130,33 +128,37 @@ async function runTransactional(
       }
     }
   } finally {
-    held.endedAt = performance.now();
-    held.phase = "finishing";
-    // At shutdown an abandoned job's connection is destroyed by the hand-back.
+    // At shutdown a handed-back job's connection is destroyed by the hand-back.
     if (held.tx === client) {
       held.tx = undefined;
       client.release(broken);
     }
-    freeSlot();
+    handlerOver(state, held);
   }
-  if (held.abandoned) return;
+  if (isReleased(held)) return;
   if (outcome.ok) {
     if (duplicateOf !== undefined) {
-      rt.emit("job:duplicate", { ...jobEvent(rt, held), durationMs: durationOf(held), guardKey: duplicateOf });
+      state.emit("job:duplicate", { ...jobEvent(state, held), durationMs: durationOf(held), guardKey: duplicateOf });
     } else {
-      rt.emit("job:success", { ...jobEvent(rt, held), durationMs: durationOf(held) });
+      state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
     }
-    release(rt, held);
+    state.held.remove(held);
     return;
   }
-  if (held.snoozeDelay !== undefined) return snoozeJob(rt, held);
-  return failJob(rt, held, outcome.error);
+  if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
+  return failJob(state, held, outcome.error);
 }
 
-/** Records a failed attempt with fail(), or reports the lease lost. */
-export async function failJob(rt: Runtime, held: HeldJob, error: unknown): Promise<void> {
-  if (error instanceof LeaseLostError && isJobFence(error)) return leaseLost(rt, held, error.message);
-  if (held.leaseLost) return leaseLost(rt, held, "the lease was lost while the handler ran; its error is discarded");
+/**
+ * Records a failed attempt with fail(), or reports the lease lost. An effect
+ * claim lost in ctx.effect is a failure like any other: the job's own lease
+ * may be intact, so the attempt is recorded and retried.
+ */
+async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promise<void> {
+  if (error instanceof LeaseLostError && !(error instanceof EffectClaimLostError)) {
+    return leaseLost(state, held, error.message);
+  }
+  if (held.fencedOut) return leaseLost(state, held, "the lease was lost while the handler ran; its error is discarded");
   const task = held.task;
   const permanent = isPermanent(task, error);
   const retryable = !permanent;
@@ -170,36 +172,27 @@ export async function failJob(rt: Runtime, held: HeldJob, error: unknown): Promi
       : undefined;
   const info = errorInfo(error);
   try {
-    const state = await sql.fail(rt.pool, held.job.id, held.job.attempt, info, {
+    const jobState = await sql.fail(state.pool, held.job.id, held.job.attempt, info, {
       retryable,
       ...(task?.backoffSpec === undefined ? {} : { backoff: task.backoffSpec }),
       ...(task?.maxAttempts === undefined ? {} : { maxAttempts: task.maxAttempts }),
     });
-    if (state === "failed") {
-      rt.emit("job:failed", { ...jobEvent(rt, held), durationMs: durationOf(held), error: info, permanent });
+    if (jobState === "failed") {
+      state.emit("job:failed", { ...jobEvent(state, held), durationMs: durationOf(held), error: info, permanent });
     } else {
-      rt.emit("job:retry", {
-        ...jobEvent(rt, held),
+      state.emit("job:retry", {
+        ...jobEvent(state, held),
         durationMs: durationOf(held),
         error: info,
         ...(retryAt === undefined ? {} : { retryAt }),
       });
-      if (retryAt !== undefined) rt.wakeAt(retryAt.getTime());
+      if (retryAt !== undefined) state.wakeAt(retryAt.getTime());
     }
   } catch (failError) {
-    if (failError instanceof LeaseLostError) return leaseLost(rt, held, failError.message);
-    rt.report(`fail of job ${held.job.id}`, failError);
+    if (failError instanceof LeaseLostError) return leaseLost(state, held, failError.message);
+    state.report(`fail of job ${held.job.id}`, failError);
   } finally {
-    release(rt, held);
-  }
-}
-
-/** An IQ410 about this job (complete, fail, snooze), not about an effect claim (effect_done). */
-function isJobFence(error: LeaseLostError): boolean {
-  try {
-    return JSON.parse(error.detail ?? "{}").job_id !== undefined;
-  } catch {
-    return false;
+    state.held.remove(held);
   }
 }
 
@@ -211,48 +204,43 @@ function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean 
   return task.onlyOn !== undefined && !task.onlyOn.some((cls) => error instanceof (cls as unknown as abstract new () => unknown));
 }
 
-async function snoozeJob(rt: Runtime, held: HeldJob): Promise<void> {
+async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
   const delay = held.snoozeDelay!;
   try {
-    await sql.snooze(rt.pool, held.job.id, held.job.attempt, { delay });
-    rt.emit("job:snoozed", { ...jobEvent(rt, held), durationMs: durationOf(held), delay: String(delay) });
+    await sql.snooze(state.pool, held.job.id, held.job.attempt, { delay });
+    state.emit("job:snoozed", { ...jobEvent(state, held), durationMs: durationOf(held), delay: String(delay) });
     let ms: number | undefined;
     try {
       ms = toMilliseconds(delay);
     } catch {
       // months and years: the fallback poll finds the job
     }
-    if (ms !== undefined) rt.wakeAt(Date.now() + ms);
+    if (ms !== undefined) state.wakeAt(Date.now() + ms);
   } catch (error) {
-    if (error instanceof LeaseLostError) return leaseLost(rt, held, error.message);
-    rt.report(`snooze of job ${held.job.id}`, error);
+    if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
+    state.report(`snooze of job ${held.job.id}`, error);
   } finally {
-    release(rt, held);
+    state.held.remove(held);
   }
 }
 
-function leaseLost(rt: Runtime, held: HeldJob, reason: string): void {
-  rt.emit("job:lease-lost", { ...jobEvent(rt, held), durationMs: durationOf(held), reason });
-  release(rt, held);
-}
-
-/** This worker no longer holds the job: no more heartbeats for it. */
-export function release(rt: Runtime, held: HeldJob): void {
-  if (rt.held.get(held.job.id) === held) rt.held.delete(held.job.id);
+function leaseLost(state: WorkerState, held: HeldJob, reason: string): void {
+  state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), reason });
+  state.held.remove(held);
 }
 
 /** A handler's return value as a jsonb result; undefined when there is none to store. */
-function storable(rt: Runtime, held: HeldJob, result: unknown): unknown {
+function storable(state: WorkerState, held: HeldJob, result: unknown): unknown {
   if (result === undefined || result === null) return undefined;
   try {
     if (JSON.stringify(result) !== undefined) return result;
   } catch {
     // below
   }
-  rt.emit("log", {
+  state.emit("log", {
     level: "warn",
     message: "the handler's return value is not JSON; the job completes without a result",
-    workerId: rt.settings.workerId,
+    workerId: state.settings.workerId,
     jobId: held.job.id,
     task: held.job.task,
     attempt: held.job.attempt,

@@ -1,11 +1,11 @@
-// Graceful shutdown: SIGTERM/SIGINT handlers, releasing the buffer, and
-// handing back jobs whose handlers outlived shutdownTimeout.
+// Graceful shutdown: SIGTERM/SIGINT handlers, giving back claimed jobs that
+// had not started, and handing back jobs whose handlers outlived shutdownTimeout.
 import { constants } from "node:os";
 import * as sql from "../sql-api.ts";
 import { LeaseLostError } from "../errors.ts";
 import { errorInfo } from "./events.ts";
-import { release } from "./run-job.ts";
-import { durationOf, jobEvent, type HeldJob, type Runtime } from "./runtime.ts";
+import type { HeldJob } from "./held-jobs.ts";
+import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
 /** The reason ctx.signal aborts with when shutdownTimeout ran out. */
 export class WorkerShutdownError extends Error {
@@ -19,17 +19,17 @@ export class WorkerShutdownError extends Error {
  * First SIGTERM/SIGINT: `stop()` (stop claiming, drain). A second one exits
  * at once. Returns a function that removes the handlers.
  */
-export function installSignalHandlers(rt: Runtime, stop: () => Promise<void>, runningJobs: () => number): () => void {
+export function installSignalHandlers(state: WorkerState, stop: () => Promise<void>, runningJobs: () => number): () => void {
   let received = 0;
   const onSignal = (signal: NodeJS.Signals): void => {
     received++;
     if (received > 1) {
       process.exit(128 + (constants.signals[signal] ?? constants.signals.SIGTERM));
     }
-    rt.emit("log", {
+    state.emit("log", {
       level: "info",
-      message: `${signal}: stopping; ${runningJobs()} running jobs get ${rt.settings.shutdownTimeoutMs} ms to finish; signal again to exit now`,
-      workerId: rt.settings.workerId,
+      message: `${signal}: stopping; ${runningJobs()} running jobs get ${state.settings.shutdownTimeoutMs} ms to finish; signal again to exit now`,
+      workerId: state.settings.workerId,
     });
     void stop();
   };
@@ -45,24 +45,25 @@ export function installSignalHandlers(rt: Runtime, stop: () => Promise<void>, ru
  * Gives unstarted jobs back at once: snooze() to now returns each to
  * `scheduled`, runnable right away, without spending an attempt.
  */
-export async function releaseBuffered(rt: Runtime, buffered: readonly HeldJob[]): Promise<void> {
+export async function releaseClaimed(state: WorkerState): Promise<void> {
+  const claimed = state.held.releaseClaimed();
   await Promise.all(
-    buffered.map(async (held) => {
+    claimed.map(async (held) => {
       try {
-        await sql.snooze(rt.pool, held.job.id, held.job.attempt, { delay: 0 });
+        await sql.snooze(state.pool, held.job.id, held.job.attempt, { delay: 0 });
       } catch (error) {
         // Lost anyway, or the lease runs out and rescue() hands it back.
-        if (!(error instanceof LeaseLostError)) rt.report(`releasing unstarted job ${held.job.id}`, error);
+        if (!(error instanceof LeaseLostError)) state.report(`releasing unstarted job ${held.job.id}`, error);
       } finally {
-        release(rt, held);
+        state.held.remove(held);
       }
     }),
   );
-  if (buffered.length > 0) {
-    rt.emit("log", {
+  if (claimed.length > 0) {
+    state.emit("log", {
       level: "info",
-      message: `released ${buffered.length} claimed jobs that had not started`,
-      workerId: rt.settings.workerId,
+      message: `released ${claimed.length} claimed jobs that had not started`,
+      workerId: state.settings.workerId,
     });
   }
 }
@@ -74,10 +75,9 @@ export async function releaseBuffered(rt: Runtime, buffered: readonly HeldJob[])
  * (retryable), so it runs again elsewhere. Whatever the handler does
  * afterwards is ignored.
  */
-export async function handBack(rt: Runtime, held: HeldJob): Promise<void> {
-  held.abandoned = true;
-  held.endedAt = performance.now();
-  const reason = new WorkerShutdownError(rt.settings.shutdownTimeoutMs);
+export async function handBack(state: WorkerState, held: HeldJob): Promise<void> {
+  state.held.release(held);
+  const reason = new WorkerShutdownError(state.settings.shutdownTimeoutMs);
   held.controller.abort(reason);
   const tx = held.tx;
   if (tx !== undefined) {
@@ -86,17 +86,17 @@ export async function handBack(rt: Runtime, held: HeldJob): Promise<void> {
   }
   const info = errorInfo(reason);
   try {
-    const state = await sql.fail(rt.pool, held.job.id, held.job.attempt, info, { retryable: true });
-    const event = { ...jobEvent(rt, held), durationMs: durationOf(held), error: info };
-    if (state === "failed") rt.emit("job:failed", { ...event, permanent: false });
-    else rt.emit("job:retry", event);
+    const jobState = await sql.fail(state.pool, held.job.id, held.job.attempt, info, { retryable: true });
+    const event = { ...jobEvent(state, held), durationMs: durationOf(held), error: info };
+    if (jobState === "failed") state.emit("job:failed", { ...event, permanent: false });
+    else state.emit("job:retry", event);
   } catch (error) {
     if (error instanceof LeaseLostError) {
-      rt.emit("job:lease-lost", { ...jobEvent(rt, held), durationMs: durationOf(held), reason: error.message });
+      state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), reason: error.message });
     } else {
-      rt.report(`handing back job ${held.job.id}`, error);
+      state.report(`handing back job ${held.job.id}`, error);
     }
   } finally {
-    release(rt, held);
+    state.held.remove(held);
   }
 }

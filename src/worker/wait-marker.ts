@@ -8,7 +8,7 @@
 import pg from "pg";
 import * as sql from "../sql-api.ts";
 import { APPLICATION_NAME } from "./defaults.ts";
-import type { Runtime } from "./runtime.ts";
+import type { WorkerState } from "./worker-state.ts";
 
 export class WaitMarker {
   private client: Promise<pg.Client> | undefined;
@@ -17,7 +17,7 @@ export class WaitMarker {
   private stopped = false;
 
   constructor(
-    private readonly rt: Runtime,
+    private readonly state: WorkerState,
     private readonly connection: pg.ClientConfig,
     /** The marker was lost with its connection: claim again to set it anew. */
     private readonly lost: () => void,
@@ -36,7 +36,7 @@ export class WaitMarker {
   async wait(): Promise<boolean> {
     if (this.stopped) return false;
     const client = await this.connect();
-    this.confirmed = await sql.waitForJobs(client, this.rt.settings.queues);
+    this.confirmed = await sql.waitForJobs(client, this.state.settings.queues);
     return this.confirmed;
   }
 
@@ -44,7 +44,7 @@ export class WaitMarker {
   async stopWaiting(): Promise<void> {
     this.confirmed = false;
     if (this.client === undefined) return;
-    await sql.stopWaiting(await this.client, this.rt.settings.queues);
+    await sql.stopWaiting(await this.client, this.state.settings.queues);
   }
 
   async stop(): Promise<void> {
@@ -56,7 +56,7 @@ export class WaitMarker {
     try {
       await (await client).end();
     } catch (error) {
-      this.rt.report("closing the wait-marker connection", error);
+      this.state.report("closing the wait-marker connection", error);
     }
   }
 
@@ -67,7 +67,7 @@ export class WaitMarker {
         if (this.client === undefined || this.stopped) return;
         this.client = undefined;
         this.confirmed = false;
-        if (error !== undefined) this.rt.report("wait-marker connection", error);
+        if (error !== undefined) this.state.report("wait-marker connection", error);
         this.lost();
       };
       client.on("error", forget);

@@ -1,0 +1,217 @@
+// The jobs this worker holds a lease on, and the only module that adds them,
+// moves them from phase to phase and removes them. Every other module asks it.
+//
+// A held job is in one of four phases:
+//
+//   claimed   claim() returned it; it waits in the buffer for a free slot.
+//             Heartbeats keep its lease.
+//             -> started   a slot is free (startNext)
+//             -> released  the worker stops before it started (releaseClaimed;
+//                          the caller gives it back with snooze to now)
+//             -> removed   a heartbeat found its lease gone (fenceOut): no
+//                          attempt ran, nothing is left to record
+//   started   its handler runs (for a transactional task: on its own
+//             transaction). It holds a slot. Heartbeats keep its lease; one
+//             that finds the lease gone sets `fencedOut` and aborts ctx.signal.
+//             -> finished  the handler is over (finish); a transactional task
+//                          gets here before its complete() commits, so a
+//                          heartbeat that sees the commit is not a loss
+//             -> released  shutdownTimeout ran out (release; the caller hands
+//                          it back with fail()): whatever the handler does
+//                          afterwards is ignored
+//   finished  its outcome (complete, fail, snooze) is being recorded, or
+//             waits in the Completer's batch. Heartbeats still extend its
+//             lease, but a lost lease no longer changes anything here.
+//             -> removed   the outcome is recorded, or given up on (remove)
+//   released  given back at shutdown; the snooze or fail() that gives it back
+//             is being recorded.
+//             -> removed   that call returned (remove)
+//
+// A job that is removed is no longer this worker's: no heartbeat extends its
+// lease. A slot is separate from the phase: a started job takes one, and gives
+// it back (freeSlot) once its handler and its transaction are over, which for
+// a handed-back job may be long after it was released.
+//
+// Room to claim: concurrency + prefetch places less the jobs running and
+// buffered, none while the buffer is more than half full, and never more
+// held jobs than twice those places (when recording outcomes falls behind,
+// claiming waits for it). The claim
+// loop is woken from one place, `roomGrew`, when a job gives its slot back,
+// when a claimed job leaves the buffer, or when a removal lifts the bound on
+// held jobs; a job that runs and is recorded wakes it once.
+import type pg from "pg";
+import type { Duration } from "../contract.ts";
+import { LeaseLostError } from "../errors.ts";
+import type { ClaimedJob } from "../sql-api.ts";
+import type { NormalizedTask } from "./task-config.ts";
+
+export type Phase = "claimed" | "started" | "finished" | "released";
+
+export interface HeldJob {
+  readonly job: ClaimedJob;
+  /** undefined: this worker does not know the task. */
+  readonly task: NormalizedTask | undefined;
+  /** Written by HeldJobs only. */
+  phase: Phase;
+  readonly controller: AbortController;
+  /**
+   * A heartbeat found the job no longer held by this attempt (rescued,
+   * cancelled, taken by a newer attempt): its result is discarded. Not the
+   * SQL column `lease_lost`, which says the *previous* attempt lost its lease
+   * (ClaimedJob.reclaimed, ctx.job.reclaimed).
+   */
+  fencedOut: boolean;
+  /** performance.now() when the attempt started (or was claimed), and when its handler was over or it was released. */
+  startedAt: number;
+  endedAt: number | undefined;
+  /** Set by ctx.snooze(). */
+  snoozeDelay: Duration | undefined;
+  /** The job's transaction, for a transactional task. */
+  tx: pg.PoolClient | undefined;
+}
+
+/** Handed back at shutdown: whatever its handler does from now on is ignored. */
+export function isReleased(held: HeldJob): boolean {
+  return held.phase === "released";
+}
+
+export class HeldJobs {
+  private readonly byId = new Map<string, HeldJob>();
+  /** Claimed jobs, oldest first. */
+  private readonly buffer: HeldJob[] = [];
+  /** Started jobs whose handler or transaction is not over yet. */
+  private readonly slots = new Set<HeldJob>();
+  private readonly heldLimit: number;
+
+  constructor(
+    private readonly tasks: ReadonlyMap<string, NormalizedTask>,
+    private readonly limits: { readonly concurrency: number; readonly prefetch: number },
+    /** There may be room for more: start buffered jobs, let the claim loop claim. */
+    private readonly roomGrew: () => void,
+  ) {
+    this.heldLimit = 2 * (limits.concurrency + limits.prefetch);
+  }
+
+  /** Jobs whose handlers are running now. */
+  get running(): number {
+    return this.slots.size;
+  }
+
+  /** How many jobs to claim now (the worker claims none while it is not running). */
+  room(): number {
+    const { concurrency, prefetch } = this.limits;
+    if (this.buffer.length > Math.floor(prefetch / 2)) return 0;
+    const freeSlots = concurrency + prefetch - this.slots.size - this.buffer.length;
+    return Math.min(freeSlots, this.heldLimit - this.byId.size);
+  }
+
+  /** Every held job, whatever its phase. */
+  all(): IterableIterator<HeldJob> {
+    return this.byId.values();
+  }
+
+  inPhase(phase: Phase): HeldJob[] {
+    return [...this.byId.values()].filter((held) => held.phase === phase);
+  }
+
+  /** The record still holds this attempt of the job. */
+  holds(held: HeldJob): boolean {
+    return this.byId.get(held.job.id) === held;
+  }
+
+  /** -> claimed, in the buffer. */
+  claimed(jobs: readonly ClaimedJob[]): void {
+    for (const job of jobs) {
+      const held: HeldJob = {
+        job,
+        task: this.tasks.get(job.task),
+        phase: "claimed",
+        controller: new AbortController(),
+        fencedOut: false,
+        startedAt: performance.now(),
+        endedAt: undefined,
+        snoozeDelay: undefined,
+        tx: undefined,
+      };
+      this.byId.set(job.id, held);
+      this.buffer.push(held);
+    }
+  }
+
+  /** claimed -> started for the oldest buffered job, when a slot is free; it takes the slot. */
+  startNext(): HeldJob | undefined {
+    if (this.slots.size >= this.limits.concurrency) return undefined;
+    const held = this.buffer.shift();
+    if (held === undefined) return undefined;
+    this.move(held, "started");
+    held.startedAt = performance.now();
+    this.slots.add(held);
+    return held;
+  }
+
+  /** started -> finished: the handler is over. A released job stays released. */
+  finish(held: HeldJob): void {
+    if (held.phase === "started") this.move(held, "finished");
+  }
+
+  /** Its handler and transaction are over: the slot goes to the next job. Once per job; later calls do nothing. */
+  freeSlot(held: HeldJob): void {
+    if (!this.slots.delete(held)) return;
+    held.endedAt ??= performance.now();
+    this.roomGrew();
+  }
+
+  /** -> released: every claimed job (they leave the buffer), for the caller to give back. */
+  releaseClaimed(): HeldJob[] {
+    const claimed = this.buffer.splice(0);
+    for (const held of claimed) this.move(held, "released");
+    return claimed;
+  }
+
+  /** started -> released: handed back at shutdown. */
+  release(held: HeldJob): void {
+    this.move(held, "released");
+    held.endedAt = performance.now();
+  }
+
+  /**
+   * A heartbeat found the lease gone: marks the job fenced out and aborts its
+   * signal; returns the phase it was lost in. Undefined when that changes
+   * nothing (already fenced out, removed, or finished or released: their
+   * calls report a lost lease themselves). A claimed job is removed at once
+   * (no attempt ran): the caller reports it; a started one's runner does.
+   */
+  fenceOut(held: HeldJob): "claimed" | "started" | undefined {
+    const phase = held.phase;
+    if (held.fencedOut || !this.holds(held) || (phase !== "claimed" && phase !== "started")) return undefined;
+    held.fencedOut = true;
+    held.controller.abort(new LeaseLostError(`lease lost: attempt ${held.job.attempt} no longer holds job ${held.job.id}`));
+    if (phase === "claimed") this.remove(held);
+    return phase;
+  }
+
+  /** No longer this worker's: its outcome is recorded (or given up on), or it was lost. Idempotent. */
+  remove(held: HeldJob): void {
+    if (!this.holds(held)) return;
+    const atLimit = this.byId.size >= this.heldLimit;
+    this.byId.delete(held.job.id);
+    const i = this.buffer.indexOf(held);
+    if (i >= 0) this.buffer.splice(i, 1);
+    if (i >= 0 || atLimit) this.roomGrew();
+  }
+
+  /** The one place a phase changes. */
+  private move(held: HeldJob, to: Phase): void {
+    if (!ALLOWED[held.phase].includes(to)) {
+      throw new Error(`job ${held.job.id}: a held job cannot go from ${held.phase} to ${to}`);
+    }
+    held.phase = to;
+  }
+}
+
+const ALLOWED: Readonly<Record<Phase, readonly Phase[]>> = {
+  claimed: ["started", "released"],
+  started: ["finished", "released"],
+  finished: [],
+  released: [],
+};

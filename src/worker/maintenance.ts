@@ -1,0 +1,41 @@
+// What every background maintenance service of the worker is: a runOnce()
+// that tests (and users) may call directly, plus a thin jittered timer that
+// only calls it. The SQL it calls is idempotent, so there is no leader: any
+// number of workers (or pg_cron) may run the same service.
+import type { WorkerState } from "./worker-state.ts";
+import { JitteredTimer } from "./timers.ts";
+
+export abstract class MaintenanceService {
+  private readonly timer: JitteredTimer;
+
+  constructor(
+    protected readonly state: WorkerState,
+    /** Names the call in worker:error. */
+    private readonly call: string,
+    intervalMs: number,
+  ) {
+    this.timer = new JitteredTimer(intervalMs, () => this.runOnce());
+  }
+
+  /** Starts the timer; the first run comes after `firstDelayMs` (default: a jittered interval). */
+  start(firstDelayMs?: number): void {
+    this.timer.start(firstDelayMs);
+  }
+
+  /** Stops the timer and waits for a run in progress. */
+  stop(): Promise<void> {
+    return this.timer.stop();
+  }
+
+  /** Runs the SQL call once; returns how many rows it changed (0 when the call failed, reported as worker:error). */
+  async runOnce(): Promise<number> {
+    try {
+      return await this.runSql();
+    } catch (error) {
+      this.state.report(this.call, error);
+      return 0;
+    }
+  }
+
+  protected abstract runSql(): Promise<number>;
+}

@@ -1,0 +1,50 @@
+// WorkerState: what the worker's modules share — the pool, settings, tasks,
+// the jobs this worker holds, and event emission. Created once by
+// createWorker(); only `held` changes, and only through HeldJobs.
+import type { EventEmitter } from "node:events";
+import type pg from "pg";
+import { asError, type JobEvent, type WorkerEvents } from "./events.ts";
+import type { HeldJob, HeldJobs } from "./held-jobs.ts";
+import type { Settings } from "./settings.ts";
+import type { NormalizedTask } from "./task-config.ts";
+
+export interface WorkerState {
+  readonly pool: pg.Pool;
+  readonly settings: Settings;
+  readonly tasks: ReadonlyMap<string, NormalizedTask>;
+  /** Every job this worker holds a lease on. */
+  readonly held: HeldJobs;
+  emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void;
+  /** worker:error for a failure outside a job. */
+  report(during: string, error: unknown): void;
+  /** Wake the claim loop early at this time (a retry or snooze this worker scheduled). */
+  wakeAt(at: number): void;
+}
+
+export function jobEvent(state: WorkerState, held: HeldJob): JobEvent {
+  return {
+    jobId: held.job.id,
+    task: held.job.task,
+    queue: held.job.queue,
+    attempt: held.job.attempt,
+    workerId: state.settings.workerId,
+  };
+}
+
+export function durationOf(held: HeldJob): number {
+  return Math.round(((held.endedAt ?? performance.now()) - held.startedAt) * 1000) / 1000;
+}
+
+/** Emits an event; a listener that throws becomes a worker:error, never a failure of the job. */
+export function safeEmit<Events extends Record<string, unknown[]>, K extends keyof Events & string>(
+  emitter: EventEmitter<Events>,
+  event: K,
+  args: Events[K],
+  onThrow: (error: Error) => void,
+): void {
+  try {
+    (emitter.emit as (event: K, ...args: Events[K]) => boolean)(event, ...args);
+  } catch (error) {
+    onThrow(asError(error));
+  }
+}
