@@ -86,10 +86,10 @@ export async function handBack(rt: Runtime, held: HeldJob): Promise<void> {
   }
   const info = errorInfo(reason);
   try {
-    const state = await sql.fail(rt.pool, held.job.id, held.job.attempt, info, { retryable: true });
+    const { state, runAt } = await sql.fail(rt.pool, held.job.id, held.job.attempt, info, { retryable: true });
     const event = { ...jobEvent(rt, held), durationMs: durationOf(held), error: info };
     if (state === "failed") rt.emit("job:failed", { ...event, permanent: false });
-    else rt.emit("job:retry", event);
+    else rt.emit("job:retry", { ...event, retryAt: runAt });
   } catch (error) {
     if (error instanceof LeaseLostError) {
       rt.emit("job:lease-lost", { ...jobEvent(rt, held), durationMs: durationOf(held), reason: error.message });
