@@ -172,14 +172,8 @@ export interface FailArgs {
 }
 
 /** idemq.fail(...); returns the job's new state. */
-export async function fail(
-  db: Queryable,
-  id: string,
-  attempt: number,
-  error: unknown = { class: "Boom", message: "boom" },
-  args: FailArgs = {},
-): Promise<string> {
-  return (await failRow(db, id, attempt, error, args)).state;
+export async function fail(...call: Parameters<typeof failRow>): Promise<string> {
+  return (await failRow(...call)).state;
 }
 
 /** idemq.fail(...)'s row: the new state and the retry's run_at as text, to the microsecond (null when the job failed). */
