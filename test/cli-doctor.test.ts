@@ -4,6 +4,7 @@
 // (test/retry-horizon.test.ts).
 import { afterAll, describe, expect, it } from "vitest";
 import { EXIT } from "../src/cli/exit-codes.ts";
+import { migrate } from "../src/migrate.ts";
 import { runCli } from "./helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 import { enqueue, enqueueMany, jobIn, unique } from "./helpers/jobs.ts";
@@ -59,6 +60,19 @@ describe("idemq doctor", () => {
       "ok transactions",
     ]);
     expect(lines.at(-1)).toBe("Healthy.");
+  });
+
+  it("a schema from before retry_horizon() (0003) is a problem with the migration pending; keys is skipped, leases and bloat still run", async () => {
+    const db = await database({ empty: true });
+    const before = MIGRATION_NAMES.indexOf("0003_one_backoff_model");
+    expect(before).toBeGreaterThan(0);
+    expect(await migrate({ connectionString: db.url, count: before })).toEqual(MIGRATION_NAMES.slice(0, before));
+    const { code, checks } = await doctor(db);
+    expect(code).toBe(EXIT.DOCTOR_PROBLEMS);
+    expect(checks.schema).toMatchObject({ status: "problem", pending: MIGRATION_NAMES.slice(before) });
+    expect(checks.keys).toMatchObject({ status: "skipped", message: expect.stringContaining("retry_horizon") });
+    expect(checks.leases!.status).toBe("ok");
+    expect(checks.bloat!.status).toBe("ok");
   });
 
   it("a database without the idemq schema is a problem (exit 8), naming `idemq migrate`; the checks needing it are skipped", async () => {

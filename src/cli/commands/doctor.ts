@@ -47,7 +47,7 @@ const MIN_SERVER_VERSION = 150000;
 const STUCK_LEASE = "1 minute";
 /** Bloat: dead rows above this count and above the live rows. */
 const MIN_DEAD_ROWS = 1000;
-/** idemq.retry_horizon's cap (36500 days), reported as "over 100 years"; test/cli-doctor.test.ts holds it equal to SQL's. */
+/** idemq.retry_horizon's cap (36500 days), reported as "over 100 years"; test/retry-horizon.test.ts holds it equal to SQL's. */
 export const HORIZON_CAP_SECONDS = 36500 * 86400;
 
 export function registerDoctorCommand(program: Command): void {
@@ -97,9 +97,10 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
     const findings: Finding[] = [await checkServer(client)];
     const schema = await checkSchema(db.url);
     findings.push(schema);
-    const installed = await runQuery<{ installed: boolean }>(
+    const installed = await runQuery<{ installed: boolean; horizon: boolean }>(
       client,
-      "SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed",
+      `SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed,
+              to_regprocedure('idemq.retry_horizon(jsonb, int, int)') IS NOT NULL AS horizon`,
       [],
     );
     if (!installed[0]?.installed) {
@@ -107,7 +108,12 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
         findings.push({ check, status: "skipped", message: "needs the idemq schema (see schema)" });
       }
     } else {
-      findings.push(await checkKeys(client, options.keyRetention));
+      // A schema from before 0003_one_backoff_model has no retry_horizon(): the other checks still run.
+      findings.push(
+        installed[0].horizon
+          ? await checkKeys(client, options.keyRetention)
+          : { check: "keys", status: "skipped", message: "needs idemq.retry_horizon(), added by migration 0003 (see schema)" },
+      );
       findings.push(await checkLeases(client));
       findings.push(await checkBloat(client));
     }
