@@ -40,9 +40,11 @@ FROM idemq.enqueue(task => 'charge_card', payload => '{"order_id": 42, "amount":
 SELECT id AS charge_id, attempt AS charge_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 -- retry_at => now() retries at once; leave it out to wait for the backoff (5 seconds here).
-SELECT idemq.fail(job_id => :charge_id, attempt => :charge_attempt,
-                  error => '{"class": "CardDeclined", "message": "try again"}',
-                  retryable => true, retry_at => now()) AS state_after_failure;
+-- fail() returns the new state and the run_at it chose (NULL when the job failed for good).
+SELECT state AS state_after_failure
+FROM idemq.fail(job_id => :charge_id, attempt => :charge_attempt,
+                error => '{"class": "CardDeclined", "message": "try again"}',
+                retryable => true, retry_at => now());
 SELECT id AS charge_id, attempt AS charge_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 \echo 'claimed again: attempt' :charge_attempt

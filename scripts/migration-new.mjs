@@ -28,11 +28,25 @@ const DOWN_SECTION = /^\s*--[\s-]*down\s+migration/im;
 
 /**
  * Creation order: private helpers, then the state sets, which other functions
- * use in DEFAULT expressions (checked at CREATE time), then the rest.
+ * use in DEFAULT expressions (checked at CREATE time), then the rest. Among
+ * the helpers, one that another helper in `names` calls comes first (given
+ * their texts): a SQL-language body is checked at CREATE time too.
  */
-export function creationOrder(names) {
+export function creationOrder(names, texts = new Map()) {
   const rank = (n) => (n.startsWith("_") ? 0 : n.endsWith("_states") ? 1 : 2);
-  return [...names].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  const helpers = new Set(names.filter((n) => n.startsWith("_")));
+  const depths = new Map();
+  const depth = (n, path = new Set()) => {
+    if (depths.has(n)) return depths.get(n);
+    if (path.has(n)) return 0; // a cycle: plpgsql bodies only, which CREATE does not check
+    path.add(n);
+    const called = [...(texts.get(n) ?? "").matchAll(/idemq\.(_\w+)\(/g)].map((m) => m[1]);
+    const d = Math.max(0, ...called.filter((c) => c !== n && helpers.has(c)).map((c) => 1 + depth(c, path)));
+    depths.set(n, d);
+    return d;
+  };
+  const level = (n) => (helpers.has(n) ? depth(n) : 0);
+  return [...names].sort((a, b) => rank(a) - rank(b) || level(a) - level(b) || a.localeCompare(b));
 }
 
 /** sql/functions/*.sql as a Map name -> text, each text without trailing whitespace (as migrations embed it). */
@@ -101,8 +115,8 @@ export function signature(text) {
 
 /** The text of migration `name` carrying `diff` (see changes()). */
 export function renderMigration(name, diff, state, from, files) {
-  const up = creationOrder([...diff.created, ...diff.changed]);
-  const down = creationOrder([...diff.changed, ...diff.removed]);
+  const up = creationOrder([...diff.created, ...diff.changed], files);
+  const down = creationOrder([...diff.changed, ...diff.removed], state);
   // CREATE OR REPLACE cannot change argument types or names or the return type
   // (and would add an overload for new argument types): drop the old one first.
   // A dependent (a DEFAULT, a SQL-standard body, a trigger) makes the DROP fail
@@ -111,7 +125,7 @@ export function renderMigration(name, diff, state, from, files) {
   const redefine = (n) => (resigned.has(n) ? [`-- The signature changed: CREATE OR REPLACE cannot change it.`, `DROP FUNCTION idemq.${n};`] : []);
   const revoke = (names) => names.filter((n) => n.startsWith("_")).map((n) => `REVOKE EXECUTE ON FUNCTION idemq.${n} FROM PUBLIC;`);
   // Dependents before what they use.
-  const drops = (names) => creationOrder(names).reverse();
+  const drops = (names, texts) => creationOrder(names, texts).reverse();
   const lines = [
     `-- Migration ${name}: TODO one line saying what changes and why.`,
     "-- Written by `npm run migration:new`; the function texts below are copies of",
@@ -128,12 +142,12 @@ export function renderMigration(name, diff, state, from, files) {
     "",
   ];
   for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
-  for (const n of drops(diff.removed)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
+  for (const n of drops(diff.removed, state)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
   const upRevokes = revoke([...diff.created, ...resigned]);
   if (upRevokes.length > 0) lines.push("-- Private helpers are for the public functions only.", ...upRevokes, "");
   lines.push("-- Down Migration", "");
   for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
-  for (const n of drops(diff.created)) lines.push(`DROP FUNCTION idemq.${n};`);
+  for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
   const downRevokes = revoke([...diff.removed, ...resigned]);
   if (downRevokes.length > 0) lines.push(...downRevokes);
   if (diff.created.length + downRevokes.length > 0) lines.push("");

@@ -56,9 +56,10 @@ export function parseHeader(fileName, text) {
 const indentOf = (line) => line.length - line.trimStart().length;
 
 /**
- * Turns comment lines into Markdown: paragraphs (lines joined) and bullet
- * lists ("* " items with their continuation lines); a block laid out by
- * indentation (a table of values, say) stays as written, in a text block.
+ * Turns comment lines into Markdown: paragraphs (lines joined), bullet lists
+ * ("* " or "- " items with their continuation lines) and Markdown tables
+ * ("|" rows, kept as written); a block laid out by indentation stays as
+ * written, in a text block.
  */
 export function toMarkdown(lines) {
   const body = lines.filter((l, i, all) => l.trim() !== "" || (i > 0 && i < all.length - 1));
@@ -73,7 +74,13 @@ export function toMarkdown(lines) {
     const n = indentOf(line) - base;
     if (text === "") {
       current = undefined;
-    } else if (text.startsWith("* ")) {
+    } else if (text.startsWith("|")) {
+      if (current?.kind !== "table") {
+        current = { kind: "table", rows: [] };
+        blocks.push(current);
+      }
+      current.rows.push(text);
+    } else if (text.startsWith("* ") || text.startsWith("- ")) {
       current = { kind: "bullet", indent: n, text: text.slice(2) };
       blocks.push(current);
     } else if (current?.kind === "bullet" && n > current.indent) {
@@ -95,9 +102,10 @@ export function toMarkdown(lines) {
     if (b.kind === "bullet") out.push(`- ${b.text}`);
     else {
       if (i > 0) out.push("");
-      out.push(b.text);
+      out.push(...(b.kind === "table" ? b.rows : [b.text]));
     }
-    if (b.kind === "bullet" && blocks[i + 1]?.kind === "para") out.push("");
+    // A list or table ends with a blank line before whatever follows it.
+    if (b.kind !== "para" && blocks[i + 1] !== undefined && blocks[i + 1].kind !== "bullet") out.push("");
   });
   return out.join("\n");
 }
@@ -112,7 +120,7 @@ function renderFunction(f) {
     const title = `**${s.label}${s.qualifier ? ` ${s.qualifier}` : ""}:**`;
     let text = toMarkdown(s.lines);
     if (s.label === "Tests") text = text.replace(/test\/[\w./-]+\.test\.ts/g, (t) => `[${t}](../${t})`);
-    if (text.startsWith("```") || text.startsWith("- ")) parts.push(title, "", text, "");
+    if (text.startsWith("```") || text.startsWith("- ") || text.startsWith("|")) parts.push(title, "", text, "");
     else parts.push(`${title} ${text}`, "");
   }
   return parts.join("\n");

@@ -230,6 +230,13 @@ export function toMilliseconds(duration: Duration): number {
 export const BACKOFF_KINDS = ["polynomial", "exponential", "fixed"] as const;
 export type BackoffKind = (typeof BACKOFF_KINDS)[number];
 
+/** The fields each backoff kind takes (_backoff_problem's lists; test/contract.test.ts holds them equal). */
+export const BACKOFF_FIELDS = {
+  polynomial: ["kind"],
+  exponential: ["kind", "initial", "factor", "max", "jitter"],
+  fixed: ["kind", "delays"],
+} as const satisfies Record<BackoffKind, readonly string[]>;
+
 /** The retry schedule of a job (`backoff` jsonb); leave it out for the SQL default. */
 export type Backoff =
   | { kind: "polynomial" }

@@ -77,6 +77,7 @@ export const SQL_FUNCTIONS = {
   purge: ["older_than", "states"],
   prune_keys: ["older_than"],
   stats: [],
+  retry_horizon: ["backoff", "counted_attempts", "max_attempts"],
   wait_for_jobs: ["queues"],
   stop_waiting: ["queues"],
 } as const satisfies Record<string, readonly string[]>;
@@ -444,15 +445,21 @@ export interface FailOptions {
   maxAttempts?: number;
 }
 
-/** Records a failed attempt; returns the job's new state (`scheduled` or `failed`). */
-export function fail(
+/** What fail() decided: the job's new state, and when its retry runs (null when it failed). */
+export type FailOutcome =
+  /** runAt: the run_at fail() stored for the retry, on the database clock. */
+  | { state: "scheduled"; runAt: Date }
+  | { state: "failed"; runAt: null };
+
+/** Records a failed attempt; returns the job's new state and, for a retry, the run_at SQL chose. */
+export async function fail(
   db: Queryable,
   jobId: JobIdInput,
   attempt: number,
   error: unknown,
   opts: FailOptions = {},
-): Promise<JobState> {
-  return scalar(db, "fail", {
+): Promise<FailOutcome> {
+  const rows = await call<"fail", { state: FailOutcome["state"]; run_at: Date | null }>(db, "fail", {
     job_id: toJobId(jobId),
     attempt: integer(attempt, "attempt"),
     error: jsonb(error, "error") ?? null,
@@ -461,6 +468,8 @@ export function fail(
     backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
     max_attempts: opts.maxAttempts === undefined ? undefined : integer(opts.maxAttempts, "maxAttempts"),
   });
+  const { state, run_at: runAt } = rows[0]!;
+  return state === "failed" ? { state, runAt: null } : { state, runAt: runAt! };
 }
 
 /** Extends the leases still held; returns their job ids (a missing id was lost). */

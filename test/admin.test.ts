@@ -219,7 +219,7 @@ describe("retry", () => {
       expect(rows).toEqual([{ attempt: 2 }]);
       expect(await facts(c, id)).toMatchObject({ attempt: 2, uncounted: 1, max_attempts: 1, state: "processing" });
       const failed = await c.query(
-        `SELECT idemq.fail(job_id => $1, attempt => 2, error => '{"class": "Again", "message": "again"}')::text AS s`,
+        `SELECT f.state::text AS s FROM idemq.fail(job_id => $1, attempt => 2, error => '{"class": "Again", "message": "again"}') f`,
         [id],
       );
       expect(failed.rows[0].s).toBe("failed");

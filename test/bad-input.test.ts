@@ -180,6 +180,10 @@ const CASES: Case[] = [
   }),
   c("prune_keys", "NULL older_than", "SELECT idemq.prune_keys(older_than => NULL)", "22004"),
   c("prune_keys", "negative older_than", "SELECT idemq.prune_keys(older_than => '-14 days')", "22023"),
+  // retry_horizon
+  c("retry_horizon", "NULL counted_attempts", "SELECT idemq.retry_horizon(backoff => NULL, counted_attempts => NULL, max_attempts => 3)", "22004"),
+  c("retry_horizon", "NULL max_attempts", "SELECT idemq.retry_horizon(backoff => NULL, counted_attempts => 1, max_attempts => NULL)", "22004"),
+  c("retry_horizon", "backoff of an unknown kind", `SELECT idemq.retry_horizon(backoff => '{"kind": "linear"}', counted_attempts => 1, max_attempts => 3)`, "22023"),
 ];
 
 const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies"];

@@ -145,7 +145,7 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
       const child = await enqueue(c, { task: "child", after: [parent.job_id] });
       const attempt = await claimJob(c, parent.job_id);
       const { rows } = await c.query<{ state: string }>(
-        "SELECT idemq.fail($1, $2, '\"flaky\"', retry_at => now()) AS state",
+        "SELECT f.state FROM idemq.fail($1, $2, '\"flaky\"', retry_at => now()) f",
         [parent.job_id, attempt],
       );
       expect(rows[0]!.state).toBe("scheduled");

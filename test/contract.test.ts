@@ -11,7 +11,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ACTIVE_STATES, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_STATES } from "../src/contract.ts";
+import { ACTIVE_STATES, BACKOFF_FIELDS, BACKOFF_KINDS, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_STATES } from "../src/contract.ts";
 import { BadArgumentError, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../src/errors.ts";
 import { SQL_FUNCTIONS } from "../src/sql-api.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
@@ -68,6 +68,18 @@ describe("TypeScript constants equal the catalog", () => {
     expect(await list("enum_range(NULL::idemq.duplicate_policy)")).toEqual([...DUPLICATE_POLICIES]);
     const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.enqueue'::regproc) AS args");
     expect(rows[0].args).toContain(`duplicate_policy idemq.duplicate_policy DEFAULT '${DUPLICATE_POLICIES[0]}'`);
+  });
+
+  it("BACKOFF_KINDS and BACKOFF_FIELDS equal the kinds and fields idemq._backoff_problem accepts", async () => {
+    // _backoff_problem names the fields of a kind when it refuses another one.
+    const { rows } = await db.pool.query<{ kind: string; problem: string | null }>(
+      `SELECT k AS kind, idemq._backoff_problem(jsonb_build_object('kind', k, 'no_such_field', 1)) AS problem
+       FROM unnest($1::text[]) k`,
+      [[...BACKOFF_KINDS, "linear"]],
+    );
+    const fields = Object.fromEntries(rows.map((r) => [r.kind, /\(fields: ([^)]*)\)/.exec(r.problem ?? "")?.[1]?.split(", ") ?? null]));
+    expect(fields).toEqual({ ...BACKOFF_FIELDS, linear: null });
+    expect(rows.find((r) => r.kind === "linear")!.problem).toMatch(/^backoff kind must be "polynomial", "exponential" or "fixed"/);
   });
 });
 

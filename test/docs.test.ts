@@ -36,6 +36,16 @@ describe("docs/sql-api.md", () => {
     expect(doc.indexOf("## Public functions")).toBeLessThan(doc.indexOf("## Private helpers"));
   });
 
+  it("keeps a Markdown table in a header as written: the duplicate-policy matrix, row by row, as in docs/design.md", () => {
+    const doc = readFileSync(join(ROOT, "docs", "sql-api.md"), "utf8");
+    const design = readFileSync(join(ROOT, "docs", "design.md"), "utf8");
+    const matrix = (text: string) => text.split("\n").filter((l) => /^\| (policy|`(allow|reject)_\w+`)/.test(l) || l === "|---|---|---|---|");
+    const rows = matrix(doc.slice(doc.indexOf("### idemq._policy_rejects")));
+    expect(rows).toHaveLength(6);
+    expect(rows).toEqual(matrix(design));
+    expect(doc).toContain("\n\n| policy | succeeded | failed | expired / cancelled |\n|---|---|---|---|\n");
+  });
+
   it("gives each function its Guarantees, Concurrency, Errors and Tests", () => {
     const doc = readFileSync(join(ROOT, "docs", "sql-api.md"), "utf8");
     const sections = doc.split(/^### /m).slice(1);

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
 import { Listener, unique } from "./helpers/jobs.ts";
-import { claimOne, enqueue, fail, jobRow, makeDue, sql, underSavepoint } from "./helpers/work.ts";
+import { claimOne, enqueue, fail, failRow, jobRow, makeDue, sql, underSavepoint } from "./helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -30,6 +30,37 @@ describe("fail", () => {
         lease_expires_at: null,
         finished_at: null,
       });
+    });
+  });
+
+  it("returns the run_at it stored: the backoff's, retry_at's, a task backoff's; NULL when the job fails", async () => {
+    await inRollback(db.pool, async (c) => {
+      const storedRunAt = async (id: string) =>
+        (await c.query<{ run_at: string }>("SELECT run_at::text AS run_at FROM idemq.jobs WHERE id = $1", [id])).rows[0]!.run_at;
+      const id = await enqueue(c, { backoff: FIXED, max_attempts: 4 });
+      await claimOne(c);
+      const byBackoff = await failRow(c, id, 1);
+      expect(byBackoff.state).toBe("scheduled");
+      expect(byBackoff.run_at).toEqual(await storedRunAt(id));
+      expect((await jobRow(c, id)).run_in).toBe(2);
+
+      await makeDue(c, id);
+      await claimOne(c);
+      const byRetryAt = await failRow(c, id, 2, "later", { retry_at: sql("now() + interval '1 hour'") });
+      expect(byRetryAt).toEqual({ state: "scheduled", run_at: await storedRunAt(id) });
+      expect((await jobRow(c, id)).run_in).toBe(3600);
+
+      await makeDue(c, id);
+      await claimOne(c);
+      // The polynomial default is random: the returned run_at is the one drawn.
+      const byTaskBackoff = await failRow(c, id, 3, "again", { backoff: { kind: "polynomial" } });
+      expect(byTaskBackoff).toEqual({ state: "scheduled", run_at: await storedRunAt(id) });
+
+      await makeDue(c, id);
+      await claimOne(c);
+      const before = await storedRunAt(id);
+      expect(await failRow(c, id, 4)).toEqual({ state: "failed", run_at: null });
+      expect(await storedRunAt(id)).toEqual(before);
     });
   });
 

@@ -137,7 +137,7 @@ describe("a database at 0001 with jobs in every state, upgraded to the latest ve
     ]);
     expect(
       (
-        await pool.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "OldError", "message": "last"}') AS s`, [
+        await pool.query(`SELECT f.state AS s FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "OldError", "message": "last"}') f`, [
           zoo.lastAttempt.id,
           zoo.lastAttempt.attempt,
         ])

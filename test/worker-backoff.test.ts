@@ -1,10 +1,11 @@
-// A task's own backoff is computed by the worker (src/worker/backoff.ts) and
-// passed to fail() as retry_at. It must agree with idemq._backoff_delay, the
-// schedule of jobs without a task backoff, and accept exactly what
-// idemq._backoff_problem accepts. Compared here against the SQL itself.
+// A task's own backoff is checked by the worker when it is configured
+// (src/worker/backoff.ts) and applied by fail() in SQL: idemq._backoff_delay
+// is the one backoff model. Here: _backoff_delay's delays for the shapes tasks
+// use, its random range (through `draw`), and that the worker accepts exactly
+// what idemq._backoff_problem accepts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { toBackoffJson, type Backoff } from "../src/contract.ts";
-import { backoffDelayMs, toBackoffSchedule } from "../src/worker/backoff.ts";
+import { toBackoffJson, toMilliseconds, type Backoff } from "../src/contract.ts";
+import { checkBackoff } from "../src/worker/backoff.ts";
 import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
 
 let db: TestDatabase;
@@ -17,70 +18,68 @@ afterAll(async () => {
 });
 
 /** _backoff_delay in milliseconds (private: EXECUTE is revoked from PUBLIC; the test user may call it). */
-async function sqlDelayMs(backoff: Backoff, attempt: number): Promise<number> {
+async function sqlDelayMs(backoff: Backoff, attempt: number, draw?: number): Promise<number> {
   const { rows } = await db.pool.query<{ s: number }>(
-    "SELECT extract(epoch FROM idemq._backoff_delay($1::jsonb, $2))::float8 AS s",
-    [JSON.stringify(toBackoffJson(backoff)), attempt],
+    "SELECT extract(epoch FROM idemq._backoff_delay($1::jsonb, $2, draw => $3))::float8 AS s",
+    [JSON.stringify(toBackoffJson(backoff)), attempt, draw ?? null],
   );
   return rows[0]!.s * 1000;
 }
 
 const ATTEMPTS = Array.from({ length: 12 }, (_, i) => i + 1);
+const ms = (d: string | number) => toMilliseconds(d);
 
-describe("without jitter the worker's delays equal _backoff_delay's", () => {
-  const cases: [string, Backoff][] = [
-    ["fixed, the last delay repeating", { kind: "fixed", delays: ["2s", "5s", "10s"] }],
-    ["fixed, one short delay", { kind: "fixed", delays: ["100ms"] }],
-    ["fixed, mixed units", { kind: "fixed", delays: ["1 minute 30 seconds", 250, "0s"] }],
-    ["exponential, default factor, no max", { kind: "exponential", initial: "2s" }],
-    ["exponential, factor 3, max 1 minute", { kind: "exponential", initial: "500ms", factor: 3, max: "1 minute" }],
-    ["exponential, factor 1.5, max 10 s", { kind: "exponential", initial: 1000, factor: 1.5, max: "10s" }],
-    ["exponential, factor 1", { kind: "exponential", initial: "7s", factor: 1 }],
+describe("without jitter _backoff_delay gives each kind's delays", () => {
+  // The expected delay, as the design states it: fixed delays[a] (the last
+  // repeating); exponential initial * factor^(a-1), capped at max.
+  const cases: [string, Backoff, (a: number) => number][] = [
+    ["fixed, the last delay repeating", { kind: "fixed", delays: ["2s", "5s", "10s"] }, (a) => [2000, 5000, 10_000][Math.min(a, 3) - 1]!],
+    ["fixed, one short delay", { kind: "fixed", delays: ["100ms"] }, () => 100],
+    ["fixed, mixed units", { kind: "fixed", delays: ["1 minute 30 seconds", 250, "0s"] }, (a) => [90_000, 250, 0][Math.min(a, 3) - 1]!],
+    ["exponential, default factor, no max", { kind: "exponential", initial: "2s" }, (a) => 2000 * 2 ** (a - 1)],
+    ["exponential, factor 3, max 1 minute", { kind: "exponential", initial: "500ms", factor: 3, max: "1 minute" }, (a) => Math.min(500 * 3 ** (a - 1), ms("1 minute"))],
+    ["exponential, factor 1.5, max 10 s", { kind: "exponential", initial: 1000, factor: 1.5, max: "10s" }, (a) => Math.min(1000 * 1.5 ** (a - 1), 10_000)],
+    ["exponential, factor 1", { kind: "exponential", initial: "7s", factor: 1 }, () => 7000],
   ];
-  for (const [name, backoff] of cases) {
+  for (const [name, backoff, expected] of cases) {
     it(name, async () => {
-      const schedule = toBackoffSchedule(backoff, "test");
       for (const attempt of ATTEMPTS) {
-        expect(backoffDelayMs(schedule, attempt), `attempt ${attempt}`).toBeCloseTo(await sqlDelayMs(backoff, attempt), 3);
+        expect(await sqlDelayMs(backoff, attempt), `attempt ${attempt}`).toBeCloseTo(expected(attempt), 3);
       }
     });
   }
 
-  it("exponential without max: both cap at 1e9 seconds", async () => {
+  it("exponential without max: capped at 1e9 seconds", async () => {
     const backoff: Backoff = { kind: "exponential", initial: "1 hour", factor: 10 };
-    const ms = backoffDelayMs(toBackoffSchedule(backoff, "test"), 20);
-    expect(ms).toBe(1e12);
-    expect(await sqlDelayMs(backoff, 20)).toBeCloseTo(ms, 0);
+    expect(await sqlDelayMs(backoff, 20)).toBe(1e12);
   });
 });
 
-describe("with randomness, the worker's range is _backoff_delay's", () => {
-  it("polynomial: (a-1)^4 + 15 + k*a seconds, k in 0..29; every SQL draw is a value the worker can draw", async () => {
-    const schedule = toBackoffSchedule({ kind: "polynomial" }, "test");
+describe("with randomness, draw spans _backoff_delay's range", () => {
+  it("polynomial: (a-1)^4 + 15 + k*a seconds, k in 0..29; every random delay is one of them; draw 1 gives the top", async () => {
     for (const attempt of [1, 3, 6]) {
-      const possible = new Set(Array.from({ length: 30 }, (_, k) => backoffDelayMs(schedule, attempt, () => k / 30)));
+      // draw (k + 0.5) / 30 picks k: floor(draw * 30) away from a rounding edge.
+      const possible = new Set<number>();
+      for (let k = 0; k < 30; k++) possible.add(Math.round(await sqlDelayMs({ kind: "polynomial" }, attempt, (k + 0.5) / 30)));
       expect(possible.size).toBe(30);
       expect(Math.min(...possible)).toBe(((attempt - 1) ** 4 + 15) * 1000);
       expect(Math.max(...possible)).toBe(((attempt - 1) ** 4 + 15 + 29 * attempt) * 1000);
+      expect(await sqlDelayMs({ kind: "polynomial" }, attempt, 1)).toBe(Math.max(...possible));
       for (let draw = 0; draw < 30; draw++) {
         expect(possible.has(Math.round(await sqlDelayMs({ kind: "polynomial" }, attempt)))).toBe(true);
       }
     }
   });
 
-  it("exponential with jitter 0.2: both stay within ±20% of the delay", async () => {
+  it("exponential with jitter 0.2: within ±20% of the delay, draw 0 and 1 at the ends", async () => {
     const backoff: Backoff = { kind: "exponential", initial: "10s", factor: 2, jitter: 0.2 };
-    const schedule = toBackoffSchedule(backoff, "test");
-    const low = backoffDelayMs(schedule, 3, () => 0);
-    const high = backoffDelayMs(schedule, 3, () => 1);
+    const low = await sqlDelayMs(backoff, 3, 0);
+    const high = await sqlDelayMs(backoff, 3, 1);
     expect([low, high]).toEqual([32_000, 48_000]);
     for (let draw = 0; draw < 30; draw++) {
       const sql = await sqlDelayMs(backoff, 3);
       expect(sql).toBeGreaterThanOrEqual(low);
       expect(sql).toBeLessThanOrEqual(high);
-      const ts = backoffDelayMs(schedule, 3);
-      expect(ts).toBeGreaterThanOrEqual(low);
-      expect(ts).toBeLessThanOrEqual(high);
     }
   });
 });
@@ -107,7 +106,7 @@ describe("the worker accepts what _backoff_problem accepts", () => {
         JSON.stringify(backoff),
       ]);
       expect(rows[0]!.problem === null, `SQL: ${rows[0]!.problem}`).toBe(valid);
-      const worker = () => toBackoffSchedule(backoff as Backoff, 'task "t"');
+      const worker = () => checkBackoff(backoff as Backoff, 'task "t"');
       if (valid) expect(worker).not.toThrow();
       else expect(worker).toThrow(/^task "t": /);
     });

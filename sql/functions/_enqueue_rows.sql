@@ -131,7 +131,7 @@ BEGIN
           INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
                                        backoff, expires_at)
           SELECT s.id, s.task, s.queue, s.payload,
-                 CASE WHEN s.run_at > v_now THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state,
+                 idemq._initial_state(s.run_at),
                  s.priority, s.run_at, s.max_attempts, s.backoff, s.expires_at
           FROM src s
           WHERE (SELECT c.ok FROM chk c)
@@ -178,7 +178,7 @@ BEGIN
           INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
                                        idempotency_key, backoff, expires_at)
           SELECT d.id, d.task, d.queue, d.payload,
-                 CASE WHEN d.run_at > v_now THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state,
+                 idemq._initial_state(d.run_at),
                  d.priority, d.run_at, d.max_attempts, d.key, d.backoff, d.expires_at
           FROM dec d
           WHERE d.outcome = 'created' AND (SELECT c.ok FROM chk c)
@@ -226,10 +226,8 @@ BEGIN
         format('payload must be a JSON object, not %s', e.val->'payload')
       WHEN jsonb_typeof(e.val->'queue') NOT IN ('string', 'null') OR e.val->>'queue' = '' THEN
         format('queue must be a non-empty string, not %s', e.val->'queue')
-      -- The queue name is the NOTIFY payload (limit 8000 bytes): a longer one
-      -- would make every later notify for the job fail (rescue included).
-      WHEN length(e.val->>'queue') > 1000 THEN
-        format('queue must be at most 1000 characters, not %s', length(e.val->>'queue'))
+      WHEN length(e.val->>'queue') > idemq._queue_name_limit() THEN
+        format('queue must be at most %s characters, not %s', idemq._queue_name_limit(), length(e.val->>'queue'))
       WHEN jsonb_typeof(e.val->'run_at') NOT IN ('string', 'null') THEN
         format('run_at must be a timestamp string, not %s', e.val->'run_at')
       WHEN jsonb_typeof(e.val->'expires_at') NOT IN ('string', 'null') THEN
@@ -440,8 +438,7 @@ BEGIN
          array_agg(CASE
                      WHEN d.after IS NOT NULL AND EXISTS (
                        SELECT 1 FROM unnest(d.after) a WHERE v_parents->>a::text <> 'succeeded') THEN 'awaiting'
-                     WHEN d.run_at > v_now THEN 'scheduled'
-                     ELSE 'enqueued'
+                     ELSE idemq._initial_state(d.run_at)
                    END::idemq.job_state ORDER BY d.ordinal)
   INTO e_job, e_outcome, e_existing, e_state
   FROM decided d;
@@ -466,7 +463,7 @@ BEGIN
          unnest(p.after) a
     WHERE p.outcome = 'created' AND p.state = 'awaiting' AND v_parents->>a::text <> 'succeeded'
       AND NOT EXISTS (SELECT 1 FROM unnest(p.after) b
-                      WHERE v_parents->>b::text IN ('failed', 'cancelled', 'expired'));
+                      WHERE (v_parents->>b::text)::idemq.job_state = ANY (idemq._unsuccessful_states()));
 
     UPDATE idemq.jobs AS j
     SET state = 'cancelled', finished_at = now(),
@@ -477,7 +474,7 @@ BEGIN
           FROM unnest(v_rows, e_job, e_outcome, e_state) AS p(ordinal, task, payload, payload_md5, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy, backoff, expires_at, after,
                  job_id, outcome, state),
                unnest(p.after) a
-          WHERE p.outcome = 'created' AND v_parents->>a::text IN ('failed', 'cancelled', 'expired')
+          WHERE p.outcome = 'created' AND (v_parents->>a::text)::idemq.job_state = ANY (idemq._unsuccessful_states())
           ORDER BY p.job_id, a) f
     WHERE j.id = f.job_id;
   END IF;

@@ -59,7 +59,7 @@ BEGIN
     IF NEW.state = 'succeeded' THEN
       WITH moved AS (
         UPDATE idemq.jobs AS j
-        SET state = CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'enqueued' END::idemq.job_state
+        SET state = idemq._initial_state(j.run_at)
         WHERE j.id = ANY (v_children)
           AND j.state = 'awaiting'
           AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id)

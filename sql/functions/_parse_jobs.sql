@@ -39,7 +39,7 @@ AS $$
            AND r.task <> '' AND jsonb_typeof(r.v->'task') = 'string'
            AND (r.payload IS NULL OR jsonb_typeof(r.payload) = 'object')
            AND (r.queue IS NULL OR (jsonb_typeof(r.v->'queue') = 'string'
-                                    AND r.queue <> '' AND length(r.queue) <= 1000))
+                                    AND r.queue <> '' AND length(r.queue) <= idemq._queue_name_limit()))
            AND (r.run_at IS NULL OR jsonb_typeof(r.v->'run_at') = 'string')
            AND (r.expires_at IS NULL OR jsonb_typeof(r.v->'expires_at') = 'string')
            AND (r.priority IS NULL OR jsonb_typeof(r.v->'priority') = 'number')

@@ -3,11 +3,17 @@
 -- The duplicate-policy matrix: does `policy` refuse a new job for a key whose
 -- latest job ended in `finished_state`?
 --
--- Guarantees: the one definition of the matrix in docs/design.md:
---   allow_after_failed  -> never rejects
---   reject_if_failed    -> rejects after failed
---   reject_always       -> rejects after any terminal state
---   reject_if_succeeded -> rejects after succeeded (retry after a failure, never after a success)
+-- Guarantees: the one definition of the matrix in docs/design.md, by the
+--   state the key's latest job ended in:
+--
+--   | policy | succeeded | failed | expired / cancelled |
+--   |---|---|---|---|
+--   | `allow_after_failed` (default) | new job | new job | new job |
+--   | `reject_if_failed` | new job | reject | new job |
+--   | `reject_always` | reject | reject | reject |
+--   | `reject_if_succeeded` | reject | new job | new job |
+--
+--   reject_if_succeeded retries after a failure, never after a success.
 -- Concurrency: none (immutable).
 -- Errors: none.
 -- Tests: test/enqueue-policies.test.ts

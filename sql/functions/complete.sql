@@ -25,11 +25,7 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', result = complete.result, finished_at = now(),
       lease_expires_at = NULL
-  -- Held = processing, written as the lease columns that constraint
-  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
-  -- probe the jobs_leases partial index (every job in flight) instead of the
-  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
-  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL;
+  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by);
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
   END IF;

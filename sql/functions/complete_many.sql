@@ -45,7 +45,7 @@ BEGIN
   -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
   -- a row changed concurrently (rescue, a new claim) is re-checked on its newest
   -- version and skipped if no longer held by that attempt. No row lock first:
-  -- that wrote a WAL record per job for nothing. "Held" is written as the lease
+  -- that wrote a WAL record per job for nothing. "Held" is _held(), the lease
   -- columns, not "state = 'processing'", which matches the jobs_leases partial
   -- index: the planner then scanned every job in flight once per pair.
   SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
@@ -55,7 +55,7 @@ BEGIN
   SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
   WHERE j.id = ANY (v_ids)
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
-    AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
+    AND idemq._held(j.lease_expires_at, j.locked_by)
   RETURNING j.id;
 END;
 $$;

@@ -77,7 +77,7 @@ BEGIN
   -- argument the bulk path would reject and every key already in the ledger,
   -- goes there, so errors and outcomes read the same whichever path a call takes.
   IF enqueue.after IS NULL AND coalesce(enqueue.idempotency_key <> '', true)
-     AND enqueue.task <> '' AND enqueue.queue <> '' AND length(enqueue.queue) <= 1000
+     AND enqueue.task <> '' AND enqueue.queue <> '' AND length(enqueue.queue) <= idemq._queue_name_limit()
      AND enqueue.max_attempts >= 1
      AND (enqueue.backoff IS NULL OR idemq._backoff_problem(enqueue.backoff) IS NULL) THEN
     IF enqueue.idempotency_key IS NOT NULL THEN
@@ -90,7 +90,7 @@ BEGIN
       RETURNING k.job_id INTO v_id;
     END IF;
     IF enqueue.idempotency_key IS NULL OR v_id IS NOT NULL THEN
-      v_state := CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'enqueued' END;
+      v_state := idemq._initial_state(enqueue.run_at);
       INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
                                    idempotency_key, backoff, expires_at)
       VALUES (coalesce(v_id, nextval('idemq.jobs_id_seq')), enqueue.task, enqueue.queue, enqueue.payload,

@@ -1,8 +1,10 @@
 -- idemq.fail(job_id bigint, attempt int, error jsonb, retryable boolean DEFAULT true,
 --   retry_at timestamptz DEFAULT NULL, backoff jsonb DEFAULT NULL,
---   max_attempts int DEFAULT NULL) RETURNS idemq.job_state
+--   max_attempts int DEFAULT NULL) RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 --
 -- Records a failed attempt; schedules a retry or fails the job for good.
+-- Returns one row: the job's new state and the run_at of its retry (NULL
+-- when it failed), exactly as stored.
 --
 -- Guarantees:
 --   * Appends to errors one entry: the fields of `error` (by convention
@@ -21,6 +23,8 @@
 --   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs
 --     when a listener waits (_notify_waiting).
 --   * Fenced like complete(): a stale attempt changes nothing.
+--   * The returned run_at is the one source of the retry time: a worker reports
+--     it instead of computing the backoff again.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
 --   22023 error is not a JSON object or string, a malformed backoff,
@@ -34,7 +38,7 @@ CREATE OR REPLACE FUNCTION idemq.fail(
   retry_at timestamptz DEFAULT NULL,
   backoff jsonb DEFAULT NULL,
   max_attempts int DEFAULT NULL)
-RETURNS idemq.job_state
+RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 -- The parameter named "error" (fixed by the contract) would be read as a
 -- variable in a "#variable_conflict error" line, so the setting comes from here.
@@ -75,11 +79,7 @@ BEGIN
 
   SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
   FROM idemq.jobs j
-  -- Held = processing, written as the lease columns that constraint
-  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
-  -- probe the jobs_leases partial index (every job in flight) instead of the
-  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
-  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
   FOR NO KEY UPDATE;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
@@ -105,7 +105,9 @@ BEGIN
   IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
     PERFORM idemq._notify_waiting(v_due.queue);
   END IF;
-  RETURN v_state;
+  state := v_state;
+  run_at := CASE WHEN v_state = 'scheduled' THEN v_due.run_at END;
+  RETURN NEXT;
 END;
 $$;
 

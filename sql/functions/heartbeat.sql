@@ -50,7 +50,7 @@ BEGIN
   SET lease_expires_at = now() + lease
   WHERE j.id = ANY (v_ids)
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
-    AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
+    AND idemq._held(j.lease_expires_at, j.locked_by)
   RETURNING j.id;
 END;
 $$;

@@ -33,8 +33,7 @@ BEGIN
                   ELSE 'It finished; use retry to run it again.' END;
   END IF;
   v_state := CASE WHEN v_job.state = 'awaiting' THEN 'awaiting'
-                  WHEN reschedule.run_at > now() THEN 'scheduled'
-                  ELSE 'enqueued' END;
+                  ELSE idemq._initial_state(reschedule.run_at) END;
   UPDATE idemq.jobs AS j SET run_at = reschedule.run_at, state = v_state WHERE j.id = v_job.id;
   IF v_state = 'enqueued' THEN
     PERFORM idemq._notify_waiting(v_job.queue);

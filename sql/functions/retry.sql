@@ -28,7 +28,7 @@ DECLARE
   v_holder record;
 BEGIN
   v_job := idemq._lock_job(retry.job_id, 'retry');
-  IF v_job.state NOT IN ('failed', 'cancelled', 'expired') THEN
+  IF v_job.state <> ALL (idemq._unsuccessful_states()) THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ412',
       MESSAGE = format('retry: job %s is %s; only failed, cancelled or expired jobs can be retried', v_job.id, v_job.state),
       DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,

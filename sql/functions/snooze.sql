@@ -28,11 +28,7 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL
-  -- Held = processing, written as the lease columns that constraint
-  -- jobs_lease_iff_processing ties to it: "state = 'processing'" lets the planner
-  -- probe the jobs_leases partial index (every job in flight) instead of the
-  -- primary key, a cost that grows with the jobs in flight (seen in EXPLAIN).
-  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND j.lease_expires_at IS NOT NULL AND j.locked_by IS NOT NULL
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
   RETURNING j.queue INTO v_queue;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');

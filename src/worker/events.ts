@@ -35,8 +35,8 @@ export interface LogEntry {
 export interface WorkerEvents {
   "job:start": [JobEvent & { reclaimed: boolean }];
   "job:success": [JobEndEvent];
-  /** Failed; another attempt is scheduled (at retryAt, when the task's own backoff chose it). */
-  "job:retry": [JobEndEvent & { error: ErrorInfo; retryAt?: Date }];
+  /** Failed; another attempt is scheduled at retryAt (the run_at fail() stored, database clock). */
+  "job:retry": [JobEndEvent & { error: ErrorInfo; retryAt: Date }];
   /** Failed for good: out of attempts, or a permanent error. */
   "job:failed": [JobEndEvent & { error: ErrorInfo; permanent: boolean }];
   /** A transactional task's guard key was already taken: completed without running the handler. */

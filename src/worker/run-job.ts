@@ -18,7 +18,6 @@ import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
 import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
 import * as sql from "../sql-api.ts";
-import { backoffDelayMs } from "./backoff.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo } from "./events.ts";
@@ -163,30 +162,20 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   const permanent = isPermanent(task, error);
   const retryable = !permanent;
   // fail() applies the task's maxAttempts and backoff to the counted attempts
-  // (snoozes do not count) on the database clock. retryAt is this worker's
-  // estimate, for the event and an early wake-up only: it counts snoozes, so
-  // with a growing backoff it errs late, and the fallback poll bounds that.
-  const retryAt =
-    retryable && task?.backoff !== undefined
-      ? new Date(Date.now() + backoffDelayMs(task.backoff, held.job.attempt))
-      : undefined;
+  // (snoozes do not count) on the database clock, and returns the run_at it
+  // chose: the event reports it and the claim loop wakes for it.
   const info = errorInfo(error);
   try {
-    const jobState = await sql.fail(state.pool, held.job.id, held.job.attempt, info, {
+    const { state: jobState, runAt } = await sql.fail(state.pool, held.job.id, held.job.attempt, info, {
       retryable,
-      ...(task?.backoffSpec === undefined ? {} : { backoff: task.backoffSpec }),
+      ...(task?.backoff === undefined ? {} : { backoff: task.backoff }),
       ...(task?.maxAttempts === undefined ? {} : { maxAttempts: task.maxAttempts }),
     });
     if (jobState === "failed") {
       state.emit("job:failed", { ...jobEvent(state, held), durationMs: durationOf(held), error: info, permanent });
     } else {
-      state.emit("job:retry", {
-        ...jobEvent(state, held),
-        durationMs: durationOf(held),
-        error: info,
-        ...(retryAt === undefined ? {} : { retryAt }),
-      });
-      if (retryAt !== undefined) state.wakeAt(retryAt.getTime());
+      state.emit("job:retry", { ...jobEvent(state, held), durationMs: durationOf(held), error: info, retryAt: runAt });
+      state.wakeAt(runAt.getTime());
     }
   } catch (failError) {
     if (failError instanceof LeaseLostError) return leaseLost(state, held, failError.message);

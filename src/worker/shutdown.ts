@@ -86,10 +86,10 @@ export async function handBack(state: WorkerState, held: HeldJob): Promise<void>
   }
   const info = errorInfo(reason);
   try {
-    const jobState = await sql.fail(state.pool, held.job.id, held.job.attempt, info, { retryable: true });
+    const { state: jobState, runAt } = await sql.fail(state.pool, held.job.id, held.job.attempt, info, { retryable: true });
     const event = { ...jobEvent(state, held), durationMs: durationOf(held), error: info };
     if (jobState === "failed") state.emit("job:failed", { ...event, permanent: false });
-    else state.emit("job:retry", event);
+    else state.emit("job:retry", { ...event, retryAt: runAt });
   } catch (error) {
     if (error instanceof LeaseLostError) {
       state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), reason: error.message });

@@ -3,7 +3,7 @@
 // backoff?, exceptOn?, onlyOn?, lease? }. A mistake is one WorkerConfigError
 // whose message names the task and the option.
 import { toMilliseconds, toPgInterval, type Backoff, type Duration } from "../contract.ts";
-import { toBackoffSchedule, type BackoffSchedule } from "./backoff.ts";
+import { checkBackoff } from "./backoff.ts";
 import type { ErrorClass, Payload, Tasks } from "./types.ts";
 
 /** A mistake in the worker's options or tasks (not a database error, hence no SQLSTATE). */
@@ -20,9 +20,8 @@ export interface NormalizedTask {
   transactional: boolean;
   guardKey: ((payload: Payload) => string | null | undefined) | undefined;
   maxAttempts: number | undefined;
-  backoff: BackoffSchedule | undefined;
-  /** The backoff as given, for fail() to apply on the database clock. */
-  backoffSpec: Backoff | undefined;
+  /** The task's backoff, checked; fail() applies it on the database clock. */
+  backoff: Backoff | undefined;
   exceptOn: readonly ErrorClass[];
   onlyOn: readonly ErrorClass[] | undefined;
   /** The task's lease as an interval literal, and in ms; undefined: the worker's. */
@@ -73,7 +72,6 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
       guardKey: undefined,
       maxAttempts: undefined,
       backoff: undefined,
-      backoffSpec: undefined,
       exceptOn: [],
       onlyOn: undefined,
       lease: undefined,
@@ -100,10 +98,10 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
   if (maxAttempts !== undefined && (!Number.isInteger(maxAttempts) || (maxAttempts as number) < 1)) {
     throw new WorkerConfigError(`${what}: maxAttempts must be an integer >= 1, got ${describe(maxAttempts)}`);
   }
-  let backoff: BackoffSchedule | undefined;
-  if (config.backoff !== undefined) {
+  const backoff = config.backoff as Backoff | undefined;
+  if (backoff !== undefined) {
     try {
-      backoff = toBackoffSchedule(config.backoff as never, what);
+      checkBackoff(backoff, what);
     } catch (error) {
       throw new WorkerConfigError((error as Error).message, { cause: error });
     }
@@ -115,7 +113,6 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
     guardKey: guardKey as NormalizedTask["guardKey"],
     maxAttempts: maxAttempts as number | undefined,
     backoff,
-    backoffSpec: backoff === undefined ? undefined : (config.backoff as Backoff),
     exceptOn: errorClasses(config.exceptOn, `${what}: exceptOn`) ?? [],
     onlyOn: errorClasses(config.onlyOn, `${what}: onlyOn`),
     lease: config.lease === undefined ? undefined : lease(config.lease as Duration, `${what}: lease`),

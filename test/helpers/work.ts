@@ -172,20 +172,25 @@ export interface FailArgs {
 }
 
 /** idemq.fail(...); returns the job's new state. */
-export async function fail(
+export async function fail(...call: Parameters<typeof failRow>): Promise<string> {
+  return (await failRow(...call)).state;
+}
+
+/** idemq.fail(...)'s row: the new state and the retry's run_at as text, to the microsecond (null when the job failed). */
+export async function failRow(
   db: Queryable,
   id: string,
   attempt: number,
   error: unknown = { class: "Boom", message: "boom" },
   args: FailArgs = {},
-): Promise<string> {
+): Promise<{ state: string; run_at: string | null }> {
   const values: unknown[] = [id, attempt, JSON.stringify(error)];
   const extra = namedArgs(args as Record<string, unknown>, { retryable: "boolean", retry_at: "timestamptz", backoff: "jsonb", max_attempts: "int" }, values);
-  const { rows } = await db.query<{ state: string }>(
-    `SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb${extra ? `, ${extra}` : ""})::text AS state`,
+  const { rows } = await db.query<{ state: string; run_at: string | null }>(
+    `SELECT f.state::text AS state, f.run_at::text AS run_at FROM idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb${extra ? `, ${extra}` : ""}) f`,
     values,
   );
-  return rows[0]!.state;
+  return rows[0]!;
 }
 
 export async function snooze(db: Queryable, id: string, attempt: number, runAt: Sql | string): Promise<void> {

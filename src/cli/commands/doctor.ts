@@ -13,8 +13,8 @@
 // Exit 0 when healthy, 7 with warnings, 8 with problems.
 //
 // These are diagnostic reads: catalog and statistics views, and one grouped
-// read of idemq.jobs for the backoff of active keyed jobs (no SQL function
-// computes a retry horizon).
+// read of idemq.jobs for the backoff of active keyed jobs, whose retry horizon
+// idemq.retry_horizon() computes (the backoff model lives in SQL only).
 import { readdir } from "node:fs/promises";
 import type { Command } from "commander";
 import pg from "pg";
@@ -47,9 +47,8 @@ const MIN_SERVER_VERSION = 150000;
 const STUCK_LEASE = "1 minute";
 /** Bloat: dead rows above this count and above the live rows. */
 const MIN_DEAD_ROWS = 1000;
-/** A retry horizon beyond this is reported as "over 100 years". */
-const HORIZON_CAP_SECONDS = 100 * 365 * 86400;
-const SQL_DELAY_CEILING_SECONDS = 1e9;
+/** idemq.retry_horizon's cap (36500 days), reported as "over 100 years"; test/retry-horizon.test.ts holds it equal to SQL's. */
+export const HORIZON_CAP_SECONDS = 36500 * 86400;
 
 export function registerDoctorCommand(program: Command): void {
   const command = program
@@ -98,9 +97,10 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
     const findings: Finding[] = [await checkServer(client)];
     const schema = await checkSchema(db.url);
     findings.push(schema);
-    const installed = await runQuery<{ installed: boolean }>(
+    const installed = await runQuery<{ installed: boolean; horizon: boolean }>(
       client,
-      "SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed",
+      `SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed,
+              to_regprocedure('idemq.retry_horizon(jsonb, int, int)') IS NOT NULL AS horizon`,
       [],
     );
     if (!installed[0]?.installed) {
@@ -108,7 +108,12 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
         findings.push({ check, status: "skipped", message: "needs the idemq schema (see schema)" });
       }
     } else {
-      findings.push(await checkKeys(client, options.keyRetention));
+      // A schema from before 0003_one_backoff_model has no retry_horizon(): the other checks still run.
+      findings.push(
+        installed[0].horizon
+          ? await checkKeys(client, options.keyRetention)
+          : { check: "keys", status: "skipped", message: "needs idemq.retry_horizon(), added by migration 0003 (see schema)" },
+      );
       findings.push(await checkLeases(client));
       findings.push(await checkBloat(client));
     }
@@ -191,11 +196,7 @@ interface BackoffGroup {
   jobs: string;
   example_id: string;
   example_task: string;
-  initial_s: string | null;
-  factor: string | null;
-  max_s: string | null;
-  jitter: string | null;
-  delays_s: string[] | null;
+  horizon_s: number;
 }
 
 async function checkKeys(client: pg.Client, given: string | undefined): Promise<Finding> {
@@ -207,20 +208,13 @@ async function checkKeys(client: pg.Client, given: string | undefined): Promise<
   const groups = await runQuery<BackoffGroup>(
     client,
     `SELECT coalesce(g.backoff->>'kind', 'polynomial') AS kind, g.max_attempts, g.counted, g.jobs, g.example_id, g.example_task,
-            extract(epoch FROM (g.backoff->>'initial')::interval) AS initial_s,
-            g.backoff->>'factor' AS factor,
-            extract(epoch FROM (g.backoff->>'max')::interval) AS max_s,
-            g.backoff->>'jitter' AS jitter,
-            CASE WHEN g.backoff->>'kind' = 'fixed' THEN ARRAY(
-              SELECT extract(epoch FROM d.value::interval)::text
-              FROM jsonb_array_elements_text(g.backoff->'delays') WITH ORDINALITY AS d(value, n)
-              ORDER BY d.n) END AS delays_s
+            extract(epoch FROM idemq.retry_horizon(g.backoff, g.counted, g.max_attempts))::float8 AS horizon_s
        FROM (SELECT j.backoff, j.max_attempts, min(j.attempt - j.uncounted) AS counted, count(*) AS jobs,
                     (array_agg(j.id ORDER BY j.attempt - j.uncounted, j.id))[1] AS example_id,
                     (array_agg(j.task ORDER BY j.attempt - j.uncounted, j.id))[1] AS example_task
                FROM idemq.jobs j
               WHERE j.idempotency_key IS NOT NULL
-                AND j.state IN ('scheduled', 'enqueued', 'processing', 'awaiting')
+                AND j.state = ANY (idemq.active_states())
               GROUP BY j.backoff, j.max_attempts) g`,
     [],
   );
@@ -237,8 +231,7 @@ async function checkKeys(client: pg.Client, given: string | undefined): Promise<
   }
   let longest = { seconds: -1, group: groups[0]! };
   for (const group of groups) {
-    const horizon = retryHorizonSeconds(group);
-    if (horizon > longest.seconds) longest = { seconds: horizon, group };
+    if (group.horizon_s > longest.seconds) longest = { seconds: group.horizon_s, group };
   }
   const { group } = longest;
   const horizonText = longest.seconds >= HORIZON_CAP_SECONDS ? "over 100 years" : age(longest.seconds * 1000);
@@ -259,7 +252,7 @@ async function checkKeys(client: pg.Client, given: string | undefined): Promise<
         `key retention ${retention} is shorter than the longest retry horizon of the ${keyedJobs} active keyed job(s): ` +
         `${horizonText}, ${about}; a retried or replayed enqueue after its key is released makes a new job`,
       fix:
-        `keep keys at least ${age(Math.min(longest.seconds, HORIZON_CAP_SECONDS) * 1000)}: run workers with that key retention ` +
+        `keep keys at least ${age(longest.seconds * 1000)}: run workers with that key retention ` +
         "and `idemq prune-keys --older-than <it>` (then `idemq doctor --key-retention <it>`), or lower max_attempts or the backoff",
       ...details,
     };
@@ -270,46 +263,6 @@ async function checkKeys(client: pg.Client, given: string | undefined): Promise<
     message: `key retention ${retention} outlives the longest retry horizon of the ${keyedJobs} active keyed job(s) (${horizonText}, ${about})`,
     ...details,
   };
-}
-
-/**
- * The longest the remaining retries of a job can take: the sum of the worst-case
- * backoff delays after each failure still possible (the delays idemq._backoff_delay
- * gives, at the top of their random range), capped as SQL caps each delay.
- */
-export function retryHorizonSeconds(group: Pick<BackoffGroup, "kind" | "max_attempts" | "counted" | "initial_s" | "factor" | "max_s" | "jitter" | "delays_s">): number {
-  const delay = (attempt: number): number => {
-    let seconds: number;
-    if (group.kind === "exponential") {
-      const initial = Number(group.initial_s ?? 0);
-      const factor = group.factor === null ? 2 : Number(group.factor);
-      const cap = Math.min(group.max_s === null ? SQL_DELAY_CEILING_SECONDS : Number(group.max_s), SQL_DELAY_CEILING_SECONDS);
-      const raw = initial * factor ** (attempt - 1);
-      seconds = Math.min(Number.isFinite(raw) ? raw : cap, cap) * (1 + Math.max(0, Number(group.jitter ?? 0)));
-    } else if (group.kind === "fixed") {
-      const delays = (group.delays_s ?? []).map(Number);
-      seconds = delays[Math.min(attempt, delays.length) - 1] ?? 0;
-    } else {
-      seconds = (attempt - 1) ** 4 + 15 + 29 * attempt;
-    }
-    return Math.min(seconds, SQL_DELAY_CEILING_SECONDS);
-  };
-  // A delay follows every failure but the last: failures max(counted, 1) .. max_attempts - 1.
-  const last = group.max_attempts - 1;
-  let total = 0;
-  let previous = Number.NaN;
-  for (let attempt = Math.max(group.counted, 1); attempt <= last; attempt++) {
-    const d = delay(attempt);
-    if (d === previous) {
-      // Constant from here on (a fixed schedule's last delay, a capped exponential): multiply.
-      total += d * (last - attempt + 1);
-      break;
-    }
-    total += d;
-    previous = d;
-    if (total >= HORIZON_CAP_SECONDS || attempt - group.counted > 100_000) break;
-  }
-  return Math.min(total, HORIZON_CAP_SECONDS);
 }
 
 async function checkLeases(client: pg.Client): Promise<Finding> {
