@@ -2,11 +2,10 @@
 // <function>"), each driving a job into <from> through the real functions,
 // calling <function>, and reading the state back; plus a check that the
 // document's table and this file list the same transitions.
-import { readFileSync } from "node:fs";
-import { resolve } from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { documentedTransitions, transitionName, type Transition as DocTransition } from "./helpers/state-machine-doc.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -73,14 +72,28 @@ async function terminal(c: C, state: "succeeded" | "failed" | "expired" | "cance
   return job.id;
 }
 
+/** One element through idemq.enqueue_many, in a queue of its own; returns its job id. */
+async function enqMany(c: C, element: Record<string, unknown>): Promise<string> {
+  const { rows } = await c.query<{ job_id: string; outcome: string }>("SELECT * FROM idemq.enqueue_many($1::jsonb)", [
+    JSON.stringify([{ task: "sm", queue: `sm.${++queueCounter}`, ...element }]),
+  ]);
+  expect(rows.map((r) => r.outcome)).toEqual(["created"]);
+  return rows[0]!.job_id;
+}
+
+async function completeMany(c: C, job: { id: string; attempt: number }): Promise<void> {
+  const { rows } = await c.query(
+    "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
+    [job.id, job.attempt],
+  );
+  expect(rows.map((r) => r.id)).toEqual([job.id]);
+}
+
 async function expireLease(c: C, id: string): Promise<void> {
   await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [id]);
 }
 
-interface Transition {
-  from: string;
-  to: string;
-  by: string;
+interface Transition extends DocTransition {
   /** Makes a job in `from` (checked), runs `by`, returns the job id whose state is then checked against `to`. */
   run: (c: C, expectFrom: (id: string) => Promise<void>) => Promise<string>;
 }
@@ -102,6 +115,10 @@ const T: Transition[] = [
     run: async (c) => (await enq(c, ", run_at => now() + interval '1 minute'")).id,
   },
   {
+    from: "(new)", to: "scheduled", by: "enqueue_many",
+    run: async (c) => (await enqMany(c, { run_at: "2100-01-01T00:00:00Z" })),
+  },
+  {
     from: "(new)", to: "awaiting", by: "enqueue",
     run: async (c) => {
       const parent = await enq(c);
@@ -109,10 +126,24 @@ const T: Transition[] = [
     },
   },
   {
+    from: "(new)", to: "awaiting", by: "enqueue_many",
+    run: async (c) => {
+      const parent = await enq(c);
+      return enqMany(c, { after: [Number(parent.id)] });
+    },
+  },
+  {
     from: "(new)", to: "cancelled", by: "enqueue",
     run: async (c) => {
       const parent = await terminal(c, "failed");
       return (await enq(c, ", after => ARRAY[$2::bigint]", [parent])).id;
+    },
+  },
+  {
+    from: "(new)", to: "cancelled", by: "enqueue_many",
+    run: async (c) => {
+      const parent = await terminal(c, "failed");
+      return enqMany(c, { after: [Number(parent)] });
     },
   },
   {
@@ -204,11 +235,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await processing(c);
       await from(job.id);
-      const { rows } = await c.query(
-        "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
-        [job.id, job.attempt],
-      );
-      expect(rows.map((r) => r.id)).toEqual([job.id]);
+      await completeMany(c, job);
       return job.id;
     },
   },
@@ -303,6 +330,26 @@ const T: Transition[] = [
     },
   },
   {
+    from: "awaiting", to: "enqueued", by: "complete_many",
+    run: async (c, from) => {
+      const parent = await processing(c);
+      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      await from(child.id);
+      await completeMany(c, parent);
+      return child.id;
+    },
+  },
+  {
+    from: "awaiting", to: "scheduled", by: "complete_many",
+    run: async (c, from) => {
+      const parent = await processing(c);
+      const child = await enq(c, ", run_at => now() + interval '1 hour', after => ARRAY[$2::bigint]", [parent.id]);
+      await from(child.id);
+      await completeMany(c, parent);
+      return child.id;
+    },
+  },
+  {
     from: "awaiting", to: "cancelled", by: "cancel",
     run: async (c, from) => {
       const parent = await enq(c);
@@ -319,6 +366,18 @@ const T: Transition[] = [
       const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
       await from(child.id);
       await failFor(c, parent, false);
+      return child.id;
+    },
+  },
+  {
+    from: "awaiting", to: "cancelled", by: "rescue",
+    run: async (c, from) => {
+      const parent = await enq(c, ", expires_at => now() + interval '1 second'");
+      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      await from(child.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [parent.id]);
+      await c.query("SELECT idemq.rescue()");
+      expect(await stateOf(c, parent.id), "the parent").toBe("expired");
       return child.id;
     },
   },
@@ -361,7 +420,7 @@ const T: Transition[] = [
   ),
 ];
 
-const name = (t: Pick<Transition, "from" | "to" | "by">) => `${t.from} -> ${t.to} by ${t.by}`;
+const name = transitionName;
 
 describe("transitions", () => {
   it.each(T.map((t) => [name(t), t] as const))("%s", async (_name, t) => {
@@ -379,13 +438,7 @@ describe("transitions", () => {
 
 describe("docs/state-machine.md", () => {
   it("its transition table lists exactly the transitions tested here", () => {
-    const doc = readFileSync(resolve(import.meta.dirname, "..", "docs", "state-machine.md"), "utf8");
-    const section = doc.split(/^## Transitions$/m)[1]!.split(/^## /m)[0]!;
-    const rows = section
-      .split("\n")
-      .filter((line) => line.startsWith("| ") && !line.startsWith("| from "))
-      .map((line) => line.split("|").map((cell) => cell.trim()))
-      .map(([, from, to, by]) => name({ from: from!, to: to!, by: by! }));
+    const rows = documentedTransitions().map(name);
     expect(rows.length).toBeGreaterThan(0);
     expect([...rows].sort()).toEqual(T.map(name).sort());
   });
