@@ -5,6 +5,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { enqueueMany, jobIn, makeJob, sql, unique, type EnqueueArgs } from "./helpers/jobs.ts";
 import { documentedTransitions, transitionName, type Transition as DocTransition } from "./helpers/state-machine-doc.ts";
 
 let db: TestDatabase;
@@ -16,16 +17,10 @@ afterAll(async () => {
 });
 
 type C = pg.ClientBase;
-let queueCounter = 0;
-
-/** Enqueues a job in a queue of its own; `extra` is more named arguments. Returns id and queue. */
-async function enq(c: C, extra = "", values: unknown[] = []): Promise<{ id: string; queue: string }> {
-  const queue = `sm.${++queueCounter}`;
-  const { rows } = await c.query<{ job_id: string }>(
-    `SELECT job_id FROM idemq.enqueue(task => 'sm', queue => $1${extra})`,
-    [queue, ...values],
-  );
-  return { id: rows[0]!.job_id, queue };
+/** A job in a queue of its own (so claiming that queue takes exactly it), from the job factory. */
+async function enq(c: C, args: EnqueueArgs = {}): Promise<{ id: string; queue: string }> {
+  const queue = unique("sm");
+  return { id: await makeJob(c, { task: "sm", queue, ...args }), queue };
 }
 
 async function stateOf(c: C, id: string): Promise<string | undefined> {
@@ -43,8 +38,8 @@ async function claim(c: C, queue: string): Promise<number> {
 }
 
 /** A job in processing: { id, queue, attempt }. */
-async function processing(c: C, extra = ""): Promise<{ id: string; queue: string; attempt: number }> {
-  const job = await enq(c, extra);
+async function processing(c: C, args: EnqueueArgs = {}): Promise<{ id: string; queue: string; attempt: number }> {
+  const job = await enq(c, args);
   return { ...job, attempt: await claim(c, job.queue) };
 }
 
@@ -55,30 +50,11 @@ async function failFor(c: C, job: { id: string; attempt: number }, retryable = f
   );
 }
 
-async function terminal(c: C, state: "succeeded" | "failed" | "expired" | "cancelled"): Promise<string> {
-  if (state === "expired") {
-    const job = await enq(c, ", expires_at => now() - interval '1 second'");
-    await c.query("SELECT idemq.rescue()");
-    return job.id;
-  }
-  if (state === "cancelled") {
-    const job = await enq(c);
-    await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
-    return job.id;
-  }
-  const job = await processing(c);
-  if (state === "succeeded") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [job.id, job.attempt]);
-  else await failFor(c, job);
-  return job.id;
-}
-
 /** One element through idemq.enqueue_many, in a queue of its own; returns its job id. */
 async function enqMany(c: C, element: Record<string, unknown>): Promise<string> {
-  const { rows } = await c.query<{ job_id: string; outcome: string }>("SELECT * FROM idemq.enqueue_many($1::jsonb)", [
-    JSON.stringify([{ task: "sm", queue: `sm.${++queueCounter}`, ...element }]),
-  ]);
+  const rows = await enqueueMany(c, [{ task: "sm", queue: unique("sm"), ...element }]);
   expect(rows.map((r) => r.outcome)).toEqual(["created"]);
-  return rows[0]!.job_id;
+  return rows[0]!.job_id!;
 }
 
 async function completeMany(c: C, job: { id: string; attempt: number }): Promise<void> {
@@ -112,7 +88,7 @@ const T: Transition[] = [
   },
   {
     from: "(new)", to: "scheduled", by: "enqueue",
-    run: async (c) => (await enq(c, ", run_at => now() + interval '1 minute'")).id,
+    run: async (c) => (await enq(c, { run_at: sql("now() + interval '1 minute'") })).id,
   },
   {
     from: "(new)", to: "scheduled", by: "enqueue_many",
@@ -122,7 +98,7 @@ const T: Transition[] = [
     from: "(new)", to: "awaiting", by: "enqueue",
     run: async (c) => {
       const parent = await enq(c);
-      return (await enq(c, ", after => ARRAY[$2::bigint]", [parent.id])).id;
+      return (await enq(c, { after: [parent.id] })).id;
     },
   },
   {
@@ -135,21 +111,21 @@ const T: Transition[] = [
   {
     from: "(new)", to: "cancelled", by: "enqueue",
     run: async (c) => {
-      const parent = await terminal(c, "failed");
-      return (await enq(c, ", after => ARRAY[$2::bigint]", [parent])).id;
+      const parent = await jobIn(c, "failed");
+      return (await enq(c, { after: [parent] })).id;
     },
   },
   {
     from: "(new)", to: "cancelled", by: "enqueue_many",
     run: async (c) => {
-      const parent = await terminal(c, "failed");
+      const parent = await jobIn(c, "failed");
       return enqMany(c, { after: [Number(parent)] });
     },
   },
   {
     from: "scheduled", to: "processing", by: "claim",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET run_at = now() WHERE id = $1", [job.id]);
       await claim(c, job.queue);
@@ -159,7 +135,7 @@ const T: Transition[] = [
   {
     from: "scheduled", to: "enqueued", by: "reschedule",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [job.id]);
       return job.id;
@@ -168,7 +144,7 @@ const T: Transition[] = [
   {
     from: "scheduled", to: "expired", by: "rescue",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute', expires_at => now() + interval '1 second'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'"), expires_at: sql("now() + interval '1 second'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
       await c.query("SELECT idemq.rescue()");
@@ -178,7 +154,7 @@ const T: Transition[] = [
   {
     from: "scheduled", to: "cancelled", by: "cancel",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
       return job.id;
@@ -205,7 +181,7 @@ const T: Transition[] = [
   {
     from: "enqueued", to: "expired", by: "rescue",
     run: async (c, from) => {
-      const job = await enq(c, ", expires_at => now() + interval '1 second'");
+      const job = await enq(c, { expires_at: sql("now() + interval '1 second'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
       await c.query("SELECT idemq.rescue()");
@@ -272,7 +248,7 @@ const T: Transition[] = [
   {
     from: "processing", to: "failed", by: "rescue",
     run: async (c, from) => {
-      const job = await processing(c, ", max_attempts => 1");
+      const job = await processing(c, { max_attempts: 1 });
       await from(job.id);
       await expireLease(c, job.id);
       await c.query("SELECT idemq.rescue()");
@@ -282,7 +258,7 @@ const T: Transition[] = [
   {
     from: "processing", to: "enqueued", by: "rescue",
     run: async (c, from) => {
-      const job = await processing(c, ", max_attempts => 2");
+      const job = await processing(c, { max_attempts: 2 });
       await from(job.id);
       await expireLease(c, job.id);
       await c.query("SELECT idemq.rescue()");
@@ -292,7 +268,7 @@ const T: Transition[] = [
   {
     from: "processing", to: "expired", by: "rescue",
     run: async (c, from) => {
-      const job = await processing(c, ", max_attempts => 2, expires_at => now() + interval '1 minute'");
+      const job = await processing(c, { max_attempts: 2, expires_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await expireLease(c, job.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
@@ -309,51 +285,27 @@ const T: Transition[] = [
       return job.id;
     },
   },
-  {
-    from: "awaiting", to: "enqueued", by: "complete",
-    run: async (c, from) => {
-      const parent = await processing(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
-      await from(child.id);
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
-      return child.id;
-    },
-  },
-  {
-    from: "awaiting", to: "scheduled", by: "complete",
-    run: async (c, from) => {
-      const parent = await processing(c);
-      const child = await enq(c, ", run_at => now() + interval '1 hour', after => ARRAY[$2::bigint]", [parent.id]);
-      await from(child.id);
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
-      return child.id;
-    },
-  },
-  {
-    from: "awaiting", to: "enqueued", by: "complete_many",
-    run: async (c, from) => {
-      const parent = await processing(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
-      await from(child.id);
-      await completeMany(c, parent);
-      return child.id;
-    },
-  },
-  {
-    from: "awaiting", to: "scheduled", by: "complete_many",
-    run: async (c, from) => {
-      const parent = await processing(c);
-      const child = await enq(c, ", run_at => now() + interval '1 hour', after => ARRAY[$2::bigint]", [parent.id]);
-      await from(child.id);
-      await completeMany(c, parent);
-      return child.id;
-    },
-  },
+  // The parent completes through either function; the trigger releases the child.
+  ...(["complete", "complete_many"] as const).flatMap((by) =>
+    ([["enqueued", {}], ["scheduled", { run_at: sql("now() + interval '1 hour'") }]] as const).map(
+      ([to, args]): Transition => ({
+        from: "awaiting", to, by,
+        run: async (c, from) => {
+          const parent = await processing(c);
+          const child = await enq(c, { ...args, after: [parent.id] });
+          await from(child.id);
+          if (by === "complete") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
+          else await completeMany(c, parent);
+          return child.id;
+        },
+      }),
+    ),
+  ),
   {
     from: "awaiting", to: "cancelled", by: "cancel",
     run: async (c, from) => {
       const parent = await enq(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      const child = await enq(c, { after: [parent.id] });
       await from(child.id);
       await c.query("SELECT idemq.cancel(job_id => $1)", [child.id]);
       return child.id;
@@ -363,7 +315,7 @@ const T: Transition[] = [
     from: "awaiting", to: "cancelled", by: "fail",
     run: async (c, from) => {
       const parent = await processing(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      const child = await enq(c, { after: [parent.id] });
       await from(child.id);
       await failFor(c, parent, false);
       return child.id;
@@ -372,8 +324,8 @@ const T: Transition[] = [
   {
     from: "awaiting", to: "cancelled", by: "rescue",
     run: async (c, from) => {
-      const parent = await enq(c, ", expires_at => now() + interval '1 second'");
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      const parent = await enq(c, { expires_at: sql("now() + interval '1 second'") });
+      const child = await enq(c, { after: [parent.id] });
       await from(child.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [parent.id]);
       await c.query("SELECT idemq.rescue()");
@@ -385,7 +337,7 @@ const T: Transition[] = [
     from: "awaiting", to: "expired", by: "rescue",
     run: async (c, from) => {
       const parent = await enq(c);
-      const child = await enq(c, ", expires_at => now() + interval '1 second', after => ARRAY[$2::bigint]", [parent.id]);
+      const child = await enq(c, { expires_at: sql("now() + interval '1 second'"), after: [parent.id] });
       await from(child.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [child.id]);
       await c.query("SELECT idemq.rescue()");
@@ -396,7 +348,7 @@ const T: Transition[] = [
     (state): Transition => ({
       from: state, to: "enqueued", by: "retry",
       run: async (c, from) => {
-        const id = await terminal(c, state);
+        const id = await jobIn(c, state);
         await from(id);
         await c.query("SELECT idemq.retry(job_id => $1)", [id]);
         return id;
@@ -407,7 +359,7 @@ const T: Transition[] = [
     (state): Transition => ({
       from: state, to: "(deleted)", by: "purge",
       run: async (c, from) => {
-        const id = await terminal(c, state);
+        const id = await jobIn(c, state);
         await from(id);
         await c.query("UPDATE idemq.jobs SET finished_at = now() - interval '2 days' WHERE id = $1", [id]);
         const { rows } = await c.query("SELECT idemq.purge(older_than => '1 day', states => ARRAY[$1]::idemq.job_state[]) AS n", [
