@@ -5,7 +5,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { enqueueMany, jobIn, makeJob, sql, unique, type EnqueueArgs } from "./helpers/jobs.ts";
+import { claimJob, enqueueMany, jobIn, makeJob, sql, unique, type EnqueueArgs } from "./helpers/jobs.ts";
 import { documentedTransitions, transitionName, type Transition as DocTransition } from "./helpers/state-machine-doc.ts";
 
 let db: TestDatabase;
@@ -17,10 +17,9 @@ afterAll(async () => {
 });
 
 type C = pg.ClientBase;
-/** A job in a queue of its own (so claiming that queue takes exactly it), from the job factory. */
-async function enq(c: C, args: EnqueueArgs = {}): Promise<{ id: string; queue: string }> {
-  const queue = unique("sm");
-  return { id: await makeJob(c, { task: "sm", queue, ...args }), queue };
+/** A job in a queue of its own (so claimJob takes exactly it), from the job factory. */
+async function enq(c: C, args: EnqueueArgs = {}): Promise<{ id: string }> {
+  return { id: await makeJob(c, { task: "sm", queue: unique("sm"), ...args }) };
 }
 
 async function stateOf(c: C, id: string): Promise<string | undefined> {
@@ -28,19 +27,10 @@ async function stateOf(c: C, id: string): Promise<string | undefined> {
   return rows[0]?.state;
 }
 
-async function claim(c: C, queue: string): Promise<number> {
-  const { rows } = await c.query<{ attempt: number }>(
-    "SELECT attempt FROM idemq.claim(worker_id => 'sm-worker', queues => ARRAY[$1::text])",
-    [queue],
-  );
-  expect(rows, `claim from ${queue}`).toHaveLength(1);
-  return rows[0]!.attempt;
-}
-
-/** A job in processing: { id, queue, attempt }. */
-async function processing(c: C, args: EnqueueArgs = {}): Promise<{ id: string; queue: string; attempt: number }> {
+/** A job in processing: { id, attempt }. */
+async function processing(c: C, args: EnqueueArgs = {}): Promise<{ id: string; attempt: number }> {
   const job = await enq(c, args);
-  return { ...job, attempt: await claim(c, job.queue) };
+  return { ...job, attempt: await claimJob(c, job.id) };
 }
 
 async function failFor(c: C, job: { id: string; attempt: number }, retryable = false): Promise<void> {
@@ -128,7 +118,7 @@ const T: Transition[] = [
       const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET run_at = now() WHERE id = $1", [job.id]);
-      await claim(c, job.queue);
+      await claimJob(c, job.id);
       return job.id;
     },
   },
@@ -165,7 +155,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await enq(c);
       await from(job.id);
-      await claim(c, job.queue);
+      await claimJob(c, job.id);
       return job.id;
     },
   },

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase, expectSqlError } from "./helpers/db.ts";
 import { underSavepoint } from "./helpers/savepoint.ts";
 import { makeJob, sql } from "./helpers/jobs.ts";
+import { claim } from "./helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -28,14 +29,6 @@ async function stats(c: C, metrics?: string[]): Promise<Row[]> {
     .map((r) => [r.queue, r.task, r.metric, Number(r.value)]);
 }
 
-async function claim(c: C, queue: string, n = 1): Promise<Array<{ id: string; attempt: number }>> {
-  const { rows } = await c.query("SELECT id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1::text], batch_size => $2)", [
-    queue,
-    n,
-  ]);
-  return rows;
-}
-
 const STATES = ["scheduled", "enqueued", "processing", "awaiting", "succeeded", "failed", "expired", "cancelled"];
 
 describe("stats", () => {
@@ -53,13 +46,13 @@ describe("stats", () => {
       await makeJob(c, { task: "mail", queue: "q2", run_at: sql("now() + interval '1 hour'") });
       const parent = await makeJob(c, { task: "sms", queue: "q3" });
       await makeJob(c, { task: "sms", queue: "q2", after: [parent] });
-      await claim(c, "q1", 1); // the first mail job (lowest id)
+      await claim(c, { worker_id: "w", queues: ["q1"] }); // the first mail job (lowest id)
 
       // Terminal states in their own queue.
-      const [ok] = await claim(c, "q3"); // the parent: succeeded, so its child leaves awaiting
+      const [ok] = await claim(c, { worker_id: "w", queues: ["q3"] }); // the parent: succeeded, so its child leaves awaiting
       await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [ok!.id, ok!.attempt]);
       await makeJob(c, { task: "t", queue: "q4", max_attempts: 1 });
-      const [bad] = await claim(c, "q4");
+      const [bad] = await claim(c, { worker_id: "w", queues: ["q4"] });
       await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"')`, [bad!.id, bad!.attempt]);
       const gone = await makeJob(c, { task: "t", queue: "q4" });
       await c.query("SELECT idemq.cancel(job_id => $1)", [gone]);
@@ -106,7 +99,7 @@ describe("stats", () => {
   it("lease_expired: a lease that ran out before now() counts; one ending exactly now() does not; rescue clears it", async () => {
     await inRollback(db.pool, async (c) => {
       for (let i = 0; i < 3; i++) await makeJob(c, { task: "job", queue: "leases" });
-      const held = await claim(c, "leases", 3);
+      const held = await claim(c, { worker_id: "w", queues: ["leases"], batch_size: 3 });
       await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 microsecond' WHERE id = $1", [held[0]!.id]);
       await c.query("UPDATE idemq.jobs SET lease_expires_at = now() WHERE id = $1", [held[1]!.id]);
       expect(await stats(c, ["lease_expired", "processing"])).toEqual([
@@ -133,7 +126,7 @@ describe("stats", () => {
       await makeJob(c, { task: "later", queue: "age", run_at: sql("now() + interval '1 microsecond'") });
       const running = await makeJob(c, { task: "running", queue: "age2" });
       await c.query("UPDATE idemq.jobs SET run_at = now() - interval '1 hour' WHERE id = $1", [running]);
-      await claim(c, "age2");
+      await claim(c, { worker_id: "w", queues: ["age2"] });
       // Awaiting jobs are not runnable either.
       const parent = await makeJob(c, { task: "parent", queue: "age3", run_at: sql("now() + interval '1 day'") });
       await makeJob(c, { task: "child", queue: "age3", after: [parent] });
@@ -171,7 +164,7 @@ describe("stats", () => {
       await c.query(`SELECT * FROM idemq.enqueue_many('[{"task": "mail", "queue": "q", "idempotency_key": "d1"}]')`);
       // rejected (bulk): a failed key under reject_if_failed.
       await makeJob(c, { task: "charge", queue: "q2", idempotency_key: "r1", max_attempts: 1 });
-      const [job] = await claim(c, "q2");
+      const [job] = await claim(c, { worker_id: "w", queues: ["q2"] });
       await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"no"')`, [job!.id, job!.attempt]);
       const many = await c.query(
         `SELECT outcome FROM idemq.enqueue_many('[{"task": "charge", "idempotency_key": "r1", "duplicate_policy": "reject_if_failed"},
@@ -201,7 +194,7 @@ describe("stats", () => {
   it("an IQ409 or IQ422 raised by enqueue rolls back with the statement and is not counted", async () => {
     await inRollback(db.pool, async (c) => {
       await makeJob(c, { task: "charge", queue: "q", idempotency_key: "r2", max_attempts: 1 });
-      const [job] = await claim(c, "q");
+      const [job] = await claim(c, { worker_id: "w", queues: ["q"] });
       await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"no"')`, [job!.id, job!.attempt]);
       await expectSqlError(
         underSavepoint(c, () => c.query("SELECT * FROM idemq.enqueue(task => 'charge', idempotency_key => 'r2', duplicate_policy => 'reject_if_failed')", [])),

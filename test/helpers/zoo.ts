@@ -6,6 +6,7 @@
 // operation, and changed() names exactly the rows that moved.
 import { expect } from "vitest";
 import { enqueue, sql, type EnqueueArgs, type Queryable } from "./jobs.ts";
+import { claim } from "./work.ts";
 
 export const ZOO_NAMES = [
   "scheduled",
@@ -57,10 +58,7 @@ async function enqueueZoo(c: Queryable, name: ZooName, args: EnqueueArgs = {}): 
 }
 
 async function claimQueue(c: Queryable, name: ZooName): Promise<{ id: string; attempt: number }> {
-  const { rows } = await c.query<{ id: string; attempt: number }>(
-    "SELECT id, attempt FROM idemq.claim(worker_id => 'zoo-worker', queues => ARRAY['zoo.' || $1::text])",
-    [name],
-  );
+  const rows = await claim(c, { worker_id: "zoo-worker", queues: [`zoo.${name}`] });
   expect(rows, `claim of zoo.${name}`).toHaveLength(1);
   return rows[0]!;
 }
