@@ -4,7 +4,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "./helpers/db.ts";
-import { expectErrorInTx } from "./helpers/savepoint.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 import {
   ACTIVE_ZOO,
   TERMINAL_ZOO,
@@ -121,15 +121,24 @@ describe("cancel", () => {
         expect(last[0]).toEqual({ class: "Cancelled", attempt });
         const before = await snapshot(c, zoo);
         const detail = { job_id: Number(id), attempt, current_attempt: attempt, current_state: "cancelled" };
-        await expectErrorInTx(c, "SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt], { code: "IQ410", detail });
-        await expectErrorInTx(c, `SELECT idemq.fail(job_id => $1, attempt => $2, error => '"late"')`, [id, attempt], {
-          code: "IQ410",
-          detail,
-        });
-        await expectErrorInTx(c, "SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now())", [id, attempt], {
-          code: "IQ410",
-          detail,
-        });
+        await expectSqlError(
+          underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt])),
+          { code: "IQ410", detail },
+        );
+        await expectSqlError(
+          underSavepoint(c, () => c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"late"')`, [id, attempt])),
+          {
+            code: "IQ410",
+            detail,
+          },
+        );
+        await expectSqlError(
+          underSavepoint(c, () => c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now())", [id, attempt])),
+          {
+            code: "IQ410",
+            detail,
+          },
+        );
         const beat = await c.query("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [
           id,
           attempt,
@@ -143,7 +152,7 @@ describe("cancel", () => {
   it.each(TERMINAL_ZOO)("cancel of the %s job -> IQ412 with DETAIL {job_id, state}; nothing changes", async (name) => {
     await withZoo(async (c, zoo) => {
       const before = await snapshot(c, zoo);
-      await expectErrorInTx(c, "SELECT idemq.cancel(job_id => $1)", [zoo[name].id], {
+      await expectSqlError(underSavepoint(c, () => c.query("SELECT idemq.cancel(job_id => $1)", [zoo[name].id])), {
         code: "IQ412",
         detail: { job_id: Number(zoo[name].id), state: name },
         hint: /scheduled, enqueued, processing or awaiting/,
@@ -155,8 +164,14 @@ describe("cancel", () => {
   it("cancel of an unknown job -> IQ404; of NULL -> 22004; nothing changes", async () => {
     await withZoo(async (c, zoo) => {
       const before = await snapshot(c, zoo);
-      await expectErrorInTx(c, "SELECT idemq.cancel(job_id => $1)", ["987654321"], { code: "IQ404", hint: /id/ });
-      await expectErrorInTx(c, "SELECT idemq.cancel(job_id => NULL)", [], { code: "22004" });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.cancel(job_id => $1)", ["987654321"])),
+        { code: "IQ404", hint: /id/ },
+      );
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.cancel(job_id => NULL)", [])),
+        { code: "22004" },
+      );
       expectOnlyChanged(before, await snapshot(c, zoo), { jobs: [] });
     });
   });
@@ -231,15 +246,21 @@ describe("retry", () => {
     await withZoo(async (c, zoo) => {
       const { id } = zoo.failed;
       await call(c, "retry", id);
-      await expectErrorInTx(c, "SELECT idemq.complete(job_id => $1, attempt => 1)", [id], {
-        code: "IQ410",
-        detail: { job_id: Number(id), attempt: 1, current_attempt: 1, current_state: "enqueued" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [id])),
+        {
+          code: "IQ410",
+          detail: { job_id: Number(id), attempt: 1, current_attempt: 1, current_state: "enqueued" },
+        },
+      );
       await c.query("SELECT * FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [zoo.failed.queue]);
-      await expectErrorInTx(c, "SELECT idemq.complete(job_id => $1, attempt => 1)", [id], {
-        code: "IQ410",
-        detail: { job_id: Number(id), attempt: 1, current_attempt: 2, current_state: "processing" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [id])),
+        {
+          code: "IQ410",
+          detail: { job_id: Number(id), attempt: 1, current_attempt: 2, current_state: "processing" },
+        },
+      );
       await c.query("SELECT idemq.complete(job_id => $1, attempt => 2)", [id]);
       expect((await facts(c, id)).state).toBe("succeeded");
     });
@@ -255,10 +276,13 @@ describe("retry", () => {
         [zoo.processing.queue],
       );
       expect(claimed.rows).toEqual([{ attempt: attempt + 1 }]);
-      await expectErrorInTx(c, "SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt], {
-        code: "IQ410",
-        detail: { current_attempt: attempt + 1 },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt])),
+        {
+          code: "IQ410",
+          detail: { current_attempt: attempt + 1 },
+        },
+      );
     });
   });
 
@@ -291,7 +315,7 @@ describe("retry", () => {
     async (name) => {
       await withZoo(async (c, zoo) => {
         const before = await snapshot(c, zoo);
-        await expectErrorInTx(c, "SELECT idemq.retry(job_id => $1)", [zoo[name].id], {
+        await expectSqlError(underSavepoint(c, () => c.query("SELECT idemq.retry(job_id => $1)", [zoo[name].id])), {
           code: "IQ412",
           detail: { job_id: Number(zoo[name].id), state: zoo[name].state },
           hint: name === "succeeded" ? /enqueue new work/ : /has not finished/,
@@ -311,7 +335,7 @@ describe("retry", () => {
       const holder = rows[0]!.job_id;
       expect(holder).not.toBe(zoo.failed.id);
       const before = await snapshot(c, zoo);
-      await expectErrorInTx(c, "SELECT idemq.retry(job_id => $1)", [zoo.failed.id], {
+      await expectSqlError(underSavepoint(c, () => c.query("SELECT idemq.retry(job_id => $1)", [zoo.failed.id])), {
         code: "IQ409",
         detail: { key: "zoo:failed", existing_job_id: Number(holder), existing_state: "enqueued", policy: null },
         hint: /cancel it first/,
@@ -341,8 +365,14 @@ describe("retry", () => {
   it("retry of an unknown job -> IQ404; of NULL -> 22004", async () => {
     await withZoo(async (c, zoo) => {
       const before = await snapshot(c, zoo);
-      await expectErrorInTx(c, "SELECT idemq.retry(job_id => $1)", ["987654321"], { code: "IQ404" });
-      await expectErrorInTx(c, "SELECT idemq.retry(job_id => NULL)", [], { code: "22004" });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.retry(job_id => $1)", ["987654321"])),
+        { code: "IQ404" },
+      );
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.retry(job_id => NULL)", [])),
+        { code: "22004" },
+      );
       expectOnlyChanged(before, await snapshot(c, zoo), { jobs: [] });
     });
   });
@@ -413,11 +443,14 @@ describe("reschedule", () => {
     async (name) => {
       await withZoo(async (c, zoo) => {
         const before = await snapshot(c, zoo);
-        await expectErrorInTx(c, "SELECT idemq.reschedule(job_id => $1, run_at => now())", [zoo[name].id], {
-          code: "IQ412",
-          detail: { job_id: Number(zoo[name].id), state: zoo[name].state },
-          hint: zoo[name].state === "processing" ? /cancel it/ : /retry/,
-        });
+        await expectSqlError(
+          underSavepoint(c, () => c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [zoo[name].id])),
+          {
+            code: "IQ412",
+            detail: { job_id: Number(zoo[name].id), state: zoo[name].state },
+            hint: zoo[name].state === "processing" ? /cancel it/ : /retry/,
+          },
+        );
         expectOnlyChanged(before, await snapshot(c, zoo), { jobs: [] });
       });
     },
@@ -426,11 +459,17 @@ describe("reschedule", () => {
   it("reschedule with NULL run_at -> 22004; an unknown job -> IQ404; nothing changes", async () => {
     await withZoo(async (c, zoo) => {
       const before = await snapshot(c, zoo);
-      await expectErrorInTx(c, "SELECT idemq.reschedule(job_id => $1, run_at => NULL)", [zoo.scheduled.id], {
-        code: "22004",
-        hint: /run/,
-      });
-      await expectErrorInTx(c, "SELECT idemq.reschedule(job_id => $1, run_at => now())", ["987654321"], { code: "IQ404" });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.reschedule(job_id => $1, run_at => NULL)", [zoo.scheduled.id])),
+        {
+          code: "22004",
+          hint: /run/,
+        },
+      );
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", ["987654321"])),
+        { code: "IQ404" },
+      );
       expectOnlyChanged(before, await snapshot(c, zoo), { jobs: [] });
     });
   });

@@ -4,7 +4,9 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { claimOne, enqueue, fail, jobRow, makeDue, underSavepoint } from "./helpers/work.ts";
+import { claimOne, fail, jobRow, makeDue } from "./helpers/work.ts";
+import { makeJob } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -19,7 +21,7 @@ let series = 0;
 async function retryDelays(c: pg.ClientBase, backoff: unknown, failures: number): Promise<number[]> {
   // A queue of its own: earlier series in the same transaction are still due.
   const queue = `series-${++series}`;
-  const id = await enqueue(c, { backoff, max_attempts: failures + 1, queue });
+  const id = await makeJob(c, { backoff, max_attempts: failures + 1, queue });
   const delays: number[] = [];
   for (let i = 1; i <= failures; i++) {
     const job = await claimOne(c, { queues: [queue] });
@@ -126,7 +128,7 @@ describe("backoff delays", () => {
         { kind: "fixed", delays: ["100000000 years"] },
       ];
       for (const backoff of specs) {
-        const id = await enqueue(c, { backoff, max_attempts: 2147483647 });
+        const id = await makeJob(c, { backoff, max_attempts: 2147483647 });
         expect((await claimOne(c)).id).toBe(id);
         // As if the job had already failed many times.
         await c.query("UPDATE idemq.jobs SET attempt = 100000 WHERE id = $1", [id]);
@@ -171,7 +173,7 @@ describe("backoff validation at enqueue", () => {
           .rows[0]!.n;
       const before = await count();
       await underSavepoint(c, () =>
-        expectSqlError(enqueue(c, { backoff, idempotency_key: "bad-backoff" }), { code: "22023", message }),
+        expectSqlError(makeJob(c, { backoff, idempotency_key: "bad-backoff" }), { code: "22023", message }),
       );
       expect(await count()).toBe(before);
     });

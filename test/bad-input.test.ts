@@ -5,8 +5,8 @@
 // savepoint; the row counts of every idemq table are compared before and after.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { expectErrorInTx } from "./helpers/savepoint.ts";
+import { freshDatabase, inRollback, type TestDatabase, expectSqlError } from "./helpers/db.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 import { buildZoo, type Zoo } from "./helpers/zoo.ts";
 
 let db: TestDatabase;
@@ -210,7 +210,10 @@ describe("bad input", () => {
       await client.query("SELECT idemq.guard(key => 'seed', task => 'seed'), idemq.guard(key => 'seed', task => 'seed')");
       await client.query("SELECT * FROM idemq.effect_claim(key => 'seed', owner => 'seed')");
       const before = await rowCounts(client);
-      const error = await expectErrorInTx(client, fill(k.sql, zoo), [], { code: k.code });
+      const error = await expectSqlError(
+        underSavepoint(client, () => client.query(fill(k.sql, zoo), [])),
+        { code: k.code },
+      );
       expect(k.code.startsWith("22") || /^IQ4\d\d$/.test(k.code), "class 22 or IQ4xx").toBe(true);
       if (!k.noHint) expect(error.hint ?? "", `HINT of: ${error.message}`).not.toBe("");
       expect(await rowCounts(client)).toEqual(before);
@@ -234,11 +237,14 @@ describe("bad input", () => {
 
   it("an error names the bad element of enqueue_many as jobs[N] and says nothing was enqueued", async () => {
     await inRollback(db.pool, async (client) => {
-      await expectErrorInTx(client, `${M}(jobs => '[{"task": "ok"}, {"task": "ok"}, {"task": ""}]')`, [], {
-        code: "22023",
-        message: /jobs\[3\]/,
-        hint: /nothing was enqueued/,
-      });
+      await expectSqlError(
+        underSavepoint(client, () => client.query(`${M}(jobs => '[{"task": "ok"}, {"task": "ok"}, {"task": ""}]')`, [])),
+        {
+          code: "22023",
+          message: /jobs\[3\]/,
+          hint: /nothing was enqueued/,
+        },
+      );
     });
   });
 });

@@ -3,7 +3,8 @@
 // Each case uses its own queue, since these transactions commit.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, freshDatabase, type TestDatabase } from "./helpers/db.ts";
-import { byId, claim, enqueueMany } from "./helpers/work.ts";
+import { byId, claim } from "./helpers/work.ts";
+import { makeJobs } from "./helpers/jobs.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -16,7 +17,7 @@ afterAll(async () => {
 describe("claim concurrency", () => {
   it("8 claimers looping claim(25) + complete_many over 2,000 jobs get every job exactly once", async () => {
     const queue = "stress";
-    const ids = await enqueueMany(db.pool, 2000, { queue });
+    const ids = await makeJobs(db.pool, 2000, { queue });
     expect(ids).toHaveLength(2000);
 
     const workers = await Promise.all(Array.from({ length: 8 }, () => db.newClient()));
@@ -54,7 +55,7 @@ describe("claim concurrency", () => {
 
   it("a claim does not wait for another session's open claim and gets the next jobs (SKIP LOCKED)", async () => {
     const queue = "pair";
-    const ids = await enqueueMany(db.pool, 5, { queue });
+    const ids = await makeJobs(db.pool, 5, { queue });
     const a = await db.newClient();
     const b = await db.newClient();
     // A claim that waited on a row lock would fail here instead of hanging.
@@ -87,7 +88,7 @@ describe("claim concurrency", () => {
 
   it("a rolled-back claim leaves its jobs for the next claimer, attempt unspent", async () => {
     const queue = "rollback";
-    const ids = await enqueueMany(db.pool, 2, { queue });
+    const ids = await makeJobs(db.pool, 2, { queue });
     const a = await db.newClient();
     const b = await db.newClient();
     await a.query("BEGIN");

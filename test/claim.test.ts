@@ -6,16 +6,15 @@ import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./
 import {
   claim,
   claimOne,
-  enqueue,
   expireLease,
   fail,
   jobRow,
   makeDue,
   rescue,
-  sql,
-  underSavepoint,
   type ClaimArgs,
 } from "./helpers/work.ts";
+import { makeJob, sql } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -28,11 +27,11 @@ afterAll(async () => {
 describe("claim", () => {
   it("orders by priority desc, then run_at, then id", async () => {
     await inRollback(db.pool, async (c) => {
-      const low = await enqueue(c, { priority: 0, run_at: sql("now() - interval '1 hour'") });
-      const highLater = await enqueue(c, { priority: 5, run_at: sql("now() - interval '1 minute'") });
-      const highEarlierB = await enqueue(c, { priority: 5, run_at: sql("now() - interval '10 minutes'") });
-      const highEarlierA = await enqueue(c, { priority: 5, run_at: sql("now() - interval '10 minutes'") });
-      const top = await enqueue(c, { priority: 9, run_at: sql("now()") });
+      const low = await makeJob(c, { priority: 0, run_at: sql("now() - interval '1 hour'") });
+      const highLater = await makeJob(c, { priority: 5, run_at: sql("now() - interval '1 minute'") });
+      const highEarlierB = await makeJob(c, { priority: 5, run_at: sql("now() - interval '10 minutes'") });
+      const highEarlierA = await makeJob(c, { priority: 5, run_at: sql("now() - interval '10 minutes'") });
+      const top = await makeJob(c, { priority: 9, run_at: sql("now()") });
       const rows = await claim(c, { batch_size: 10 });
       // highEarlierB was enqueued first, so it has the lower id.
       expect(rows.map((r) => r.id)).toEqual([top, highEarlierB, highEarlierA, highLater, low]);
@@ -42,7 +41,7 @@ describe("claim", () => {
   it("respects batch_size, taking the first jobs in claim order", async () => {
     await inRollback(db.pool, async (c) => {
       const ids: string[] = [];
-      for (let i = 0; i < 5; i++) ids.push(await enqueue(c, { priority: 10 - i }));
+      for (let i = 0; i < 5; i++) ids.push(await makeJob(c, { priority: 10 - i }));
       expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(0, 2));
       expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(2, 4));
       expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(4));
@@ -52,7 +51,7 @@ describe("claim", () => {
 
   it("increments attempt and records locked_by and lease_expires_at = now() + lease", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { task: "send", payload: { n: 1 }, queue: "mail", max_attempts: 4, idempotency_key: "k-1" });
+      const id = await makeJob(c, { task: "send", payload: { n: 1 }, queue: "mail", max_attempts: 4, idempotency_key: "k-1" });
       const [job] = await claim(c, { worker_id: "host:42", lease: "45 seconds" });
       expect(job).toMatchObject({
         id,
@@ -72,7 +71,7 @@ describe("claim", () => {
 
   it("uses a 30-second lease by default", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       expect((await jobRow(c, id)).lease_in).toBe(30);
     });
@@ -80,9 +79,9 @@ describe("claim", () => {
 
   it("takes only jobs from the queues asked for; NULL means every queue", async () => {
     await inRollback(db.pool, async (c) => {
-      const a = await enqueue(c, { queue: "a" });
-      const b = await enqueue(c, { queue: "b" });
-      const other = await enqueue(c, { queue: "c" });
+      const a = await makeJob(c, { queue: "a" });
+      const b = await makeJob(c, { queue: "b" });
+      const other = await makeJob(c, { queue: "c" });
       expect(await claim(c, { queues: ["nowhere"], batch_size: 10 })).toEqual([]);
       const ab = await claim(c, { queues: ["b", "a"], batch_size: 10 });
       expect(ab.map((r) => r.id).sort()).toEqual([a, b].sort());
@@ -92,7 +91,7 @@ describe("claim", () => {
 
   it("skips a scheduled retry whose run_at is in the future", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: { kind: "fixed", delays: ["1 minute"] } });
+      const id = await makeJob(c, { backoff: { kind: "fixed", delays: ["1 minute"] } });
       const first = await claimOne(c);
       expect(await fail(c, id, first.attempt)).toBe("scheduled");
       expect(await claim(c, { batch_size: 10 })).toEqual([]);
@@ -106,7 +105,7 @@ describe("claim", () => {
 
   it("claims a delayed job once its run_at has come, with no promoter in between", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { run_at: sql("now() + interval '1 hour'") });
+      const id = await makeJob(c, { run_at: sql("now() + interval '1 hour'") });
       expect((await jobRow(c, id)).state).toBe("scheduled");
       expect(await claim(c)).toEqual([]);
       await makeDue(c, id); // run_at = now(): due exactly now
@@ -117,10 +116,10 @@ describe("claim", () => {
 
   it("never hands out a job at or past its expires_at, and takes one just before it", async () => {
     await inRollback(db.pool, async (c) => {
-      const past = await enqueue(c, { expires_at: sql("now() - interval '1 second'") });
-      const atNow = await enqueue(c, { expires_at: sql("now() + interval '1 hour'") });
+      const past = await makeJob(c, { expires_at: sql("now() - interval '1 second'") });
+      const atNow = await makeJob(c, { expires_at: sql("now() + interval '1 hour'") });
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [atNow]);
-      const justBefore = await enqueue(c, { expires_at: sql("now() + interval '1 microsecond'") });
+      const justBefore = await makeJob(c, { expires_at: sql("now() + interval '1 microsecond'") });
       const rows = await claim(c, { batch_size: 10 });
       expect(rows.map((r) => r.id)).toEqual([justBefore]);
       expect((await jobRow(c, past)).state).toBe("enqueued");
@@ -130,7 +129,7 @@ describe("claim", () => {
 
   it("never takes a processing job, even when its lease has run out", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       const job = await claimOne(c, { worker_id: "crashed" });
       await expireLease(c, id, "1 hour");
       expect(await claim(c, { worker_id: "other", batch_size: 10 })).toEqual([]);
@@ -141,7 +140,7 @@ describe("claim", () => {
 
   it("reports reclaimed = true only on the first claim after a rescue", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: { kind: "fixed", delays: ["1 second"] } });
+      const id = await makeJob(c, { backoff: { kind: "fixed", delays: ["1 second"] } });
       const first = await claimOne(c);
       expect(first.reclaimed).toBe(false);
       await expireLease(c, id);
@@ -157,8 +156,8 @@ describe("claim", () => {
 
   it("takes neither awaiting nor finished jobs", async () => {
     await inRollback(db.pool, async (c) => {
-      const parent = await enqueue(c, { priority: -1 });
-      const child = await enqueue(c, { after: [parent], priority: 100 });
+      const parent = await makeJob(c, { priority: -1 });
+      const child = await makeJob(c, { after: [parent], priority: 100 });
       expect((await jobRow(c, child)).state).toBe("awaiting");
       const [only] = await claim(c, { batch_size: 10 });
       expect(only!.id).toBe(parent);
@@ -170,7 +169,7 @@ describe("claim", () => {
 
   it("rejects bad arguments (worker_id, batch_size outside 1..1000, queues, lease) and claims nothing", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       const cases: Array<[ClaimArgs, string, RegExp]> = [
         [{ worker_id: sql("NULL") }, "22004", /worker_id/],
         [{ worker_id: "" }, "22023", /worker_id/],

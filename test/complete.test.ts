@@ -4,7 +4,9 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { byId, claim, claimOne, complete, enqueue, expireLease, fail, jobRow, rescue, underSavepoint } from "./helpers/work.ts";
+import { byId, claim, claimOne, complete, expireLease, fail, jobRow, rescue } from "./helpers/work.ts";
+import { makeJob } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -25,7 +27,7 @@ async function completeMany(c: pg.ClientBase, ids: unknown, attempts: unknown): 
 describe("complete", () => {
   it("moves the held job to succeeded, stores the result, sets finished_at, clears the lease and keeps the worker that ran it", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       const job = await claimOne(c);
       await complete(c, id, job.attempt, { sent: true, n: 3 });
       expect(await jobRow(c, id)).toMatchObject({
@@ -41,7 +43,7 @@ describe("complete", () => {
 
   it("stores a NULL result when none is given", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await complete(c, id, (await claimOne(c)).attempt);
       expect(await jobRow(c, id)).toMatchObject({ state: "succeeded", result: null });
     });
@@ -49,7 +51,7 @@ describe("complete", () => {
 
   it("finishes the job's idempotency key, so the duplicate policy applies from then on", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { idempotency_key: "order-1" });
+      const id = await makeJob(c, { idempotency_key: "order-1" });
       await complete(c, id, (await claimOne(c)).attempt);
       const { rows } = await c.query("SELECT job_id, finished_state::text AS state FROM idemq.keys WHERE key = 'order-1'");
       expect(rows).toEqual([{ job_id: id, state: "succeeded" }]);
@@ -64,7 +66,7 @@ describe("complete", () => {
 
   it("raises 22004 for a NULL job_id or attempt", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await underSavepoint(c, () =>
         expectSqlError(c.query("SELECT idemq.complete(NULL, 1)"), { code: "22004" }),
@@ -78,7 +80,7 @@ describe("complete", () => {
 
   it("raises IQ410 with DETAIL for an attempt that is not the current one, changing nothing", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       const job = await claimOne(c, { worker_id: "w1" });
       for (const wrong of [job.attempt + 1, job.attempt - 1]) {
         await underSavepoint(c, () =>
@@ -95,7 +97,7 @@ describe("complete", () => {
 
   it("raises IQ410 for a job that is not processing: enqueued, scheduled for a retry, already succeeded", async () => {
     await inRollback(db.pool, async (c) => {
-      const neverClaimed = await enqueue(c, { priority: -1 });
+      const neverClaimed = await makeJob(c, { priority: -1 });
       await underSavepoint(c, () =>
         expectSqlError(complete(c, neverClaimed, 0), {
           code: "IQ410",
@@ -103,7 +105,7 @@ describe("complete", () => {
         }),
       );
 
-      const retrying = await enqueue(c, { priority: 2 });
+      const retrying = await makeJob(c, { priority: 2 });
       expect(await fail(c, retrying, (await claimOne(c)).attempt)).toBe("scheduled");
       await underSavepoint(c, () =>
         expectSqlError(complete(c, retrying, 1), {
@@ -112,7 +114,7 @@ describe("complete", () => {
         }),
       );
 
-      const done = await enqueue(c, { priority: 1 });
+      const done = await makeJob(c, { priority: 1 });
       await complete(c, done, (await claimOne(c)).attempt, { first: true });
       await underSavepoint(c, () =>
         expectSqlError(complete(c, done, 1, { second: true }), {
@@ -130,7 +132,7 @@ describe("complete", () => {
 describe("complete_many", () => {
   it("completes the held pairs and returns their ids, skipping lost, wrong-attempt and unknown ones without raising", async () => {
     await inRollback(db.pool, async (c) => {
-      const [held1, held2, lost, wrong] = [await enqueue(c), await enqueue(c), await enqueue(c), await enqueue(c)];
+      const [held1, held2, lost, wrong] = [await makeJob(c), await makeJob(c), await makeJob(c), await makeJob(c)];
       const claimed = await claim(c, { batch_size: 4 });
       expect(claimed).toHaveLength(4);
       await expireLease(c, lost);
@@ -154,7 +156,7 @@ describe("complete_many", () => {
 
   it("returns an id once when it is given twice", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       expect(await completeMany(c, [id, id], [1, 1])).toEqual([id]);
     });
@@ -162,7 +164,7 @@ describe("complete_many", () => {
 
   it("raises 22023 for arrays of different lengths and 22004 for NULL arrays, completing nothing", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await underSavepoint(c, () =>
         expectSqlError(completeMany(c, [id], [1, 1]), { code: "22023", message: /same length/ }),

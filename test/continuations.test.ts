@@ -13,7 +13,8 @@ import {
   waitUntilBlocked,
   type TestDatabase,
 } from "./helpers/db.ts";
-import { claimJob, count, driveTo, enqueue, job, jobIn, keyRow, Listener, savepoint, unique } from "./helpers/jobs.ts";
+import { claimJob, count, driveTo, enqueue, job, jobIn, keyRow, Listener, unique } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -229,7 +230,7 @@ describe("parents already finished at enqueue time", () => {
         "SELECT (SELECT count(*) FROM idemq.jobs) AS jobs, (SELECT count(*) FROM idemq.keys) AS keys, (SELECT count(*) FROM idemq.job_dependencies) AS deps",
       );
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "child", after: [parent.job_id, "987654321"], idempotency_key: key })),
+        underSavepoint(c, () => enqueue(c, { task: "child", after: [parent.job_id, "987654321"], idempotency_key: key })),
         { code: "IQ404", message: /parent job 987654321/ },
       );
       const { rows: after } = await c.query(

@@ -4,8 +4,15 @@
 // on real connections, done being final, and the owner checks (IQ410/IQ412).
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "./helpers/db.ts";
-import { expectErrorInTx } from "./helpers/savepoint.ts";
+import {
+  backendPid,
+  freshDatabase,
+  inRollback,
+  waitUntilBlocked,
+  type TestDatabase,
+  expectSqlError,
+} from "./helpers/db.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 import { EffectClaimLostError, LeaseLostError } from "../src/errors.ts";
 import { effectDone, effectRelease } from "../src/sql-api.ts";
 
@@ -243,11 +250,14 @@ describe("effect_done", () => {
     await inRollback(db.pool, async (c) => {
       await claim(c, "e:not-mine", "owner-a");
       const before = await record(c, "e:not-mine");
-      await expectErrorInTx(c, "SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:not-mine", "owner-b"], {
-        code: "IQ410",
-        detail: { key: "e:not-mine", owner: "owner-b" },
-        hint: /stale_after/,
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:not-mine", "owner-b"])),
+        {
+          code: "IQ410",
+          detail: { key: "e:not-mine", owner: "owner-b" },
+          hint: /stale_after/,
+        },
+      );
       expect(await record(c, "e:not-mine")).toEqual(before);
     });
   });
@@ -257,26 +267,35 @@ describe("effect_done", () => {
       await claim(c, "e:lost", "owner-a");
       await age(c, "e:lost", "11 minutes");
       expect((await claim(c, "e:lost", "owner-b")).status).toBe("reclaimed");
-      await expectErrorInTx(c, "SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:lost", "owner-a"], {
-        code: "IQ410",
-        detail: { key: "e:lost", owner: "owner-a" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:lost", "owner-a"])),
+        {
+          code: "IQ410",
+          detail: { key: "e:lost", owner: "owner-a" },
+        },
+      );
       await done(c, "e:lost", "owner-b", { by: "b" });
       expect(await claim(c, "e:lost", "owner-a")).toEqual({ status: "done", result: { by: "b" } });
       // And the old owner still cannot overwrite it.
-      await expectErrorInTx(c, "SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:lost", "owner-a"], {
-        code: "IQ410",
-        detail: { key: "e:lost", owner: "owner-a" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:lost", "owner-a"])),
+        {
+          code: "IQ410",
+          detail: { key: "e:lost", owner: "owner-a" },
+        },
+      );
     });
   });
 
   it("done for a key never claimed raises IQ410 and creates no record", async () => {
     await inRollback(db.pool, async (c) => {
-      await expectErrorInTx(c, "SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:never", "owner-a"], {
-        code: "IQ410",
-        detail: { key: "e:never", owner: "owner-a" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.effect_done(key => $1, owner => $2, result => '{}')", ["e:never", "owner-a"])),
+        {
+          code: "IQ410",
+          detail: { key: "e:never", owner: "owner-a" },
+        },
+      );
       expect(await record(c, "e:never")).toBeUndefined();
     });
   });
@@ -325,20 +344,26 @@ describe("effect_release", () => {
     await inRollback(db.pool, async (c) => {
       await claim(c, "e:release-other", "owner-a");
       const before = await record(c, "e:release-other");
-      await expectErrorInTx(c, "SELECT idemq.effect_release(key => $1, owner => $2)", ["e:release-other", "owner-b"], {
-        code: "IQ410",
-        detail: { key: "e:release-other", owner: "owner-b" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.effect_release(key => $1, owner => $2)", ["e:release-other", "owner-b"])),
+        {
+          code: "IQ410",
+          detail: { key: "e:release-other", owner: "owner-b" },
+        },
+      );
       expect(await record(c, "e:release-other")).toEqual(before);
     });
   });
 
   it("release of an unknown key raises IQ410", async () => {
     await inRollback(db.pool, async (c) => {
-      await expectErrorInTx(c, "SELECT idemq.effect_release(key => $1, owner => $2)", ["e:unknown", "owner-a"], {
-        code: "IQ410",
-        detail: { key: "e:unknown", owner: "owner-a" },
-      });
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT idemq.effect_release(key => $1, owner => $2)", ["e:unknown", "owner-a"])),
+        {
+          code: "IQ410",
+          detail: { key: "e:unknown", owner: "owner-a" },
+        },
+      );
     });
   });
 
@@ -348,10 +373,13 @@ describe("effect_release", () => {
       await done(c, "e:release-done", "owner-a", { ok: true });
       const before = await record(c, "e:release-done");
       for (const owner of ["owner-a", "owner-b"]) {
-        await expectErrorInTx(c, "SELECT idemq.effect_release(key => $1, owner => $2)", ["e:release-done", owner], {
-          code: "IQ412",
-          detail: { key: "e:release-done", status: "done" },
-        });
+        await expectSqlError(
+          underSavepoint(c, () => c.query("SELECT idemq.effect_release(key => $1, owner => $2)", ["e:release-done", owner])),
+          {
+            code: "IQ412",
+            detail: { key: "e:release-done", status: "done" },
+          },
+        );
       }
       expect(await record(c, "e:release-done")).toEqual(before);
     });
@@ -379,7 +407,7 @@ describe("bad input", () => {
     await inRollback(db.pool, async (c) => {
       await claim(c, "k", "someone");
       const before = await c.query("SELECT e.* FROM idemq.effects e ORDER BY key");
-      const error = await expectErrorInTx(c, sql, [], { code });
+      const error = await expectSqlError(underSavepoint(c, () => c.query(sql, [])), { code });
       expect(error.hint ?? "").not.toBe("");
       const after = await c.query("SELECT e.* FROM idemq.effects e ORDER BY key");
       expect(after.rows).toEqual(before.rows);

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type pg from "pg";
 import { createHash } from "node:crypto";
 import { expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase } from "./helpers/db.ts";
-import { count, enqueue, enqueueMany, job, jobIn, keyRow, Listener, type ManyRow, savepoint, unique } from "./helpers/jobs.ts";
+import { count, enqueue, enqueueMany, job, jobIn, keyRow, Listener, type ManyRow, unique } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 const md5 = (text: string) => createHash("md5").update(text).digest("hex");
 
@@ -267,7 +268,7 @@ describe("all or nothing", () => {
     await inRollback(db.pool, async (c) => {
       const before = await snapshotCounts(c);
       await expectSqlError(
-        savepoint(c, () =>
+        underSavepoint(c, () =>
           enqueueMany(c, [
             { task: "ok", idempotency_key: unique("k") },
             { task: "ok" },
@@ -285,7 +286,7 @@ describe("all or nothing", () => {
     await inRollback(db.pool, async (c) => {
       const before = await snapshotCounts(c);
       await expectSqlError(
-        savepoint(c, () => enqueueMany(c, [{ task: "ok" }, { task: "ok", run_at: "next tuesday-ish" }])),
+        underSavepoint(c, () => enqueueMany(c, [{ task: "ok" }, { task: "ok", run_at: "next tuesday-ish" }])),
         { code: "22023", message: /^jobs\[2\] run_at\/expires_at/ },
       );
       expect(await snapshotCounts(c)).toEqual(before);
@@ -297,7 +298,7 @@ describe("all or nothing", () => {
       const parent = await enqueue(c, { task: "p" });
       const before = await snapshotCounts(c);
       await expectSqlError(
-        savepoint(c, () =>
+        underSavepoint(c, () =>
           enqueueMany(c, [
             { task: "ok", idempotency_key: unique("k") },
             { task: "ok", after: [Number(parent.job_id)] },
@@ -327,26 +328,25 @@ describe("fast path and validating path agree", () => {
 
   /** Runs the raw JSON batch under a savepoint (rolled back): outcomes with each job's columns, or the error. */
   async function run(c: pg.ClientBase, batch: string, probes: [string, string]): Promise<Ran> {
-    await c.query("SAVEPOINT agree");
     try {
-      // The raw text: JSON.parse would turn 1.0 into 1.
-      const { rows: made } = await c.query<ManyRow>("SELECT * FROM idemq.enqueue_many($1::jsonb) ORDER BY ordinal", [batch]);
-      // A second statement: the first one's snapshot does not see its own jobs.
-      const { rows } = await c.query<{ id: string; row: Record<string, unknown> }>(
-        "SELECT j.id::text, to_jsonb(j) - 'id' - 'created_at' AS row FROM idemq.jobs j WHERE j.id = ANY($1::bigint[])",
-        [made.map((m) => m.job_id)],
-      );
-      const byId = new Map(rows.map((r) => [r.id, r.row]));
-      const id = (key: string) => BigInt(rows.find((r) => r.row.idempotency_key === key)!.id);
-      return {
-        outcomes: made.map((m) => [m.outcome, byId.get(m.job_id!) ?? null]),
-        fast: id(probes[0]) < id(probes[1]),
-      };
+      return await underSavepoint(c, async () => {
+        // The raw text: JSON.parse would turn 1.0 into 1.
+        const { rows: made } = await c.query<ManyRow>("SELECT * FROM idemq.enqueue_many($1::jsonb) ORDER BY ordinal", [batch]);
+        // A second statement: the first one's snapshot does not see its own jobs.
+        const { rows } = await c.query<{ id: string; row: Record<string, unknown> }>(
+          "SELECT j.id::text, to_jsonb(j) - 'id' - 'created_at' AS row FROM idemq.jobs j WHERE j.id = ANY($1::bigint[])",
+          [made.map((m) => m.job_id)],
+        );
+        const byId = new Map(rows.map((r) => [r.id, r.row]));
+        const id = (key: string) => BigInt(rows.find((r) => r.row.idempotency_key === key)!.id);
+        return {
+          outcomes: made.map((m) => [m.outcome, byId.get(m.job_id!) ?? null]),
+          fast: id(probes[0]) < id(probes[1]),
+        };
+      });
     } catch (error) {
       const e = error as PgError;
       return { error: { code: e.code, message: e.message, hint: e.hint } };
-    } finally {
-      await c.query("ROLLBACK TO SAVEPOINT agree");
     }
   }
 
@@ -555,7 +555,7 @@ describe("counters for stats()", () => {
       const key = unique("k");
       await jobIn(c, "succeeded", { task, idempotency_key: key });
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task, idempotency_key: key, duplicate_policy: "reject_always" })),
+        underSavepoint(c, () => enqueue(c, { task, idempotency_key: key, duplicate_policy: "reject_always" })),
         { code: "IQ409" },
       );
       expect(await count(c, "SELECT 1 FROM idemq.counters WHERE task = $1", [task])).toBe(0);

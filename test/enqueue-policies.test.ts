@@ -14,12 +14,12 @@ import {
   jobIn,
   keyRow,
   POLICIES,
-  savepoint,
   TERMINAL_STATES,
   unique,
   type Policy,
   type TerminalState,
 } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -59,7 +59,7 @@ describe("duplicate policy after a terminal job", () => {
         expect((await job(c, old)).state).toBe(state);
       } else {
         const error = await expectSqlError(
-          savepoint(c, () => enqueue(c, { ...work, duplicate_policy: policy })),
+          underSavepoint(c, () => enqueue(c, { ...work, duplicate_policy: policy })),
           {
             code: "IQ409",
             detail: { key, existing_job_id: Number(old), existing_state: state, policy },
@@ -90,7 +90,7 @@ describe("duplicate policy after a terminal job", () => {
       const second = await jobIn(c, "failed", { task: "t", idempotency_key: key });
       expect(second).not.toBe(first);
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_if_failed" })),
+        underSavepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_if_failed" })),
         { code: "IQ409", detail: { key, existing_job_id: Number(second), existing_state: "failed" } },
       );
       const third = await enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_if_succeeded" });
@@ -131,7 +131,7 @@ describe("a key held by an active job", () => {
       const key = unique("k");
       const existing = await jobIn(c, state, { task: "charge", payload: { order: 7 }, idempotency_key: key });
       const error = await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "refund", payload: { order: 7 }, idempotency_key: key })),
+        underSavepoint(c, () => enqueue(c, { task: "refund", payload: { order: 7 }, idempotency_key: key })),
         { code: "IQ422", detail: { key, existing_job_id: Number(existing) } },
       );
       expect(error.message).toContain(key);
@@ -144,12 +144,12 @@ describe("a key held by an active job", () => {
       const key = unique("k");
       const existing = await jobIn(c, state, { task: "charge", payload: { order: 7 }, idempotency_key: key });
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "charge", payload: { order: 8 }, idempotency_key: key })),
+        underSavepoint(c, () => enqueue(c, { task: "charge", payload: { order: 8 }, idempotency_key: key })),
         { code: "IQ422", detail: { key, existing_job_id: Number(existing) } },
       );
       // An omitted payload is {} and differs too.
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "charge", idempotency_key: key })),
+        underSavepoint(c, () => enqueue(c, { task: "charge", idempotency_key: key })),
         { code: "IQ422", detail: { key, existing_job_id: Number(existing) } },
       );
     });
@@ -161,7 +161,7 @@ describe("a key held by an active job", () => {
       const existing = await jobIn(c, "enqueued", { task: "charge", payload: { order: 7 }, idempotency_key: key });
       for (const policy of POLICIES) {
         await expectSqlError(
-          savepoint(c, () =>
+          underSavepoint(c, () =>
             enqueue(c, { task: "charge", payload: { order: 9 }, idempotency_key: key, duplicate_policy: policy }),
           ),
           { code: "IQ422", detail: { key, existing_job_id: Number(existing) } },
@@ -182,7 +182,7 @@ describe("different work once the key's job is terminal: the policy decides", ()
         const old = await jobIn(c, state, { task: "charge", payload: { order: 1 }, idempotency_key: key });
         const again = { task: "refund", payload: { order: 2 }, idempotency_key: key, duplicate_policy: policy };
         if (expected === "IQ409") {
-          await expectSqlError(savepoint(c, () => enqueue(c, again)), {
+          await expectSqlError(underSavepoint(c, () => enqueue(c, again)), {
             code: "IQ409",
             detail: { key, existing_job_id: Number(old), existing_state: state, policy },
           });
@@ -192,7 +192,7 @@ describe("different work once the key's job is terminal: the policy decides", ()
           expect(await job(c, r.job_id)).toMatchObject({ task: "refund", payload: { order: 2 }, state: "enqueued" });
           // The key now names the new work: the old work is what conflicts now.
           await expectSqlError(
-            savepoint(c, () => enqueue(c, { task: "charge", payload: { order: 1 }, idempotency_key: key })),
+            underSavepoint(c, () => enqueue(c, { task: "charge", payload: { order: 1 }, idempotency_key: key })),
             { code: "IQ422", detail: { key, existing_job_id: Number(r.job_id) } },
           );
         }
@@ -244,7 +244,7 @@ describe("payloads compare as jsonb", () => {
       const key = unique("k");
       const first = await enqueue(c, { task: "t", payload: { a: [1, 2], b: 1 }, idempotency_key: key });
       for (const payload of [{ a: [2, 1], b: 1 }, { a: [1, 2], b: "1" }]) {
-        await expectSqlError(savepoint(c, () => enqueue(c, { task: "t", payload, idempotency_key: key })), {
+        await expectSqlError(underSavepoint(c, () => enqueue(c, { task: "t", payload, idempotency_key: key })), {
           code: "IQ422",
           detail: { key, existing_job_id: Number(first.job_id) },
         });

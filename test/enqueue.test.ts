@@ -4,7 +4,8 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { count, driveTo, enqueue, enqueueMany, job, Listener, savepoint, unique } from "./helpers/jobs.ts";
+import { count, driveTo, enqueue, enqueueMany, job, Listener, unique } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -183,11 +184,11 @@ describe("enqueue: the queue name is the NOTIFY payload", () => {
       expect((await job(c, ok.job_id)).queue).toHaveLength(1000);
       // Scheduled too: the notify would come later (rescue, a parent's release), so it is refused up front.
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "long_queue", queue: "q".repeat(1001), run_at: "2100-01-01T00:00:00Z" })),
+        underSavepoint(c, () => enqueue(c, { task: "long_queue", queue: "q".repeat(1001), run_at: "2100-01-01T00:00:00Z" })),
         { code: "22023", message: /queue must be at most 1000 characters/ },
       );
       await expectSqlError(
-        savepoint(c, () => enqueueMany(c, [{ task: "long_queue" }, { task: "long_queue", queue: "é".repeat(1001) }])),
+        underSavepoint(c, () => enqueueMany(c, [{ task: "long_queue" }, { task: "long_queue", queue: "é".repeat(1001) }])),
         { code: "22023", message: /^jobs\[2\] queue must be at most 1000 characters/ },
       );
       expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = 'long_queue'")).toBe(1);

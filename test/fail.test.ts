@@ -3,8 +3,9 @@
 // attempts). Backoff arithmetic itself is in backoff.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { Listener, unique } from "./helpers/jobs.ts";
-import { claimOne, enqueue, fail, failRow, jobRow, makeDue, sql, underSavepoint } from "./helpers/work.ts";
+import { Listener, unique, makeJob, sql } from "./helpers/jobs.ts";
+import { claimOne, fail, failRow, jobRow, makeDue } from "./helpers/work.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -19,7 +20,7 @@ const FIXED = { kind: "fixed", delays: ["2 seconds"] };
 describe("fail", () => {
   it("schedules a retry at the backoff time and clears the lease", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: FIXED, max_attempts: 3 });
+      const id = await makeJob(c, { backoff: FIXED, max_attempts: 3 });
       const job = await claimOne(c);
       expect(await fail(c, id, job.attempt)).toBe("scheduled");
       expect(await jobRow(c, id)).toMatchObject({
@@ -37,7 +38,7 @@ describe("fail", () => {
     await inRollback(db.pool, async (c) => {
       const storedRunAt = async (id: string) =>
         (await c.query<{ run_at: string }>("SELECT run_at::text AS run_at FROM idemq.jobs WHERE id = $1", [id])).rows[0]!.run_at;
-      const id = await enqueue(c, { backoff: FIXED, max_attempts: 4 });
+      const id = await makeJob(c, { backoff: FIXED, max_attempts: 4 });
       await claimOne(c);
       const byBackoff = await failRow(c, id, 1);
       expect(byBackoff.state).toBe("scheduled");
@@ -66,7 +67,7 @@ describe("fail", () => {
 
   it("retry_at overrides the backoff", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: FIXED });
+      const id = await makeJob(c, { backoff: FIXED });
       await claimOne(c);
       expect(await fail(c, id, 1, "rate limited", { retry_at: sql("now() + interval '1 hour'") })).toBe("scheduled");
       expect((await jobRow(c, id)).run_in).toBe(3600);
@@ -75,7 +76,7 @@ describe("fail", () => {
 
   it("a non-retryable error fails the job at once, attempts left or not", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 10 });
+      const id = await makeJob(c, { max_attempts: 10 });
       await claimOne(c);
       const state = await fail(c, id, 1, { class: "ValidationError", message: "bad payload" }, {
         retryable: false,
@@ -94,7 +95,7 @@ describe("fail", () => {
 
   it("with max_attempts 3, the first two failures retry and the third fails the job", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: FIXED, max_attempts: 3 });
+      const id = await makeJob(c, { backoff: FIXED, max_attempts: 3 });
       const states: string[] = [];
       for (let attempt = 1; attempt <= 3; attempt++) {
         const job = await claimOne(c);
@@ -111,7 +112,7 @@ describe("fail", () => {
 
   it("backoff and max_attempts given to fail override the job's (a worker's task settings); snoozes do not count", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: FIXED, max_attempts: 10 });
+      const id = await makeJob(c, { backoff: FIXED, max_attempts: 10 });
       const override = { backoff: { kind: "fixed", delays: ["7 seconds", "9 seconds"] }, max_attempts: 2 };
       // Attempt 1 is snoozed: it does not count.
       await claimOne(c);
@@ -130,7 +131,7 @@ describe("fail", () => {
 
   it("rejects a malformed backoff override or max_attempts below 1 (22023), changing nothing", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, {});
+      const id = await makeJob(c, {});
       await claimOne(c);
       await underSavepoint(c, () =>
         expectSqlError(fail(c, id, 1, "x", { backoff: { kind: "linear" } }), {
@@ -147,7 +148,7 @@ describe("fail", () => {
 
   it("keeps every failed attempt's error: attempt, started_at, failed_at, worker, class, message and extra fields", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { backoff: FIXED, max_attempts: 2 });
+      const id = await makeJob(c, { backoff: FIXED, max_attempts: 2 });
       await claimOne(c, { worker_id: "host-a:1" });
       // The attempt started five minutes before it failed.
       await c.query("UPDATE idemq.jobs SET locked_at = now() - interval '5 minutes' WHERE id = $1", [id]);
@@ -184,7 +185,7 @@ describe("fail", () => {
 
   it("accepts an error given as a plain JSON string, as the message", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await fail(c, id, 1, "connection reset");
       const [entry] = (await jobRow(c, id)).errors;
@@ -194,7 +195,7 @@ describe("fail", () => {
 
   it("records its own attempt, worker and times over fields of the same name in the error", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c, { worker_id: "real" });
       await fail(c, id, 1, { class: "E", message: "m", attempt: 99, worker: "fake", failed_at: "never" });
       const [entry] = (await jobRow(c, id)).errors;
@@ -205,7 +206,7 @@ describe("fail", () => {
 
   it("finishes the job's idempotency key when it fails for good", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { idempotency_key: "charge-9", max_attempts: 1 });
+      const id = await makeJob(c, { idempotency_key: "charge-9", max_attempts: 1 });
       await claimOne(c);
       expect(await fail(c, id, 1)).toBe("failed");
       const { rows } = await c.query("SELECT finished_state::text AS state FROM idemq.keys WHERE key = 'charge-9'");
@@ -215,7 +216,7 @@ describe("fail", () => {
 
   it("rejects an error that is neither an object nor a string (22023), and NULL error or retryable (22004)", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       for (const error of [42, ["a"], true]) {
         await underSavepoint(c, () =>
@@ -235,7 +236,7 @@ describe("fail", () => {
   it("raises IQ404 for an unknown job and IQ410 for a job the attempt does not hold", async () => {
     await inRollback(db.pool, async (c) => {
       await underSavepoint(c, () => expectSqlError(fail(c, "987654321", 1), { code: "IQ404" }));
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await underSavepoint(c, () =>
         expectSqlError(fail(c, id, 1), {
           code: "IQ410",
@@ -252,7 +253,7 @@ describe("fail", () => {
     const queue = unique("due-retry");
     const c = await db.pool.connect();
     try {
-      const id = await enqueue(c, { queue, backoff: { kind: "fixed", delays: ["1 hour"] }, max_attempts: 5 });
+      const id = await makeJob(c, { queue, backoff: { kind: "fixed", delays: ["1 hour"] }, max_attempts: 5 });
       await listener.waitFor(queue); // the enqueue's own notification
       listener.received.length = 0;
       await claimOne(c, { queues: [queue] });

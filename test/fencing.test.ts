@@ -14,17 +14,16 @@ import {
 import {
   claimOne,
   complete,
-  enqueue,
   expireLease,
   fail,
   heartbeat,
   jobRow,
   rescue,
   snooze,
-  sql,
-  underSavepoint,
   type ClaimedJob,
 } from "./helpers/work.ts";
+import { makeJob, sql } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 import type pg from "pg";
 
 let db: TestDatabase;
@@ -38,7 +37,7 @@ afterAll(async () => {
 
 /** Attempt 1 claims, loses its lease, is rescued; attempt 2 claims. Returns both claims. */
 async function takenOver(c: pg.ClientBase, queue: string): Promise<{ id: string; first: ClaimedJob; second: ClaimedJob }> {
-  const id = await enqueue(c, { queue });
+  const id = await makeJob(c, { queue });
   const first = await claimOne(c, { worker_id: "old", queues: [queue] });
   await expireLease(c, id);
   expect(await rescue(c)).toBe(1);
@@ -100,7 +99,7 @@ describe("fencing", () => {
 
   it("a lease that ran out but was not rescued is still held: heartbeat extends it and complete succeeds", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       const job = await claimOne(c);
       await expireLease(c, id, "5 minutes");
       expect(await heartbeat(c, [{ id, attempt: job.attempt }])).toEqual([id]);
@@ -127,7 +126,7 @@ describe("fencing", () => {
 
   it("a rescued job not yet claimed again fences out the old attempt too (IQ410, current_state enqueued)", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await expireLease(c, id);
       expect(await rescue(c)).toBe(1);
@@ -139,7 +138,7 @@ describe("fencing", () => {
   it("complete waits for a rescue in progress on its job, then raises IQ410", async () => {
     const queue = "race-rescue-first";
     const setup = await db.newClient();
-    const id = await enqueue(setup, { queue });
+    const id = await makeJob(setup, { queue });
     await claimOne(setup, { queues: [queue] });
     await expireLease(setup, id);
 
@@ -164,7 +163,7 @@ describe("fencing", () => {
   it("rescue skips a job whose worker is completing it, and the worker's complete commits", async () => {
     const queue = "race-complete-first";
     const setup = await db.newClient();
-    const id = await enqueue(setup, { queue });
+    const id = await makeJob(setup, { queue });
     await claimOne(setup, { queues: [queue] });
     await expireLease(setup, id);
 

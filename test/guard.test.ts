@@ -5,7 +5,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "./helpers/db.ts";
-import { expectErrorInTx } from "./helpers/savepoint.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 import * as sqlApi from "../src/sql-api.ts";
 
 let db: TestDatabase;
@@ -223,9 +223,9 @@ describe("guard: bad input", () => {
         (await c.query("SELECT (SELECT count(*) FROM idemq.processed) + (SELECT count(*) FROM idemq.counters) AS n")).rows[0].n;
       const before = await count();
       const sql = "SELECT idemq.guard(key => $1, task => $2)";
-      await expectErrorInTx(c, sql, [null, "t"], { code: "22004", hint: /key/ });
-      await expectErrorInTx(c, sql, ["", "t"], { code: "22023", hint: /key/ });
-      await expectErrorInTx(c, sql, ["k", ""], { code: "22023", hint: /task/ });
+      await expectSqlError(underSavepoint(c, () => c.query(sql, [null, "t"])), { code: "22004", hint: /key/ });
+      await expectSqlError(underSavepoint(c, () => c.query(sql, ["", "t"])), { code: "22023", hint: /key/ });
+      await expectSqlError(underSavepoint(c, () => c.query(sql, ["k", ""])), { code: "22023", hint: /task/ });
       expect(await count()).toBe(before);
     });
   });

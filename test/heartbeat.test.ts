@@ -14,13 +14,13 @@ import {
   claim,
   claimOne,
   complete,
-  enqueue,
   expireLease,
   heartbeat,
   jobRow,
   rescue,
-  underSavepoint,
 } from "./helpers/work.ts";
+import { makeJob } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -33,12 +33,12 @@ afterAll(async () => {
 describe("heartbeat", () => {
   it("extends every held lease to now() + lease and returns exactly the held ids", async () => {
     await inRollback(db.pool, async (c) => {
-      const held = [await enqueue(c), await enqueue(c)];
-      const wrongAttempt = await enqueue(c);
-      const rescued = await enqueue(c);
-      const done = await enqueue(c);
+      const held = [await makeJob(c), await makeJob(c)];
+      const wrongAttempt = await makeJob(c);
+      const rescued = await makeJob(c);
+      const done = await makeJob(c);
       await claim(c, { batch_size: 5, lease: "10 seconds" });
-      const neverClaimed = await enqueue(c);
+      const neverClaimed = await makeJob(c);
       await complete(c, done, 1);
       await expireLease(c, rescued);
       expect(await rescue(c)).toBe(1);
@@ -70,7 +70,7 @@ describe("heartbeat", () => {
 
   it("uses a 30-second lease by default and may shorten a lease", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c, { lease: "5 minutes" });
       expect(await heartbeat(c, [{ id, attempt: 1 }])).toEqual([id]);
       expect((await jobRow(c, id)).lease_in).toBe(30);
@@ -79,7 +79,7 @@ describe("heartbeat", () => {
 
   it("extends a lease that ran out but was not rescued", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await expireLease(c, id, "1 hour");
       expect(await heartbeat(c, [{ id, attempt: 1 }], "45 seconds")).toEqual([id]);
@@ -96,7 +96,7 @@ describe("heartbeat", () => {
 
   it("rejects NULL arrays (22004), arrays of different lengths (22023) and a bad lease", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       const call = (ids: unknown, attempts: unknown, lease: unknown = "30 seconds") =>
         c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[], $3::interval)", [ids, attempts, lease]);
@@ -112,7 +112,7 @@ describe("heartbeat", () => {
   });
 
   it("waits for a concurrent complete of the job, then leaves it out", async () => {
-    const id = await enqueue(db.pool, { queue: "hb-race" });
+    const id = await makeJob(db.pool, { queue: "hb-race" });
     await claimOne(db.pool, { queues: ["hb-race"] });
 
     const worker = await db.newClient();

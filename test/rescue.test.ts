@@ -8,19 +8,16 @@ import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
 import {
   claim,
   claimOne,
-  enqueue,
-  enqueueMany,
   expireLease,
   fail,
   jobRow,
   makeDue,
   rescue,
   snooze,
-  sql,
   states,
 } from "./helpers/work.ts";
 import { buildZoo, expectOnlyChanged, snapshot } from "./helpers/zoo.ts";
-import { waitForJobs } from "./helpers/jobs.ts";
+import { waitForJobs, makeJob, makeJobs, sql } from "./helpers/jobs.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -33,7 +30,7 @@ afterAll(async () => {
 describe("rescue: lost leases", () => {
   it("puts a job whose lease ran out back to enqueued, runnable now, with a LeaseExpired error entry", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 3 });
+      const id = await makeJob(c, { max_attempts: 3 });
       await claimOne(c, { worker_id: "crashed-host:7" });
       await c.query("UPDATE idemq.jobs SET locked_at = now() - interval '40 seconds' WHERE id = $1", [id]);
       await expireLease(c, id, "10 seconds");
@@ -63,8 +60,8 @@ describe("rescue: lost leases", () => {
 
   it("takes a lease only once it has passed: lease_expires_at = now() is still held, 1 µs before is lost", async () => {
     await inRollback(db.pool, async (c) => {
-      const atNow = await enqueue(c);
-      const justPast = await enqueue(c);
+      const atNow = await makeJob(c);
+      const justPast = await makeJob(c);
       await claim(c, { batch_size: 2 });
       await c.query("UPDATE idemq.jobs SET lease_expires_at = now() WHERE id = $1", [atNow]);
       await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 microsecond' WHERE id = $1", [justPast]);
@@ -75,7 +72,7 @@ describe("rescue: lost leases", () => {
 
   it("fails the job when the lost attempt was its last counted attempt, finishing its key", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 2, idempotency_key: "last-1", backoff: { kind: "fixed", delays: ["1 second"] } });
+      const id = await makeJob(c, { max_attempts: 2, idempotency_key: "last-1", backoff: { kind: "fixed", delays: ["1 second"] } });
       await claimOne(c);
       expect(await fail(c, id, 1)).toBe("scheduled");
       await makeDue(c, id);
@@ -95,7 +92,7 @@ describe("rescue: lost leases", () => {
 
   it("does not count a snoozed attempt: max_attempts 1, snoozed, then the lease of attempt 2 is lost -> failed", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 1 });
+      const id = await makeJob(c, { max_attempts: 1 });
       await claimOne(c);
       await snooze(c, id, 1, sql("now()"));
       await claimOne(c);
@@ -107,7 +104,7 @@ describe("rescue: lost leases", () => {
 
   it("a lost lease past the job's expires_at is expired at once and counted once", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { expires_at: sql("now() + interval '1 hour'") });
+      const id = await makeJob(c, { expires_at: sql("now() + interval '1 hour'") });
       await claimOne(c);
       await expireLease(c, id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() - interval '1 second' WHERE id = $1", [id]);
@@ -120,10 +117,10 @@ describe("rescue: lost leases", () => {
 
   it("is idempotent: a second call changes nothing and returns 0", async () => {
     await inRollback(db.pool, async (c) => {
-      const ids = [await enqueue(c), await enqueue(c)];
+      const ids = [await makeJob(c), await makeJob(c)];
       await claim(c, { batch_size: 2 });
       for (const id of ids) await expireLease(c, id);
-      await enqueue(c, { expires_at: sql("now()") });
+      await makeJob(c, { expires_at: sql("now()") });
       expect(await rescue(c)).toBe(3);
       const before = (await c.query("SELECT to_jsonb(j) AS row FROM idemq.jobs j ORDER BY id")).rows;
       expect(await rescue(c)).toBe(0);
@@ -162,18 +159,18 @@ describe("rescue: deadlines", () => {
         ["at", "now()"],
         ["before", "now() + interval '1 microsecond'"],
       ] as const) {
-        made[`enqueued.${edge}`] = await enqueue(c, { queue: `enq.${edge}` });
-        made[`delayed.${edge}`] = await enqueue(c, { run_at: sql("now() + interval '1 hour'") });
-        const parent = await enqueue(c, { run_at: sql("now() + interval '1 hour'") });
-        made[`awaiting.${edge}`] = await enqueue(c, { after: [parent] });
-        const retry = await enqueue(c, { queue: `retry.${edge}` });
+        made[`enqueued.${edge}`] = await makeJob(c, { queue: `enq.${edge}` });
+        made[`delayed.${edge}`] = await makeJob(c, { run_at: sql("now() + interval '1 hour'") });
+        const parent = await makeJob(c, { run_at: sql("now() + interval '1 hour'") });
+        made[`awaiting.${edge}`] = await makeJob(c, { after: [parent] });
+        const retry = await makeJob(c, { queue: `retry.${edge}` });
         await claimOne(c, { queues: [`retry.${edge}`] });
         expect(await fail(c, retry, 1)).toBe("scheduled");
         made[`retry.${edge}`] = retry;
-        const running = await enqueue(c, { queue: `run.${edge}` });
+        const running = await makeJob(c, { queue: `run.${edge}` });
         await claimOne(c, { queues: [`run.${edge}`] });
         made[`processing.${edge}`] = running;
-        const done = await enqueue(c, { queue: `done.${edge}` });
+        const done = await makeJob(c, { queue: `done.${edge}` });
         await claimOne(c, { queues: [`done.${edge}`] });
         await c.query("SELECT idemq.complete($1, 1)", [done]);
         made[`succeeded.${edge}`] = done;
@@ -208,7 +205,7 @@ describe("rescue: deadlines", () => {
 
   it("expires a job enqueued with an expires_at already past", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { expires_at: sql("now() - interval '1 day'"), idempotency_key: "late-1" });
+      const id = await makeJob(c, { expires_at: sql("now() - interval '1 day'"), idempotency_key: "late-1" });
       expect(await claim(c)).toEqual([]);
       expect(await rescue(c)).toBe(1);
       expect(await jobRow(c, id)).toMatchObject({ state: "expired", attempt: 0, errors: [] });
@@ -244,7 +241,7 @@ async function listen(client: pg.Client): Promise<{ payloads: string[]; arrived(
 describe("rescue: concurrency and notifications", () => {
   it("concurrent rescue() calls on 6 connections rescue each of 300 lost leases once", async () => {
     const queue = "lost-many";
-    const ids = await enqueueMany(db.pool, 300, { queue });
+    const ids = await makeJobs(db.pool, 300, { queue });
     const claimed = await claim(db.pool, { queues: [queue], batch_size: 300 });
     expect(claimed).toHaveLength(300);
     await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE queue = $1", [queue]);
@@ -264,7 +261,7 @@ describe("rescue: concurrency and notifications", () => {
 
   it("a rescue in progress does not block another, which skips its rows (SKIP LOCKED)", async () => {
     const queue = "lost-pair";
-    const [id] = await enqueueMany(db.pool, 1, { queue });
+    const [id] = await makeJobs(db.pool, 1, { queue });
     await claimOne(db.pool, { queues: [queue] });
     await expireLease(db.pool, id!);
 
@@ -281,8 +278,8 @@ describe("rescue: concurrency and notifications", () => {
   });
 
   it("notifies idemq_jobs with the queue of each re-enqueued job, at commit, and not for jobs it failed", async () => {
-    const back = await enqueue(db.pool, { queue: "notify-back" });
-    const last = await enqueue(db.pool, { queue: "notify-last", max_attempts: 1 });
+    const back = await makeJob(db.pool, { queue: "notify-back" });
+    const last = await makeJob(db.pool, { queue: "notify-last", max_attempts: 1 });
     await claim(db.pool, { queues: ["notify-back", "notify-last"], batch_size: 2 });
     await expireLease(db.pool, back);
     await expireLease(db.pool, last);

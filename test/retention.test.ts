@@ -20,11 +20,11 @@ import {
   job,
   jobIn,
   keyRow,
-  savepoint,
   TERMINAL_STATES,
   unique,
   type Queryable,
 } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -120,7 +120,7 @@ describe("purge", () => {
     await inRollback(db.pool, async (c) => {
       const done = await jobIn(c, "succeeded", { task: "t" });
       await finishedAgo(c, done, "-1 day");
-      await expectSqlError(savepoint(c, () => purge(c, "1 hour", ["succeeded", state])), {
+      await expectSqlError(underSavepoint(c, () => purge(c, "1 hour", ["succeeded", state])), {
         code: "22023",
         message: /states must be terminal/,
       });
@@ -130,16 +130,16 @@ describe("purge", () => {
 
   it("rejects NULL arguments (22004) and a negative older_than (22023)", async () => {
     await inRollback(db.pool, async (c) => {
-      await expectSqlError(savepoint(c, () => c.query("SELECT idemq.purge(older_than => NULL)")), { code: "22004" });
+      await expectSqlError(underSavepoint(c, () => c.query("SELECT idemq.purge(older_than => NULL)")), { code: "22004" });
       await expectSqlError(
-        savepoint(c, () => c.query("SELECT idemq.purge(older_than => '1 day', states => NULL)")),
+        underSavepoint(c, () => c.query("SELECT idemq.purge(older_than => '1 day', states => NULL)")),
         { code: "22004" },
       );
       await expectSqlError(
-        savepoint(c, () => c.query("SELECT idemq.purge(older_than => '1 day', states => ARRAY[NULL]::idemq.job_state[])")),
+        underSavepoint(c, () => c.query("SELECT idemq.purge(older_than => '1 day', states => ARRAY[NULL]::idemq.job_state[])")),
         { code: "22023" },
       );
-      await expectSqlError(savepoint(c, () => purge(c, "-1 second")), { code: "22023" });
+      await expectSqlError(underSavepoint(c, () => purge(c, "-1 second")), { code: "22023" });
     });
   });
 
@@ -153,11 +153,11 @@ describe("purge", () => {
       expect(await keyRow(c, key)).toMatchObject({ job_id: old, finished_state: "succeeded" });
 
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" })),
+        underSavepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" })),
         { code: "IQ409", detail: { key, existing_job_id: Number(old), existing_state: "succeeded", policy: "reject_always" } },
       );
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_if_succeeded" })),
+        underSavepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_if_succeeded" })),
         { code: "IQ409", detail: { existing_job_id: Number(old), existing_state: "succeeded" } },
       );
       const fresh = await enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "allow_after_failed" });
@@ -262,7 +262,7 @@ describe("prune_keys", () => {
       const key = unique("k");
       const old = await jobIn(c, "succeeded", { task: "t", idempotency_key: key });
       await expectSqlError(
-        savepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" })),
+        underSavepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" })),
         { code: "IQ409" },
       );
       await finishedAgo(c, old, "-15 days");
@@ -339,10 +339,10 @@ describe("prune_keys", () => {
 
   it("rejects NULL (22004) and a negative older_than (22023)", async () => {
     await inRollback(db.pool, async (c) => {
-      await expectSqlError(savepoint(c, () => c.query("SELECT idemq.prune_keys(older_than => NULL)")), {
+      await expectSqlError(underSavepoint(c, () => c.query("SELECT idemq.prune_keys(older_than => NULL)")), {
         code: "22004",
       });
-      await expectSqlError(savepoint(c, () => pruneKeys(c, "-1 day")), { code: "22023" });
+      await expectSqlError(underSavepoint(c, () => pruneKeys(c, "-1 day")), { code: "22023" });
     });
   });
 });

@@ -3,7 +3,9 @@
 // snoozed attempt does not count against max_attempts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
-import { claim, claimOne, complete, enqueue, fail, jobRow, makeDue, snooze, sql, underSavepoint } from "./helpers/work.ts";
+import { claim, claimOne, complete, fail, jobRow, makeDue, snooze } from "./helpers/work.ts";
+import { makeJob, sql } from "./helpers/jobs.ts";
+import { underSavepoint } from "./helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -16,7 +18,7 @@ afterAll(async () => {
 describe("snooze", () => {
   it("puts the job back to scheduled at run_at, clears the lease and records no error", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 3 });
+      const id = await makeJob(c, { max_attempts: 3 });
       const job = await claimOne(c);
       await snooze(c, id, job.attempt, sql("now() + interval '90 seconds'"));
       expect(await jobRow(c, id)).toMatchObject({
@@ -34,7 +36,7 @@ describe("snooze", () => {
 
   it("a snoozed job comes back as the next attempt, not reclaimed; the snoozed attempt is fenced out", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await snooze(c, id, 1, sql("now()"));
       expect(await claimOne(c)).toMatchObject({ id, attempt: 2, reclaimed: false });
@@ -51,7 +53,7 @@ describe("snooze", () => {
 
   it("does not count against max_attempts: max_attempts 1, snoozed, claimed again as attempt 2, then a failure fails it", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 1 });
+      const id = await makeJob(c, { max_attempts: 1 });
       await claimOne(c);
       await snooze(c, id, 1, sql("now() + interval '1 minute'"));
       await makeDue(c, id);
@@ -67,7 +69,7 @@ describe("snooze", () => {
 
   it("any number of snoozes never exhausts attempts", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 1 });
+      const id = await makeJob(c, { max_attempts: 1 });
       for (let attempt = 1; attempt <= 5; attempt++) {
         expect((await claimOne(c)).attempt).toBe(attempt);
         await snooze(c, id, attempt, sql("now()"));
@@ -80,7 +82,7 @@ describe("snooze", () => {
 
   it("a failure after a snooze retries with the backoff of the first counted failure", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c, { max_attempts: 2, backoff: { kind: "fixed", delays: ["2 seconds", "5 seconds"] } });
+      const id = await makeJob(c, { max_attempts: 2, backoff: { kind: "fixed", delays: ["2 seconds", "5 seconds"] } });
       await claimOne(c);
       await snooze(c, id, 1, sql("now()"));
       await claimOne(c);
@@ -94,7 +96,7 @@ describe("snooze", () => {
 
   it("a run_at already past makes the job claimable at once", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await snooze(c, id, 1, sql("now() - interval '1 minute'"));
       expect((await claimOne(c)).id).toBe(id);
@@ -103,7 +105,7 @@ describe("snooze", () => {
 
   it("raises IQ410 for a stale attempt, IQ404 for an unknown job and 22004 for a NULL run_at, changing nothing", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       for (const stale of [0, 2]) {
         await underSavepoint(c, () =>
@@ -121,7 +123,7 @@ describe("snooze", () => {
 
   it("raises IQ410 for a job that is not processing (already snoozed)", async () => {
     await inRollback(db.pool, async (c) => {
-      const id = await enqueue(c);
+      const id = await makeJob(c);
       await claimOne(c);
       await snooze(c, id, 1, sql("now() + interval '1 minute'"));
       await underSavepoint(c, () =>

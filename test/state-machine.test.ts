@@ -2,11 +2,11 @@
 // <function>"), each driving a job into <from> through the real functions,
 // calling <function>, and reading the state back; plus a check that the
 // document's table and this file list the same transitions.
-import { readFileSync } from "node:fs";
-import { resolve } from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "./helpers/db.ts";
+import { claimJob, enqueueMany, jobIn, makeJob, sql, unique, type EnqueueArgs } from "./helpers/jobs.ts";
+import { documentedTransitions, transitionName, type Transition as DocTransition } from "./helpers/state-machine-doc.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -17,16 +17,9 @@ afterAll(async () => {
 });
 
 type C = pg.ClientBase;
-let queueCounter = 0;
-
-/** Enqueues a job in a queue of its own; `extra` is more named arguments. Returns id and queue. */
-async function enq(c: C, extra = "", values: unknown[] = []): Promise<{ id: string; queue: string }> {
-  const queue = `sm.${++queueCounter}`;
-  const { rows } = await c.query<{ job_id: string }>(
-    `SELECT job_id FROM idemq.enqueue(task => 'sm', queue => $1${extra})`,
-    [queue, ...values],
-  );
-  return { id: rows[0]!.job_id, queue };
+/** A job in a queue of its own (so claimJob takes exactly it), from the job factory. */
+async function enq(c: C, args: EnqueueArgs = {}): Promise<{ id: string }> {
+  return { id: await makeJob(c, { task: "sm", queue: unique("sm"), ...args }) };
 }
 
 async function stateOf(c: C, id: string): Promise<string | undefined> {
@@ -34,19 +27,10 @@ async function stateOf(c: C, id: string): Promise<string | undefined> {
   return rows[0]?.state;
 }
 
-async function claim(c: C, queue: string): Promise<number> {
-  const { rows } = await c.query<{ attempt: number }>(
-    "SELECT attempt FROM idemq.claim(worker_id => 'sm-worker', queues => ARRAY[$1::text])",
-    [queue],
-  );
-  expect(rows, `claim from ${queue}`).toHaveLength(1);
-  return rows[0]!.attempt;
-}
-
-/** A job in processing: { id, queue, attempt }. */
-async function processing(c: C, extra = ""): Promise<{ id: string; queue: string; attempt: number }> {
-  const job = await enq(c, extra);
-  return { ...job, attempt: await claim(c, job.queue) };
+/** A job in processing: { id, attempt }. */
+async function processing(c: C, args: EnqueueArgs = {}): Promise<{ id: string; attempt: number }> {
+  const job = await enq(c, args);
+  return { ...job, attempt: await claimJob(c, job.id) };
 }
 
 async function failFor(c: C, job: { id: string; attempt: number }, retryable = false): Promise<void> {
@@ -56,31 +40,26 @@ async function failFor(c: C, job: { id: string; attempt: number }, retryable = f
   );
 }
 
-async function terminal(c: C, state: "succeeded" | "failed" | "expired" | "cancelled"): Promise<string> {
-  if (state === "expired") {
-    const job = await enq(c, ", expires_at => now() - interval '1 second'");
-    await c.query("SELECT idemq.rescue()");
-    return job.id;
-  }
-  if (state === "cancelled") {
-    const job = await enq(c);
-    await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
-    return job.id;
-  }
-  const job = await processing(c);
-  if (state === "succeeded") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [job.id, job.attempt]);
-  else await failFor(c, job);
-  return job.id;
+/** One element through idemq.enqueue_many, in a queue of its own; returns its job id. */
+async function enqMany(c: C, element: Record<string, unknown>): Promise<string> {
+  const rows = await enqueueMany(c, [{ task: "sm", queue: unique("sm"), ...element }]);
+  expect(rows.map((r) => r.outcome)).toEqual(["created"]);
+  return rows[0]!.job_id!;
+}
+
+async function completeMany(c: C, job: { id: string; attempt: number }): Promise<void> {
+  const { rows } = await c.query(
+    "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
+    [job.id, job.attempt],
+  );
+  expect(rows.map((r) => r.id)).toEqual([job.id]);
 }
 
 async function expireLease(c: C, id: string): Promise<void> {
   await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [id]);
 }
 
-interface Transition {
-  from: string;
-  to: string;
-  by: string;
+interface Transition extends DocTransition {
   /** Makes a job in `from` (checked), runs `by`, returns the job id whose state is then checked against `to`. */
   run: (c: C, expectFrom: (id: string) => Promise<void>) => Promise<string>;
 }
@@ -99,36 +78,54 @@ const T: Transition[] = [
   },
   {
     from: "(new)", to: "scheduled", by: "enqueue",
-    run: async (c) => (await enq(c, ", run_at => now() + interval '1 minute'")).id,
+    run: async (c) => (await enq(c, { run_at: sql("now() + interval '1 minute'") })).id,
+  },
+  {
+    from: "(new)", to: "scheduled", by: "enqueue_many",
+    run: async (c) => (await enqMany(c, { run_at: "2100-01-01T00:00:00Z" })),
   },
   {
     from: "(new)", to: "awaiting", by: "enqueue",
     run: async (c) => {
       const parent = await enq(c);
-      return (await enq(c, ", after => ARRAY[$2::bigint]", [parent.id])).id;
+      return (await enq(c, { after: [parent.id] })).id;
+    },
+  },
+  {
+    from: "(new)", to: "awaiting", by: "enqueue_many",
+    run: async (c) => {
+      const parent = await enq(c);
+      return enqMany(c, { after: [Number(parent.id)] });
     },
   },
   {
     from: "(new)", to: "cancelled", by: "enqueue",
     run: async (c) => {
-      const parent = await terminal(c, "failed");
-      return (await enq(c, ", after => ARRAY[$2::bigint]", [parent])).id;
+      const parent = await jobIn(c, "failed");
+      return (await enq(c, { after: [parent] })).id;
+    },
+  },
+  {
+    from: "(new)", to: "cancelled", by: "enqueue_many",
+    run: async (c) => {
+      const parent = await jobIn(c, "failed");
+      return enqMany(c, { after: [Number(parent)] });
     },
   },
   {
     from: "scheduled", to: "processing", by: "claim",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET run_at = now() WHERE id = $1", [job.id]);
-      await claim(c, job.queue);
+      await claimJob(c, job.id);
       return job.id;
     },
   },
   {
     from: "scheduled", to: "enqueued", by: "reschedule",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [job.id]);
       return job.id;
@@ -137,7 +134,7 @@ const T: Transition[] = [
   {
     from: "scheduled", to: "expired", by: "rescue",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute', expires_at => now() + interval '1 second'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'"), expires_at: sql("now() + interval '1 second'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
       await c.query("SELECT idemq.rescue()");
@@ -147,7 +144,7 @@ const T: Transition[] = [
   {
     from: "scheduled", to: "cancelled", by: "cancel",
     run: async (c, from) => {
-      const job = await enq(c, ", run_at => now() + interval '1 minute'");
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
       return job.id;
@@ -158,7 +155,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await enq(c);
       await from(job.id);
-      await claim(c, job.queue);
+      await claimJob(c, job.id);
       return job.id;
     },
   },
@@ -174,7 +171,7 @@ const T: Transition[] = [
   {
     from: "enqueued", to: "expired", by: "rescue",
     run: async (c, from) => {
-      const job = await enq(c, ", expires_at => now() + interval '1 second'");
+      const job = await enq(c, { expires_at: sql("now() + interval '1 second'") });
       await from(job.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
       await c.query("SELECT idemq.rescue()");
@@ -204,11 +201,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await processing(c);
       await from(job.id);
-      const { rows } = await c.query(
-        "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
-        [job.id, job.attempt],
-      );
-      expect(rows.map((r) => r.id)).toEqual([job.id]);
+      await completeMany(c, job);
       return job.id;
     },
   },
@@ -245,7 +238,7 @@ const T: Transition[] = [
   {
     from: "processing", to: "failed", by: "rescue",
     run: async (c, from) => {
-      const job = await processing(c, ", max_attempts => 1");
+      const job = await processing(c, { max_attempts: 1 });
       await from(job.id);
       await expireLease(c, job.id);
       await c.query("SELECT idemq.rescue()");
@@ -255,7 +248,7 @@ const T: Transition[] = [
   {
     from: "processing", to: "enqueued", by: "rescue",
     run: async (c, from) => {
-      const job = await processing(c, ", max_attempts => 2");
+      const job = await processing(c, { max_attempts: 2 });
       await from(job.id);
       await expireLease(c, job.id);
       await c.query("SELECT idemq.rescue()");
@@ -265,7 +258,7 @@ const T: Transition[] = [
   {
     from: "processing", to: "expired", by: "rescue",
     run: async (c, from) => {
-      const job = await processing(c, ", max_attempts => 2, expires_at => now() + interval '1 minute'");
+      const job = await processing(c, { max_attempts: 2, expires_at: sql("now() + interval '1 minute'") });
       await from(job.id);
       await expireLease(c, job.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
@@ -282,31 +275,27 @@ const T: Transition[] = [
       return job.id;
     },
   },
-  {
-    from: "awaiting", to: "enqueued", by: "complete",
-    run: async (c, from) => {
-      const parent = await processing(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
-      await from(child.id);
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
-      return child.id;
-    },
-  },
-  {
-    from: "awaiting", to: "scheduled", by: "complete",
-    run: async (c, from) => {
-      const parent = await processing(c);
-      const child = await enq(c, ", run_at => now() + interval '1 hour', after => ARRAY[$2::bigint]", [parent.id]);
-      await from(child.id);
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
-      return child.id;
-    },
-  },
+  // The parent completes through either function; the trigger releases the child.
+  ...(["complete", "complete_many"] as const).flatMap((by) =>
+    ([["enqueued", {}], ["scheduled", { run_at: sql("now() + interval '1 hour'") }]] as const).map(
+      ([to, args]): Transition => ({
+        from: "awaiting", to, by,
+        run: async (c, from) => {
+          const parent = await processing(c);
+          const child = await enq(c, { ...args, after: [parent.id] });
+          await from(child.id);
+          if (by === "complete") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
+          else await completeMany(c, parent);
+          return child.id;
+        },
+      }),
+    ),
+  ),
   {
     from: "awaiting", to: "cancelled", by: "cancel",
     run: async (c, from) => {
       const parent = await enq(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      const child = await enq(c, { after: [parent.id] });
       await from(child.id);
       await c.query("SELECT idemq.cancel(job_id => $1)", [child.id]);
       return child.id;
@@ -316,9 +305,21 @@ const T: Transition[] = [
     from: "awaiting", to: "cancelled", by: "fail",
     run: async (c, from) => {
       const parent = await processing(c);
-      const child = await enq(c, ", after => ARRAY[$2::bigint]", [parent.id]);
+      const child = await enq(c, { after: [parent.id] });
       await from(child.id);
       await failFor(c, parent, false);
+      return child.id;
+    },
+  },
+  {
+    from: "awaiting", to: "cancelled", by: "rescue",
+    run: async (c, from) => {
+      const parent = await enq(c, { expires_at: sql("now() + interval '1 second'") });
+      const child = await enq(c, { after: [parent.id] });
+      await from(child.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [parent.id]);
+      await c.query("SELECT idemq.rescue()");
+      expect(await stateOf(c, parent.id), "the parent").toBe("expired");
       return child.id;
     },
   },
@@ -326,7 +327,7 @@ const T: Transition[] = [
     from: "awaiting", to: "expired", by: "rescue",
     run: async (c, from) => {
       const parent = await enq(c);
-      const child = await enq(c, ", expires_at => now() + interval '1 second', after => ARRAY[$2::bigint]", [parent.id]);
+      const child = await enq(c, { expires_at: sql("now() + interval '1 second'"), after: [parent.id] });
       await from(child.id);
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [child.id]);
       await c.query("SELECT idemq.rescue()");
@@ -337,7 +338,7 @@ const T: Transition[] = [
     (state): Transition => ({
       from: state, to: "enqueued", by: "retry",
       run: async (c, from) => {
-        const id = await terminal(c, state);
+        const id = await jobIn(c, state);
         await from(id);
         await c.query("SELECT idemq.retry(job_id => $1)", [id]);
         return id;
@@ -348,7 +349,7 @@ const T: Transition[] = [
     (state): Transition => ({
       from: state, to: "(deleted)", by: "purge",
       run: async (c, from) => {
-        const id = await terminal(c, state);
+        const id = await jobIn(c, state);
         await from(id);
         await c.query("UPDATE idemq.jobs SET finished_at = now() - interval '2 days' WHERE id = $1", [id]);
         const { rows } = await c.query("SELECT idemq.purge(older_than => '1 day', states => ARRAY[$1]::idemq.job_state[]) AS n", [
@@ -361,7 +362,7 @@ const T: Transition[] = [
   ),
 ];
 
-const name = (t: Pick<Transition, "from" | "to" | "by">) => `${t.from} -> ${t.to} by ${t.by}`;
+const name = transitionName;
 
 describe("transitions", () => {
   it.each(T.map((t) => [name(t), t] as const))("%s", async (_name, t) => {
@@ -379,13 +380,7 @@ describe("transitions", () => {
 
 describe("docs/state-machine.md", () => {
   it("its transition table lists exactly the transitions tested here", () => {
-    const doc = readFileSync(resolve(import.meta.dirname, "..", "docs", "state-machine.md"), "utf8");
-    const section = doc.split(/^## Transitions$/m)[1]!.split(/^## /m)[0]!;
-    const rows = section
-      .split("\n")
-      .filter((line) => line.startsWith("| ") && !line.startsWith("| from "))
-      .map((line) => line.split("|").map((cell) => cell.trim()))
-      .map(([, from, to, by]) => name({ from: from!, to: to!, by: by! }));
+    const rows = documentedTransitions().map(name);
     expect(rows.length).toBeGreaterThan(0);
     expect([...rows].sort()).toEqual(T.map(name).sort());
   });

@@ -1,8 +1,9 @@
-// Fixtures for tests of enqueue, duplicate policies, continuations and
-// retention: a raw-SQL enqueue call (named parameters, unset options left out,
-// so the SQL defaults are what is tested), a driver that moves a job into a
-// given state through the real functions, and a NOTIFY listener whose "nothing
-// arrived" checks wait for a sentinel notification instead of sleeping.
+// The job factory, and fixtures for tests of enqueue, duplicate policies,
+// continuations and retention: the enqueue call (named parameters, unset
+// options left out, so the SQL defaults are what is tested), makeJob/makeJobs
+// (a job to test something else with), jobIn (a job brought into a given state
+// through the real functions), and a NOTIFY listener whose "nothing arrived"
+// checks wait for a sentinel notification instead of sleeping.
 import { randomBytes } from "node:crypto";
 import type pg from "pg";
 import { expect } from "vitest";
@@ -20,20 +21,58 @@ export function unique(prefix: string): string {
   return `${prefix}-${randomBytes(5).toString("hex")}`;
 }
 
+/** A SQL expression inlined as is, e.g. sql("now() - interval '1 second'"). */
+export class Sql {
+  constructor(readonly text: string) {}
+}
+export const sql = (text: string): Sql => new Sql(text);
+
+/**
+ * A named-parameter argument list ("name => $n::cast, ..."): Sql values are
+ * inlined, undefined ones left out (so the SQL default applies), jsonb values
+ * sent as JSON text, others bound with their cast (text when not in `casts`).
+ */
+export function namedArgs(args: Record<string, unknown>, casts: Record<string, string>, values: unknown[]): string {
+  return Object.entries(args)
+    .filter(([, value]) => value !== undefined)
+    .map(([name, value]) => {
+      if (value instanceof Sql) return `${name} => ${value.text}`;
+      const bound = casts[name] === "jsonb" ? JSON.stringify(value) : value;
+      values.push(bound);
+      return `${name} => $${values.length}::${casts[name] ?? "text"}`;
+    })
+    .join(", ");
+}
+
+const ENQUEUE_CASTS: Record<string, string> = {
+  task: "text",
+  payload: "jsonb",
+  queue: "text",
+  run_at: "timestamptz",
+  priority: "int",
+  max_attempts: "int",
+  idempotency_key: "text",
+  duplicate_policy: "idemq.duplicate_policy",
+  backoff: "jsonb",
+  expires_at: "timestamptz",
+  after: "bigint[]",
+};
+
+/** idemq.enqueue's arguments; any of them may be a Sql expression. */
 export interface EnqueueArgs {
-  task?: string;
+  task?: string | Sql;
   payload?: unknown;
   /** Raw jsonb text for the payload (to test key order and whitespace). */
   payloadText?: string;
-  queue?: string;
-  run_at?: string | Date;
-  priority?: number;
-  max_attempts?: number;
-  idempotency_key?: string;
-  duplicate_policy?: Policy;
+  queue?: string | Sql;
+  run_at?: string | Date | Sql;
+  priority?: number | Sql;
+  max_attempts?: number | Sql;
+  idempotency_key?: string | Sql;
+  duplicate_policy?: Policy | Sql;
   backoff?: unknown;
-  expires_at?: string | Date;
-  after?: (string | number)[];
+  expires_at?: string | Date | Sql;
+  after?: (string | number)[] | Sql;
 }
 
 export interface Enqueued {
@@ -41,29 +80,23 @@ export interface Enqueued {
   deduplicated: boolean;
 }
 
-/** SELECT * FROM idemq.enqueue(...) with only the given arguments, by name. */
+/** SELECT * FROM idemq.enqueue(...) with only the given arguments, by name (task "test_task" unless given). */
 export async function enqueue(db: Queryable, args: EnqueueArgs = {}): Promise<Enqueued> {
-  const names: string[] = [];
+  const { payloadText, ...named } = args;
   const values: unknown[] = [];
-  const add = (name: string, cast: string, value: unknown) => {
-    values.push(value);
-    names.push(`${name} => $${values.length}::${cast}`);
-  };
-  add("task", "text", args.task ?? "test_task");
-  if (args.payloadText !== undefined) add("payload", "jsonb", args.payloadText);
-  else if (args.payload !== undefined) add("payload", "jsonb", JSON.stringify(args.payload));
-  if (args.queue !== undefined) add("queue", "text", args.queue);
-  if (args.run_at !== undefined) add("run_at", "timestamptz", args.run_at);
-  if (args.priority !== undefined) add("priority", "int", args.priority);
-  if (args.max_attempts !== undefined) add("max_attempts", "int", args.max_attempts);
-  if (args.idempotency_key !== undefined) add("idempotency_key", "text", args.idempotency_key);
-  if (args.duplicate_policy !== undefined) add("duplicate_policy", "idemq.duplicate_policy", args.duplicate_policy);
-  if (args.backoff !== undefined) add("backoff", "jsonb", JSON.stringify(args.backoff));
-  if (args.expires_at !== undefined) add("expires_at", "timestamptz", args.expires_at);
-  if (args.after !== undefined) add("after", "bigint[]", args.after.map(String));
-  const { rows } = await db.query<Enqueued>(`SELECT * FROM idemq.enqueue(${names.join(", ")})`, values);
+  let list = namedArgs({ task: "test_task", ...named }, ENQUEUE_CASTS, values);
+  if (payloadText !== undefined) {
+    values.push(payloadText);
+    list += `, payload => $${values.length}::jsonb`;
+  }
+  const { rows } = await db.query<Enqueued>(`SELECT * FROM idemq.enqueue(${list})`, values);
   expect(rows).toHaveLength(1);
   return rows[0]!;
+}
+
+/** The job factory: a new job (enqueue with `args`), by id. */
+export async function makeJob(db: Queryable, args: EnqueueArgs = {}): Promise<string> {
+  return (await enqueue(db, args)).job_id;
 }
 
 export interface ManyRow {
@@ -78,6 +111,12 @@ export async function enqueueMany(db: Queryable, jobs: unknown): Promise<ManyRow
     JSON.stringify(jobs),
   ]);
   return rows;
+}
+
+/** `n` new jobs in one enqueue_many call (payload {i}, then `job`'s fields), their ids in order. */
+export async function makeJobs(db: Queryable, n: number, job: Record<string, unknown> = {}): Promise<string[]> {
+  const rows = await enqueueMany(db, Array.from({ length: n }, (_, i) => ({ task: "test_task", payload: { i }, ...job })));
+  return rows.map((row) => row.job_id!);
 }
 
 export interface JobRow {
@@ -203,22 +242,6 @@ export async function jobIn(
   if (state !== "enqueued") await driveTo(db, job_id, state);
   expect(await stateOf(db, job_id)).toBe(state);
   return job_id;
-}
-
-/**
- * Runs `work` inside a savepoint of the caller's transaction, rolling back to
- * it when `work` fails, so an expected error leaves the transaction usable.
- */
-export async function savepoint<T>(client: pg.ClientBase, work: () => Promise<T>): Promise<T> {
-  await client.query("SAVEPOINT expect_error");
-  try {
-    const result = await work();
-    await client.query("RELEASE SAVEPOINT expect_error");
-    return result;
-  } catch (error) {
-    await client.query("ROLLBACK TO SAVEPOINT expect_error");
-    throw error;
-  }
 }
 
 /**

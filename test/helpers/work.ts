@@ -1,63 +1,9 @@
-// Fixtures for the work-function tests (claim, complete, fail, snooze,
-// heartbeat, rescue): enqueue and claim through the SQL API by named
-// parameters, read a job back, and move its clock hands directly (tests may
-// write SQL; the functions under test may not be bypassed for what they prove).
-import type pg from "pg";
-
-type Queryable = pg.ClientBase | pg.Pool;
-
-/** A SQL expression inlined as is, e.g. sql("now() - interval '1 second'"). */
-export class Sql {
-  constructor(readonly text: string) {}
-}
-export const sql = (text: string): Sql => new Sql(text);
-
-const ENQUEUE_CASTS = {
-  task: "text",
-  payload: "jsonb",
-  queue: "text",
-  run_at: "timestamptz",
-  priority: "int",
-  max_attempts: "int",
-  idempotency_key: "text",
-  duplicate_policy: "idemq.duplicate_policy",
-  backoff: "jsonb",
-  expires_at: "timestamptz",
-  after: "bigint[]",
-} as const;
-
-export type EnqueueArgs = Partial<Record<keyof typeof ENQUEUE_CASTS, unknown>>;
-
-/** Named-parameter argument list; Sql values are inlined, others bound with their cast. */
-function namedArgs(args: Record<string, unknown>, casts: Record<string, string>, values: unknown[]): string {
-  return Object.entries(args)
-    .filter(([, value]) => value !== undefined)
-    .map(([name, value]) => {
-      if (value instanceof Sql) return `${name} => ${value.text}`;
-      const bound = name in casts && casts[name] === "jsonb" ? JSON.stringify(value) : value;
-      values.push(bound);
-      return `${name} => $${values.length}::${casts[name] ?? "text"}`;
-    })
-    .join(", ");
-}
-
-/** idemq.enqueue(...) with task "t" unless given; returns the new job's id. */
-export async function enqueue(db: Queryable, args: EnqueueArgs = {}): Promise<string> {
-  const values: unknown[] = [];
-  const list = namedArgs({ task: "t", ...args }, ENQUEUE_CASTS, values);
-  const { rows } = await db.query<{ job_id: string }>(`SELECT job_id FROM idemq.enqueue(${list})`, values);
-  return rows[0]!.job_id;
-}
-
-/** n jobs in one enqueue_many call; returns their ids in order. */
-export async function enqueueMany(db: Queryable, n: number, job: Record<string, unknown> = {}): Promise<string[]> {
-  const jobs = Array.from({ length: n }, (_, i) => ({ task: "t", payload: { i }, ...job }));
-  const { rows } = await db.query<{ job_id: string }>(
-    "SELECT job_id FROM idemq.enqueue_many($1::jsonb) ORDER BY ordinal",
-    [JSON.stringify(jobs)],
-  );
-  return rows.map((row) => row.job_id);
-}
+// Call helpers for the work-function tests (claim, complete, fail, snooze,
+// heartbeat, rescue): the SQL API by named parameters (the jobs to work on come
+// from the factory in jobs.ts), read a job back, and move its clock hands
+// directly (tests may write SQL; the functions under test may not be bypassed
+// for what they prove).
+import { namedArgs, Sql, type Queryable } from "./jobs.ts";
 
 export interface ClaimedJob {
   id: string;
@@ -225,14 +171,4 @@ export async function rescue(db: Queryable): Promise<number> {
 /** Sorts numeric id strings numerically (ids are bigint, read as strings). */
 export function byId(a: string, b: string): number {
   return Number(BigInt(a) - BigInt(b));
-}
-
-/** Runs `statement` under a savepoint and rolls back to it, so the caller's transaction survives an error. */
-export async function underSavepoint<T>(c: pg.ClientBase, statement: () => Promise<T>): Promise<T> {
-  await c.query("SAVEPOINT before_call");
-  try {
-    return await statement();
-  } finally {
-    await c.query("ROLLBACK TO SAVEPOINT before_call");
-  }
 }

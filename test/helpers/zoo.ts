@@ -4,10 +4,9 @@
 // real functions. Direct UPDATEs only move timestamps into the past. Build it
 // inside a test's rolled-back transaction; snapshot() before and after an
 // operation, and changed() names exactly the rows that moved.
-import type pg from "pg";
 import { expect } from "vitest";
-
-type Queryable = pg.ClientBase | pg.Pool;
+import { enqueue, sql, type EnqueueArgs, type Queryable } from "./jobs.ts";
+import { claim } from "./work.ts";
 
 export const ZOO_NAMES = [
   "scheduled",
@@ -50,21 +49,16 @@ export const ACTIVE_ZOO: readonly ZooName[] = [
 ];
 export const TERMINAL_ZOO: readonly ZooName[] = ["succeeded", "failed", "expired", "cancelled"];
 
-async function enqueue(c: Queryable, name: ZooName, extra: string, values: unknown[] = []): Promise<string> {
-  const { rows } = await c.query<{ job_id: string; deduplicated: boolean }>(
-    `SELECT * FROM idemq.enqueue(task => 'zoo_task', payload => jsonb_build_object('zoo', $1::text),
-       queue => 'zoo.' || $1, idempotency_key => 'zoo:' || $1${extra})`,
-    [name, ...values],
-  );
-  expect(rows[0]!.deduplicated).toBe(false);
-  return rows[0]!.job_id;
+/** A zoo job through the job factory: its own queue and key, payload {zoo: name}; `args` adds to them. */
+async function enqueueZoo(c: Queryable, name: ZooName, args: EnqueueArgs = {}): Promise<string> {
+  const zoo = { task: "zoo_task", payload: { zoo: name }, queue: `zoo.${name}`, idempotency_key: `zoo:${name}` };
+  const made = await enqueue(c, { ...zoo, ...args });
+  expect(made.deduplicated).toBe(false);
+  return made.job_id;
 }
 
 async function claimQueue(c: Queryable, name: ZooName): Promise<{ id: string; attempt: number }> {
-  const { rows } = await c.query<{ id: string; attempt: number }>(
-    "SELECT id, attempt FROM idemq.claim(worker_id => 'zoo-worker', queues => ARRAY['zoo.' || $1::text])",
-    [name],
-  );
+  const rows = await claim(c, { worker_id: "zoo-worker", queues: [`zoo.${name}`] });
   expect(rows, `claim of zoo.${name}`).toHaveLength(1);
   return rows[0]!;
 }
@@ -75,18 +69,18 @@ export async function buildZoo(c: Queryable): Promise<Zoo> {
   const attempts = {} as Record<ZooName, number>;
 
   // First, while no lease has run out: rescue() expires every job past its deadline.
-  ids.expired = await enqueue(c, "expired", ", expires_at => now() - interval '1 second'");
+  ids.expired = await enqueueZoo(c, "expired", { expires_at: sql("now() - interval '1 second'") });
   await c.query("SELECT idemq.rescue()");
 
-  ids.scheduled = await enqueue(c, "scheduled", ", run_at => now() + interval '1 day'");
-  ids.enqueued = await enqueue(c, "enqueued", "");
-  ids.parent = await enqueue(c, "parent", ", run_at => now() + interval '1 day'");
-  ids.awaiting = await enqueue(c, "awaiting", ", after => ARRAY[$2::bigint]", [ids.parent]);
+  ids.scheduled = await enqueueZoo(c, "scheduled", { run_at: sql("now() + interval '1 day'") });
+  ids.enqueued = await enqueueZoo(c, "enqueued");
+  ids.parent = await enqueueZoo(c, "parent", { run_at: sql("now() + interval '1 day'") });
+  ids.awaiting = await enqueueZoo(c, "awaiting", { after: [ids.parent] });
 
-  ids.processing = await enqueue(c, "processing", "");
+  ids.processing = await enqueueZoo(c, "processing");
   attempts.processing = (await claimQueue(c, "processing")).attempt;
 
-  ids.succeeded = await enqueue(c, "succeeded", "");
+  ids.succeeded = await enqueueZoo(c, "succeeded");
   attempts.succeeded = (await claimQueue(c, "succeeded")).attempt;
   await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => '{\"ok\": true}')", [
     ids.succeeded,
@@ -94,17 +88,17 @@ export async function buildZoo(c: Queryable): Promise<Zoo> {
   ]);
 
   // Failed by exhaustion: one attempt allowed, a retryable error.
-  ids.failed = await enqueue(c, "failed", ", max_attempts => 1");
+  ids.failed = await enqueueZoo(c, "failed", { max_attempts: 1 });
   attempts.failed = (await claimQueue(c, "failed")).attempt;
   await c.query(
     `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "boom"}')`,
     [ids.failed, attempts.failed],
   );
 
-  ids.cancelled = await enqueue(c, "cancelled", "");
+  ids.cancelled = await enqueueZoo(c, "cancelled");
   await c.query("SELECT idemq.cancel(job_id => $1)", [ids.cancelled]);
 
-  ids.leaseExpired = await enqueue(c, "leaseExpired", "");
+  ids.leaseExpired = await enqueueZoo(c, "leaseExpired");
   attempts.leaseExpired = (await claimQueue(c, "leaseExpired")).attempt;
   await c.query(
     `UPDATE idemq.jobs SET locked_at = now() - interval '31 seconds', lease_expires_at = now() - interval '1 second'
@@ -113,7 +107,7 @@ export async function buildZoo(c: Queryable): Promise<Zoo> {
   );
 
   // Processing on its last attempt: 2 allowed, the first failed and was retried at once.
-  ids.lastAttempt = await enqueue(c, "lastAttempt", ", max_attempts => 2");
+  ids.lastAttempt = await enqueueZoo(c, "lastAttempt", { max_attempts: 2 });
   const first = await claimQueue(c, "lastAttempt");
   await c.query(
     `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "first"}', retry_at => now())`,
