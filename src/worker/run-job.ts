@@ -102,6 +102,14 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
   let outcome: Outcome;
   let duplicateOf: string | undefined;
   let broken: Error | undefined;
+  // pg-pool drops its idle-client error listener at checkout, and node-postgres
+  // emits 'error' on a FATAL message (a terminated backend) or a lost socket:
+  // without a listener of our own that ends the process. The attempt's next
+  // query fails anyway, and the broken connection is discarded on release.
+  const onConnectionError = (error: Error): void => {
+    broken ??= error;
+  };
+  client.on("error", onConnectionError);
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
     if (key === null) await client.query("BEGIN");
@@ -130,6 +138,9 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     // At shutdown a handed-back job's connection is destroyed by the hand-back.
     if (held.tx === client) {
       held.tx = undefined;
+      // A healthy connection goes back to the pool, which listens on it again;
+      // a broken one is destroyed and keeps ours, in case it reports more.
+      if (broken === undefined) client.removeListener("error", onConnectionError);
       client.release(broken);
     }
     handlerOver(state, held);

@@ -61,27 +61,31 @@ export class WaitMarker {
   }
 
   private connect(): Promise<pg.Client> {
-    this.client ??= (async () => {
-      const client = new pg.Client({ fallback_application_name: APPLICATION_NAME.marker, ...this.connection });
-      const forget = (error?: Error) => {
-        if (this.client === undefined || this.stopped) return;
-        this.client = undefined;
-        this.confirmed = false;
-        if (error !== undefined) this.state.report("wait-marker connection", error);
-        this.lost();
-      };
-      client.on("error", forget);
-      client.on("end", () => forget());
-      try {
-        await client.connect();
-      } catch (error) {
-        this.client = undefined;
+    if (this.client !== undefined) return this.client;
+    const client = new pg.Client({ fallback_application_name: APPLICATION_NAME.marker, ...this.connection });
+    // One termination emits 'error' and then 'end', and the first may already
+    // have a replacement connecting: only the current connection's first event
+    // counts, or the replacement would be orphaned, holding the marker.
+    let connected: Promise<pg.Client> | undefined;
+    const forget = (error?: Error) => {
+      if (connected === undefined || this.client !== connected || this.stopped) return;
+      this.client = undefined;
+      this.confirmed = false;
+      if (error !== undefined) this.state.report("wait-marker connection", error);
+      this.lost();
+    };
+    client.on("error", forget);
+    client.on("end", () => forget());
+    connected = client.connect().then(
+      () => client,
+      (error: unknown) => {
+        if (this.client === connected) this.client = undefined;
         client.removeAllListeners();
         client.on("error", () => {});
         throw error;
-      }
-      return client;
-    })();
-    return this.client;
+      },
+    );
+    this.client = connected;
+    return connected;
   }
 }

@@ -1,0 +1,120 @@
+// A worker whose connections are terminated (pg_terminate_backend, as a
+// failover or an administrator does) keeps its process and goes on working:
+// a job whose transaction connection died is retried and commits once; the
+// wait-marker connection is replaced every time, so NOTIFY keeps waking the
+// worker. An unhandled 'error' event here would fail the whole run (vitest
+// reports it), which is how the missing listener showed itself.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Client } from "../src/index.ts";
+import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
+import { startTestWorker, stopWorkers, type TestWorker } from "./fixtures/worker/in-process.ts";
+import { waitFor } from "./fixtures/worker/wait.ts";
+
+let db: TestDatabase;
+let client: Client;
+let w: TestWorker;
+let openGate: () => void = () => {};
+const gate = new Promise<void>((resolve) => (openGate = resolve));
+let inTransaction = false;
+
+beforeAll(async () => {
+  db = await freshDatabase({ poolSize: 6 });
+  await db.pool.query("CREATE TABLE ledger (job_id bigint, attempt int)");
+  client = new Client({ pool: db.pool });
+  w = await startTestWorker(
+    db.url,
+    {
+      ping: async () => "pong",
+      // Writes its row, then holds its transaction open until the gate opens.
+      ledger: {
+        transactional: true,
+        backoff: { kind: "fixed", delays: ["100ms"] },
+        run: async (_payload, ctx) => {
+          await ctx.tx.query("INSERT INTO ledger VALUES ($1, $2)", [ctx.job.id, ctx.job.attempt]);
+          inTransaction = true;
+          await gate;
+        },
+      },
+    },
+    // NOTIFY or nothing: a job done within seconds was woken, not polled.
+    { pollInterval: "60s", rescueInterval: "60s", concurrency: 2 },
+  );
+});
+afterAll(async () => {
+  openGate();
+  await stopWorkers();
+  await db?.drop();
+});
+
+async function pidsOf(where: string): Promise<number[]> {
+  const { rows } = await db.pool.query<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND ${where} ORDER BY pid`,
+  );
+  return rows.map((row) => row.pid);
+}
+
+async function terminate(pid: number): Promise<void> {
+  const { rows } = await db.pool.query<{ ok: boolean }>("SELECT pg_terminate_backend($1) AS ok", [pid]);
+  expect(rows[0]!.ok).toBe(true);
+}
+
+async function succeededWithin(jobId: string, ms: number): Promise<{ attempt: number }> {
+  return waitFor(
+    async () => {
+      const { rows } = await db.pool.query<{ attempt: number }>(
+        "SELECT attempt FROM idemq.jobs WHERE id = $1 AND state = 'succeeded'",
+        [jobId],
+      );
+      return rows[0];
+    },
+    { what: `job ${jobId} succeeded`, timeoutMs: ms },
+  );
+}
+
+describe("terminated connections do not end the worker", () => {
+  it("a job whose transaction connection is terminated mid-handler is retried and commits once", async () => {
+    const { jobId } = await client.enqueue("ledger", {});
+    await waitFor(() => inTransaction, { what: "the handler inside its transaction" });
+    const [pid] = await pidsOf("application_name = 'idemq-worker' AND state = 'idle in transaction'");
+    expect(pid).toBeDefined();
+    await terminate(pid!);
+    openGate();
+    // The first attempt's row rolled back with its connection; the retry's committed with its completion.
+    expect(await succeededWithin(jobId, 15_000)).toEqual({ attempt: 2 });
+    const { rows } = await db.pool.query("SELECT attempt FROM ledger WHERE job_id = $1", [jobId]);
+    expect(rows).toEqual([{ attempt: 2 }]);
+    const retry = w.of("job:retry").find((e) => e.jobId === jobId);
+    expect(retry?.attempt).toBe(1);
+    // And the worker goes on: a new job is woken and done at once.
+    const ping = await client.enqueue("ping", {});
+    await succeededWithin(ping.jobId, 10_000);
+  });
+
+  it("the wait marker survives five terminations in a row: each new job is still woken by NOTIFY", async () => {
+    const marker = "application_name = 'idemq-wait-marker'";
+    for (let round = 1; round <= 5; round++) {
+      // Idle worker: the marker's session holds its advisory lock (it waits for every queue).
+      const [before] = await waitFor(
+        async () => {
+          const pids = await pidsOf(`${marker} AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock')`);
+          return pids.length === 1 ? pids : undefined;
+        },
+        { what: `round ${round}: one wait-marker session holding the marker`, timeoutMs: 10_000 },
+      );
+      await terminate(before!);
+      await waitFor(async () => !(await pidsOf(`pid = ${before}`)).length, { what: `round ${round}: the old marker session gone` });
+      const { jobId } = await client.enqueue("ping", { round });
+      // The poll is a minute away: only a new marker and a NOTIFY (or the claim wait_for_jobs confirms) get it done.
+      await succeededWithin(jobId, 10_000);
+    }
+    // Exactly one marker session in the end: no replacement was orphaned.
+    const sessions = await waitFor(
+      async () => {
+        const pids = await pidsOf(marker);
+        return pids.length === 1 ? pids : undefined;
+      },
+      { what: "one wait-marker session", timeoutMs: 10_000 },
+    );
+    expect(sessions).toHaveLength(1);
+  });
+});
