@@ -112,8 +112,17 @@ describe("idemq worker refuses a bad tasks module with one line", () => {
     }
   });
 
-  it("an unreachable database: exit 1, one line", async () => {
-    const result = await runCli(["worker", "--tasks", fixture("noop-tasks.ts"), "--database-url", "postgres://postgres@127.0.0.1:1/none"]);
+  it("an unreachable database with --wait-for-database 0: exit 1, one line (by default the worker waits; worker-server-restart.test.ts)", async () => {
+    const result = await runCli([
+      "worker",
+      "--tasks",
+      fixture("noop-tasks.ts"),
+      "--database-url",
+      "postgres://postgres@127.0.0.1:1/none",
+      "--wait-for-database",
+      "0",
+    ]);
+    expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
     expect(result.code).toBe(1);
     expect(oneLine(result.stderr)).toContain("cannot connect to the database");
   });

@@ -8,7 +8,8 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../src/index.ts";
 import { migrate } from "../src/migrate.ts";
-import { killAllWorkers, startedWorker, type WorkerProcess } from "./fixtures/worker/spawn.ts";
+import { runCli } from "./helpers/cli.ts";
+import { killAllWorkers, startedWorker, startWorker, type WorkerProcess } from "./fixtures/worker/spawn.ts";
 import { waitFor } from "./fixtures/worker/wait.ts";
 import { type PrivateCluster, startPrivateCluster } from "./helpers/private-cluster.ts";
 
@@ -94,4 +95,40 @@ describe("worker processes across server restarts", () => {
     for (const worker of workers) worker.child.kill("SIGTERM");
     for (const worker of workers) expect((await worker.exited).code).toBe(0);
   }, 300_000);
+
+  it("a worker started while its server is down waits for it, says so once, and runs jobs once it answers", async () => {
+    await cluster.stop("fast");
+    const worker = startWorker({ tasks: "ledger-tasks.ts", databaseUrl: url, env: { IDEMQ_TEST_POLL: "200ms" } });
+    await waitFor(() => /idemq: waiting: cannot connect to the database at 127\.0\.0\.1:\d+: connection refused/.test(worker.stderr()), {
+      what: "the worker's waiting line",
+    });
+    expect(worker.child.exitCode).toBeNull();
+    await cluster.start();
+    await worker.waitForEvent((e) => e.event === "worker:started", "worker:started", 30_000);
+    expect(worker.stderr()).toMatch(/idemq: the database at 127\.0\.0\.1:\d+ answers\n/);
+    // One line for the wait, one for its end: not one per try.
+    expect(worker.stderr().match(/idemq: waiting/g)).toHaveLength(1);
+    const { jobId } = await client.enqueue("credit", { orderId: JOBS + 1 });
+    await waitFor(async () => (await client.getJob(jobId))?.state === "succeeded", { what: "the job done" });
+    worker.child.kill("SIGTERM");
+    expect((await worker.exited).code).toBe(0);
+  }, 120_000);
+
+  it("--wait-for-database bounds the wait: past it, the usual one-line failure and exit 1; a bad duration is exit 2", async () => {
+    await cluster.stop("fast");
+    try {
+      const started = Date.now();
+      const bounded = await runCli(["worker", "--tasks", "test/fixtures/worker/noop-tasks.ts", "--database-url", url, "--wait-for-database", "1s"]);
+      expect(bounded.code).toBe(1);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+      const lines = bounded.stderr.trimEnd().split("\n");
+      expect(lines[0]).toMatch(/^idemq: waiting for up to 1 s: cannot connect to the database at 127\.0\.0\.1:\d+: connection refused \(no server listens there\)$/);
+      expect(lines.at(-1)).toMatch(/^idemq: cannot connect to the database at 127\.0\.0\.1:\d+: connection refused \(no server listens there\)/);
+      const bad = await runCli(["worker", "--tasks", "test/fixtures/worker/noop-tasks.ts", "--database-url", url, "--wait-for-database", "soon"]);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/--wait-for-database/);
+    } finally {
+      await cluster.start();
+    }
+  }, 60_000);
 });

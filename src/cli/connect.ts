@@ -37,6 +37,12 @@ export interface OpenDatabaseOptions {
    * CLI commands in the directory use the embedded server it starts.
    */
   share?: boolean | undefined;
+  /**
+   * How long to wait for a given URL's server while it cannot be reached (down,
+   * restarting, starting up): 0 (default) fails at once; Infinity waits for good.
+   * Authentication and a missing database fail at once whatever this says.
+   */
+  waitForServerMs?: number | undefined;
 }
 
 /** The database a command uses; on a given URL, close() has nothing to stop. */
@@ -49,6 +55,7 @@ export interface OpenDatabase extends DataDirServer {
 export async function openDatabase(options: OpenDatabaseOptions = {}): Promise<OpenDatabase> {
   const url = options.databaseUrl?.trim();
   if (url) {
+    await waitForServer(url, options);
     await checkServer(url, options.requireSchema ?? true);
     return { url, embedded: false, close: async () => {} };
   }
@@ -125,6 +132,48 @@ async function checkServer(url: string, requireSchema: boolean): Promise<void> {
     }
   } finally {
     await client.end().catch(() => {});
+  }
+}
+
+/** Connection failures that end when the server is back: keep waiting on these, fail at once on others. */
+const TRANSIENT = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "57P01", "57P02", "57P03"]);
+const WAIT_BACKOFF_MS = { first: 100, max: 5_000 };
+
+/**
+ * Waits until the server at `url` accepts a connection, for at most
+ * waitForServerMs: one line when the wait begins and one when it ends (not one
+ * per try), retries on a capped, jittered backoff.
+ */
+async function waitForServer(url: string, options: OpenDatabaseOptions): Promise<void> {
+  const budget = options.waitForServerMs ?? 0;
+  if (budget <= 0) return;
+  const target = describeTarget(url);
+  // On stderr even with --json: stdout stays machine-readable, and a wait is worth seeing.
+  const say = options.log ?? ((line: string) => void process.stderr.write(`${line}\n`));
+  const deadline = Date.now() + budget;
+  let delay = WAIT_BACKOFF_MS.first;
+  let waiting = false;
+  for (;;) {
+    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+    client.on("error", () => {});
+    try {
+      await client.connect();
+      await client.end().catch(() => {});
+      if (waiting) say(`idemq: the database at ${target.where} answers`);
+      return;
+    } catch (error) {
+      await client.end().catch(() => {});
+      const transient = [...errorCodes(error)].some((code) => TRANSIENT.has(code)) || /timeout/i.test(String(error));
+      if (!transient || Date.now() + delay > deadline) return; // checkServer says why, in its one line
+      if (!waiting) {
+        const why = connectFailure(target, error).replace(/;.*$/, "");
+        const until = Number.isFinite(budget) ? ` for up to ${Math.round(budget / 1000)} s` : "";
+        say(`idemq: waiting${until}: ${why}`);
+        waiting = true;
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random() / 2)));
+    delay = Math.min(delay * 2, WAIT_BACKOFF_MS.max);
   }
 }
 

@@ -17,6 +17,8 @@ import { DEFAULT_DATA_DIR, displayPath } from "../data-dir.ts";
 import { prepareToImport } from "../typescript-loader.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { errorLine, reportError, UsageError } from "../output.ts";
+import { parseDuration } from "../parse.ts";
+import { toMilliseconds } from "../../contract.ts";
 
 type LogFormat = "json" | "pretty";
 
@@ -25,6 +27,7 @@ interface Options extends DatabaseOption {
   queues?: string[];
   concurrency?: number;
   logFormat?: LogFormat;
+  waitForDatabase?: number;
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -40,9 +43,20 @@ export function registerWorkerCommand(program: Command): void {
         "pretty",
       ]),
     )
+    .option(
+      "--wait-for-database <duration>",
+      "with --database-url: how long to wait for a server that is down or starting (default: until it answers; 0 fails at once)",
+      parseWaitForDatabase,
+    )
     .addHelpText(
       "after",
       `
+Example:
+  idemq worker --tasks ./tasks.js --database-url postgres://app@db:5432/app --wait-for-database 2m
+
+Once started, the worker rides through its database restarting: it reports
+worker:error, keeps its process, and resumes when the server answers.
+
 Without --database-url or DATABASE_URL the worker runs the embedded PostgreSQL 18
 with its data in ${DEFAULT_DATA_DIR} under the current directory (IDEMQ_DATA_DIR moves
 it), and prints its URL (stderr; in JSON, field databaseUrl of worker:started).
@@ -66,7 +80,12 @@ async function runWorker(options: Options): Promise<void> {
   const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
   // No URL: the embedded PostgreSQL (data-dir.ts), started and migrated here,
   // shared with other commands meanwhile, stopped after the worker has drained.
-  const db = await openDatabase({ databaseUrl: options.databaseUrl, json: format === "json", share: true });
+  const db = await openDatabase({
+    databaseUrl: options.databaseUrl,
+    json: format === "json",
+    share: true,
+    waitForServerMs: options.waitForDatabase ?? Number.POSITIVE_INFINITY,
+  });
   try {
     const startedFields = db.embedded ? announceEmbedded(db, format) : {};
     await runWorkerOn(db.url, tasks, workerOptions, options, format, startedFields);
@@ -223,4 +242,14 @@ function parseConcurrency(value: string): number {
     throw new InvalidArgumentError("must be an integer from 1 to 1000");
   }
   return n;
+}
+
+function parseWaitForDatabase(value: string): number {
+  if (value.trim() === "0") return 0; // no unit needed to say "do not wait"
+  parseDuration(value); // a malformed duration: the CLI's one line, with examples
+  try {
+    return toMilliseconds(value);
+  } catch (error) {
+    throw new InvalidArgumentError(`${errorLine(error)}; give e.g. 30s, 5m or 2h`);
+  }
 }
