@@ -85,7 +85,15 @@ describe("worker processes across server restarts", () => {
     );
     expect(rows[0]).toEqual({ rows: JOBS, orders: JOBS });
     for (const worker of workers) {
+      const errors = worker.count("worker:error");
+      const reconnected = worker.count("worker:reconnected");
+      console.log(`worker ${worker.pid}: ${errors} worker:error, ${reconnected} worker:reconnected`);
       expect(worker.child.exitCode, worker.stderr()).toBeNull();
+      // One line per outage, not one per failed call: each worker:error began an outage that a
+      // worker:reconnected ended (two restarts; a worker may see one more when a stale
+      // connection fails after the first call got through).
+      expect(reconnected).toBeGreaterThanOrEqual(2);
+      expect(errors).toBe(reconnected);
       expect(worker.stderr()).not.toMatch(/unhandled|Unhandled|ECONNRESET/);
     }
     // Recovery within seconds (the target is 2 s; the bound leaves room for a loaded CI machine).

@@ -89,6 +89,7 @@ export class ClaimLoop {
         await sleep(jitter(this.state.settings.errorBackoffMs), this.stopping.signal);
         continue;
       }
+      this.state.reached();
       if (jobs.length > 0) this.claimed(jobs);
       if (jobs.length === room) {
         this.wanted = true; // a full batch: more are probably waiting

@@ -22,6 +22,7 @@ import { normalizeTasks, WorkerConfigError } from "./task-config.ts";
 import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
 import { safeEmit, type WorkerState } from "./worker-state.ts";
+import { Outage } from "./outage.ts";
 
 type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
 
@@ -51,6 +52,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly heartbeat: Heartbeat;
   private readonly listener: Listener;
   private readonly marker: WaitMarker;
+  private readonly outage = new Outage((downMs, failedCalls) =>
+    this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
+  );
   private stopping: Promise<void> | undefined;
   private removeSignalHandlers: (() => void) | undefined;
   private readonly stoppedPromise: Promise<void>;
@@ -93,6 +97,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
       report: (during, error) => this.report(during, error),
+      reached: () => this.outage.reached(),
       wakeAt: (at) => this.listener.wakeAt(at),
     };
     this.marker = new WaitMarker(this.state, listenConfig, () => this.claimLoop.wake());
@@ -228,6 +233,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private report(during: string, error: unknown): void {
+    if (!this.outage.failed(error)) return;
     try {
       this.emit("worker:error", { workerId: this.workerId, during, error: asError(error) });
     } catch {

@@ -45,8 +45,14 @@ export interface WorkerEvents {
   "job:lease-lost": [JobEndEvent & { reason: string }];
   /** Back to `scheduled` without spending an attempt. */
   "job:snoozed": [JobEndEvent & { delay: string }];
-  /** Something outside a job failed (a claim, a heartbeat, the listener...); the worker keeps going. */
+  /**
+   * Something outside a job failed (a claim, a heartbeat, the listener...); the
+   * worker keeps going. Of the connection failures of one outage only the first
+   * is reported; worker:reconnected ends the outage.
+   */
   "worker:error": [{ workerId: string; during: string; error: Error }];
+  /** The database answers again after connection failures: how long since the first, and how many calls failed. */
+  "worker:reconnected": [{ workerId: string; downMs: number; failedCalls: number }];
   "worker:started": [{ workerId: string }];
   "worker:stopped": [{ workerId: string }];
   /** ctx.log lines, and the worker's own notices. */

@@ -15,8 +15,10 @@ export interface WorkerState {
   /** Every job this worker holds a lease on. */
   readonly held: HeldJobs;
   emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void;
-  /** worker:error for a failure outside a job. */
+  /** worker:error for a failure outside a job (once per outage for connection failures: outage.ts). */
   report(during: string, error: unknown): void;
+  /** A call reached the database: ends an outage (worker:reconnected). */
+  reached(): void;
   /** Wake the claim loop early at this time (a retry or snooze this worker scheduled). */
   wakeAt(at: number): void;
 }

@@ -159,6 +159,7 @@ const EVENTS = [
   "worker:started",
   "worker:stopped",
   "worker:error",
+  "worker:reconnected",
   "job:start",
   "job:success",
   "job:retry",
@@ -215,6 +216,8 @@ function prettyLine(event: string, p: Record<string, unknown>): string {
       return `${time} ${String(p.level).padEnd(5)}${job} ${String(p.message)}`;
     case "worker:error":
       return `${time} error worker, during ${String(p.during)}${why}`;
+    case "worker:reconnected":
+      return `${time} ${event} after ${(Number(p.downMs) / 1000).toFixed(1)} s (${String(p.failedCalls)} calls failed meanwhile)`;
     case "job:duplicate":
       return `${time} ${event}${job}${took}: guard key ${String(p.guardKey)} already done`;
     case "job:lease-lost":
