@@ -46,8 +46,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function pidsOf(where: string): Promise<number[]> {
-  const { rows } = await db.pool.query<{ pid: number }>(
+async function pidsOf(where: string, on: TestDatabase = db): Promise<number[]> {
+  const { rows } = await on.pool.query<{ pid: number }>(
     `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND ${where} ORDER BY pid`,
   );
   return rows.map((row) => row.pid);
@@ -116,5 +116,74 @@ describe("terminated connections do not end the worker", () => {
       { what: "one wait-marker session", timeoutMs: 10_000 },
     );
     expect(sessions).toHaveLength(1);
+  });
+});
+
+describe("terminations of every connection at once, while jobs flow", () => {
+  let chaosDb: TestDatabase;
+  let chaosClient: Client;
+  beforeAll(async () => {
+    chaosDb = await freshDatabase({ poolSize: 4 });
+    await chaosDb.pool.query("CREATE TABLE ledger (job_id bigint, attempt int)");
+    chaosClient = new Client({ pool: chaosDb.pool });
+    await startTestWorker(
+      chaosDb.url,
+      {
+        ping: async () => "pong",
+        ledger: {
+          transactional: true,
+          backoff: { kind: "fixed", delays: ["100ms"] },
+          run: async (_payload, ctx) => {
+            await ctx.tx.query("INSERT INTO ledger VALUES ($1, $2)", [ctx.job.id, ctx.job.attempt]);
+          },
+        },
+      },
+      // A claim whose answer was cut leaves its jobs held by nobody: a short lease and rescue bring them back.
+      { lease: "2s", heartbeatInterval: "500ms", rescueInterval: "500ms", concurrency: 4 },
+    );
+  });
+  afterAll(async () => {
+    await chaosDb?.drop();
+  });
+
+  it("every connection of the worker terminated at once, three times while jobs flow: no exit, every job done, each transactional one committed once", async () => {
+    const jobIds: string[] = [];
+    for (let round = 1; round <= 3; round++) {
+      const batch = await chaosClient.enqueueMany([
+        ...Array.from({ length: 50 }, (_, i) => ({ task: "ping", payload: { round, i } })),
+        ...Array.from({ length: 10 }, (_, i) => ({ task: "ledger", payload: { round, i } })),
+      ]);
+      jobIds.push(...batch.map((r) => r.jobId!));
+      // Listener, wait marker, pool connections idle or mid-statement: all of them.
+      // Whatever has reconnected since the last round (the listener at least).
+      const pids = await waitFor(
+        async () => {
+          const found = await pidsOf("application_name LIKE 'idemq-%'", chaosDb);
+          return found.length > 0 ? found : undefined;
+        },
+        { what: `round ${round}: the worker's connections` },
+      );
+      await chaosDb.pool.query("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", [pids]);
+    }
+    await waitFor(
+      async () => {
+        const { rows } = await chaosDb.pool.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM idemq.jobs WHERE id = ANY ($1::bigint[]) AND state = 'succeeded'",
+          [jobIds],
+        );
+        return rows[0]!.n === jobIds.length;
+      },
+      // Jobs whose claim or completion was cut wait for their 2 s lease and rescue.
+      { what: `${jobIds.length} jobs succeeded`, timeoutMs: 30_000 },
+    );
+    // Each transactional job committed its row once, whichever attempt got through.
+    const { rows } = await chaosDb.pool.query<{ n: number; jobs: number }>(
+      "SELECT count(*)::int AS n, count(DISTINCT job_id)::int AS jobs FROM ledger WHERE job_id = ANY ($1::bigint[])",
+      [jobIds],
+    );
+    expect(rows[0]).toEqual({ n: 30, jobs: 30 });
+    // Still working afterwards.
+    const { jobId } = await chaosClient.enqueue("ping", { after: true });
+    await waitFor(async () => (await chaosClient.getJob(jobId))?.state === "succeeded", { what: "a job after the chaos" });
   });
 });
