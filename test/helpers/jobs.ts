@@ -11,7 +11,7 @@ import { expect } from "vitest";
 export type Queryable = pg.Pool | pg.ClientBase;
 
 // The state and policy lists come from the one definition (src/contract.ts,
-// itself checked against the catalog by contract.test.ts).
+// itself checked against the catalog by test/contract/contract.test.ts).
 export { ACTIVE_STATES, TERMINAL_STATES, DUPLICATE_POLICIES as POLICIES } from "../../src/contract.ts";
 import type { ActiveState, DuplicatePolicy as Policy, TerminalState } from "../../src/contract.ts";
 export type { ActiveState, Policy, TerminalState };
