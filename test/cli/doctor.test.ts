@@ -7,7 +7,8 @@ import { EXIT } from "../../src/cli/exit-codes.ts";
 import { migrate } from "../../src/migrate.ts";
 import { runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { enqueue, enqueueMany, jobIn, unique } from "../helpers/jobs.ts";
+import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
 const databases: TestDatabase[] = [];

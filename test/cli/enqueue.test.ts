@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { count, job, jobIn, unique } from "../helpers/jobs.ts";
+import { count, jobRow, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 
 let db: TestDatabase;
 let dir: string;
@@ -61,7 +62,7 @@ describe("idemq enqueue", () => {
       job: { task: "send_invoice", queue, payload: { orderId: 42 }, state: "enqueued", priority: 5, maxAttempts: 3, idempotencyKey: key },
     });
     expect(out.jobId).toBe(out.job.id);
-    const row = await job(db.pool, out.jobId);
+    const row = await jobRow(db.pool, out.jobId);
     expect(row).toMatchObject({ task: "send_invoice", queue, payload: { orderId: 42 }, priority: 5, max_attempts: 3, idempotency_key: key });
   });
 
@@ -72,7 +73,7 @@ describe("idemq enqueue", () => {
     const id = /^enqueued job (\d+) \(cleanup, queue (\S+)\): enqueued, attempt 0\/10\n$/.exec(result.stdout);
     expect(id, result.stdout).not.toBeNull();
     expect(id![2]).toBe(queue);
-    expect((await job(db.pool, id![1]!)).payload).toEqual({});
+    expect((await jobRow(db.pool, id![1]!)).payload).toEqual({});
   });
 
   it("reads the payload from @file.json and from stdin (-)", async () => {
@@ -80,11 +81,11 @@ describe("idemq enqueue", () => {
     await writeFile(file, '{"supplier": 9, "lines": [1, 2]}\n');
     const fromFile = await enqueue(["import_supplier", `@${file}`, "--json"]);
     expect(fromFile).toMatchObject({ code: EXIT.OK, stderr: "" });
-    expect((await job(db.pool, JSON.parse(fromFile.stdout).jobId)).payload).toEqual({ supplier: 9, lines: [1, 2] });
+    expect((await jobRow(db.pool, JSON.parse(fromFile.stdout).jobId)).payload).toEqual({ supplier: 9, lines: [1, 2] });
 
     const fromStdin = await enqueue(["credit", "-", "--json"], '{"account": 7, "amount": 10}');
     expect(fromStdin).toMatchObject({ code: EXIT.OK, stderr: "" });
-    expect((await job(db.pool, JSON.parse(fromStdin.stdout).jobId)).payload).toEqual({ account: 7, amount: 10 });
+    expect((await jobRow(db.pool, JSON.parse(fromStdin.stdout).jobId)).payload).toEqual({ account: 7, amount: 10 });
   });
 
   it("--delay schedules by the database clock; --run-at at the given time; --after waits in awaiting", async () => {
@@ -100,7 +101,7 @@ describe("idemq enqueue", () => {
 
     const at = await enqueue(["at_time", "--run-at", "2099-01-02T03:04:05Z", "--json"]);
     expect(at.code, at.stderr).toBe(EXIT.OK);
-    const atJob = await job(db.pool, JSON.parse(at.stdout).jobId);
+    const atJob = await jobRow(db.pool, JSON.parse(at.stdout).jobId);
     expect(atJob.state).toBe("scheduled");
     expect(atJob.run_at.toISOString()).toBe("2099-01-02T03:04:05.000Z");
 
@@ -141,7 +142,7 @@ describe("idemq enqueue", () => {
 
     const human = await enqueue(["send_invoice", '{"orderId": 2}', "--key", key, "--policy", "reject_always"]);
     expect(human.code).toBe(EXIT.REJECTED);
-    expect(human.stdout).toBe(`job ${existing} (send_invoice, queue ${(await job(db.pool, existing)).queue}, key ${key}): succeeded, attempt 1/10\n`);
+    expect(human.stdout).toBe(`job ${existing} (send_invoice, queue ${(await jobRow(db.pool, existing)).queue}, key ${key}): succeeded, attempt 1/10\n`);
   });
 
   it("a key reused for different work (IQ422) prints the job holding it, exit 4, and adds no job", async () => {

@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { claimJob, enqueue, job, jobIn, stateOf, unique } from "../helpers/jobs.ts";
+import { enqueue, jobRow, stateOf, unique } from "../helpers/jobs.ts";
+import { claimJob, jobIn } from "../helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -49,7 +50,7 @@ describe("idemq jobs (list)", () => {
     const limited = JSON.parse((await jobs(["--queue", queue, "--task", "import", "--limit", "2", "--json"])).stdout);
     expect(limited.map((j: { id: string }) => j.id)).toEqual([c, b]);
 
-    const byKey = JSON.parse((await jobs(["--key", (await job(db.pool, b)).idempotency_key!, "--json"])).stdout);
+    const byKey = JSON.parse((await jobs(["--key", (await jobRow(db.pool, b)).idempotency_key!, "--json"])).stdout);
     expect(byKey).toHaveLength(1);
     expect(byKey[0]).toMatchObject({ id: b, state: "failed", queue, task: "import", attempt: 1, maxAttempts: 10 });
   });
@@ -239,7 +240,7 @@ describe("idemq jobs retry | cancel | reschedule", () => {
     const b = await jobIn(db.pool, "scheduled");
     const at = await jobs(["reschedule", b, "--run-at", "2000-01-01T00:00:00Z", "--json"]);
     expect(JSON.parse(at.stdout)).toEqual({ results: [{ id: b, ok: true, state: "enqueued" }] });
-    expect((await job(db.pool, b)).run_at.toISOString()).toBe("2000-01-01T00:00:00.000Z");
+    expect((await jobRow(db.pool, b)).run_at.toISOString()).toBe("2000-01-01T00:00:00.000Z");
 
     const running = await jobIn(db.pool, "processing");
     const refused = await jobs(["reschedule", running, "--delay", "1m"]);

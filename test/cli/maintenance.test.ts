@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { count, jobIn, keyRow, stateOf, unique } from "../helpers/jobs.ts";
+import { count, keyRow, stateOf, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -6,7 +6,8 @@ import { EXIT } from "../../src/cli/exit-codes.ts";
 import { runCli } from "../helpers/cli.ts";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { enqueue, enqueueMany, jobIn, unique } from "../helpers/jobs.ts";
+import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 
 const databases: TestDatabase[] = [];
 let db: TestDatabase;

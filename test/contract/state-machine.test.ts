@@ -5,7 +5,8 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { claimJob, enqueueMany, jobIn, makeJob, sql, unique, type EnqueueArgs } from "../helpers/jobs.ts";
+import { enqueueMany, makeJob, sql, unique, type EnqueueArgs } from "../helpers/jobs.ts";
+import { claimJob, jobIn } from "../helpers/work.ts";
 import { documentedTransitions, transitionName, type Transition as DocTransition } from "../helpers/state-machine-doc.ts";
 
 let db: TestDatabase;

@@ -3,8 +3,8 @@
 // Each case uses its own queue, since these transactions commit.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { byId, claim } from "../helpers/work.ts";
 import { makeJobs } from "../helpers/jobs.ts";
+import { byId, claim } from "../helpers/work.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -3,17 +3,16 @@
 // and times can be compared exactly.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
 import {
   claim,
   claimOne,
   expireLease,
   fail,
-  jobRow,
   makeDue,
   rescue,
   type ClaimArgs,
 } from "../helpers/work.ts";
-import { makeJob, sql } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;

@@ -4,8 +4,8 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { byId, claim, claimOne, complete, expireLease, fail, jobRow, rescue } from "../helpers/work.ts";
-import { makeJob } from "../helpers/jobs.ts";
+import { jobRow, makeJob } from "../helpers/jobs.ts";
+import { byId, claim, claimOne, complete, expireLease, fail, rescue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;

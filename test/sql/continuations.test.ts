@@ -13,7 +13,8 @@ import {
   waitUntilBlocked,
   type TestDatabase,
 } from "../helpers/db.ts";
-import { claimJob, count, driveTo, enqueue, job, jobIn, keyRow, Listener, unique } from "../helpers/jobs.ts";
+import { count, enqueue, jobRow, keyRow, Listener, unique } from "../helpers/jobs.ts";
+import { claimJob, driveTo, jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -40,17 +41,17 @@ describe("a child waits for every parent to succeed", () => {
     const b = await enqueue(db.pool, { task: "parent", queue: unique("q") });
     const child = await enqueue(db.pool, { task: "child", queue, after: [a.job_id, b.job_id] });
     expect(child.deduplicated).toBe(false);
-    expect((await job(db.pool, child.job_id)).state).toBe("awaiting");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("awaiting");
     expect(await dependencies(db.pool, child.job_id)).toEqual([a.job_id, b.job_id].sort((x, y) => Number(x) - Number(y)));
 
     await driveTo(db.pool, a.job_id, "succeeded");
-    expect((await job(db.pool, child.job_id)).state).toBe("awaiting");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("awaiting");
     expect(await dependencies(db.pool, child.job_id)).toEqual([b.job_id]);
     await listener.sync(db.pool);
     expect(listener.payloads()).not.toContain(queue);
 
     await driveTo(db.pool, b.job_id, "succeeded");
-    expect(await job(db.pool, child.job_id)).toMatchObject({ state: "enqueued", finished_at: null, errors: [] });
+    expect(await jobRow(db.pool, child.job_id)).toMatchObject({ state: "enqueued", finished_at: null, errors: [] });
     expect(await dependencies(db.pool, child.job_id)).toEqual([]);
     await listener.waitFor(queue);
     await listener.sync(db.pool);
@@ -78,9 +79,9 @@ describe("a child waits for every parent to succeed", () => {
         run_at: new Date(Date.now() + 3_600_000),
         after: [parent.job_id],
       });
-      expect((await job(c, child.job_id)).state).toBe("awaiting");
+      expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       await driveTo(c, parent.job_id, "succeeded");
-      expect((await job(c, child.job_id)).state).toBe("scheduled");
+      expect((await jobRow(c, child.job_id)).state).toBe("scheduled");
     });
   });
 
@@ -90,9 +91,9 @@ describe("a child waits for every parent to succeed", () => {
       const b = await enqueue(c, { task: "parent", queue: unique("q") });
       const child = await enqueue(c, { task: "child", after: [b.job_id, a.job_id] });
       await driveTo(c, b.job_id, "succeeded");
-      expect((await job(c, child.job_id)).state).toBe("awaiting");
+      expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       await driveTo(c, a.job_id, "succeeded");
-      expect((await job(c, child.job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, child.job_id)).state).toBe("enqueued");
     });
   });
 });
@@ -111,7 +112,7 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
 
         await driveTo(c, parent.job_id, parentEnd);
 
-        const childRow = await job(c, child.job_id);
+        const childRow = await jobRow(c, child.job_id);
         expect(childRow.state).toBe("cancelled");
         expect(childRow.finished_at).not.toBeNull();
         expect(childRow.errors).toEqual([
@@ -121,7 +122,7 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
             message: `parent job ${parent.job_id} ended ${parentEnd} before this job could run`,
           }),
         ]);
-        const grandRow = await job(c, grandchild.job_id);
+        const grandRow = await jobRow(c, grandchild.job_id);
         expect(grandRow.state).toBe("cancelled");
         expect(grandRow.errors).toEqual([
           expect.objectContaining({
@@ -129,13 +130,13 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
             message: `parent job ${child.job_id} ended cancelled before this job could run`,
           }),
         ]);
-        expect((await job(c, greatGrandchild.job_id)).state).toBe("cancelled");
+        expect((await jobRow(c, greatGrandchild.job_id)).state).toBe("cancelled");
         // The cancelled child's key is finished in the ledger, so the policy applies to it.
         expect(await keyRow(c, childKey)).toMatchObject({ job_id: child.job_id, finished_state: "cancelled" });
         // The other parent is unaffected; when it succeeds later it releases nothing.
-        expect((await job(c, other.job_id)).state).toBe("enqueued");
+        expect((await jobRow(c, other.job_id)).state).toBe("enqueued");
         await driveTo(c, other.job_id, "succeeded");
-        expect((await job(c, child.job_id)).state).toBe("cancelled");
+        expect((await jobRow(c, child.job_id)).state).toBe("cancelled");
       });
     },
   );
@@ -150,12 +151,12 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
         [parent.job_id, attempt],
       );
       expect(rows[0]!.state).toBe("scheduled");
-      expect((await job(c, child.job_id)).state).toBe("awaiting");
+      expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       // The last attempt fails too: now the child is cancelled.
       const last = await claimJob(c, parent.job_id);
       await c.query("SELECT idemq.fail($1, $2, '\"flaky\"')", [parent.job_id, last]);
-      expect((await job(c, parent.job_id)).state).toBe("failed");
-      expect((await job(c, child.job_id)).state).toBe("cancelled");
+      expect((await jobRow(c, parent.job_id)).state).toBe("failed");
+      expect((await jobRow(c, child.job_id)).state).toBe("cancelled");
     });
   });
 
@@ -165,9 +166,9 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
       const b = await enqueue(c, { task: "parent", queue: unique("q") });
       const child = await enqueue(c, { task: "child", after: [a.job_id, b.job_id] });
       await driveTo(c, a.job_id, "cancelled");
-      const first = await job(c, child.job_id);
+      const first = await jobRow(c, child.job_id);
       await driveTo(c, b.job_id, "failed");
-      const after = await job(c, child.job_id);
+      const after = await jobRow(c, child.job_id);
       expect(after.state).toBe("cancelled");
       expect(after.errors).toEqual(first.errors);
     });
@@ -179,7 +180,7 @@ describe("parents already finished at enqueue time", () => {
     await inRollback(db.pool, async (c) => {
       const parent = await jobIn(c, "succeeded", { task: "parent" });
       const child = await enqueue(c, { task: "child", after: [parent] });
-      expect((await job(c, child.job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, child.job_id)).state).toBe("enqueued");
       expect(await dependencies(c, child.job_id)).toEqual([]);
     });
   });
@@ -189,10 +190,10 @@ describe("parents already finished at enqueue time", () => {
       const done = await jobIn(c, "succeeded", { task: "parent" });
       const running = await jobIn(c, "processing", { task: "parent" });
       const child = await enqueue(c, { task: "child", after: [done, running] });
-      expect((await job(c, child.job_id)).state).toBe("awaiting");
+      expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       expect(await dependencies(c, child.job_id)).toEqual([running]);
       await c.query("SELECT idemq.complete($1, 1)", [running]);
-      expect((await job(c, child.job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, child.job_id)).state).toBe("enqueued");
     });
   });
 
@@ -204,7 +205,7 @@ describe("parents already finished at enqueue time", () => {
         const running = await jobIn(c, "enqueued", { task: "parent" });
         const key = unique("k");
         const child = await enqueue(c, { task: "child", after: [running, parent], idempotency_key: key });
-        const row = await job(c, child.job_id);
+        const row = await jobRow(c, child.job_id);
         expect(row.state).toBe("cancelled");
         expect(row.finished_at).not.toBeNull();
         expect(row.errors).toEqual([
@@ -217,7 +218,7 @@ describe("parents already finished at enqueue time", () => {
         expect(await keyRow(c, key)).toMatchObject({ finished_state: "cancelled" });
         // The running parent finishing later changes nothing.
         await driveTo(c, running, "succeeded");
-        expect((await job(c, child.job_id)).state).toBe("cancelled");
+        expect((await jobRow(c, child.job_id)).state).toBe("cancelled");
       });
     },
   );
@@ -248,11 +249,11 @@ describe("parents already finished at enqueue time", () => {
       const parent = await enqueue(c, { task: "parent", queue: unique("q") });
       const child = await enqueue(c, { task: "child", after: [parent.job_id], expires_at: "2000-01-01T00:00:00Z" });
       const grandchild = await enqueue(c, { task: "grandchild", after: [child.job_id] });
-      expect((await job(c, child.job_id)).state).toBe("awaiting");
+      expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       await c.query("SELECT idemq.rescue()");
-      expect((await job(c, child.job_id)).state).toBe("expired");
-      expect((await job(c, grandchild.job_id)).state).toBe("cancelled");
-      expect((await job(c, parent.job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, child.job_id)).state).toBe("expired");
+      expect((await jobRow(c, grandchild.job_id)).state).toBe("cancelled");
+      expect((await jobRow(c, parent.job_id)).state).toBe("enqueued");
     });
   });
 });
@@ -275,8 +276,8 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     await parentTx.query("COMMIT");
 
     const child = await pending;
-    expect((await job(db.pool, parent.job_id)).state).toBe("succeeded");
-    expect((await job(db.pool, child.job_id)).state).toBe("enqueued");
+    expect((await jobRow(db.pool, parent.job_id)).state).toBe("succeeded");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("enqueued");
     expect(await dependencies(db.pool, child.job_id)).toEqual([]);
   });
 
@@ -296,8 +297,8 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     await childTx.query("COMMIT");
     await completing;
 
-    expect((await job(db.pool, parent.job_id)).state).toBe("succeeded");
-    expect((await job(db.pool, child.job_id)).state).toBe("enqueued");
+    expect((await jobRow(db.pool, parent.job_id)).state).toBe("succeeded");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("enqueued");
     expect(await dependencies(db.pool, child.job_id)).toEqual([]);
   });
 
@@ -322,9 +323,9 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     await firstTx.query("COMMIT");
     await second;
 
-    expect((await job(db.pool, a.job_id)).state).toBe("succeeded");
-    expect((await job(db.pool, b.job_id)).state).toBe("succeeded");
-    expect((await job(db.pool, child.job_id)).state).toBe("enqueued");
+    expect((await jobRow(db.pool, a.job_id)).state).toBe("succeeded");
+    expect((await jobRow(db.pool, b.job_id)).state).toBe("succeeded");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("enqueued");
     expect(await dependencies(db.pool, child.job_id)).toEqual([]);
   });
 
@@ -346,7 +347,7 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     await completeTx.query("COMMIT");
     await failing;
 
-    expect((await job(db.pool, child.job_id)).state).toBe("cancelled");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("cancelled");
   });
 
   it("the child's enqueue holds the parent; the parent's fail blocks, then cancels the child", async () => {
@@ -367,8 +368,8 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     await childTx.query("COMMIT");
     await failing;
 
-    expect((await job(db.pool, parent.job_id)).state).toBe("failed");
-    expect((await job(db.pool, child.job_id)).state).toBe("cancelled");
+    expect((await jobRow(db.pool, parent.job_id)).state).toBe("failed");
+    expect((await jobRow(db.pool, child.job_id)).state).toBe("cancelled");
     expect(await count(db.pool, "SELECT 1 FROM idemq.job_dependencies WHERE child_id = $1", [child.job_id])).toBe(0);
   });
 });

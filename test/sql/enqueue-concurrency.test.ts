@@ -5,7 +5,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
-import { count, enqueue, enqueueMany, job, unique, type Enqueued } from "../helpers/jobs.ts";
+import { count, enqueue, enqueueMany, jobRow, unique, type Enqueued } from "../helpers/jobs.ts";
 
 const CONNECTIONS = 50;
 
@@ -82,7 +82,7 @@ describe("one key, many connections", () => {
     expect(id).not.toBe(doomed.job_id);
     expect(results.every((r: Enqueued) => r.job_id === id)).toBe(true);
     expect(results.filter((r) => !r.deduplicated)).toHaveLength(1);
-    expect((await job(db.pool, id)).state).toBe("enqueued");
+    expect((await jobRow(db.pool, id)).state).toBe("enqueued");
     const ledger = await db.pool.query("SELECT job_id FROM idemq.keys WHERE key = $1", [key]);
     expect(ledger.rows).toEqual([{ job_id: id }]);
   });
@@ -136,7 +136,7 @@ describe("one key whose job is terminal, many connections", () => {
       old.job_id,
       claimed.rows[0].attempt,
     ]);
-    expect((await job(db.pool, old.job_id)).state).toBe("failed");
+    expect((await jobRow(db.pool, old.job_id)).state).toBe("failed");
 
     const results = await Promise.all(clients.map((c) => enqueue(c, work)));
     expect(await jobsWithKey(key)).toBe(2);

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type pg from "pg";
 import { createHash } from "node:crypto";
 import { expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase } from "../helpers/db.ts";
-import { count, enqueue, enqueueMany, job, jobIn, keyRow, Listener, type ManyRow, unique } from "../helpers/jobs.ts";
+import { count, enqueue, enqueueMany, jobRow, keyRow, Listener, type ManyRow, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 const md5 = (text: string) => createHash("md5").update(text).digest("hex");
@@ -53,12 +54,12 @@ describe("outcomes", () => {
       expect(rows[1]!.job_id).toBe(activeJob);
       expect(rows[2]!.job_id).toBe(doneJob);
       expect(rows[3]!.job_id).toBe(otherJob);
-      expect(await job(c, rows[0]!.job_id!)).toMatchObject({ payload: { n: 0 }, state: "enqueued" });
-      expect(await job(c, rows[4]!.job_id!)).toMatchObject({ payload: { n: 4 }, state: "enqueued" });
+      expect(await jobRow(c, rows[0]!.job_id!)).toMatchObject({ payload: { n: 0 }, state: "enqueued" });
+      expect(await jobRow(c, rows[4]!.job_id!)).toMatchObject({ payload: { n: 4 }, state: "enqueued" });
       // Rejected and conflicting elements wrote no job; the others' jobs are untouched.
       expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE payload IN ('{\"n\": 99}')")).toBe(0);
-      expect((await job(c, doneJob)).state).toBe("succeeded");
-      expect((await job(c, otherJob)).state).toBe("processing");
+      expect((await jobRow(c, doneJob)).state).toBe("succeeded");
+      expect((await jobRow(c, otherJob)).state).toBe("processing");
     });
   });
 
@@ -85,7 +86,7 @@ describe("outcomes", () => {
           expires_at: "2100-02-01T00:00:00Z",
         },
       ]);
-      expect(await job(c, plain!.job_id!)).toMatchObject({
+      expect(await jobRow(c, plain!.job_id!)).toMatchObject({
         queue: "default",
         priority: 0,
         max_attempts: 10,
@@ -94,7 +95,7 @@ describe("outcomes", () => {
         backoff: null,
         expires_at: null,
       });
-      expect(await job(c, full!.job_id!)).toMatchObject({
+      expect(await jobRow(c, full!.job_id!)).toMatchObject({
         queue: "q1",
         priority: 5,
         max_attempts: 2,
@@ -112,7 +113,7 @@ describe("outcomes", () => {
       const parent = await enqueue(c, { task: "p" });
       const [child] = await enqueueMany(c, [{ task: "c", after: [Number(parent.job_id)] }]);
       expect(child!.outcome).toBe("created");
-      expect((await job(c, child!.job_id!)).state).toBe("awaiting");
+      expect((await jobRow(c, child!.job_id!)).state).toBe("awaiting");
     });
   });
 });
@@ -141,7 +142,7 @@ describe("duplicates within one batch: the first element with a key decides", ()
       ]);
       expect(rows.map((r) => r.outcome)).toEqual(["created", "conflict", "conflict"]);
       expect(rows.map((r) => r.job_id)).toEqual(Array(3).fill(rows[0]!.job_id));
-      expect((await job(c, rows[0]!.job_id!)).payload).toEqual({ a: 1 });
+      expect((await jobRow(c, rows[0]!.job_id!)).payload).toEqual({ a: 1 });
     });
   });
 
@@ -435,7 +436,7 @@ describe("fast path and validating path agree", () => {
       expect(rows[1]!.job_id).toBe(active);
       expect(await count(c, "SELECT 1 FROM idemq.keys WHERE key = ANY($1)", [[a, held, b]])).toBe(3);
       for (const r of [rows[0]!, rows[4]!]) {
-        expect(await keyRow(c, (await job(c, r.job_id!)).idempotency_key!)).toMatchObject({ job_id: r.job_id });
+        expect(await keyRow(c, (await jobRow(c, r.job_id!)).idempotency_key!)).toMatchObject({ job_id: r.job_id });
       }
       expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE idempotency_key = ANY($1)", [[a, held, b]])).toBe(3);
     });
@@ -457,9 +458,9 @@ describe("fast path and validating path agree", () => {
       const ids = rows.map((r) => r.job_id);
       expect([ids[2], ids[4]]).toEqual([ids[0], ids[0]]);
       expect(new Set([ids[0], ids[1], ids[3], ids[5]]).size).toBe(4);
-      expect(await job(c, ids[0]!)).toMatchObject({ payload: { n: 1 }, idempotency_key: k1, state: "enqueued" });
-      expect(await job(c, ids[1]!)).toMatchObject({ payload: { n: 2 }, idempotency_key: null });
-      expect(await job(c, ids[3]!)).toMatchObject({ payload: { n: 3 }, idempotency_key: k2, state: "scheduled" });
+      expect(await jobRow(c, ids[0]!)).toMatchObject({ payload: { n: 1 }, idempotency_key: k1, state: "enqueued" });
+      expect(await jobRow(c, ids[1]!)).toMatchObject({ payload: { n: 2 }, idempotency_key: null });
+      expect(await jobRow(c, ids[3]!)).toMatchObject({ payload: { n: 3 }, idempotency_key: k2, state: "scheduled" });
       expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = $1", [task])).toBe(4);
       const { rows: keys } = await c.query(
         "SELECT key, job_id::text, task, payload_md5, finished_state FROM idemq.keys WHERE key = ANY($1) ORDER BY key",

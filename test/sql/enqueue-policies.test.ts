@@ -10,8 +10,7 @@ import {
   ACTIVE_STATES,
   count,
   enqueue,
-  job,
-  jobIn,
+  jobRow,
   keyRow,
   POLICIES,
   TERMINAL_STATES,
@@ -19,6 +18,7 @@ import {
   type Policy,
   type TerminalState,
 } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -53,10 +53,10 @@ describe("duplicate policy after a terminal job", () => {
         const r = await enqueue(c, { ...work, duplicate_policy: policy });
         expect(r.deduplicated).toBe(false);
         expect(r.job_id).not.toBe(old);
-        expect(await job(c, r.job_id)).toMatchObject({ state: "enqueued", idempotency_key: key, task: "charge" });
+        expect(await jobRow(c, r.job_id)).toMatchObject({ state: "enqueued", idempotency_key: key, task: "charge" });
         // The new job takes the key over; the old one is untouched.
         expect(await keyRow(c, key)).toMatchObject({ job_id: r.job_id, finished_state: null, finished_at: null });
-        expect((await job(c, old)).state).toBe(state);
+        expect((await jobRow(c, old)).state).toBe(state);
       } else {
         const error = await expectSqlError(
           underSavepoint(c, () => enqueue(c, { ...work, duplicate_policy: policy })),
@@ -121,7 +121,7 @@ describe("a key held by an active job", () => {
       const r = await enqueue(c, { ...work, duplicate_policy: policy });
       expect(r).toEqual({ job_id: existing, deduplicated: true });
       expect(await count(c, "SELECT 1 FROM idemq.jobs")).toBe(jobsBefore);
-      expect((await job(c, existing)).state).toBe(state);
+      expect((await jobRow(c, existing)).state).toBe(state);
       expect(await keyRow(c, key)).toMatchObject({ job_id: existing, finished_state: null });
     });
   });
@@ -189,7 +189,7 @@ describe("different work once the key's job is terminal: the policy decides", ()
         } else {
           const r = await enqueue(c, again);
           expect(r.deduplicated).toBe(false);
-          expect(await job(c, r.job_id)).toMatchObject({ task: "refund", payload: { order: 2 }, state: "enqueued" });
+          expect(await jobRow(c, r.job_id)).toMatchObject({ task: "refund", payload: { order: 2 }, state: "enqueued" });
           // The key now names the new work: the old work is what conflicts now.
           await expectSqlError(
             underSavepoint(c, () => enqueue(c, { task: "charge", payload: { order: 1 }, idempotency_key: key })),

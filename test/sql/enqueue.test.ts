@@ -4,7 +4,8 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { count, driveTo, enqueue, enqueueMany, job, Listener, unique } from "../helpers/jobs.ts";
+import { count, enqueue, enqueueMany, jobRow, Listener, unique } from "../helpers/jobs.ts";
+import { driveTo } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -36,7 +37,7 @@ describe("enqueue: new jobs", () => {
       expect(fields.map((f) => f.name)).toEqual(["job_id", "deduplicated"]);
       expect(rows).toHaveLength(1);
       expect(rows[0].deduplicated).toBe(false);
-      expect((await job(c, rows[0].job_id)).task).toBe("ret");
+      expect((await jobRow(c, rows[0].job_id)).task).toBe("ret");
 
       const key = unique("k");
       const first = await enqueue(c, { task: "ret", idempotency_key: key });
@@ -49,7 +50,7 @@ describe("enqueue: new jobs", () => {
   it("applies the defaults: queue default, priority 0, max_attempts 10, payload {}, run_at now, state enqueued", async () => {
     await inRollback(db.pool, async (c) => {
       const { job_id } = await enqueue(c, { task: "defaults" });
-      const row = await job(c, job_id);
+      const row = await jobRow(c, job_id);
       const { rows } = await c.query<{ now: Date }>("SELECT now() AS now");
       expect(row).toMatchObject({
         task: "defaults",
@@ -74,16 +75,16 @@ describe("enqueue: new jobs", () => {
     await inRollback(db.pool, async (c) => {
       const future = await enqueue(c, { task: "when", run_at: new Date(Date.now() + 3_600_000) });
       const past = await enqueue(c, { task: "when", run_at: "2000-01-01T00:00:00Z" });
-      expect((await job(c, future.job_id)).state).toBe("scheduled");
-      expect((await job(c, past.job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, future.job_id)).state).toBe("scheduled");
+      expect((await jobRow(c, past.job_id)).state).toBe("enqueued");
       // Just inside / just outside "now" (the transaction's now()).
       const { rows } = await c.query<{ at: string; later: string }>(
         "SELECT now()::text AS at, (now() + interval '1 microsecond')::text AS later",
       );
       const atNow = await enqueue(c, { task: "when", run_at: rows[0]!.at });
       const justLater = await enqueue(c, { task: "when", run_at: rows[0]!.later });
-      expect((await job(c, atNow.job_id)).state).toBe("enqueued");
-      expect((await job(c, justLater.job_id)).state).toBe("scheduled");
+      expect((await jobRow(c, atNow.job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, justLater.job_id)).state).toBe("scheduled");
     });
   });
 
@@ -100,7 +101,7 @@ describe("enqueue: new jobs", () => {
         backoff,
         expires_at: "2100-01-01T00:00:00Z",
       });
-      expect(await job(c, job_id)).toMatchObject({
+      expect(await jobRow(c, job_id)).toMatchObject({
         task: "send_email",
         payload,
         queue: "mail",
@@ -168,11 +169,11 @@ describe("enqueue: new jobs", () => {
     await inRollback(db.pool, async (c) => {
       const queue = unique("q");
       const { job_id } = await enqueue(c, { task: "late", queue, expires_at: "2000-01-01T00:00:00Z" });
-      expect((await job(c, job_id)).state).toBe("enqueued");
+      expect((await jobRow(c, job_id)).state).toBe("enqueued");
       const claimed = await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [queue]);
       expect(claimed.rows).toEqual([]);
       await driveTo(c, job_id, "expired");
-      expect((await job(c, job_id)).finished_at).not.toBeNull();
+      expect((await jobRow(c, job_id)).finished_at).not.toBeNull();
     });
   });
 });
@@ -181,7 +182,7 @@ describe("enqueue: the queue name is the NOTIFY payload", () => {
   it("a queue name of 1000 characters is accepted; 1001 raises 22023 and nothing is written", async () => {
     await inRollback(db.pool, async (c) => {
       const ok = await enqueue(c, { task: "long_queue", queue: "q".repeat(1000) });
-      expect((await job(c, ok.job_id)).queue).toHaveLength(1000);
+      expect((await jobRow(c, ok.job_id)).queue).toHaveLength(1000);
       // Scheduled too: the notify would come later (rescue, a parent's release), so it is refused up front.
       await expectSqlError(
         underSavepoint(c, () => enqueue(c, { task: "long_queue", queue: "q".repeat(1001), run_at: "2100-01-01T00:00:00Z" })),
@@ -220,7 +221,7 @@ describe("enqueue: NOTIFY idemq_jobs", () => {
   it("a job with a future run_at sends no notification", async () => {
     const queue = unique("q");
     const { job_id } = await enqueue(sender, { task: "notify", queue, run_at: new Date(Date.now() + 3_600_000) });
-    expect((await job(sender, job_id)).state).toBe("scheduled");
+    expect((await jobRow(sender, job_id)).state).toBe("scheduled");
     await listener.sync(sender);
     expect(listener.payloads()).not.toContain(queue);
   });
@@ -253,7 +254,7 @@ describe("enqueue: NOTIFY idemq_jobs", () => {
     const queue = unique("q");
     const parent = await enqueue(sender, { task: "parent", queue: parentQueue });
     const child = await enqueue(sender, { task: "child", queue, after: [parent.job_id] });
-    expect((await job(sender, child.job_id)).state).toBe("awaiting");
+    expect((await jobRow(sender, child.job_id)).state).toBe("awaiting");
     await listener.sync(sender);
     expect(listener.payloads()).not.toContain(queue);
   });

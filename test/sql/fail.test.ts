@@ -3,8 +3,8 @@
 // attempts). Backoff arithmetic itself is in backoff.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { Listener, unique, makeJob, sql } from "../helpers/jobs.ts";
-import { claimOne, fail, failRow, jobRow, makeDue } from "../helpers/work.ts";
+import { Listener, unique, makeJob, sql, jobRow } from "../helpers/jobs.ts";
+import { claimOne, fail, failRow, makeDue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;

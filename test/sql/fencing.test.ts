@@ -11,18 +11,17 @@ import {
   waitUntilBlocked,
   type TestDatabase,
 } from "../helpers/db.ts";
+import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
 import {
   claimOne,
   complete,
   expireLease,
   fail,
   heartbeat,
-  jobRow,
   rescue,
   snooze,
   type ClaimedJob,
 } from "../helpers/work.ts";
-import { makeJob, sql } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import type pg from "pg";
 

@@ -9,6 +9,7 @@ import {
   waitUntilBlocked,
   type TestDatabase,
 } from "../helpers/db.ts";
+import { jobRow, makeJob } from "../helpers/jobs.ts";
 import {
   byId,
   claim,
@@ -16,10 +17,8 @@ import {
   complete,
   expireLease,
   heartbeat,
-  jobRow,
   rescue,
 } from "../helpers/work.ts";
-import { makeJob } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;

@@ -5,19 +5,17 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { jobRow, states, waitForJobs, makeJob, makeJobs, sql } from "../helpers/jobs.ts";
 import {
   claim,
   claimOne,
   expireLease,
   fail,
-  jobRow,
   makeDue,
   rescue,
   snooze,
-  states,
 } from "../helpers/work.ts";
 import { buildZoo, expectOnlyChanged, snapshot } from "../helpers/zoo.ts";
-import { waitForJobs, makeJob, makeJobs, sql } from "../helpers/jobs.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {

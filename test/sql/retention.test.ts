@@ -17,13 +17,13 @@ import {
   ACTIVE_STATES,
   count,
   enqueue,
-  job,
-  jobIn,
+  jobRow,
   keyRow,
   TERMINAL_STATES,
   unique,
   type Queryable,
 } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -173,13 +173,13 @@ describe("purge", () => {
       const b = await jobIn(c, "enqueued", { task: "p" });
       const child = await enqueue(c, { task: "child", after: [a, b] });
       await c.query("SELECT idemq.cancel($1)", [a]);
-      expect((await job(c, child.job_id)).state).toBe("cancelled");
+      expect((await jobRow(c, child.job_id)).state).toBe("cancelled");
       await finishedAgo(c, child.job_id, "-1 day");
       await finishedAgo(c, a, "-1 day");
       expect(await purge(c, "1 hour")).toBe(2);
       expect(await exists(c, child.job_id)).toBe(false);
       await c.query("SELECT idemq.complete($1, $2)", [b, await claimAttempt(c, b)]);
-      expect((await job(c, b)).state).toBe("succeeded");
+      expect((await jobRow(c, b)).state).toBe("succeeded");
       expect(await count(c, "SELECT 1 FROM idemq.job_dependencies WHERE child_id = $1", [child.job_id])).toBe(0);
     });
   });
@@ -205,7 +205,7 @@ describe("purge", () => {
 });
 
 async function claimAttempt(c: Queryable, id: string): Promise<number> {
-  const { queue } = await job(c, id);
+  const { queue } = await jobRow(c, id);
   const { rows } = await c.query<{ id: string; attempt: number }>(
     "SELECT id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])",
     [queue],

@@ -3,8 +3,8 @@
 // snoozed attempt does not count against max_attempts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { claim, claimOne, complete, fail, jobRow, makeDue, snooze } from "../helpers/work.ts";
-import { makeJob, sql } from "../helpers/jobs.ts";
+import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
+import { claim, claimOne, complete, fail, makeDue, snooze } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
