@@ -5,8 +5,8 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { enqueueMany, makeJob, sql, unique, type EnqueueArgs } from "../helpers/jobs.ts";
-import { claimJob, jobIn } from "../helpers/work.ts";
+import { enqueueMany, makeJob, sql, stateOf, unique, type EnqueueArgs } from "../helpers/jobs.ts";
+import { claimJob, expireLease, fail, jobIn } from "../helpers/work.ts";
 import { documentedTransitions, transitionName, type Transition as DocTransition } from "../helpers/state-machine-doc.ts";
 
 let db: TestDatabase;
@@ -23,22 +23,13 @@ async function enq(c: C, args: EnqueueArgs = {}): Promise<{ id: string }> {
   return { id: await makeJob(c, { task: "sm", queue: unique("sm"), ...args }) };
 }
 
-async function stateOf(c: C, id: string): Promise<string | undefined> {
-  const { rows } = await c.query<{ state: string }>("SELECT state::text AS state FROM idemq.jobs WHERE id = $1", [id]);
-  return rows[0]?.state;
-}
+/** The error the fail transitions record. */
+const SM_ERROR = { class: "SmError", message: "x" };
 
 /** A job in processing: { id, attempt }. */
 async function processing(c: C, args: EnqueueArgs = {}): Promise<{ id: string; attempt: number }> {
   const job = await enq(c, args);
   return { ...job, attempt: await claimJob(c, job.id) };
-}
-
-async function failFor(c: C, job: { id: string; attempt: number }, retryable = false): Promise<void> {
-  await c.query(
-    `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "SmError", "message": "x"}', retryable => $3)`,
-    [job.id, job.attempt, retryable],
-  );
 }
 
 /** One element through idemq.enqueue_many, in a queue of its own; returns its job id. */
@@ -54,10 +45,6 @@ async function completeMany(c: C, job: { id: string; attempt: number }): Promise
     [job.id, job.attempt],
   );
   expect(rows.map((r) => r.id)).toEqual([job.id]);
-}
-
-async function expireLease(c: C, id: string): Promise<void> {
-  await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [id]);
 }
 
 interface Transition extends DocTransition {
@@ -211,7 +198,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await processing(c);
       await from(job.id);
-      await failFor(c, job, true);
+      await fail(c, job.id, job.attempt, SM_ERROR, { retryable: true });
       return job.id;
     },
   },
@@ -232,7 +219,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await processing(c);
       await from(job.id);
-      await failFor(c, job, false);
+      await fail(c, job.id, job.attempt, SM_ERROR, { retryable: false });
       return job.id;
     },
   },
@@ -308,7 +295,7 @@ const T: Transition[] = [
       const parent = await processing(c);
       const child = await enq(c, { after: [parent.id] });
       await from(child.id);
-      await failFor(c, parent, false);
+      await fail(c, parent.id, parent.attempt, SM_ERROR, { retryable: false });
       return child.id;
     },
   },

@@ -4,7 +4,7 @@
 // _unsuccessful_states (terminal but not succeeded) and _queue_name_limit.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { enqueue } from "../helpers/jobs.ts";
+import { enqueue, stateOf } from "../helpers/jobs.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -41,9 +41,7 @@ describe("_initial_state", () => {
            jsonb_build_object('task', 'later', 'run_at', now() + interval '1 microsecond'))) m ORDER BY m.ordinal`,
       );
       const ids = [...single.map((e) => e.job_id), ...many.rows.map((r) => r.job_id)];
-      const stateOf = async (id: string) =>
-        (await c.query("SELECT state::text AS s FROM idemq.jobs WHERE id = $1", [id])).rows[0].s as string;
-      expect(await Promise.all(ids.map(stateOf))).toEqual(["enqueued", "scheduled", "enqueued", "scheduled"]);
+      expect(await Promise.all(ids.map((id) => stateOf(c, id)))).toEqual(["enqueued", "scheduled", "enqueued", "scheduled"]);
       const rescheduled = await c.query(
         "SELECT idemq.reschedule($1, now())::text AS at_now, idemq.reschedule($2, now() + interval '1 microsecond')::text AS just_after",
         [ids[1], ids[0]],

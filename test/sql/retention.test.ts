@@ -23,7 +23,7 @@ import {
   unique,
   type Queryable,
 } from "../helpers/jobs.ts";
-import { jobIn } from "../helpers/work.ts";
+import { claimJob, jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -178,7 +178,7 @@ describe("purge", () => {
       await finishedAgo(c, a, "-1 day");
       expect(await purge(c, "1 hour")).toBe(2);
       expect(await exists(c, child.job_id)).toBe(false);
-      await c.query("SELECT idemq.complete($1, $2)", [b, await claimAttempt(c, b)]);
+      await c.query("SELECT idemq.complete($1, $2)", [b, await claimJob(c, b)]);
       expect((await jobRow(c, b)).state).toBe("succeeded");
       expect(await count(c, "SELECT 1 FROM idemq.job_dependencies WHERE child_id = $1", [child.job_id])).toBe(0);
     });
@@ -203,16 +203,6 @@ describe("purge", () => {
     expect(await exists(db.pool, done)).toBe(false);
   });
 });
-
-async function claimAttempt(c: Queryable, id: string): Promise<number> {
-  const { queue } = await jobRow(c, id);
-  const { rows } = await c.query<{ id: string; attempt: number }>(
-    "SELECT id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])",
-    [queue],
-  );
-  expect(rows.map((r) => r.id)).toEqual([id]);
-  return rows[0]!.attempt;
-}
 
 describe("prune_keys", () => {
   it("releases a key only after its retention: default 14 days, just outside released, at or just inside kept", async () => {
