@@ -4,7 +4,7 @@
 --
 --   psql -v ON_ERROR_STOP=1 -f examples/sql-only.sql "$DATABASE_URL"
 --
--- test/examples.test.ts runs this file on a fresh database and checks its output.
+-- test/contract/examples.test.ts runs this file on a fresh database and checks its output.
 
 \pset footer off
 

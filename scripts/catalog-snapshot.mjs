@@ -1,8 +1,8 @@
 #!/usr/bin/env node
-// Writes test/catalog.snapshot.json: schema idemq as pg_catalog describes it
+// Writes test/contract/catalog.snapshot.json: schema idemq as pg_catalog describes it
 // after `migrate` on an empty database (columns, constraints, indexes, enums,
 // function signatures...), so every schema change shows in review (STYLE.md §2).
-// test/catalog-snapshot.test.ts compares a freshly migrated database with it.
+// test/contract/catalog-snapshot.test.ts compares a freshly migrated database with it.
 //
 //   node scripts/catalog-snapshot.mjs            write the snapshot
 //   node scripts/catalog-snapshot.mjs --check    exit 1 when it is out of date

@@ -3,7 +3,7 @@
 // public functions first, then private helpers, each with its signature,
 // purpose, Guarantees, Concurrency, Errors and Tests, and the one-line
 // COMMENT ON FUNCTION as its summary. The headers are the source; the page is
-// generated, and test/docs.test.ts fails when it is stale.
+// generated, and test/contract/docs.test.ts fails when it is stale.
 //
 //   node scripts/sql-docs.mjs           (or: npm run docs:sql)  write docs/sql-api.md
 //   node scripts/sql-docs.mjs --check   exit 1 when docs/sql-api.md differs from what the headers give

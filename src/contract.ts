@@ -230,7 +230,7 @@ export function toMilliseconds(duration: Duration): number {
 export const BACKOFF_KINDS = ["polynomial", "exponential", "fixed"] as const;
 export type BackoffKind = (typeof BACKOFF_KINDS)[number];
 
-/** The fields each backoff kind takes (_backoff_problem's lists; test/contract.test.ts holds them equal). */
+/** The fields each backoff kind takes (_backoff_problem's lists; test/contract/contract.test.ts holds them equal). */
 export const BACKOFF_FIELDS = {
   polynomial: ["kind"],
   exponential: ["kind", "initial", "factor", "max", "jitter"],

@@ -63,7 +63,7 @@ export interface MigrationStatus {
  * adds a state must update the literal state lists in constraints and partial
  * indexes too, which no function language can do in the adding transaction,
  * so the value goes in a migration of its own and the next one uses it
- * (measured on PostgreSQL 15 and 18; test/upgrade.test.ts runs that sequence).
+ * (measured on PostgreSQL 15 and 18; test/install/upgrade.test.ts runs that sequence).
  */
 export async function migrate(options: MigrateOptions): Promise<string[]> {
   const client = options.client;

@@ -17,7 +17,7 @@
 --   specification overflows a float8, an interval or now() + the delay.
 -- Concurrency: none (volatile only because of random()).
 -- Errors: none for a valid backoff.
--- Tests: test/backoff.test.ts, test/worker-backoff.test.ts
+-- Tests: test/sql/backoff.test.ts, test/worker/backoff.test.ts
 CREATE OR REPLACE FUNCTION idemq._backoff_delay(backoff jsonb, failed_attempt int, draw float8 DEFAULT NULL)
 RETURNS interval
 LANGUAGE plpgsql VOLATILE

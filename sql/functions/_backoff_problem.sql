@@ -11,7 +11,7 @@
 --   Intervals are PostgreSQL interval text ("2 seconds", "5 min", "1h").
 -- Concurrency: none.
 -- Errors: none (the caller raises, naming the job).
--- Tests: test/backoff.test.ts
+-- Tests: test/sql/backoff.test.ts
 CREATE OR REPLACE FUNCTION idemq._backoff_problem(backoff jsonb)
 RETURNS text
 LANGUAGE plpgsql STABLE

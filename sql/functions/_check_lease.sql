@@ -5,7 +5,7 @@
 -- Guarantees: returns only for a usable lease.
 -- Concurrency: none.
 -- Errors: 22004 NULL; 22023 out of range.
--- Tests: test/bad-input.test.ts
+-- Tests: test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq._check_lease(lease interval, operation text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

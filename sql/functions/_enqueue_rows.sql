@@ -44,8 +44,9 @@
 --   e.g. a queue name over 1000 characters (it is the NOTIFY payload);
 --   IQ404 for a parent job that does not exist; 40001 if keys keep changing
 --   under the call (pruned and re-created repeatedly).
--- Tests: test/enqueue.test.ts, test/enqueue-many.test.ts, test/enqueue-policies.test.ts,
---   test/enqueue-concurrency.test.ts, test/continuations.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
+--   test/sql/enqueue-policies.test.ts, test/sql/enqueue-concurrency.test.ts,
+--   test/sql/continuations.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq._enqueue_rows(jobs jsonb, single boolean)
 RETURNS TABLE(r_ordinal int, r_job_id bigint, r_outcome text,
               r_existing_state idemq.job_state, r_policy idemq.duplicate_policy, r_key text)

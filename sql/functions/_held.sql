@@ -14,7 +14,7 @@
 --   before and after the helper).
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/fencing.test.ts, test/predicates.test.ts
+-- Tests: test/sql/fencing.test.ts, test/sql/predicates.test.ts
 CREATE OR REPLACE FUNCTION idemq._held(lease_expires_at timestamptz, locked_by text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

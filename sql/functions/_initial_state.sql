@@ -8,7 +8,7 @@
 --   (the default: now), is enqueued.
 -- Concurrency: none (stable: reads now()).
 -- Errors: none.
--- Tests: test/predicates.test.ts
+-- Tests: test/sql/predicates.test.ts
 CREATE OR REPLACE FUNCTION idemq._initial_state(run_at timestamptz)
 RETURNS idemq.job_state
 LANGUAGE sql STABLE PARALLEL SAFE

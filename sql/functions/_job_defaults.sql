@@ -3,11 +3,11 @@
 -- The defaults of a job's optional fields in an enqueue_many element.
 --
 -- Guarantees: the same values as the DEFAULTs in enqueue()'s signature
---   (test/contract.test.ts compares them), so a job means the same thing
+--   (test/contract/contract.test.ts compares them), so a job means the same thing
 --   whichever function enqueued it.
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/contract.test.ts
+-- Tests: test/contract/contract.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_defaults()
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -7,7 +7,7 @@
 --   transaction ends; raises rather than return nothing.
 -- Concurrency: FOR NO KEY UPDATE: waits for a worker completing the job.
 -- Errors: 22004 NULL job_id; IQ404 no such job.
--- Tests: test/admin.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/admin.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq._lock_job(job_id bigint, operation text)
 RETURNS idemq.jobs
 LANGUAGE plpgsql VOLATILE

@@ -20,7 +20,7 @@
 --   (the marker is tried exclusively and released at once; a collision of two
 --   callers makes one of them notify, which is always safe).
 -- Errors: none.
--- Tests: test/wake-up.test.ts
+-- Tests: test/sql/wake-up.test.ts
 CREATE OR REPLACE FUNCTION idemq._notify_waiting(queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -19,7 +19,7 @@
 --   child finishing at once serialise on the child and the later one sees the
 --   earlier one's outcome (the child is released once, or stays cancelled).
 -- Errors: none of its own.
--- Tests: test/continuations.test.ts, test/enqueue-policies.test.ts
+-- Tests: test/sql/continuations.test.ts, test/sql/enqueue-policies.test.ts
 CREATE OR REPLACE FUNCTION idemq._on_job_finished()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE

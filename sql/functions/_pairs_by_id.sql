@@ -8,7 +8,7 @@
 --   the latest can hold the job); NULL ids dropped; empty arrays for no pairs.
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers check lengths).
--- Tests: test/complete.test.ts, test/heartbeat.test.ts
+-- Tests: test/sql/complete.test.ts, test/sql/heartbeat.test.ts
 CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[],
                                               OUT ids bigint[], OUT attempts_by_id int[])
 LANGUAGE sql IMMUTABLE

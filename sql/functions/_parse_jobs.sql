@@ -17,7 +17,7 @@
 --   Backoffs are not checked here (_enqueue_rows checks each distinct one).
 -- Concurrency: none (reads only its argument). Inlined into the caller's plan.
 -- Errors: data_exception for a value that does not parse.
--- Tests: test/enqueue-many.test.ts (both paths agree)
+-- Tests: test/sql/enqueue-many.test.ts (both paths agree)
 CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, at timestamptz)
 RETURNS TABLE(ord int, task text, payload jsonb, queue text, run_at timestamptz,
               priority int, max_attempts int, key text,

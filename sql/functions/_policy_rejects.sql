@@ -16,7 +16,7 @@
 --   reject_if_succeeded retries after a failure, never after a success.
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/enqueue-policies.test.ts
+-- Tests: test/sql/enqueue-policies.test.ts
 CREATE OR REPLACE FUNCTION idemq._policy_rejects(policy idemq.duplicate_policy, finished_state idemq.job_state)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

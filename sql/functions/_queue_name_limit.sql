@@ -8,7 +8,7 @@
 --   function inlines, so callers compare with a literal.
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/enqueue.test.ts, test/predicates.test.ts
+-- Tests: test/sql/enqueue.test.ts, test/sql/predicates.test.ts
 CREATE OR REPLACE FUNCTION idemq._queue_name_limit()
 RETURNS int
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -9,7 +9,7 @@
 -- Concurrency: reads the job without locking it; the state named in the
 --   message is the committed state at that moment.
 -- Errors: IQ404; IQ410 with DETAIL {"job_id","attempt","current_attempt","current_state"}.
--- Tests: test/complete.test.ts, test/fencing.test.ts
+-- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

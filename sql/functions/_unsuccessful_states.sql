@@ -3,11 +3,11 @@
 -- The terminal states other than succeeded: failed, cancelled, expired.
 --
 -- Guarantees: terminal_states() minus succeeded (checked by
---   test/predicates.test.ts). A job in one can be retried; a parent in one
+--   test/sql/predicates.test.ts). A job in one can be retried; a parent in one
 --   cancels its children.
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/predicates.test.ts
+-- Tests: test/sql/predicates.test.ts
 CREATE OR REPLACE FUNCTION idemq._unsuccessful_states()
 RETURNS idemq.job_state[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -10,7 +10,7 @@
 --   hashing alike only cost a NOTIFY nobody needed or a barrier retry.
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/wake-up.test.ts
+-- Tests: test/sql/wake-up.test.ts
 CREATE OR REPLACE FUNCTION idemq._wait_key(queue text)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

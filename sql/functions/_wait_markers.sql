@@ -8,7 +8,7 @@
 -- Guarantees: validates `queues` first; `operation` names the caller in errors.
 -- Concurrency: reads this session's own locks in pg_locks.
 -- Errors: 22023 queues empty or holding NULL or ''.
--- Tests: test/wake-up.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/wake-up.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq._wait_markers(queues text[], operation text)
 RETURNS TABLE(marker bigint, held boolean)
 LANGUAGE plpgsql VOLATILE

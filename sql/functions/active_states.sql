@@ -3,11 +3,11 @@
 -- The states of a job that has not finished: scheduled, enqueued, processing, awaiting.
 --
 -- Guarantees: with terminal_states() it partitions idemq.job_state (checked by
---   test/contract.test.ts, as are the literal lists in constraints and partial
+--   test/contract/contract.test.ts, as are the literal lists in constraints and partial
 --   index predicates, which the planner needs spelled out).
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/contract.test.ts
+-- Tests: test/contract/contract.test.ts
 CREATE OR REPLACE FUNCTION idemq.active_states()
 RETURNS idemq.job_state[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

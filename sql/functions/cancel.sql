@@ -10,7 +10,7 @@
 --   * The key is marked finished (cancelled); awaiting children are cancelled.
 -- Concurrency: row lock on the job (waits for a completing worker).
 -- Errors: IQ404 no such job; IQ412 already finished (DETAIL {"job_id","state"}).
--- Tests: test/admin.test.ts, test/state-machine.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.cancel(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE

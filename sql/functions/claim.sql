@@ -24,7 +24,7 @@
 --   skipped, not waited for.
 -- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, batch_size
 --   outside 1..1000, empty queue or task name, bad lease.
--- Tests: test/claim.test.ts, test/claim-concurrency.test.ts, test/fencing.test.ts
+-- Tests: test/sql/claim.test.ts, test/sql/claim-concurrency.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,

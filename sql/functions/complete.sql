@@ -15,7 +15,7 @@
 --   commits first (then this raises IQ410) or waits for this transaction.
 -- Errors: IQ404 no such job; IQ410 lease lost (DETAIL {"job_id","attempt",
 --   "current_attempt","current_state"}); 22004 NULL job_id/attempt.
--- Tests: test/complete.test.ts, test/fencing.test.ts
+-- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -16,7 +16,7 @@
 --     rows the table keeps.
 -- Concurrency: updates the rows in id order (no deadlock between two batches).
 -- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000 ids.
--- Tests: test/complete.test.ts, test/claim.test.ts (no sequential scan)
+-- Tests: test/sql/complete.test.ts, test/sql/claim.test.ts (no sequential scan)
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE

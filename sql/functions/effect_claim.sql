@@ -19,7 +19,7 @@
 --   UPDATE conditioned on claimed_at, re-checked after a concurrent reclaimer
 --   commits, so only one wins.
 -- Errors: 22004 NULL argument; 22023 empty key/owner or stale_after <= 0.
--- Tests: test/effects.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
 RETURNS TABLE(status text, result jsonb)
 LANGUAGE plpgsql VOLATILE

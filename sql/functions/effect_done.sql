@@ -8,7 +8,7 @@
 -- Concurrency: row lock on the record.
 -- Errors: IQ410 the claim is not this owner's (reclaimed by another, or
 --   never claimed; DETAIL {"key","owner"}); 22004 NULL key/owner; 22023 empty key/owner.
--- Tests: test/effects.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

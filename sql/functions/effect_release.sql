@@ -8,7 +8,7 @@
 -- Errors: IQ410 the claim is not this owner's (or does not exist; DETAIL
 --   {"key","owner"}); IQ412 the effect is already done (it cannot be undone
 --   by releasing; DETAIL {"key","status"}); 22004 NULL key/owner; 22023 empty key/owner.
--- Tests: test/effects.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

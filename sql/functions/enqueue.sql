@@ -28,8 +28,9 @@
 --   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"});
 --   IQ422 the key is held by an active job for a different task or payload
 --   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
--- Tests: test/enqueue.test.ts, test/enqueue-policies.test.ts,
---   test/enqueue-concurrency.test.ts, test/continuations.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-policies.test.ts,
+--   test/sql/enqueue-concurrency.test.ts, test/sql/continuations.test.ts,
+--   test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
   payload jsonb DEFAULT '{}',

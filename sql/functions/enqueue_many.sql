@@ -20,7 +20,7 @@
 -- Concurrency: as enqueue(); keys are taken in key order.
 -- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is malformed (the message
 --   names the element as jobs[N]); IQ404 a parent in `after` does not exist.
--- Tests: test/enqueue-many.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue_many(jobs jsonb)
 RETURNS TABLE(ordinal int, job_id bigint, outcome text)
 LANGUAGE plpgsql VOLATILE

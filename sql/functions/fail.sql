@@ -29,7 +29,7 @@
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
 --   22023 error is not a JSON object or string, a malformed backoff,
 --   max_attempts < 1.
--- Tests: test/fail.test.ts, test/backoff.test.ts
+-- Tests: test/sql/fail.test.ts, test/sql/backoff.test.ts
 CREATE OR REPLACE FUNCTION idemq.fail(
   job_id bigint,
   attempt int,

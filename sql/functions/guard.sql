@@ -16,7 +16,7 @@
 --   first transaction: if it commits, the second gets false; if it rolls back,
 --   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
 -- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine).
--- Tests: test/guard.test.ts, test/stats.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/guard.test.ts, test/sql/stats.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE

@@ -15,7 +15,8 @@
 --   being completed or rescued concurrently is waited for, then judged on its
 --   committed state.
 -- Errors: 22004 NULL arrays; 22023 arrays of different lengths; bad lease.
--- Tests: test/heartbeat.test.ts, test/fencing.test.ts, test/claim.test.ts (no sequential scan)
+-- Tests: test/sql/heartbeat.test.ts, test/sql/fencing.test.ts,
+--   test/sql/claim.test.ts (no sequential scan)
 CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE

@@ -13,7 +13,7 @@
 -- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
 --   and keeps it.
 -- Errors: 22004 NULL; 22023 negative older_than.
--- Tests: test/retention.test.ts
+-- Tests: test/sql/retention.test.ts
 CREATE OR REPLACE FUNCTION idemq.prune_keys(older_than interval DEFAULT '14 days')
 RETURNS int
 LANGUAGE plpgsql VOLATILE

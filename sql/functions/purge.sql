@@ -11,7 +11,7 @@
 --   * Dependency rows of purged parents are removed with them.
 -- Concurrency: SKIP LOCKED: rows a concurrent transaction holds are left for the next call.
 -- Errors: 22004 NULL argument; 22023 negative older_than, an active state in states.
--- Tests: test/retention.test.ts
+-- Tests: test/sql/retention.test.ts
 CREATE OR REPLACE FUNCTION idemq.purge(older_than interval, states idemq.job_state[] DEFAULT idemq.terminal_states())
 RETURNS int
 LANGUAGE plpgsql VOLATILE

@@ -8,7 +8,7 @@
 -- Concurrency: row lock on the job.
 -- Errors: IQ404; IQ412 the job is processing or finished (DETAIL {"job_id","state"});
 --   22004 NULL run_at.
--- Tests: test/admin.test.ts, test/state-machine.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.reschedule(job_id bigint, run_at timestamptz)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE

@@ -19,7 +19,7 @@
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows another transaction holds (a
 --   completing worker, a concurrent rescue) are left for the next call.
 -- Errors: none.
--- Tests: test/rescue.test.ts, test/fencing.test.ts
+-- Tests: test/sql/rescue.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.rescue()
 RETURNS int
 LANGUAGE plpgsql VOLATILE

@@ -17,7 +17,7 @@
 -- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
 --   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
 --   "existing_state","policy"}, policy null).
--- Tests: test/admin.test.ts, test/state-machine.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE

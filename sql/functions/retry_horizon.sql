@@ -17,7 +17,7 @@
 --   job's last retry no longer deduplicates a replayed enqueue.
 -- Concurrency: none (reads nothing).
 -- Errors: 22004 NULL counted_attempts or max_attempts; 22023 a malformed backoff.
--- Tests: test/retry-horizon.test.ts, test/cli-doctor.test.ts
+-- Tests: test/sql/retry-horizon.test.ts, test/cli/doctor.test.ts
 CREATE OR REPLACE FUNCTION idemq.retry_horizon(backoff jsonb, counted_attempts int, max_attempts int)
 RETURNS interval
 LANGUAGE plpgsql STABLE

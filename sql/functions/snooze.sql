@@ -11,7 +11,7 @@
 --     (_notify_waiting).
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
--- Tests: test/snooze.test.ts
+-- Tests: test/sql/snooze.test.ts
 CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -13,7 +13,7 @@
 -- Guarantees: a consistent snapshot of the jobs table (one statement).
 -- Concurrency: plain reads; no locks beyond the snapshot.
 -- Errors: none.
--- Tests: test/stats.test.ts, test/examples.test.ts
+-- Tests: test/sql/stats.test.ts, test/contract/examples.test.ts
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
 LANGUAGE plpgsql STABLE

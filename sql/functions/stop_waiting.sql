@@ -9,7 +9,7 @@
 --   hold are ignored.
 -- Concurrency: advisory locks only.
 -- Errors: 22023 queues empty or holding NULL or ''.
--- Tests: test/wake-up.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/wake-up.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.stop_waiting(queues text[] DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

@@ -6,7 +6,7 @@
 --   of these has finished_at set and is never claimed again unless retry() is called.
 -- Concurrency: none (immutable).
 -- Errors: none.
--- Tests: test/contract.test.ts
+-- Tests: test/contract/contract.test.ts
 CREATE OR REPLACE FUNCTION idemq.terminal_states()
 RETURNS idemq.job_state[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE

@@ -21,7 +21,7 @@
 -- Concurrency: advisory locks: markers are shared (any number of waiting
 --   sessions), the barrier is only tried, never waited on.
 -- Errors: 22023 queues empty or holding NULL or ''.
--- Tests: test/wake-up.test.ts, test/worker-wake-up.test.ts, test/bad-input.test.ts
+-- Tests: test/sql/wake-up.test.ts, test/worker/wake-up.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.wait_for_jobs(queues text[] DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE

@@ -1,15 +1,15 @@
-// The committed catalog snapshot (test/catalog.snapshot.json): schema idemq's
+// The committed catalog snapshot (test/contract/catalog.snapshot.json): schema idemq's
 // tables, columns, constraints, indexes, types, function signatures, views,
 // triggers and sequences, read from pg_catalog through test/helpers/catalog.ts
 // and made independent of the server it was read on: the owner's role name in
 // ACLs becomes "<owner>", PostgreSQL 18's NOT NULL rows in pg_constraint are
 // left out (columns carry not_null), and function bodies are left out (the
-// drift test in test/contract.test.ts compares them with sql/functions/).
-// Written by scripts/catalog-snapshot.mjs; compared by test/catalog-snapshot.test.ts.
+// drift test in test/contract/contract.test.ts compares them with sql/functions/).
+// Written by scripts/catalog-snapshot.mjs; compared by test/contract/catalog-snapshot.test.ts.
 import type pg from "pg";
 import { catalogSnapshot, type CatalogSnapshot } from "./catalog.ts";
 
-export const SNAPSHOT_PATH = new URL("../catalog.snapshot.json", import.meta.url);
+export const SNAPSHOT_PATH = new URL("../contract/catalog.snapshot.json", import.meta.url);
 export const UPDATE_COMMAND = "node scripts/catalog-snapshot.mjs";
 
 type Row = Record<string, unknown>;

@@ -1,9 +1,12 @@
-// The job factory, and fixtures for tests of enqueue, duplicate policies,
-// continuations and retention: the enqueue call (named parameters, unset
-// options left out, so the SQL defaults are what is tested), makeJob/makeJobs
-// (a job to test something else with), jobIn (a job brought into a given state
-// through the real functions), and a NOTIFY listener whose "nothing arrived"
-// checks wait for a sentinel notification instead of sleeping.
+// Jobs: making them and reading them back. One of two modules (work.ts is the
+// other, and the only one that imports this one): here the enqueue calls
+// (named parameters, unset options left out, so the SQL defaults are what is
+// tested), the job factory makeJob/makeJobs (a job to test something else
+// with), the one reader of a job row (jobRow, stateOf, states, keyRow), and a
+// NOTIFY listener whose "nothing arrived" checks wait for a sentinel
+// notification instead of sleeping. Calls of the work functions (claim,
+// complete, fail, ...) and jobIn/driveTo, which bring a job into a state
+// through them, are in work.ts.
 import { randomBytes } from "node:crypto";
 import type pg from "pg";
 import { expect } from "vitest";
@@ -11,7 +14,7 @@ import { expect } from "vitest";
 export type Queryable = pg.Pool | pg.ClientBase;
 
 // The state and policy lists come from the one definition (src/contract.ts,
-// itself checked against the catalog by contract.test.ts).
+// itself checked against the catalog by test/contract/contract.test.ts).
 export { ACTIVE_STATES, TERMINAL_STATES, DUPLICATE_POLICIES as POLICIES } from "../../src/contract.ts";
 import type { ActiveState, DuplicatePolicy as Policy, TerminalState } from "../../src/contract.ts";
 export type { ActiveState, Policy, TerminalState };
@@ -119,6 +122,7 @@ export async function makeJobs(db: Queryable, n: number, job: Record<string, unk
   return rows.map((row) => row.job_id!);
 }
 
+/** A row of idemq.jobs (every column), plus its times relative to now(). */
 export interface JobRow {
   id: string;
   task: string;
@@ -128,23 +132,55 @@ export interface JobRow {
   priority: number;
   run_at: Date;
   attempt: number;
+  uncounted: number;
   max_attempts: number;
   idempotency_key: string | null;
+  backoff: unknown;
+  locked_by: string | null;
+  locked_at: Date | null;
+  lease_expires_at: Date | null;
+  lease_lost: boolean;
+  has_children: boolean;
   errors: Array<Record<string, unknown>>;
+  result: unknown;
   created_at: Date;
   finished_at: Date | null;
   expires_at: Date | null;
-  backoff: unknown;
+  /** run_at - now() in seconds (now() of the reading transaction). */
+  run_in: number;
+  /** lease_expires_at - now() in seconds, or null without a lease. */
+  lease_in: number | null;
+  /** finished_at = now() (of the reading transaction). */
+  finished_now: boolean;
 }
 
-export async function job(db: Queryable, id: string | number): Promise<JobRow> {
-  const { rows } = await db.query<JobRow>("SELECT * FROM idemq.jobs WHERE id = $1", [String(id)]);
+/** The job as idemq.jobs shows it, plus its times relative to now(); throws when there is no such job. */
+export async function jobRow(db: Queryable, id: string | number): Promise<JobRow> {
+  const { rows } = await db.query<JobRow>(
+    `SELECT j.*,
+            extract(epoch FROM j.run_at - now())::float8 AS run_in,
+            extract(epoch FROM j.lease_expires_at - now())::float8 AS lease_in,
+            coalesce(j.finished_at = now(), false) AS finished_now
+     FROM idemq.jobs j WHERE j.id = $1`,
+    [String(id)],
+  );
   if (rows.length !== 1) throw new Error(`job ${id} not found`);
   return rows[0]!;
 }
 
-export async function stateOf(db: Queryable, id: string | number): Promise<string> {
-  return (await job(db, id)).state;
+/** The job's state, or undefined when there is no such job (e.g. after purge). */
+export async function stateOf(db: Queryable, id: string | number): Promise<string | undefined> {
+  const { rows } = await db.query<{ state: string }>("SELECT state::text AS state FROM idemq.jobs WHERE id = $1", [String(id)]);
+  return rows[0]?.state;
+}
+
+/** state of each job, keyed by id. */
+export async function states(db: Queryable, ids: readonly string[]): Promise<Record<string, string>> {
+  const { rows } = await db.query<{ id: string; state: string }>(
+    "SELECT id, state::text AS state FROM idemq.jobs WHERE id = ANY($1::bigint[])",
+    [ids],
+  );
+  return Object.fromEntries(rows.map((row) => [row.id, row.state]));
 }
 
 /** The key ledger row of `key`, or undefined. */
@@ -159,89 +195,6 @@ export async function keyRow(
 export async function count(db: Queryable, sql: string, values: unknown[] = []): Promise<number> {
   const { rows } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM (${sql}) s`, values);
   return Number(rows[0]!.n);
-}
-
-/**
- * Claims job `id`, which must be the only runnable job of its queue (give each
- * job a unique() queue). Returns its attempt.
- */
-export async function claimJob(db: Queryable, id: string): Promise<number> {
-  const { queue } = await job(db, id);
-  const { rows } = await db.query<{ id: string; attempt: number }>(
-    "SELECT id, attempt FROM idemq.claim(worker_id => 'test-worker', queues => ARRAY[$1::text])",
-    [queue],
-  );
-  expect(rows.map((r) => r.id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
-  return rows[0]!.attempt;
-}
-
-/**
- * Moves job `id` (runnable now, alone in its queue) into `state` through the
- * real functions: claim + complete, claim + fail (not retryable), cancel, or
- * an expires_at in the past + rescue.
- */
-export async function driveTo(db: Queryable, id: string, state: TerminalState | "processing"): Promise<void> {
-  switch (state) {
-    case "processing":
-      await claimJob(db, id);
-      break;
-    case "succeeded": {
-      const attempt = await claimJob(db, id);
-      await db.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt]);
-      break;
-    }
-    case "failed": {
-      const attempt = await claimJob(db, id);
-      await db.query(
-        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "TestError", "message": "boom"}', retryable => false)`,
-        [id, attempt],
-      );
-      break;
-    }
-    case "cancelled":
-      await db.query("SELECT idemq.cancel(job_id => $1)", [id]);
-      break;
-    case "expired":
-      // A deadline not yet past is moved into the past (direct SQL is allowed
-      // in tests); then rescue expires the job.
-      await db.query(
-        "UPDATE idemq.jobs SET expires_at = now() - interval '1 second' WHERE id = $1 AND (expires_at IS NULL OR expires_at > now())",
-        [id],
-      );
-      await db.query("SELECT idemq.rescue()");
-      break;
-  }
-  expect(await stateOf(db, id), `job ${id} driven to ${state}`).toBe(state);
-}
-
-/**
- * Enqueues a job (in a queue of its own unless given) and brings it into
- * `state`: any terminal state, or an active one (scheduled: run_at tomorrow;
- * processing: claimed; awaiting: after a parent that is still enqueued).
- */
-export async function jobIn(
-  db: Queryable,
-  state: TerminalState | ActiveState,
-  args: EnqueueArgs = {},
-): Promise<string> {
-  const queue = args.queue ?? unique("q");
-  if (state === "scheduled") {
-    const { job_id } = await enqueue(db, { ...args, queue, run_at: new Date(Date.now() + 86_400_000) });
-    expect(await stateOf(db, job_id)).toBe("scheduled");
-    return job_id;
-  }
-  if (state === "awaiting") {
-    const parent = await enqueue(db, { task: "parent_task", queue: unique("q") });
-    const { job_id } = await enqueue(db, { ...args, queue, after: [parent.job_id] });
-    expect(await stateOf(db, job_id)).toBe("awaiting");
-    return job_id;
-  }
-  // An expired job is enqueued with its deadline already past (enqueue accepts it).
-  const expires_at = state === "expired" ? (args.expires_at ?? "2000-01-01T00:00:00Z") : args.expires_at;
-  const { job_id } = await enqueue(db, { ...args, queue, ...(expires_at === undefined ? {} : { expires_at }) });
-  if (state !== "enqueued") await driveTo(db, job_id, state);
-  expect(await stateOf(db, job_id)).toBe(state);
-  return job_id;
 }
 
 /**

@@ -1,9 +1,23 @@
-// Call helpers for the work-function tests (claim, complete, fail, snooze,
-// heartbeat, rescue): the SQL API by named parameters (the jobs to work on come
-// from the factory in jobs.ts), read a job back, and move its clock hands
-// directly (tests may write SQL; the functions under test may not be bypassed
-// for what they prove).
-import { namedArgs, Sql, type Queryable } from "./jobs.ts";
+// Work: calls of the work functions (claim, complete, fail, snooze,
+// heartbeat, rescue) by named parameters, the clock hands tests move directly
+// (tests may write SQL; the functions under test may not be bypassed for what
+// they prove), and jobIn/driveTo, which bring a job into a state through those
+// functions. One of two modules: making and reading jobs (enqueue, the job
+// factory, jobRow, stateOf, the NOTIFY listener) is in jobs.ts, which this one
+// builds on.
+import { expect } from "vitest";
+import {
+  enqueue,
+  jobRow,
+  namedArgs,
+  Sql,
+  stateOf,
+  unique,
+  type ActiveState,
+  type EnqueueArgs,
+  type Queryable,
+  type TerminalState,
+} from "./jobs.ts";
 
 export interface ClaimedJob {
   id: string;
@@ -40,50 +54,15 @@ export async function claimOne(db: Queryable, args: ClaimArgs = {}): Promise<Cla
   return rows[0]!;
 }
 
-export interface JobRow {
-  id: string;
-  task: string;
-  queue: string;
-  state: string;
-  priority: number;
-  attempt: number;
-  max_attempts: number;
-  locked_by: string | null;
-  lease_expires_at: Date | null;
-  errors: Array<Record<string, unknown>>;
-  result: unknown;
-  finished_at: Date | null;
-  expires_at: Date | null;
-  /** run_at - now() in seconds (now() of the reading transaction). */
-  run_in: number;
-  /** lease_expires_at - now() in seconds, or null without a lease. */
-  lease_in: number | null;
-  /** finished_at = now() (of the reading transaction). */
-  finished_now: boolean;
-}
-
-/** The job as idemq.jobs shows it, plus its times relative to now(). */
-export async function jobRow(db: Queryable, id: string): Promise<JobRow> {
-  const { rows } = await db.query<JobRow>(
-    `SELECT j.id, j.task, j.queue, j.state::text AS state, j.priority, j.attempt, j.max_attempts,
-            j.locked_by, j.lease_expires_at, j.errors, j.result, j.finished_at, j.expires_at,
-            extract(epoch FROM j.run_at - now())::float8 AS run_in,
-            extract(epoch FROM j.lease_expires_at - now())::float8 AS lease_in,
-            coalesce(j.finished_at = now(), false) AS finished_now
-     FROM idemq.jobs j WHERE j.id = $1`,
-    [id],
-  );
-  if (rows.length !== 1) throw new Error(`job ${id} not found`);
-  return rows[0]!;
-}
-
-/** state of each job, keyed by id. */
-export async function states(db: Queryable, ids: readonly string[]): Promise<Record<string, string>> {
-  const { rows } = await db.query<{ id: string; state: string }>(
-    "SELECT id, state::text AS state FROM idemq.jobs WHERE id = ANY($1::bigint[])",
-    [ids],
-  );
-  return Object.fromEntries(rows.map((row) => [row.id, row.state]));
+/**
+ * Claims job `id` (as worker "test-worker"), which must be the only runnable
+ * job of its queue (give each job a unique() queue). Returns its attempt.
+ */
+export async function claimJob(db: Queryable, id: string): Promise<number> {
+  const { queue } = await jobRow(db, id);
+  const rows = await claim(db, { worker_id: "test-worker", queues: [queue] });
+  expect(rows.map((r) => r.id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
+  return rows[0]!.attempt;
 }
 
 /** Sets a scheduled job's run_at to now() (of this transaction) so claim may take it. */
@@ -171,4 +150,74 @@ export async function rescue(db: Queryable): Promise<number> {
 /** Sorts numeric id strings numerically (ids are bigint, read as strings). */
 export function byId(a: string, b: string): number {
   return Number(BigInt(a) - BigInt(b));
+}
+
+/**
+ * Moves job `id` (runnable now, alone in its queue) into `state` through the
+ * real functions: claim + complete, claim + fail (not retryable), cancel, or
+ * an expires_at in the past + rescue.
+ */
+export async function driveTo(db: Queryable, id: string, state: TerminalState | "processing"): Promise<void> {
+  switch (state) {
+    case "processing":
+      await claimJob(db, id);
+      break;
+    case "succeeded":
+      await complete(db, id, await claimJob(db, id));
+      break;
+    case "failed": {
+      // A plain SELECT idemq.fail(...), not failRow(): jobIn also drives jobs
+      // on a database at 0001 (install/upgrade.test.ts), whose fail() returns
+      // the new state rather than a row.
+      const attempt = await claimJob(db, id);
+      await db.query(
+        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "TestError", "message": "boom"}', retryable => false)`,
+        [id, attempt],
+      );
+      break;
+    }
+    case "cancelled":
+      await db.query("SELECT idemq.cancel(job_id => $1)", [id]);
+      break;
+    case "expired":
+      // A deadline not yet past is moved into the past (direct SQL is allowed
+      // in tests); then rescue expires the job.
+      await db.query(
+        "UPDATE idemq.jobs SET expires_at = now() - interval '1 second' WHERE id = $1 AND (expires_at IS NULL OR expires_at > now())",
+        [id],
+      );
+      await db.query("SELECT idemq.rescue()");
+      break;
+  }
+  expect(await stateOf(db, id), `job ${id} driven to ${state}`).toBe(state);
+}
+
+/**
+ * Enqueues a job (in a queue of its own unless given) and brings it into
+ * `state`: any terminal state, or an active one (scheduled: run_at tomorrow;
+ * processing: claimed; awaiting: after a parent that is still enqueued).
+ */
+export async function jobIn(
+  db: Queryable,
+  state: TerminalState | ActiveState,
+  args: EnqueueArgs = {},
+): Promise<string> {
+  const queue = args.queue ?? unique("q");
+  if (state === "scheduled") {
+    const { job_id } = await enqueue(db, { ...args, queue, run_at: new Date(Date.now() + 86_400_000) });
+    expect(await stateOf(db, job_id)).toBe("scheduled");
+    return job_id;
+  }
+  if (state === "awaiting") {
+    const parent = await enqueue(db, { task: "parent_task", queue: unique("q") });
+    const { job_id } = await enqueue(db, { ...args, queue, after: [parent.job_id] });
+    expect(await stateOf(db, job_id)).toBe("awaiting");
+    return job_id;
+  }
+  // An expired job is enqueued with its deadline already past (enqueue accepts it).
+  const expires_at = state === "expired" ? (args.expires_at ?? "2000-01-01T00:00:00Z") : args.expires_at;
+  const { job_id } = await enqueue(db, { ...args, queue, ...(expires_at === undefined ? {} : { expires_at }) });
+  if (state !== "enqueued") await driveTo(db, job_id, state);
+  expect(await stateOf(db, job_id)).toBe(state);
+  return job_id;
 }

@@ -1,6 +1,6 @@
 // A file of an application's plain mistakes with typed tasks, and the errors
-// tsc must report for it: used against the sources (test/typed-tasks.test.ts)
-// and against the built package's declarations (test/package.test.ts).
+// tsc must report for it: used against the sources (test/contract/typed-tasks.test.ts)
+// and against the built package's declarations (test/install/package.test.ts).
 
 /** The file's text; an ES module (write it as .mts, or into a "type": "module" app). */
 export const MISTAKES_SOURCE = [

@@ -1,7 +1,7 @@
 // Type-level tests of typed tasks, checked by tsc, never run: by the
 // project's `npm run typecheck`, and by test/types/tsconfig.json with the
 // user-side flags exactOptionalPropertyTypes and
-// noPropertyAccessFromIndexSignature (test/typed-tasks.test.ts runs it). It
+// noPropertyAccessFromIndexSignature (test/contract/typed-tasks.test.ts runs it). It
 // imports "idemq" as an application would, so the same file can check the
 // built declarations: see test/types/tsconfig.json.
 import { Client, createWorker, defineTasks, type EnqueueManyJob, type Queryable, type TaskPayloads, type TasksFor } from "idemq";

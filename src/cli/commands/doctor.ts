@@ -47,7 +47,7 @@ const MIN_SERVER_VERSION = 150000;
 const STUCK_LEASE = "1 minute";
 /** Bloat: dead rows above this count and above the live rows. */
 const MIN_DEAD_ROWS = 1000;
-/** idemq.retry_horizon's cap (36500 days), reported as "over 100 years"; test/retry-horizon.test.ts holds it equal to SQL's. */
+/** idemq.retry_horizon's cap (36500 days), reported as "over 100 years"; test/sql/retry-horizon.test.ts holds it equal to SQL's. */
 export const HORIZON_CAP_SECONDS = 36500 * 86400;
 
 export function registerDoctorCommand(program: Command): void {

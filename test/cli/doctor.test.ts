@@ -1,0 +1,217 @@
+// `idemq doctor`, run as a real subprocess: healthy (exit 0), each finding
+// with what to do about it (warnings exit 7, problems exit 8), checked at the
+// boundaries. The retry horizon it reports is idemq.retry_horizon's
+// (test/sql/retry-horizon.test.ts).
+import { afterAll, describe, expect, it } from "vitest";
+import { EXIT } from "../../src/cli/exit-codes.ts";
+import { migrate } from "../../src/migrate.ts";
+import { runCli } from "../helpers/cli.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
+import { MIGRATION_NAMES } from "../helpers/migrations.ts";
+
+const databases: TestDatabase[] = [];
+afterAll(async () => {
+  await Promise.all(databases.map((d) => d.drop()));
+});
+
+async function database(options: { empty?: boolean } = {}): Promise<TestDatabase> {
+  const db = await freshDatabase(options);
+  databases.push(db);
+  return db;
+}
+
+interface Finding {
+  check: string;
+  status: string;
+  message: string;
+  fix?: string;
+  [key: string]: unknown;
+}
+
+async function doctor(db: TestDatabase, args: string[] = []): Promise<{ code: number; status: string; checks: Record<string, Finding> }> {
+  const result = await runCli(["doctor", "--json", "--database-url", db.url, ...args]);
+  expect(result.stderr).toBe("");
+  const out = JSON.parse(result.stdout) as { status: string; checks: Finding[] };
+  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "bloat", "transactions"]);
+  return { code: result.code, status: out.status, checks: Object.fromEntries(out.checks.map((c) => [c.check, c])) };
+}
+
+describe("idemq doctor", () => {
+  it("a fresh database is healthy: every check ok, exit 0; the human report ends with Healthy.", async () => {
+    const db = await database();
+    const { code, status, checks } = await doctor(db);
+    expect({ code, status }).toEqual({ code: EXIT.OK, status: "ok" });
+    for (const check of Object.values(checks)) expect(check.status, check.check).toBe("ok");
+    const { rows } = await db.pool.query<{ v: string }>("SELECT current_setting('server_version') AS v");
+    expect(checks.server).toMatchObject({ message: `PostgreSQL ${rows[0]!.v}`, version: rows[0]!.v });
+    expect(checks.schema).toMatchObject({ applied: [...MIGRATION_NAMES], pending: [], unknown: [] });
+    expect(checks.keys).toMatchObject({ retention: "14 days", retentionSeconds: 14 * 86400 });
+
+    const human = await runCli(["doctor", "--database-url", db.url]);
+    expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = human.stdout.trimEnd().split("\n");
+    expect(lines.slice(0, 6).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
+      "ok server",
+      "ok schema",
+      "ok keys",
+      "ok leases",
+      "ok bloat",
+      "ok transactions",
+    ]);
+    expect(lines.at(-1)).toBe("Healthy.");
+  });
+
+  it("a schema from before retry_horizon() (0003) is a problem with the migration pending; keys is skipped, leases and bloat still run", async () => {
+    const db = await database({ empty: true });
+    const before = MIGRATION_NAMES.indexOf("0003_one_backoff_model");
+    expect(before).toBeGreaterThan(0);
+    expect(await migrate({ connectionString: db.url, count: before })).toEqual(MIGRATION_NAMES.slice(0, before));
+    const { code, checks } = await doctor(db);
+    expect(code).toBe(EXIT.DOCTOR_PROBLEMS);
+    expect(checks.schema).toMatchObject({ status: "problem", pending: MIGRATION_NAMES.slice(before) });
+    expect(checks.keys).toMatchObject({ status: "skipped", message: expect.stringContaining("retry_horizon") });
+    expect(checks.leases!.status).toBe("ok");
+    expect(checks.bloat!.status).toBe("ok");
+  });
+
+  it("a database without the idemq schema is a problem (exit 8), naming `idemq migrate`; the checks needing it are skipped", async () => {
+    const db = await database({ empty: true });
+    const { code, status, checks } = await doctor(db);
+    expect({ code, status }).toEqual({ code: EXIT.DOCTOR_PROBLEMS, status: "problem" });
+    expect(checks.schema).toMatchObject({
+      status: "problem",
+      message: "the idemq schema is not installed",
+      fix: expect.stringContaining("run `idemq migrate`"),
+      applied: [],
+      pending: [...MIGRATION_NAMES],
+    });
+    for (const check of ["keys", "leases", "bloat"]) expect(checks[check]!.status).toBe("skipped");
+    expect(checks.server!.status).toBe("ok");
+    const { rows } = await db.pool.query("SELECT to_regnamespace('idemq') AS ns, to_regnamespace('idemq_meta') AS meta");
+    expect(rows[0]).toEqual({ ns: null, meta: null });
+  });
+
+  it("a lease expired more than a minute ago is a warning (exit 7) saying to run rescue; 30 seconds ago is not", async () => {
+    const db = await database();
+    // Wide margins on each side of the minute: a loaded machine takes seconds per CLI run.
+    const recent = await jobIn(db.pool, "processing");
+    await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '30 seconds' WHERE id = $1", [recent]);
+    const inside = await doctor(db);
+    expect(inside.code).toBe(EXIT.OK);
+    expect(inside.checks.leases).toMatchObject({ status: "ok", stuck: 0, expired: 1 });
+    // Out of the way: its lease is renewed.
+    await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() + interval '1 hour' WHERE id = $1", [recent]);
+
+    const stuck = await jobIn(db.pool, "processing");
+    await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '90 seconds' WHERE id = $1", [stuck]);
+    const outside = await doctor(db);
+    expect({ code: outside.code, status: outside.status }).toEqual({ code: EXIT.DOCTOR_WARNINGS, status: "warning" });
+    expect(outside.checks.leases).toMatchObject({
+      status: "warning",
+      stuck: 1,
+      expired: 1,
+      message: expect.stringMatching(new RegExp(`\\(oldest: job ${stuck}, held by test-worker, expired 1m \\d+s ago\\)`)),
+      fix: "run `idemq rescue` or start a worker (workers rescue on a timer)",
+    });
+
+    const human = await runCli(["doctor", "--database-url", db.url]);
+    expect(human.code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(human.stdout).toMatch(/^WARNING +leases +1 job\(s\) in processing whose lease expired more than 1 minute ago/m);
+    expect(human.stdout).toMatch(/^ +fix: run `idemq rescue` or start a worker/m);
+    expect(human.stdout.trimEnd().split("\n").at(-1)).toBe("0 problem(s), 1 warning(s).");
+  });
+
+  it("key retention shorter than the longest retry horizon of an active keyed job is a warning, at the exact boundary", async () => {
+    const db = await database();
+    // Unkeyed jobs do not count, however long their retries.
+    await enqueue(db.pool, { task: "unkeyed", max_attempts: 1000 });
+    expect((await doctor(db)).checks.keys).toMatchObject({ status: "ok", message: expect.stringContaining("no active keyed jobs") });
+
+    // Polynomial backoff, 25 attempts: 24 delays of at most (a-1)^4 + 15 + 29a seconds.
+    const id = (await enqueue(db.pool, { task: "sync", idempotency_key: unique("key"), max_attempts: 25 })).job_id;
+    let horizon = 0;
+    for (let a = 1; a <= 24; a++) horizon += (a - 1) ** 4 + 15 + 29 * a;
+    expect(horizon).toBe(1_440_304); // about 16.7 days
+
+    const byDefault = await doctor(db);
+    expect(byDefault.code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(byDefault.checks.keys).toMatchObject({
+      status: "warning",
+      retention: "14 days",
+      longestHorizonSeconds: horizon,
+      activeKeyedJobs: 1,
+      example: { jobId: id, task: "sync", backoff: "polynomial", retriesLeft: 24 },
+      message: expect.stringContaining("key retention 14 days is shorter than the longest retry horizon"),
+      fix: expect.stringContaining("keep keys at least 16d 16h"),
+    });
+
+    const justEnough = await doctor(db, ["--key-retention", `${horizon} seconds`]);
+    expect(justEnough.code).toBe(EXIT.OK);
+    expect(justEnough.checks.keys!.status).toBe("ok");
+    const justShort = await doctor(db, ["--key-retention", `${horizon - 1} seconds`]);
+    expect(justShort.code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(justShort.checks.keys!.status).toBe("warning");
+  });
+
+  it("dead rows outnumbering live ones in idemq.jobs are a warning saying to VACUUM", async () => {
+    const db = await database();
+    await db.pool.query("ALTER TABLE idemq.jobs SET (autovacuum_enabled = false)");
+    const writer = await db.newClient();
+    await enqueueMany(writer, Array.from({ length: 1200 }, (_, i) => ({ task: "bulk", payload: { i } })));
+    for (let round = 0; round < 4; round++) await writer.query("UPDATE idemq.jobs SET priority = priority + 1");
+    await writer.query("SELECT pg_stat_force_next_flush()");
+    // Statistics reach the shared view when the writer's session goes idle: wait for them.
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const { rows } = await db.pool.query<{ live: string; dead: string }>(
+        "SELECT n_live_tup AS live, n_dead_tup AS dead FROM pg_stat_user_tables WHERE relid = 'idemq.jobs'::regclass",
+      );
+      if (Number(rows[0]!.live) === 1200 && Number(rows[0]!.dead) > 1200) break;
+      if (Date.now() > deadline) throw new Error(`statistics never showed the dead rows: ${JSON.stringify(rows[0])}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const { code, checks } = await doctor(db);
+    expect(code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(checks.bloat).toMatchObject({
+      status: "warning",
+      liveRows: 1200,
+      message: expect.stringMatching(/^idemq\.jobs holds \d+ dead rows for 1200 live ones \(last vacuum: never\)/),
+      fix: expect.stringContaining("run `VACUUM (ANALYZE) idemq.jobs`"),
+    });
+    expect(checks.bloat!.deadRows as number).toBeGreaterThan(1200);
+  });
+
+  it("a transaction holding back xmin longer than --long-transaction is a warning naming its PID and the fix", async () => {
+    const db = await database();
+    const holder = await db.newClient();
+    await holder.query("SET application_name = 'report-exporter'");
+    await holder.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    await holder.query("SELECT count(*) FROM idemq.jobs");
+    const pid = (await holder.query<{ pid: number }>("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
+
+    const short = await doctor(db, ["--long-transaction", "0s"]);
+    expect(short.code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(short.checks.transactions).toMatchObject({
+      status: "warning",
+      message: expect.stringContaining(`the oldest, PID ${pid} (report-exporter, postgres), idle in transaction for`),
+      fix: expect.stringContaining(`SELECT pg_terminate_backend(${pid})`),
+      transactions: [expect.objectContaining({ pid, application: "report-exporter", state: "idle in transaction" })],
+    });
+
+    const long = await doctor(db, ["--long-transaction", "1h"]);
+    expect(long.code).toBe(EXIT.OK);
+    expect(long.checks.transactions).toMatchObject({ status: "ok", message: "no transaction open longer than 1 hour" });
+    await holder.query("ROLLBACK");
+  });
+
+  it("a bad --key-retention or --long-transaction: one line, exit 2", async () => {
+    const db = await database();
+    for (const args of [["--key-retention", "forever"], ["--long-transaction", "5 parsecs"]]) {
+      const result = await runCli(["doctor", "--database-url", db.url, ...args]);
+      expect(result).toMatchObject({ code: EXIT.USAGE, stdout: "" });
+      expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
+    }
+  });
+});

@@ -1,0 +1,143 @@
+// What every command shares, run as real subprocesses: --help with examples,
+// --json and --database-url; exit codes documented in `idemq --help`; and bad
+// input (unknown command or option, unreachable or malformed database URL, a
+// database without the schema) as one line naming what was wrong and the fix,
+// never a stack trace, changing nothing.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EXIT, EXIT_CODES_HELP } from "../../src/cli/exit-codes.ts";
+import { type CliResult, runCli } from "../helpers/cli.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+
+const COMMANDS = [
+  ["enqueue"],
+  ["jobs"],
+  ["jobs", "show"],
+  ["jobs", "retry"],
+  ["jobs", "cancel"],
+  ["jobs", "reschedule"],
+  ["stats"],
+  ["rescue"],
+  ["purge"],
+  ["prune-keys"],
+  ["doctor"],
+];
+
+/** A valid invocation of each command, for the connection failures. */
+const INVOCATIONS = [
+  ["enqueue", "t", '{"a": 1}'],
+  ["jobs"],
+  ["jobs", "show", "1"],
+  ["jobs", "retry", "1"],
+  ["jobs", "cancel", "1"],
+  ["jobs", "reschedule", "1", "--delay", "1m"],
+  ["stats"],
+  ["rescue"],
+  ["purge", "--older-than", "7d"],
+  ["prune-keys"],
+  ["doctor"],
+];
+
+let empty: TestDatabase;
+beforeAll(async () => {
+  empty = await freshDatabase({ empty: true });
+});
+afterAll(async () => {
+  await empty.drop();
+});
+
+function oneLine(result: CliResult): string {
+  expect(result.stderr).not.toMatch(/^\s+at /m);
+  const lines = result.stderr.trimEnd().split("\n");
+  expect(lines, result.stderr).toHaveLength(1);
+  expect(lines[0]).toMatch(/^idemq: /);
+  return lines[0]!;
+}
+
+describe("help", () => {
+  it("idemq --help lists every command, the database choice, IDEMQ_DATA_DIR and every exit code", async () => {
+    const result = await runCli(["--help"]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    for (const [name] of COMMANDS) expect(result.stdout).toMatch(new RegExp(`^  ${name!} `, "m"));
+    expect(result.stdout).toContain("IDEMQ_DATA_DIR");
+    expect(result.stdout).toContain("embedded");
+    expect(result.stdout).toContain(EXIT_CODES_HELP);
+    for (const code of Object.values(EXIT)) expect(EXIT_CODES_HELP).toMatch(new RegExp(`^  ${code} `, "m"));
+  });
+
+  for (const command of COMMANDS) {
+    it(`idemq ${command.join(" ")} --help shows its options and an example`, async () => {
+      const result = await runCli([...command, "--help"]);
+      expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+      expect(result.stdout).toMatch(new RegExp(`^Usage: idemq ${command.join(" ")} `));
+      expect(result.stdout).toContain("--json");
+      expect(result.stdout).toContain("--database-url <url>");
+      expect(result.stdout).toMatch(new RegExp(`\\nExamples:\\n {2}idemq ${command[0]}`));
+    });
+  }
+});
+
+describe("bad input: one line, the fix, no stack trace", () => {
+  it("an unknown command names the closest one and the help (exit 2)", async () => {
+    const result = await runCli(["jbos"]);
+    expect(result).toMatchObject({ code: EXIT.USAGE, stdout: "" });
+    expect(oneLine(result)).toBe("idemq: unknown command 'jbos' (Did you mean jobs?); see `idemq --help`");
+  });
+
+  it("an unknown option names the command's help (exit 2)", async () => {
+    const result = await runCli(["stats", "--wacth"]);
+    expect(result).toMatchObject({ code: EXIT.USAGE, stdout: "" });
+    expect(oneLine(result)).toBe("idemq: unknown option '--wacth' (Did you mean --watch?); see `idemq stats --help`");
+  });
+
+  for (const args of INVOCATIONS) {
+    it(`an unreachable database: idemq ${args.join(" ")} names host:port and the fix (exit 1)`, async () => {
+      const result = await runCli([...args, "--database-url", "postgres://postgres@127.0.0.1:1/idemq"]);
+      expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
+      expect(oneLine(result)).toBe(
+        "idemq: cannot connect to the database at 127.0.0.1:1: connection refused (no server listens there); " +
+          "start PostgreSQL or fix --database-url or DATABASE_URL, or leave both unset to use the embedded PostgreSQL",
+      );
+    });
+  }
+
+  it("DATABASE_URL is read like --database-url, and named in the same way", async () => {
+    const result = await runCli(["stats"], { env: { DATABASE_URL: "postgres://postgres@127.0.0.1:1/idemq" } });
+    expect(result.code).toBe(EXIT.FAILURE);
+    expect(oneLine(result)).toContain("cannot connect to the database at 127.0.0.1:1");
+  });
+
+  it("a database that does not exist, and a URL that is not one", async () => {
+    const missing = await runCli(["stats", "--database-url", `${empty.url}_missing`]);
+    expect(missing.code).toBe(EXIT.FAILURE);
+    expect(oneLine(missing)).toContain(`database ${empty.name}_missing does not exist; create it (createdb ${empty.name}_missing)`);
+
+    const malformed = await runCli(["stats", "--database-url", "localhost:5432"]);
+    expect(malformed.code).toBe(EXIT.USAGE);
+    expect(oneLine(malformed)).toBe(
+      "idemq: the database URL starts with localhost://: give postgres://user:password@host:5432/database",
+    );
+    const garbage = await runCli(["stats", "--database-url", "not a url"]);
+    expect(garbage.code).toBe(EXIT.USAGE);
+    expect(oneLine(garbage)).toContain("the database URL is not a connection string");
+  });
+
+  it("a database without the idemq schema: exit 1 naming `idemq migrate`, and nothing is created", async () => {
+    for (const args of [["stats"], ["enqueue", "t", "{}"], ["jobs", "--json"]]) {
+      const result = await runCli([...args, "--database-url", empty.url]);
+      expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
+      expect(oneLine(result)).toBe(
+        `idemq: database ${empty.name} at 127.0.0.1:${new URL(empty.url).port || "5432"} has no idemq schema ` +
+          "(or it is older than this version of idemq): " +
+          "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)",
+      );
+    }
+    const { rows } = await empty.pool.query("SELECT to_regnamespace('idemq') AS ns, to_regnamespace('idemq_meta') AS meta");
+    expect(rows[0]).toEqual({ ns: null, meta: null });
+  });
+
+  it("with --json, a failure still writes nothing on stdout and one line on stderr", async () => {
+    const result = await runCli(["jobs", "show", "1", "--json", "--database-url", "postgres://postgres@127.0.0.1:1/x"]);
+    expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
+    oneLine(result);
+  });
+});

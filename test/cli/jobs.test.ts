@@ -1,0 +1,268 @@
+// `idemq jobs` (list), `jobs show` (the attempt timeline), `jobs retry`,
+// `jobs cancel` and `jobs reschedule`, run as real subprocesses: filters,
+// table and --json, per-id results with the exit code of the first failure,
+// and bad input that changes nothing.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EXIT } from "../../src/cli/exit-codes.ts";
+import { type CliResult, runCli } from "../helpers/cli.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { enqueue, jobRow, stateOf, unique } from "../helpers/jobs.ts";
+import { claimJob, jobIn } from "../helpers/work.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+function jobs(args: string[]): Promise<CliResult> {
+  return runCli(["jobs", ...args, "--database-url", db.url]);
+}
+
+function errorLines(result: CliResult): string[] {
+  expect(result.stderr).not.toMatch(/^\s+at /m);
+  const lines = result.stderr.trimEnd().split("\n");
+  for (const line of lines) expect(line).toMatch(/^idemq: /);
+  return lines;
+}
+
+/** Every column of idemq.jobs, to prove an operation left a row alone. */
+async function snapshot(id: string): Promise<unknown> {
+  const { rows } = await db.pool.query("SELECT * FROM idemq.jobs WHERE id = $1", [id]);
+  return rows[0];
+}
+
+describe("idemq jobs (list)", () => {
+  it("--json lists the jobs matching every filter, newest first, up to --limit", async () => {
+    const queue = unique("q");
+    const a = await jobIn(db.pool, "failed", { queue, task: "import" });
+    const b = await jobIn(db.pool, "failed", { queue, task: "import", idempotency_key: unique("key") });
+    const c = await jobIn(db.pool, "cancelled", { queue, task: "import" });
+    await jobIn(db.pool, "failed", { queue, task: "other" });
+    await jobIn(db.pool, "failed", { task: "import" }); // another queue
+
+    const both = await jobs(["--queue", queue, "--task", "import", "--state", "failed,cancelled", "--json"]);
+    expect(both).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(both.stdout).map((j: { id: string }) => j.id)).toEqual([c, b, a]);
+
+    const limited = JSON.parse((await jobs(["--queue", queue, "--task", "import", "--limit", "2", "--json"])).stdout);
+    expect(limited.map((j: { id: string }) => j.id)).toEqual([c, b]);
+
+    const byKey = JSON.parse((await jobs(["--key", (await jobRow(db.pool, b)).idempotency_key!, "--json"])).stdout);
+    expect(byKey).toHaveLength(1);
+    expect(byKey[0]).toMatchObject({ id: b, state: "failed", queue, task: "import", attempt: 1, maxAttempts: 10 });
+  });
+
+  it("prints an aligned table with a header, and says when nothing matches", async () => {
+    const queue = unique("q");
+    const first = await jobIn(db.pool, "enqueued", { queue, task: "short" });
+    const second = await jobIn(db.pool, "scheduled", { queue, task: "a_much_longer_task_name", idempotency_key: "k:1" });
+    const result = await jobs(["--queue", queue]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = result.stdout.trimEnd().split("\n");
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(/^\s*ID {2}STATE +QUEUE +TASK +ATTEMPT {2}RUN AT +KEY +CREATED$/);
+    // Every column starts at the same offset on every line.
+    const start = (line: string, text: string) => line.indexOf(text);
+    expect(start(lines[1]!, "scheduled")).toBe(start(lines[0]!, "STATE"));
+    expect(start(lines[2]!, "enqueued")).toBe(start(lines[0]!, "STATE"));
+    expect(start(lines[1]!, "a_much_longer_task_name")).toBe(start(lines[0]!, "TASK"));
+    expect(start(lines[2]!, "short")).toBe(start(lines[0]!, "TASK"));
+    expect(start(lines[1]!, "k:1")).toBe(start(lines[0]!, "KEY"));
+    expect(lines[1]).toMatch(new RegExp(`^\\s*${second}\\b`));
+    expect(lines[2]).toMatch(new RegExp(`^\\s*${first}\\b`));
+    // run_at is 24 h after the enqueue; the CLI renders it a moment later, rounded to the second.
+    expect(lines[1]).toMatch(/in (23h 59m|24h)/);
+
+    const none = await jobs(["--queue", unique("empty")]);
+    expect(none).toMatchObject({ code: EXIT.OK, stdout: "No jobs match.\n", stderr: "" });
+  });
+
+  it("an unknown state, a bad limit or an unknown subcommand: one line, exit 2", async () => {
+    const state = await jobs(["--state", "failed,done"]);
+    expect(state.code).toBe(EXIT.USAGE);
+    expect(errorLines(state)).toEqual([expect.stringContaining('unknown state "done"; use one of scheduled, enqueued, processing')]);
+    const limit = await jobs(["--limit", "0"]);
+    expect(limit.code).toBe(EXIT.USAGE);
+    expect(errorLines(limit)[0]).toContain("--limit must be an integer from 1");
+    const sub = await jobs(["frobnicate"]);
+    expect(sub.code).toBe(EXIT.USAGE);
+    expect(errorLines(sub)).toEqual([expect.stringContaining("unknown command 'jobs frobnicate'; use jobs show, retry, cancel or reschedule")]);
+  });
+});
+
+describe("idemq jobs show", () => {
+  it("--json: the job and a timeline of every attempt (failed, lost lease, snoozed, running)", async () => {
+    const queue = unique("q");
+    const { job_id: id } = await enqueue(db.pool, { task: "supplier_import", queue, payload: { supplier: 9 }, max_attempts: 5 });
+    // Attempt 1 fails.
+    await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-a', queues => ARRAY[$1])", [queue]);
+    await db.pool.query(
+      `SELECT idemq.fail(job_id => $1, attempt => 1, error => '{"class": "TimeoutError", "message": "supplier timed out"}', retry_at => now())`,
+      [id],
+    );
+    // Attempt 2 loses its lease and is rescued.
+    await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-b', queues => ARRAY[$1])", [queue]);
+    await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [id]);
+    await db.pool.query("SELECT idemq.rescue()");
+    // Attempt 3 is snoozed (nothing recorded); attempt 4 is running.
+    await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-c', queues => ARRAY[$1])", [queue]);
+    await db.pool.query("SELECT idemq.snooze(job_id => $1, attempt => 3, run_at => now())", [id]);
+    await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-d', queues => ARRAY[$1])", [queue]);
+    const { rows } = await db.pool.query<{ locked_at: Date }>("SELECT locked_at FROM idemq.jobs WHERE id = $1", [id]);
+
+    const result = await jobs(["show", id, "--json"]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const shown = JSON.parse(result.stdout);
+    expect(shown).toMatchObject({ id, task: "supplier_import", state: "processing", attempt: 4, maxAttempts: 5, lockedBy: "worker-d" });
+    expect(shown.timeline).toEqual([
+      {
+        attempt: 1,
+        claimedAt: expect.any(String),
+        worker: "worker-a",
+        outcome: "failed",
+        endedAt: expect.any(String),
+        error: { class: "TimeoutError", message: "supplier timed out" },
+      },
+      {
+        attempt: 2,
+        claimedAt: expect.any(String),
+        worker: "worker-b",
+        outcome: "lease_expired",
+        endedAt: expect.any(String),
+        error: { class: "LeaseExpired", message: expect.stringContaining("while worker-b held the job") },
+      },
+      { attempt: 3, claimedAt: null, worker: null, outcome: "snoozed", endedAt: null, error: null },
+      { attempt: 4, claimedAt: rows[0]!.locked_at.toISOString(), worker: "worker-d", outcome: "running", endedAt: null, error: null },
+    ]);
+    for (const entry of shown.timeline.slice(0, 2)) {
+      expect(Date.parse(entry.endedAt)).toBeGreaterThanOrEqual(Date.parse(entry.claimedAt));
+    }
+  });
+
+  it("prints the job and one timeline line per attempt, ending with how it finished", async () => {
+    const id = await jobIn(db.pool, "enqueued", { task: "send_invoice", payload: { orderId: 7 }, idempotency_key: unique("invoice") });
+    const attempt = await claimJob(db.pool, id);
+    await db.pool.query(
+      `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "SmtpError", "message": "421 try later"}', retry_at => now())`,
+      [id, attempt],
+    );
+    const second = await claimJob(db.pool, id);
+    await db.pool.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, second]);
+
+    const result = await jobs(["show", id]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = result.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(new RegExp(`^job ${id} {2}send_invoice {2}\\(queue `));
+    expect(lines).toContain("  attempts   2 of 10");
+    expect(lines).toContain('  payload    {"orderId":7}');
+    const timeline = lines.slice(lines.indexOf("timeline") + 1);
+    expect(timeline).toHaveLength(4);
+    expect(timeline[0]).toMatch(/^ {2}\S+Z {2}enqueued$/);
+    expect(timeline[1]).toMatch(/^ {2}#1 {2}claimed \S+Z by test-worker, failed after \d+s: SmtpError: 421 try later$/);
+    expect(timeline[2]).toMatch(/^ {2}#2 {2}claimed \S+Z, succeeded after \d+s$/);
+    expect(timeline[3]).toMatch(/^ {2}\S+Z {2}succeeded$/);
+  });
+
+  it("an unknown id: exit 5 (IQ404), one line; a malformed id: exit 2", async () => {
+    const missing = await jobs(["show", "999999999"]);
+    expect(missing).toMatchObject({ code: EXIT.NOT_FOUND, stdout: "" });
+    expect(errorLines(missing)).toEqual(["idemq: no job 999999999 (SQLSTATE IQ404); idemq jobs lists the jobs there are"]);
+    const malformed = await jobs(["show", "42abc"]);
+    expect(malformed).toMatchObject({ code: EXIT.USAGE, stdout: "" });
+    expect(errorLines(malformed)).toEqual([expect.stringContaining('a job id is a positive integer such as 42, not "42abc"')]);
+  });
+});
+
+describe("idemq jobs retry | cancel | reschedule", () => {
+  it("retry --json: each id in turn; the failures are reported, the exit code is the first failure's", async () => {
+    const failed = await jobIn(db.pool, "failed");
+    const succeeded = await jobIn(db.pool, "succeeded");
+    const cancelled = await jobIn(db.pool, "cancelled");
+    const before = await snapshot(succeeded);
+
+    const result = await jobs(["retry", failed, succeeded, "999999998", cancelled, "--json"]);
+    expect(result.code).toBe(EXIT.INVALID_STATE);
+    expect(JSON.parse(result.stdout)).toEqual({
+      results: [
+        { id: failed, ok: true, state: "enqueued" },
+        { id: succeeded, ok: false, code: "IQ412", message: expect.stringContaining(`retry: job ${succeeded} is succeeded`) },
+        { id: "999999998", ok: false, code: "IQ404", message: expect.stringContaining("does not exist") },
+        { id: cancelled, ok: true, state: "enqueued" },
+      ],
+    });
+    expect(errorLines(result)).toEqual([
+      expect.stringMatching(new RegExp(`^idemq: job ${succeeded}: retry: job ${succeeded} is succeeded`)),
+      expect.stringMatching(/^idemq: job 999999998: retry: job 999999998 does not exist/),
+    ]);
+    expect(await stateOf(db.pool, failed)).toBe("enqueued");
+    expect(await stateOf(db.pool, cancelled)).toBe("enqueued");
+    expect(await snapshot(succeeded)).toEqual(before);
+  });
+
+  it("retry of a keyed job whose key another active job holds: exit 3 (IQ409), naming that job", async () => {
+    const key = unique("key");
+    const old = await jobIn(db.pool, "failed", { idempotency_key: key, task: "t", payload: { n: 1 } });
+    const holder = await jobIn(db.pool, "enqueued", { idempotency_key: key, task: "t", payload: { n: 1 } });
+    const result = await jobs(["retry", old]);
+    expect(result.code).toBe(EXIT.REJECTED);
+    expect(errorLines(result)).toEqual([expect.stringContaining(`(key ${key} is held by job ${holder})`)]);
+    expect(await stateOf(db.pool, old)).toBe("failed");
+  });
+
+  it("cancel: active jobs become cancelled; the human answer lists them; a finished one is exit 6", async () => {
+    const enqueued = await jobIn(db.pool, "enqueued");
+    const processing = await jobIn(db.pool, "processing");
+    const ok = await jobs(["cancel", enqueued, processing]);
+    expect(ok).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(ok.stdout).toBe(`job ${enqueued}: cancelled, now cancelled\njob ${processing}: cancelled, now cancelled\n`);
+    expect(await stateOf(db.pool, processing)).toBe("cancelled");
+
+    const again = await jobs(["cancel", enqueued, "--json"]);
+    expect(again.code).toBe(EXIT.INVALID_STATE);
+    expect(JSON.parse(again.stdout).results).toEqual([{ id: enqueued, ok: false, code: "IQ412", message: expect.stringContaining("already finished") }]);
+  });
+
+  it("reschedule --delay uses the database clock; --run-at sets the time; a running job is exit 6", async () => {
+    const a = await jobIn(db.pool, "enqueued");
+    const delayed = await jobs(["reschedule", a, "--delay", "10m", "--json"]);
+    expect(delayed).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(delayed.stdout)).toEqual({ results: [{ id: a, ok: true, state: "scheduled" }] });
+    const { rows } = await db.pool.query<{ ahead_s: number }>(
+      "SELECT extract(epoch FROM run_at - now())::float8 AS ahead_s FROM idemq.jobs WHERE id = $1",
+      [a],
+    );
+    expect(rows[0]!.ahead_s).toBeGreaterThan(590);
+    expect(rows[0]!.ahead_s).toBeLessThanOrEqual(600);
+
+    const b = await jobIn(db.pool, "scheduled");
+    const at = await jobs(["reschedule", b, "--run-at", "2000-01-01T00:00:00Z", "--json"]);
+    expect(JSON.parse(at.stdout)).toEqual({ results: [{ id: b, ok: true, state: "enqueued" }] });
+    expect((await jobRow(db.pool, b)).run_at.toISOString()).toBe("2000-01-01T00:00:00.000Z");
+
+    const running = await jobIn(db.pool, "processing");
+    const refused = await jobs(["reschedule", running, "--delay", "1m"]);
+    expect(refused.code).toBe(EXIT.INVALID_STATE);
+    expect(errorLines(refused)).toHaveLength(1);
+  });
+
+  it("bad input changes nothing: a malformed id among good ones, no time, a bad duration (exit 2)", async () => {
+    const a = await jobIn(db.pool, "failed");
+    const before = await snapshot(a);
+    const cases: [string[], string][] = [
+      [["retry", a, "x1"], 'a job id is a positive integer such as 42, not "x1"'],
+      [["cancel"], "missing required argument 'ids'"],
+      [["reschedule", a], "reschedule needs --run-at <time> or --delay <duration>"],
+      [["reschedule", a, "--delay", "soon"], 'cannot read "soon"'],
+    ];
+    for (const [args, says] of cases) {
+      const result = await jobs(args);
+      expect(result.code, args.join(" ")).toBe(EXIT.USAGE);
+      expect(result.stdout).toBe("");
+      expect(errorLines(result)).toEqual([expect.stringContaining(says)]);
+    }
+    expect(await snapshot(a)).toEqual(before);
+  });
+});

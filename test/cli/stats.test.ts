@@ -1,0 +1,135 @@
+// `idemq stats` and `stats --watch`, run as real subprocesses: counts per
+// queue, task and state, expired leases, the oldest runnable job, events per
+// task, as a table and as --json; --watch redraws until SIGINT and exits 0.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EXIT } from "../../src/cli/exit-codes.ts";
+import { runCli } from "../helpers/cli.ts";
+import { killAll, startCli } from "../helpers/cli-spawn.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
+import { jobIn } from "../helpers/work.ts";
+
+const databases: TestDatabase[] = [];
+let db: TestDatabase;
+let queue: string;
+let task: string;
+
+beforeAll(async () => {
+  db = await freshDatabase();
+  databases.push(db);
+  queue = unique("q");
+  task = unique("task");
+  // 1 failed, 1 processing whose lease ran out (each made while alone in the
+  // queue, so its claim takes it), 1 scheduled tomorrow, 3 enqueued (one of
+  // them runnable for an hour).
+  await jobIn(db.pool, "failed", { task, queue });
+  const lost = await jobIn(db.pool, "processing", { task, queue });
+  await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [lost]);
+  await jobIn(db.pool, "scheduled", { task, queue });
+  const key = unique("key");
+  const keyed = await enqueue(db.pool, { task, queue, idempotency_key: key, payload: { n: 1 } });
+  await enqueue(db.pool, { task, queue });
+  await enqueue(db.pool, { task, queue });
+  await db.pool.query("UPDATE idemq.jobs SET run_at = now() - interval '1 hour', created_at = now() - interval '1 hour' WHERE id = $1", [keyed.job_id]);
+  // Events: 2 deduplicated enqueues, 1 bulk rejection, 1 guard duplicate.
+  await enqueue(db.pool, { task, queue, idempotency_key: key, payload: { n: 1 } });
+  await enqueue(db.pool, { task, queue, idempotency_key: key, payload: { n: 1 } });
+  const done = unique("done");
+  await jobIn(db.pool, "succeeded", { task, queue: unique("q"), idempotency_key: done });
+  await enqueueMany(db.pool, [{ task, idempotency_key: done, duplicate_policy: "reject_always" }]);
+  const guardKey = unique("guard");
+  await db.pool.query("SELECT idemq.guard(key => $1, task => $2)", [guardKey, task]);
+  await db.pool.query("SELECT idemq.guard(key => $1, task => $2)", [guardKey, task]);
+});
+afterAll(async () => {
+  killAll();
+  await Promise.all(databases.map((d) => d.drop()));
+});
+
+describe("idemq stats", () => {
+  it("--json: counts per queue, task and state, expired leases, oldest runnable age, events per task", async () => {
+    const result = await runCli(["stats", "--json", "--database-url", db.url]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const report = JSON.parse(result.stdout);
+    const row = report.jobs.find((j: { queue: string; task: string }) => j.queue === queue && j.task === task);
+    expect(row).toEqual({
+      queue,
+      task,
+      scheduled: 1,
+      enqueued: 3,
+      processing: 1,
+      awaiting: 0,
+      succeeded: 0,
+      failed: 1,
+      expired: 0,
+      cancelled: 0,
+      lease_expired: 1,
+      oldest_runnable_seconds: expect.any(Number),
+    });
+    expect(row.oldest_runnable_seconds).toBeGreaterThanOrEqual(3600);
+    expect(row.oldest_runnable_seconds).toBeLessThan(3600 + 60);
+    expect(report.events).toContainEqual({ task, deduplicated: 2, rejected: 1, conflict: 0, guard_duplicate: 1 });
+    expect(report.totals).toMatchObject({ enqueued: 3, scheduled: 1, processing: 1, failed: 1, succeeded: 1, lease_expired: 1 });
+    expect(report.totals.oldest_runnable_seconds).toBe(row.oldest_runnable_seconds);
+    expect(Date.parse(report.at)).not.toBeNaN();
+  });
+
+  it("prints a table per queue and task with a total row, an events table, and what to do about expired leases", async () => {
+    const result = await runCli(["stats", "--database-url", db.url]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = result.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(
+      /^QUEUE +TASK +SCHEDULED {2}ENQUEUED {2}PROCESSING {2}AWAITING {2}SUCCEEDED {2}FAILED {2}EXPIRED {2}CANCELLED {2}LEASE EXPIRED {2}OLDEST RUNNABLE$/,
+    );
+    const row = lines.find((line) => line.startsWith(`${queue} `));
+    expect(row?.split(/\s{2,}/)).toEqual([queue, task, "1", "3", "1", "0", "0", "1", "0", "0", "1", expect.stringMatching(/^1h( \d+m)?$/)]);
+    // Right-aligned numbers: the enqueued count ends where its header ends.
+    const end = lines[0]!.indexOf("ENQUEUED") + "ENQUEUED".length;
+    expect(row!.slice(end - "ENQUEUED".length, end)).toBe("       3");
+    expect(lines.find((line) => line.startsWith("total "))?.split(/\s{2,}/).slice(1, 10)).toEqual(["1", "3", "1", "0", "1", "1", "0", "0", "1"]);
+    expect(lines).toContainEqual(expect.stringMatching(/^TASK +DEDUPLICATED {2}REJECTED {2}CONFLICT {2}GUARD DUPLICATE$/));
+    expect(lines.find((line) => line.startsWith(`${task} `))?.split(/\s{2,}/)).toEqual([task, "2", "1", "0", "1"]);
+    expect(lines.at(-1)).toBe("1 job(s) hold an expired lease: run `idemq rescue` or start a worker.");
+  });
+
+  it("an empty queue says so", async () => {
+    const empty = await freshDatabase();
+    databases.push(empty);
+    const human = await runCli(["stats", "--database-url", empty.url]);
+    expect(human).toMatchObject({ code: EXIT.OK, stdout: "No jobs yet.\n", stderr: "" });
+    const json = JSON.parse((await runCli(["stats", "--json", "--database-url", empty.url])).stdout);
+    expect(json).toMatchObject({ jobs: [], events: [], totals: { enqueued: 0, oldest_runnable_seconds: null } });
+  });
+
+  it("--watch --json prints a report per interval until SIGINT, then exits 0", async () => {
+    const watcher = startCli(["stats", "--watch", "0.2", "--json", "--database-url", db.url]);
+    await watcher.waitForLine((line) => line.startsWith("{"));
+    // A second report: the first line is complete, so wait for two lines.
+    await watcher.waitForLine(() => watcher.stdout().split("\n").filter((l) => l !== "").length >= 2);
+    watcher.child.kill("SIGINT");
+    const { code, signal, stdout, stderr } = await watcher.exited;
+    expect({ code, signal, stderr }).toEqual({ code: EXIT.OK, signal: null, stderr: "" });
+    const reports = stdout.trimEnd().split("\n").map((line) => JSON.parse(line));
+    expect(reports.length).toBeGreaterThanOrEqual(2);
+    for (const report of reports) {
+      expect(report.jobs.find((j: { queue: string }) => j.queue === queue)).toMatchObject({ enqueued: 3, failed: 1 });
+    }
+    expect(Date.parse(reports[1].at)).toBeGreaterThan(Date.parse(reports[0].at));
+  });
+
+  it("--watch without --json redraws the table under a header line; SIGTERM also ends it with 0", async () => {
+    const watcher = startCli(["stats", "--watch", "0.2", "--database-url", db.url]);
+    await watcher.waitForLine(() => (watcher.stdout().match(/^idemq stats at /gm) ?? []).length >= 2);
+    watcher.child.kill("SIGTERM");
+    const { code, stdout, stderr } = await watcher.exited;
+    expect({ code, stderr }).toEqual({ code: EXIT.OK, stderr: "" });
+    expect(stdout).toMatch(/^idemq stats at \S+Z \(every 0\.2s; Ctrl-C to stop\)\nQUEUE +TASK/m);
+    expect(stdout).not.toContain("\x1b["); // not a terminal: no screen clearing
+  });
+
+  it("a bad --watch interval: one line, exit 2", async () => {
+    const result = await runCli(["stats", "--watch", "0", "--database-url", db.url]);
+    expect(result.code).toBe(EXIT.USAGE);
+    expect(result.stderr.trimEnd().split("\n")).toEqual([expect.stringContaining("give the seconds between redraws, from 0.1 to 3600")]);
+  });
+});

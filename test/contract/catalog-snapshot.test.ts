@@ -1,0 +1,35 @@
+// The committed catalog snapshot (test/contract/catalog.snapshot.json) describes what
+// the migrations build, so a schema change shows in review: this test fails
+// until the snapshot is regenerated and committed with the change.
+import { readFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { committedCatalog, serialize, SNAPSHOT_PATH, UPDATE_COMMAND } from "../helpers/catalog-snapshot.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase({ poolSize: 2 });
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+describe("catalog snapshot", () => {
+  it("a migrated database matches test/contract/catalog.snapshot.json", async () => {
+    const live = await committedCatalog(db.pool);
+    const committed = JSON.parse(readFileSync(SNAPSHOT_PATH, "utf8"));
+    const message = `schema idemq differs from test/contract/catalog.snapshot.json; if the change is intended, run: ${UPDATE_COMMAND} (then review and commit the diff)`;
+    expect(JSON.parse(serialize(live)), message).toEqual(committed);
+    expect(serialize(live), message).toBe(readFileSync(SNAPSHOT_PATH, "utf8"));
+  });
+
+  it("the snapshot covers the tables, enums and every function of schema idemq", async () => {
+    const committed = JSON.parse(readFileSync(SNAPSHOT_PATH, "utf8"));
+    const tables = committed.relations.filter((r: { kind: string }) => r.kind === "r").map((r: { name: string }) => r.name);
+    expect(tables.sort()).toEqual(["counters", "effects", "job_dependencies", "jobs", "keys", "processed"]);
+    const enums = committed.types.filter((t: { kind: string }) => t.kind === "e").map((t: { name: string }) => t.name);
+    expect(enums.sort()).toEqual(["duplicate_policy", "job_state"]);
+    const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace");
+    expect(committed.functions).toHaveLength(rows[0].n);
+  });
+});

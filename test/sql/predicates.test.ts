@@ -1,0 +1,94 @@
+// The named predicates the SQL functions share, each at its boundaries:
+// _initial_state (scheduled if run_at > now, else enqueued), _held (the lease
+// columns, inlined so fenced calls still probe the primary key),
+// _unsuccessful_states (terminal but not succeeded) and _queue_name_limit.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { enqueue, stateOf } from "../helpers/jobs.ts";
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await freshDatabase({ poolSize: 2 });
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+async function one<T>(sql: string, values: unknown[] = []): Promise<T> {
+  return (await db.pool.query(sql, values)).rows[0].v as T;
+}
+
+describe("_initial_state", () => {
+  it("run_at exactly now() is enqueued; a microsecond later is scheduled, a microsecond earlier enqueued; NULL is enqueued", async () => {
+    // One statement: now() is the same instant in every column.
+    const { rows } = await db.pool.query(
+      `SELECT idemq._initial_state(now())::text AS at_now,
+              idemq._initial_state(now() + interval '1 microsecond')::text AS just_after,
+              idemq._initial_state(now() - interval '1 microsecond')::text AS just_before,
+              idemq._initial_state(NULL)::text AS unset`,
+    );
+    expect(rows[0]).toEqual({ at_now: "enqueued", just_after: "scheduled", just_before: "enqueued", unset: "enqueued" });
+  });
+
+  it("is the state enqueue, enqueue_many and reschedule give a job due exactly now, or a microsecond later", async () => {
+    await inRollback(db.pool, async (c) => {
+      const now = (await c.query("SELECT now()::text AS now")).rows[0].now as string;
+      const later = (await c.query("SELECT (now() + interval '1 microsecond')::text AS t")).rows[0].t as string;
+      const single = [await enqueue(c, { task: "due_now", run_at: now }), await enqueue(c, { task: "later", run_at: later })];
+      const many = await c.query<{ job_id: string }>(
+        `SELECT m.job_id FROM idemq.enqueue_many(jsonb_build_array(
+           jsonb_build_object('task', 'due_now', 'run_at', now()),
+           jsonb_build_object('task', 'later', 'run_at', now() + interval '1 microsecond'))) m ORDER BY m.ordinal`,
+      );
+      const ids = [...single.map((e) => e.job_id), ...many.rows.map((r) => r.job_id)];
+      expect(await Promise.all(ids.map((id) => stateOf(c, id)))).toEqual(["enqueued", "scheduled", "enqueued", "scheduled"]);
+      const rescheduled = await c.query(
+        "SELECT idemq.reschedule($1, now())::text AS at_now, idemq.reschedule($2, now() + interval '1 microsecond')::text AS just_after",
+        [ids[1], ids[0]],
+      );
+      expect(rescheduled.rows[0]).toEqual({ at_now: "enqueued", just_after: "scheduled" });
+    });
+  });
+});
+
+describe("_held", () => {
+  it("is true only with both lease columns set", async () => {
+    const { rows } = await db.pool.query(
+      `SELECT idemq._held(now(), 'w') AS both, idemq._held(now(), NULL) AS no_worker,
+              idemq._held(NULL, 'w') AS no_lease, idemq._held(NULL, NULL) AS neither`,
+    );
+    expect(rows[0]).toEqual({ both: true, no_worker: false, no_lease: false, neither: false });
+  });
+
+  it("is inlined: a fenced probe filters on the lease columns after the primary-key lookup, not through jobs_leases", async () => {
+    await inRollback(db.pool, async (c) => {
+      await c.query("SET LOCAL plan_cache_mode = force_generic_plan");
+      await c.query(
+        "PREPARE held_probe(bigint, int) AS SELECT 1 FROM idemq.jobs j WHERE j.id = $1 AND j.attempt = $2 AND idemq._held(j.lease_expires_at, j.locked_by)",
+      );
+      const plan = (await c.query("EXPLAIN (COSTS OFF) EXECUTE held_probe(1, 1)")).rows.map((r) => r["QUERY PLAN"]).join("\n");
+      await c.query("DEALLOCATE held_probe");
+      expect(plan).toContain("jobs_pkey");
+      expect(plan).not.toContain("jobs_leases");
+      expect(plan).toContain("(lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)");
+      expect(plan).not.toContain("_held");
+    });
+  });
+});
+
+describe("_unsuccessful_states", () => {
+  it("is terminal_states() without succeeded: failed, cancelled, expired", async () => {
+    const { rows } = await db.pool.query(
+      `SELECT ARRAY(SELECT s::text FROM unnest(idemq._unsuccessful_states()) s ORDER BY s) AS helper,
+              ARRAY(SELECT s::text FROM unnest(idemq.terminal_states()) s WHERE s <> 'succeeded' ORDER BY s) AS terminal`,
+    );
+    expect(rows[0].helper).toEqual(rows[0].terminal);
+    expect([...rows[0].helper].sort()).toEqual(["cancelled", "expired", "failed"]);
+  });
+});
+
+describe("_queue_name_limit", () => {
+  it("is 1000 characters, the limit enqueue and enqueue_many enforce (test/sql/enqueue.test.ts checks 1000 and 1001)", async () => {
+    expect(await one<number>("SELECT idemq._queue_name_limit() AS v")).toBe(1000);
+  });
+});
