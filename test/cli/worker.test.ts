@@ -112,7 +112,7 @@ describe("idemq worker refuses a bad tasks module with one line", () => {
     }
   });
 
-  it("an unreachable database with --wait-for-database 0: exit 1, one line (by default the worker waits; worker-server-restart.test.ts)", async () => {
+  it("an unreachable database with --wait-for-database 0: exit 1, one line (by default the worker waits; test/worker/server-restart.test.ts)", async () => {
     const result = await runCli([
       "worker",
       "--tasks",

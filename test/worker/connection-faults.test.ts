@@ -5,10 +5,10 @@
 // worker. An unhandled 'error' event here would fail the whole run (vitest
 // reports it), which is how the missing listener showed itself.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Client } from "../src/index.ts";
-import { freshDatabase, type TestDatabase } from "./helpers/db.ts";
-import { startTestWorker, stopWorkers, type TestWorker } from "./fixtures/worker/in-process.ts";
-import { waitFor } from "./fixtures/worker/wait.ts";
+import { Client } from "../../src/index.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 let db: TestDatabase;
 let client: Client;

@@ -6,12 +6,12 @@
 // of each restart.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Client } from "../src/index.ts";
-import { migrate } from "../src/migrate.ts";
-import { runCli } from "./helpers/cli.ts";
-import { killAllWorkers, startedWorker, startWorker, type WorkerProcess } from "./fixtures/worker/spawn.ts";
-import { waitFor } from "./fixtures/worker/wait.ts";
-import { type PrivateCluster, startPrivateCluster } from "./helpers/private-cluster.ts";
+import { Client } from "../../src/index.ts";
+import { migrate } from "../../src/migrate.ts";
+import { runCli } from "../helpers/cli.ts";
+import { killAllWorkers, startedWorker, startWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
+import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
 
 const JOBS = 3000;
 // How long the server stays down each time: a routine restart, not a condition to await.
