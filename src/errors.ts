@@ -290,3 +290,22 @@ function existingJobId(detail: string, parsed: unknown): string {
   if (m?.[1] !== undefined) return m[1];
   throw new Error(`DETAIL existing_job_id is not an integer: ${detail}`);
 }
+
+/** SQLSTATEs and socket codes of a server that is unreachable, restarting or shutting down. */
+const CONNECTION_CODES = new Set(["57P01", "57P02", "57P03", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH"]);
+const CONNECTION_MESSAGES = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect/i;
+
+/**
+ * A server that is unreachable, restarting or shutting down, or a connection it
+ * cut: what ends when the server is back (the worker's outages, the CLI's wait
+ * for a server). Authentication or a missing database is not one.
+ */
+export function isConnectionFailure(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (CONNECTION_CODES.has(code) || code.startsWith("08"))) return true;
+    if (CONNECTION_MESSAGES.test(e.message)) return true;
+    if (e instanceof AggregateError && e.errors.some(isConnectionFailure)) return true;
+  }
+  return false;
+}

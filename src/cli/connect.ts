@@ -12,7 +12,7 @@ import pg from "pg";
 import { Client } from "../client.ts";
 import { type DataDirServer, openDataDirServer } from "../embedded/data-dir-server.ts";
 import type { ProgressLine } from "../embedded/share.ts";
-import { schemaMissingMessage } from "../errors.ts";
+import { isConnectionFailure, schemaMissingMessage } from "../errors.ts";
 import { migrate } from "../migrate.ts";
 import { displayPath, embeddedDataDir } from "./data-dir.ts";
 import { EXIT, SIGNAL_EXIT } from "./exit-codes.ts";
@@ -135,8 +135,6 @@ async function checkServer(url: string, requireSchema: boolean): Promise<void> {
   }
 }
 
-/** Connection failures that end when the server is back: keep waiting on these, fail at once on others. */
-const TRANSIENT = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "57P01", "57P02", "57P03"]);
 const WAIT_BACKOFF_MS = { first: 100, max: 5_000 };
 
 /**
@@ -163,8 +161,8 @@ async function waitForServer(url: string, options: OpenDatabaseOptions): Promise
       return;
     } catch (error) {
       await client.end().catch(() => {});
-      const transient = [...errorCodes(error)].some((code) => TRANSIENT.has(code)) || /timeout/i.test(String(error));
-      if (!transient || Date.now() + delay > deadline) return; // checkServer says why, in its one line
+      // Waits on what ends when the server is back; fails at once on others (authentication, no such database).
+      if (!isConnectionFailure(error) || Date.now() + delay > deadline) return; // checkServer says why, in its one line
       if (!waiting) {
         const why = connectFailure(target, error).replace(/;.*$/, "");
         const until = Number.isFinite(budget) ? ` for up to ${Math.round(budget / 1000)} s` : "";

@@ -4,20 +4,7 @@
 // down, a heartbeat, each job's fail()) are counted, not reported — a restart
 // would otherwise print a line per try. The next claim that succeeds ends the
 // outage with one worker:reconnected. Other errors are always reported.
-
-/** SQLSTATEs and socket codes of a server that is unreachable, restarting or shutting down. */
-const CONNECTION_CODES = new Set(["57P01", "57P02", "57P03", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH"]);
-const CONNECTION_MESSAGES = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect/i;
-
-export function isConnectionFailure(error: unknown): boolean {
-  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && (CONNECTION_CODES.has(code) || code.startsWith("08"))) return true;
-    if (CONNECTION_MESSAGES.test(e.message)) return true;
-    if (e instanceof AggregateError && e.errors.some(isConnectionFailure)) return true;
-  }
-  return false;
-}
+import { isConnectionFailure } from "../errors.ts";
 
 export class Outage {
   private since: number | undefined;

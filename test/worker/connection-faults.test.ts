@@ -5,7 +5,7 @@
 // worker. An unhandled 'error' event here would fail the whole run (vitest
 // reports it), which is how the missing listener showed itself.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Client } from "../../src/index.ts";
+import { Client, type Tasks } from "../../src/index.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
@@ -17,25 +17,32 @@ let openGate: () => void = () => {};
 const gate = new Promise<void>((resolve) => (openGate = resolve));
 let inTransaction = false;
 
+/** A plain no-op task, and a transactional one writing its ledger row, then awaiting `inTransaction` before it commits. */
+function pingAndLedger(inTransactionStep: () => Promise<void>): Tasks {
+  return {
+    ping: async () => "pong",
+    ledger: {
+      transactional: true,
+      backoff: { kind: "fixed", delays: ["100ms"] },
+      run: async (_payload, ctx) => {
+        await ctx.tx.query("INSERT INTO ledger VALUES ($1, $2)", [ctx.job.id, ctx.job.attempt]);
+        await inTransactionStep();
+      },
+    },
+  };
+}
+
 beforeAll(async () => {
   db = await freshDatabase({ poolSize: 6 });
   await db.pool.query("CREATE TABLE ledger (job_id bigint, attempt int)");
   client = new Client({ pool: db.pool });
   w = await startTestWorker(
     db.url,
-    {
-      ping: async () => "pong",
-      // Writes its row, then holds its transaction open until the gate opens.
-      ledger: {
-        transactional: true,
-        backoff: { kind: "fixed", delays: ["100ms"] },
-        run: async (_payload, ctx) => {
-          await ctx.tx.query("INSERT INTO ledger VALUES ($1, $2)", [ctx.job.id, ctx.job.attempt]);
-          inTransaction = true;
-          await gate;
-        },
-      },
-    },
+    // The ledger task holds its transaction open until the gate opens.
+    pingAndLedger(async () => {
+      inTransaction = true;
+      await gate;
+    }),
     // NOTIFY or nothing: a job done within seconds was woken, not polled.
     { pollInterval: "60s", rescueInterval: "60s", concurrency: 2 },
   );
@@ -128,16 +135,7 @@ describe("terminations of every connection at once, while jobs flow", () => {
     chaosClient = new Client({ pool: chaosDb.pool });
     await startTestWorker(
       chaosDb.url,
-      {
-        ping: async () => "pong",
-        ledger: {
-          transactional: true,
-          backoff: { kind: "fixed", delays: ["100ms"] },
-          run: async (_payload, ctx) => {
-            await ctx.tx.query("INSERT INTO ledger VALUES ($1, $2)", [ctx.job.id, ctx.job.attempt]);
-          },
-        },
-      },
+      pingAndLedger(async () => {}),
       // A claim whose answer was cut leaves its jobs held by nobody: a short lease and rescue bring them back.
       { lease: "2s", heartbeatInterval: "500ms", rescueInterval: "500ms", concurrency: 4 },
     );
