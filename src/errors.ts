@@ -64,7 +64,8 @@ export class DuplicateJobError extends IdemqError {
 /**
  * IQ410: this attempt no longer holds its job — complete, fail or snooze by
  * a `(job_id, attempt)` that was rescued, cancelled or taken over by a newer
- * attempt (DETAIL `job_id`, `attempt`, `current_attempt`, `current_state`).
+ * attempt (DETAIL `job_id`, `attempt`, `current_state`; never the current
+ * attempt, which would be the fencing token of whichever attempt holds it now).
  * A worker also aborts `ctx.signal` with one when a heartbeat finds the lease
  * gone. IQ410's other meaning, an effect claim lost, is its subclass
  * {@link EffectClaimLostError}, so catching LeaseLostError still catches

@@ -15,6 +15,7 @@
 CREATE OR REPLACE FUNCTION idemq._backoff_problem(backoff jsonb)
 RETURNS text
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

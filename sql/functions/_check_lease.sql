@@ -9,6 +9,7 @@
 CREATE OR REPLACE FUNCTION idemq._check_lease(lease interval, operation text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN

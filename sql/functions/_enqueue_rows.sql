@@ -51,6 +51,7 @@ CREATE OR REPLACE FUNCTION idemq._enqueue_rows(jobs jsonb, single boolean)
 RETURNS TABLE(r_ordinal int, r_job_id bigint, r_outcome text,
               r_existing_state idemq.job_state, r_policy idemq.duplicate_policy, r_key text)
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

@@ -11,6 +11,7 @@
 CREATE OR REPLACE FUNCTION idemq._lock_job(job_id bigint, operation text)
 RETURNS idemq.jobs
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

@@ -24,6 +24,7 @@
 CREATE OR REPLACE FUNCTION idemq._notify_waiting(queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

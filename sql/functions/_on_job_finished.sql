@@ -23,6 +23,7 @@
 CREATE OR REPLACE FUNCTION idemq._on_job_finished()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

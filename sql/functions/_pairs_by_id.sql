@@ -12,6 +12,7 @@
 CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[],
                                               OUT ids bigint[], OUT attempts_by_id int[])
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
   FROM (SELECT u.id, max(u.attempt) AS attempt

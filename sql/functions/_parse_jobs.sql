@@ -24,6 +24,7 @@ RETURNS TABLE(ord int, task text, payload jsonb, queue text, run_at timestamptz,
               duplicate_policy idemq.duplicate_policy, backoff jsonb,
               expires_at timestamptz, ok boolean)
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT r.ord::int, r.task,
          coalesce(r.payload, idemq._job_defaults()->'payload'),

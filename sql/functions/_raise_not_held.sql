@@ -8,11 +8,14 @@
 -- Guarantees: always raises.
 -- Concurrency: reads the job without locking it; the state named in the
 --   message is the committed state at that moment.
--- Errors: IQ404; IQ410 with DETAIL {"job_id","attempt","current_attempt","current_state"}.
+-- Errors: IQ404; IQ410 with DETAIL {"job_id","attempt","current_state"}. Neither
+--   the message nor the DETAIL names the current attempt: with the job id it
+--   is the fencing token of whichever attempt holds the job now.
 -- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
@@ -23,17 +26,17 @@ BEGIN
       MESSAGE = format('%s: job_id and attempt must not be NULL', operation),
       HINT = 'Pass the id and attempt that claim() returned: together they are the fencing token.';
   END IF;
-  SELECT j.state, j.attempt INTO v_job FROM idemq.jobs j WHERE j.id = _raise_not_held.job_id;
+  SELECT j.state INTO v_job FROM idemq.jobs j WHERE j.id = _raise_not_held.job_id;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ404',
       MESSAGE = format('%s: job %s does not exist', operation, _raise_not_held.job_id),
       HINT = 'Check the job id; finished jobs may have been purged.';
   END IF;
   RAISE EXCEPTION USING ERRCODE = 'IQ410',
-    MESSAGE = format('%s: lease lost: attempt %s no longer holds job %s (it is %s, attempt %s)',
-                     operation, _raise_not_held.attempt, _raise_not_held.job_id, v_job.state, v_job.attempt),
+    MESSAGE = format('%s: lease lost: attempt %s no longer holds job %s (it is %s)',
+                     operation, _raise_not_held.attempt, _raise_not_held.job_id, v_job.state),
     DETAIL = jsonb_build_object('job_id', _raise_not_held.job_id, 'attempt', _raise_not_held.attempt,
-                                'current_attempt', v_job.attempt, 'current_state', v_job.state)::text,
+                                'current_state', v_job.state)::text,
     HINT = 'Another attempt took the job over (lease expired and rescued, or cancelled): '
            'roll back this attempt''s work and stop.';
 END;

@@ -12,6 +12,7 @@
 CREATE OR REPLACE FUNCTION idemq._wait_markers(queues text[], operation text)
 RETURNS TABLE(marker bigint, held boolean)
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN

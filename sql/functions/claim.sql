@@ -33,6 +33,8 @@ CREATE OR REPLACE FUNCTION idemq.claim(
   tasks text[] DEFAULT NULL)
 RETURNS SETOF idemq.claimed_job
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

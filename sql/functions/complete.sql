@@ -14,11 +14,13 @@
 -- Concurrency: row lock on the job; a concurrent rescue() or cancel() either
 --   commits first (then this raises IQ410) or waits for this transaction.
 -- Errors: IQ404 no such job; IQ410 lease lost (DETAIL {"job_id","attempt",
---   "current_attempt","current_state"}); 22004 NULL job_id/attempt.
+--   "current_state"}); 22004 NULL job_id/attempt.
 -- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN

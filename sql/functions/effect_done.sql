@@ -12,6 +12,8 @@
 CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

@@ -12,6 +12,8 @@
 CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN

@@ -45,6 +45,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   after bigint[] DEFAULT NULL)
 RETURNS TABLE(job_id bigint, deduplicated boolean)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

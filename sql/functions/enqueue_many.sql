@@ -24,6 +24,8 @@
 CREATE OR REPLACE FUNCTION idemq.enqueue_many(jobs jsonb)
 RETURNS TABLE(ordinal int, job_id bigint, outcome text)
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN

@@ -20,6 +20,8 @@
 CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN

@@ -17,6 +17,8 @@
 CREATE OR REPLACE FUNCTION idemq.prune_keys(older_than interval DEFAULT '14 days')
 RETURNS int
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

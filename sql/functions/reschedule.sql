@@ -12,6 +12,8 @@
 CREATE OR REPLACE FUNCTION idemq.reschedule(job_id bigint, run_at timestamptz)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

@@ -23,6 +23,8 @@
 CREATE OR REPLACE FUNCTION idemq.rescue()
 RETURNS int
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

@@ -13,6 +13,8 @@
 CREATE OR REPLACE FUNCTION idemq.stop_waiting(queues text[] DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE

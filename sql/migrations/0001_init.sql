@@ -2001,9 +2001,12 @@ CREATE OR REPLACE FUNCTION idemq.fail(
   max_attempts int DEFAULT NULL)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
--- The parameter named "error" (fixed by the contract) would be read as a
--- variable in a "#variable_conflict error" line, so the setting comes from here.
-SET plpgsql.variable_conflict = 'error'
+-- Amended after release (issue 11; sql/released.sha256 updated, docs/design.md
+-- "Migrations"): a SET plpgsql.variable_conflict = 'error' stood here, and
+-- only a superuser may set that parameter, so no one else could install
+-- idemq. Inert where 0001 already ran: 0003 replaces this function. (No
+-- "#variable_conflict error" line either: the parameter named "error" would
+-- be read there as the variable. The body qualifies every name.)
 AS $$
 DECLARE
   v_error jsonb;

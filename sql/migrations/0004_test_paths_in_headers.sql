@@ -1933,9 +1933,11 @@ CREATE OR REPLACE FUNCTION idemq.fail(
   max_attempts int DEFAULT NULL)
 RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 LANGUAGE plpgsql VOLATILE
--- The parameter named "error" (fixed by the contract) would be read as a
--- variable in a "#variable_conflict error" line, so the setting comes from here.
-SET plpgsql.variable_conflict = 'error'
+-- No "#variable_conflict error" line: the parameter named "error" (fixed by
+-- the contract) would be read there as the variable; nor SET
+-- plpgsql.variable_conflict, which only a superuser may set (it kept anyone
+-- else from installing idemq). Every name in the body is qualified, so it
+-- means the same under any setting (the default is error).
 AS $$
 DECLARE
   v_error jsonb;
@@ -4601,9 +4603,11 @@ CREATE OR REPLACE FUNCTION idemq.fail(
   max_attempts int DEFAULT NULL)
 RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 LANGUAGE plpgsql VOLATILE
--- The parameter named "error" (fixed by the contract) would be read as a
--- variable in a "#variable_conflict error" line, so the setting comes from here.
-SET plpgsql.variable_conflict = 'error'
+-- No "#variable_conflict error" line: the parameter named "error" (fixed by
+-- the contract) would be read there as the variable; nor SET
+-- plpgsql.variable_conflict, which only a superuser may set (it kept anyone
+-- else from installing idemq). Every name in the body is qualified, so it
+-- means the same under any setting (the default is error).
 AS $$
 DECLARE
   v_error jsonb;
