@@ -11,6 +11,7 @@ import { registerMigrateCommands } from "./commands/migrate.ts";
 import { registerPruneKeysCommand } from "./commands/prune-keys.ts";
 import { registerPurgeCommand } from "./commands/purge.ts";
 import { registerRescueCommand } from "./commands/rescue.ts";
+import { registerRolesCommands } from "./commands/roles.ts";
 import { registerStatsCommand } from "./commands/stats.ts";
 import { registerWorkerCommand } from "./commands/worker.ts";
 import { ENVIRONMENT_HELP, EXIT, EXIT_CODES_HELP } from "./exit-codes.ts";
@@ -31,6 +32,7 @@ function buildProgram(): Command {
   registerRescueCommand(program);
   registerPurgeCommand(program);
   registerPruneKeysCommand(program);
+  registerRolesCommands(program);
   registerDoctorCommand(program);
   registerDemoCommand(program);
   program.addHelpText("after", `\n${ENVIRONMENT_HELP}\n\n${EXIT_CODES_HELP}\n\nEvery command has --help with examples.\n`);

@@ -185,7 +185,7 @@ describe("fromPgError", () => {
   it("maps IQ410 by its DETAIL: a job's lease (job_id) to LeaseLostError, an effect claim (key, owner) to EffectClaimLostError", () => {
     const job = fromPgError(
       pgError("IQ410", "complete: lease lost", {
-        detail: '{"job_id": 7, "attempt": 1, "current_attempt": 2, "current_state": "processing"}',
+        detail: '{"job_id": 7, "attempt": 1, "current_state": "processing"}',
       }),
     );
     expect(job).toBeInstanceOf(LeaseLostError);

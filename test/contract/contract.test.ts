@@ -4,8 +4,8 @@
 // error registry covers every SQLSTATE the SQL raises; the typed call module
 // names every public function's parameters; defaults live once; the installed
 // functions match sql/functions/ (drift) and the latest migration state equals
-// sql/functions/; every function file carries the STYLE.md header; private
-// helpers are not executable by PUBLIC.
+// sql/functions/; every function file carries the STYLE.md header; PUBLIC
+// executes nothing, and every function pins search_path (or is bound at CREATE).
 import { execFile } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -340,13 +340,31 @@ describe("function file headers (STYLE.md §1)", () => {
 });
 
 describe("privileges", () => {
-  it("private helpers (names starting with _) are not executable by PUBLIC; public functions are", async () => {
+  it("PUBLIC may execute no function of idemq, public or private (the roles get theirs: test/sql/roles.test.ts)", async () => {
     const { rows } = await db.pool.query<{ name: string; public_exec: boolean }>(`
       SELECT p.proname AS name, has_function_privilege('public', p.oid, 'EXECUTE') AS public_exec
         FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace ORDER BY 1`);
-    const privateFns = rows.filter((r) => r.name.startsWith("_"));
-    expect(privateFns.length).toBeGreaterThan(5);
-    expect(privateFns.filter((r) => r.public_exec).map((r) => r.name), "private helpers executable by PUBLIC").toEqual([]);
-    expect(rows.filter((r) => !r.name.startsWith("_") && !r.public_exec).map((r) => r.name)).toEqual([]);
+    expect(rows.length).toBeGreaterThan(30);
+    expect(rows.filter((r) => r.public_exec).map((r) => r.name), "functions executable by PUBLIC").toEqual([]);
+  });
+
+  it("every function pins search_path = pg_catalog, pg_temp, or has a SQL-standard body (its names bound at CREATE, and still inlined)", async () => {
+    const { rows } = await db.pool.query<{ name: string; config: string[] | null; sql_body: boolean }>(`
+      SELECT p.proname AS name, p.proconfig AS config, p.prosqlbody IS NOT NULL AS sql_body
+        FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace ORDER BY 1`);
+    const unpinned = rows.filter((r) => !r.sql_body && !(r.config ?? []).includes("search_path=pg_catalog, pg_temp"));
+    expect(unpinned.map((r) => r.name), "functions whose search_path the caller decides").toEqual([]);
+    // A SET on a SQL-standard body would only stop it being inlined.
+    expect(rows.filter((r) => r.sql_body && r.config !== null).map((r) => r.name)).toEqual([]);
+  });
+
+  it("every public function but the two constants is SECURITY DEFINER; no private helper is", async () => {
+    const { rows } = await db.pool.query<{ name: string; definer: boolean }>(`
+      SELECT p.proname AS name, p.prosecdef AS definer
+        FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace ORDER BY 1`);
+    const constants = ["active_states", "terminal_states"];
+    expect(rows.filter((r) => r.name.startsWith("_") && r.definer).map((r) => r.name)).toEqual([]);
+    expect(rows.filter((r) => !r.name.startsWith("_") && !constants.includes(r.name) && !r.definer).map((r) => r.name)).toEqual([]);
+    expect(rows.filter((r) => constants.includes(r.name) && r.definer).map((r) => r.name)).toEqual([]);
   });
 });

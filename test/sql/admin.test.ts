@@ -120,7 +120,7 @@ describe("cancel", () => {
         );
         expect(last[0]).toEqual({ class: "Cancelled", attempt });
         const before = await snapshot(c, zoo);
-        const detail = { job_id: Number(id), attempt, current_attempt: attempt, current_state: "cancelled" };
+        const detail = { job_id: Number(id), attempt, current_state: "cancelled" };
         await expectSqlError(
           underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt])),
           { code: "IQ410", detail },
@@ -250,7 +250,7 @@ describe("retry", () => {
         underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [id])),
         {
           code: "IQ410",
-          detail: { job_id: Number(id), attempt: 1, current_attempt: 1, current_state: "enqueued" },
+          detail: { job_id: Number(id), attempt: 1, current_state: "enqueued" },
         },
       );
       await c.query("SELECT * FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [zoo.failed.queue]);
@@ -258,7 +258,7 @@ describe("retry", () => {
         underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [id])),
         {
           code: "IQ410",
-          detail: { job_id: Number(id), attempt: 1, current_attempt: 2, current_state: "processing" },
+          detail: { job_id: Number(id), attempt: 1, current_state: "processing" },
         },
       );
       await c.query("SELECT idemq.complete(job_id => $1, attempt => 2)", [id]);
@@ -280,7 +280,7 @@ describe("retry", () => {
         underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt])),
         {
           code: "IQ410",
-          detail: { current_attempt: attempt + 1 },
+          detail: { job_id: Number(id), attempt, current_state: "processing" },
         },
       );
     });

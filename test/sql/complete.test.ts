@@ -86,7 +86,7 @@ describe("complete", () => {
         await underSavepoint(c, () =>
           expectSqlError(complete(c, id, wrong, { x: 1 }), {
             code: "IQ410",
-            detail: { job_id: Number(id), attempt: wrong, current_attempt: 1, current_state: "processing" },
+            detail: { job_id: Number(id), attempt: wrong, current_state: "processing" },
             message: /lease lost/,
           }),
         );
@@ -101,7 +101,7 @@ describe("complete", () => {
       await underSavepoint(c, () =>
         expectSqlError(complete(c, neverClaimed, 0), {
           code: "IQ410",
-          detail: { job_id: Number(neverClaimed), attempt: 0, current_attempt: 0, current_state: "enqueued" },
+          detail: { job_id: Number(neverClaimed), attempt: 0, current_state: "enqueued" },
         }),
       );
 
@@ -110,7 +110,7 @@ describe("complete", () => {
       await underSavepoint(c, () =>
         expectSqlError(complete(c, retrying, 1), {
           code: "IQ410",
-          detail: { job_id: Number(retrying), attempt: 1, current_attempt: 1, current_state: "scheduled" },
+          detail: { job_id: Number(retrying), attempt: 1, current_state: "scheduled" },
         }),
       );
 
@@ -119,7 +119,7 @@ describe("complete", () => {
       await underSavepoint(c, () =>
         expectSqlError(complete(c, done, 1, { second: true }), {
           code: "IQ410",
-          detail: { job_id: Number(done), attempt: 1, current_attempt: 1, current_state: "succeeded" },
+          detail: { job_id: Number(done), attempt: 1, current_state: "succeeded" },
         }),
       );
       expect((await jobRow(c, done)).result).toEqual({ first: true });

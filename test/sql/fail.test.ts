@@ -240,7 +240,7 @@ describe("fail", () => {
       await underSavepoint(c, () =>
         expectSqlError(fail(c, id, 1), {
           code: "IQ410",
-          detail: { job_id: Number(id), attempt: 1, current_attempt: 0, current_state: "enqueued" },
+          detail: { job_id: Number(id), attempt: 1, current_state: "enqueued" },
         }),
       );
       expect(await jobRow(c, id)).toMatchObject({ state: "enqueued", errors: [] });

@@ -43,7 +43,7 @@ describe("snooze", () => {
       await underSavepoint(c, () =>
         expectSqlError(complete(c, id, 1), {
           code: "IQ410",
-          detail: { job_id: Number(id), attempt: 1, current_attempt: 2, current_state: "processing" },
+          detail: { job_id: Number(id), attempt: 1, current_state: "processing" },
         }),
       );
       await complete(c, id, 2);
@@ -111,7 +111,7 @@ describe("snooze", () => {
         await underSavepoint(c, () =>
           expectSqlError(snooze(c, id, stale, sql("now()")), {
             code: "IQ410",
-            detail: { job_id: Number(id), attempt: stale, current_attempt: 1, current_state: "processing" },
+            detail: { job_id: Number(id), attempt: stale, current_state: "processing" },
           }),
         );
       }
@@ -129,7 +129,7 @@ describe("snooze", () => {
       await underSavepoint(c, () =>
         expectSqlError(snooze(c, id, 1, sql("now()")), {
           code: "IQ410",
-          detail: { job_id: Number(id), attempt: 1, current_attempt: 1, current_state: "scheduled" },
+          detail: { job_id: Number(id), attempt: 1, current_state: "scheduled" },
         }),
       );
       expect((await jobRow(c, id)).run_in).toBe(60);
