@@ -1,0 +1,227 @@
+// The roles (docs/design.md, "Roles"), as real non-superuser logins: a member
+// of idemq_producer, of idemq_worker, of idemq_admin, and a role in none of
+// them. Every cell of the role-by-operation matrix is asserted allowed (the
+// call works) or refused (42501, nothing done), and a worker process logged
+// in as an idemq_worker member records a handler's error and retries it.
+import type pg from "pg";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { ROLES } from "../../src/roles.ts";
+import { freshDatabase, sqlState, type TestDatabase } from "../helpers/db.ts";
+import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
+import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
+import { claimOne } from "../helpers/work.ts";
+import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
+
+type Who = "producer" | "worker" | "admin" | "stranger";
+
+let db: TestDatabase;
+const logins = {} as Record<Who, LoginRole>;
+const sessions = {} as Record<Who, pg.Client>;
+
+// Committed by the superuser; each cell runs in a transaction that rolls back.
+const fx = {
+  queue: unique("roles"),
+  heldQueue: unique("roles-held"),
+  enqueued: "",
+  held: "",
+  heldAttempt: 0,
+  failed: "",
+  payload: { secret: "only claim hands this out" },
+};
+
+beforeAll(async () => {
+  db = await freshDatabase({ poolSize: 4 });
+  for (const who of ["producer", "worker", "admin"] as const) logins[who] = await createLoginRole(who, { memberOf: [ROLES[who]] });
+  logins.stranger = await createLoginRole("stranger");
+  for (const who of Object.keys(logins) as Who[]) sessions[who] = await logins[who].connect(db.name);
+
+  fx.enqueued = await makeJob(db.pool, { task: "roles", queue: fx.queue, payload: fx.payload });
+  fx.held = await makeJob(db.pool, { task: "roles", queue: fx.heldQueue });
+  fx.heldAttempt = (await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue] })).attempt;
+  const failedQueue = unique("roles-failed");
+  fx.failed = await makeJob(db.pool, { task: "roles", queue: failedQueue, max_attempts: 1 });
+  const { attempt } = await claimOne(db.pool, { queues: [failedQueue] });
+  await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retryable => false)`, [fx.failed, attempt]);
+  await db.pool.query("SELECT idemq.effect_claim(key => 'roles-effect', owner => 'o')");
+}, 60_000);
+
+afterAll(async () => {
+  await dropLoginRoles();
+  await db?.drop();
+});
+
+interface Operation {
+  name: string;
+  sql: () => [string, unknown[]];
+  /** Checks the answer of an allowed call. */
+  check?: (rows: Record<string, unknown>[]) => void;
+}
+
+const OPERATIONS: Operation[] = [
+  { name: "enqueue", sql: () => ["SELECT * FROM idemq.enqueue(task => 'roles', queue => $1)", [fx.queue]], check: (r) => expect(r[0]).toMatchObject({ deduplicated: false }) },
+  {
+    name: "enqueue_many",
+    sql: () => ["SELECT * FROM idemq.enqueue_many(jobs => $1::jsonb)", [JSON.stringify([{ task: "roles", queue: fx.queue }])]],
+    check: (r) => expect(r[0]).toMatchObject({ outcome: "created" }),
+  },
+  {
+    name: "claim",
+    sql: () => ["SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1::text])", [fx.queue]],
+    // The one way a worker reads a payload.
+    check: (r) => expect(r).toEqual([expect.objectContaining({ id: fx.enqueued, payload: fx.payload })]),
+  },
+  { name: "complete", sql: () => ["SELECT idemq.complete(job_id => $1, attempt => $2)", [fx.held, fx.heldAttempt]] },
+  {
+    name: "complete_many",
+    sql: () => ["SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [fx.held, fx.heldAttempt]],
+    check: (r) => expect(r).toHaveLength(1),
+  },
+  {
+    name: "fail",
+    sql: () => [`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}')`, [fx.held, fx.heldAttempt]],
+    check: (r) => expect(r[0]).toMatchObject({ state: "scheduled" }),
+  },
+  {
+    name: "heartbeat",
+    sql: () => ["SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [fx.held, fx.heldAttempt]],
+    check: (r) => expect(r).toHaveLength(1),
+  },
+  { name: "snooze", sql: () => ["SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute')", [fx.held, fx.heldAttempt]] },
+  { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
+  {
+    name: "effect_claim",
+    sql: () => ["SELECT * FROM idemq.effect_claim(key => 'roles-effect-2', owner => 'o')", []],
+    check: (r) => expect(r[0]).toMatchObject({ status: "claimed" }),
+  },
+  { name: "effect_done", sql: () => [`SELECT idemq.effect_done(key => 'roles-effect', owner => 'o', result => '{}')`, []] },
+  { name: "effect_release", sql: () => ["SELECT idemq.effect_release(key => 'roles-effect', owner => 'o')", []] },
+  { name: "rescue", sql: () => ["SELECT idemq.rescue() AS n", []] },
+  { name: "wait_for_jobs", sql: () => ["SELECT idemq.wait_for_jobs(queues => ARRAY[$1::text]) AS ready", [fx.queue]] },
+  { name: "stop_waiting", sql: () => ["SELECT idemq.stop_waiting(queues => ARRAY[$1::text])", [fx.queue]] },
+  { name: "prune_keys", sql: () => ["SELECT idemq.prune_keys() AS n", []] },
+  { name: "cancel", sql: () => ["SELECT idemq.cancel(job_id => $1)::text AS state", [fx.enqueued]], check: (r) => expect(r[0]).toEqual({ state: "cancelled" }) },
+  { name: "retry", sql: () => ["SELECT idemq.retry(job_id => $1)::text AS state", [fx.failed]], check: (r) => expect(r[0]).toEqual({ state: "enqueued" }) },
+  {
+    name: "reschedule",
+    sql: () => ["SELECT idemq.reschedule(job_id => $1, run_at => now() + interval '1 hour')::text AS state", [fx.enqueued]],
+    check: (r) => expect(r[0]).toEqual({ state: "scheduled" }),
+  },
+  { name: "purge", sql: () => ["SELECT idemq.purge(older_than => '1 day') AS n", []] },
+  { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
+  { name: "retry_horizon", sql: () => [`SELECT idemq.retry_horizon(backoff => '{"kind": "polynomial"}', counted_attempts => 1, max_attempts => 3) AS h`, []] },
+  { name: "active_states", sql: () => ["SELECT idemq.active_states() AS s", []] },
+  { name: "terminal_states", sql: () => ["SELECT idemq.terminal_states() AS s", []] },
+  { name: "read jobs (payloads)", sql: () => ["SELECT j.payload FROM idemq.jobs j WHERE j.id = $1", [fx.enqueued]], check: (r) => expect(r).toEqual([{ payload: fx.payload }]) },
+  { name: "read keys", sql: () => ["SELECT count(*) FROM idemq.keys", []] },
+  { name: "update jobs directly", sql: () => ["UPDATE idemq.jobs SET result = '1' WHERE id = $1", [fx.held]] },
+  {
+    name: "insert jobs directly",
+    sql: () => ["INSERT INTO idemq.jobs (task, queue, payload, state, priority, run_at, max_attempts) VALUES ('x', 'q', '{}', 'enqueued', 0, now(), 1)", []],
+  },
+  { name: "use the job id sequence", sql: () => ["SELECT nextval('idemq.jobs_id_seq')", []] },
+  { name: "call a private helper", sql: () => ["SELECT idemq._raise_not_held(job_id => $1, attempt => 0, operation => 'x')", [fx.held]] },
+];
+
+const CONSTANTS = ["active_states", "terminal_states"];
+const WORKER_OPS = [
+  "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
+  "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys",
+];
+const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
+const ALLOWED: Record<Who, string[]> = {
+  producer: ["enqueue", "enqueue_many", ...CONSTANTS],
+  worker: [...WORKER_OPS, ...CONSTANTS],
+  admin: [...FUNCTIONS, "read jobs (payloads)", "read keys"],
+  stranger: [],
+};
+
+describe("the role-by-operation matrix, as real non-superuser logins", () => {
+  it("covers every public function of idemq", async () => {
+    const { rows } = await db.pool.query<{ name: string }>(
+      "SELECT p.proname AS name FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace AND left(p.proname, 1) <> '_' ORDER BY 1",
+    );
+    expect([...FUNCTIONS].sort()).toEqual(rows.map((r) => r.name));
+  });
+
+  describe.each(["producer", "worker", "admin", "stranger"] as const)("%s", (who) => {
+    it.each(OPERATIONS.map((o) => [o.name, o] as const))(`%s: ${who} allowed or refused (42501) as the matrix says`, async (_name, op) => {
+      const session = sessions[who];
+      const [text, values] = op.sql();
+      await session.query("BEGIN");
+      try {
+        if (ALLOWED[who].includes(op.name)) {
+          const { rows } = await session.query(text, values);
+          op.check?.(rows);
+        } else {
+          expect(await sqlState(session.query(text, values))).toBe("42501");
+        }
+      } finally {
+        await session.query("ROLLBACK");
+      }
+      // A refused call changed nothing, an allowed one was rolled back: the fixtures are as they were.
+      expect(await jobRow(db.pool, fx.held)).toMatchObject({ state: "processing", attempt: fx.heldAttempt, result: null });
+    });
+  });
+
+  it("no role, and not PUBLIC, holds a table privilege on idemq other than idemq_admin's SELECT", async () => {
+    const { rows } = await db.pool.query<{ grantee: string; table: string; privilege: string }>(`
+      SELECT g.grantee, g.table_name AS table, g.privilege_type AS privilege
+        FROM information_schema.role_table_grants g
+       WHERE g.table_schema = 'idemq' AND g.grantee <> (SELECT r.rolname FROM pg_roles r JOIN pg_namespace n ON n.nspowner = r.oid WHERE n.nspname = 'idemq')
+       ORDER BY 1, 2, 3`);
+    expect(rows.filter((r) => !(r.grantee === ROLES.admin && r.privilege === "SELECT"))).toEqual([]);
+    expect(rows.filter((r) => r.grantee === ROLES.admin).map((r) => r.table)).toContain("jobs");
+  });
+
+  it("_grant_roles again grants the same and changes no privilege (idempotent)", async () => {
+    const acl = "SELECT p.proname, p.proacl::text FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace ORDER BY 1";
+    const before = (await db.pool.query(acl)).rows;
+    const granted = (await db.pool.query<{ role: string; privilege: string }>("SELECT * FROM idemq._grant_roles()")).rows;
+    expect(new Set(granted.map((g) => g.role))).toEqual(new Set(Object.values(ROLES)));
+    expect(granted).toContainEqual({ role: ROLES.worker, privilege: "EXECUTE ON FUNCTION idemq.claim(text,text[],integer,interval,text[])" });
+    expect((await db.pool.query(acl)).rows).toEqual(before);
+  });
+});
+
+describe("a worker logged in as an idemq_worker member", () => {
+  afterEach(async () => {
+    await stopWorkers();
+  });
+
+  it("records its handler's error and retries the job on its backoff, then fails it for good", async () => {
+    const queue = unique("roles-worker");
+    const w = await startTestWorker(
+      logins.worker.urlFor(db.name),
+      {
+        flaky: {
+          maxAttempts: 2,
+          backoff: { kind: "fixed", delays: ["1 second"] },
+          run: async () => {
+            throw new Error("boom from a worker without table privileges");
+          },
+        },
+      },
+      { queues: [queue] },
+    );
+    const { rows } = await sessions.producer.query<{ job_id: string }>(
+      "SELECT job_id FROM idemq.enqueue(task => 'flaky', queue => $1)",
+      [queue],
+    );
+    const id = rows[0]!.job_id;
+    const failed = await waitFor(async () => {
+      const job = await jobRow(db.pool, id);
+      return job.state === "failed" ? job : undefined;
+    }, { what: "the job to fail after two attempts", timeoutMs: 20_000 });
+    const errors = failed.errors as { attempt: number; message: string; failed_at: string }[];
+    expect(errors.map((e) => [e.attempt, e.message])).toEqual([
+      [1, "boom from a worker without table privileges"],
+      [2, "boom from a worker without table privileges"],
+    ]);
+    // The retry waited out its backoff (1 second) before the second attempt.
+    expect(Date.parse(errors[1]!.failed_at) - Date.parse(errors[0]!.failed_at)).toBeGreaterThanOrEqual(1000);
+    expect(w.of("job:retry")).toHaveLength(1);
+    expect(w.of("job:failed")).toHaveLength(1);
+    expect(w.of("worker:error"), "no call of the worker was refused").toEqual([]);
+  }, 30_000);
+});
