@@ -1,0 +1,199 @@
+// Installs as a non-superuser (issue 11, item 1): a login role that owns its
+// database and is no superuser runs `idemq migrate`, or `idemq migrate sql`
+// piped to psql, and then every function works for it, fail() included (its
+// superuser-only SET plpgsql.variable_conflict stopped both). Also: the
+// script of `idemq roles sql` as a superuser, and `idemq roles grant`.
+import { execFile } from "node:child_process";
+import { afterAll, describe, expect, inject, it } from "vitest";
+import { ROLES } from "../../src/roles.ts";
+import { runCli } from "../helpers/cli.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { createLoginRole, createOwnedDatabase, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
+
+const databases: TestDatabase[] = [];
+
+afterAll(async () => {
+  await dropLoginRoles();
+  await Promise.all(databases.map((db) => db.drop()));
+});
+
+/** `... | psql -v ON_ERROR_STOP=1 url`: the script on psql's standard input. */
+function psqlWithInput(url: string, script: string): Promise<{ code: number; stderr: string }> {
+  const env = { ...process.env };
+  for (const key of Object.keys(env)) if (key.startsWith("PG")) delete env[key];
+  return new Promise((resolve) => {
+    const child = execFile("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", url], { env, maxBuffer: 16 * 1024 * 1024 }, (error, _out, stderr) =>
+      resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stderr }),
+    );
+    child.stdin?.end(script);
+  });
+}
+
+/** Every public function, as `owner` on `database`: each must work. */
+async function useEverything(owner: LoginRole, database: string): Promise<void> {
+  const c = await owner.connect(database);
+  const one = async (text: string, values: unknown[] = []) => (await c.query(text, values)).rows[0];
+  expect(await one("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")).toEqual({ rolsuper: false });
+  const { job_id: id } = await one("SELECT * FROM idemq.enqueue(task => 't', queue => 'q', idempotency_key => 'k')");
+  await one(`SELECT * FROM idemq.enqueue_many(jobs => '[{"task": "t", "queue": "q2"}]')`);
+  await one("SELECT idemq.wait_for_jobs(queues => ARRAY['q'])");
+  await one("SELECT idemq.stop_waiting(queues => ARRAY['q'])");
+  const claimed = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
+  expect(claimed).toMatchObject({ id, attempt: 1 });
+  await one("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[1])", [id]);
+  expect(await one(`SELECT * FROM idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "boom"}')`, [id])).toMatchObject({
+    state: "scheduled",
+  });
+  // The error fail() recorded is there, as the owner reads it.
+  expect(await one("SELECT j.errors->0->>'message' AS message FROM idemq.jobs j WHERE j.id = $1", [id])).toEqual({ message: "boom" });
+  await one("SELECT idemq.reschedule(job_id => $1, run_at => now())", [id]);
+  const again = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
+  expect(again).toMatchObject({ id, attempt: 2 });
+  await one("SELECT idemq.snooze(job_id => $1, attempt => 2, run_at => now())", [id]);
+  const third = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
+  await one("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, third.attempt]);
+  const [second] = (await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q2'])")).rows;
+  expect(await one("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id", [second.id, second.attempt])).toEqual({
+    id: second.id,
+  });
+  expect(await one("SELECT idemq.guard(key => 'g') AS go")).toEqual({ go: true });
+  await one("SELECT * FROM idemq.effect_claim(key => 'e', owner => 'o')");
+  await one("SELECT idemq.effect_done(key => 'e', owner => 'o', result => '{}')");
+  await one("SELECT * FROM idemq.effect_claim(key => 'e2', owner => 'o')");
+  await one("SELECT idemq.effect_release(key => 'e2', owner => 'o')");
+  const { job_id: other } = await one("SELECT * FROM idemq.enqueue(task => 't')");
+  expect(await one("SELECT idemq.cancel(job_id => $1)::text AS s", [other])).toEqual({ s: "cancelled" });
+  expect(await one("SELECT idemq.retry(job_id => $1)::text AS s", [other])).toEqual({ s: "enqueued" });
+  await one("SELECT idemq.rescue()");
+  await one("SELECT idemq.purge(older_than => '0 seconds')");
+  await one("SELECT idemq.prune_keys(older_than => '0 seconds')");
+  await one(`SELECT idemq.retry_horizon(backoff => '{"kind": "polynomial"}', counted_attempts => 1, max_attempts => 3)`);
+  await one("SELECT idemq.active_states(), idemq.terminal_states()");
+  expect((await c.query("SELECT * FROM idemq.stats()")).rows.length).toBeGreaterThan(0);
+}
+
+describe("a non-superuser who owns the database", () => {
+  it("`idemq migrate` installs idemq, and then every function works for it", async () => {
+    const owner = await createLoginRole("owner");
+    const database = await createOwnedDatabase(owner, inject("idemqTemplate"));
+    const migrated = await runCli(["migrate", "--json", "--database-url", owner.urlFor(database)], { timeoutMs: 120_000 });
+    expect(migrated.stderr).not.toMatch(/permission denied/);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(JSON.parse(migrated.stdout).applied.length).toBeGreaterThanOrEqual(5);
+    await useEverything(owner, database);
+  }, 180_000);
+
+  it("`idemq migrate sql | psql` installs idemq, and then every function works for it", async () => {
+    const owner = await createLoginRole("owner_psql");
+    const database = await createOwnedDatabase(owner, inject("idemqTemplate"));
+    const script = await runCli(["migrate", "sql", "--database-url", owner.urlFor(database)], { timeoutMs: 60_000 });
+    expect(script.code, script.stderr).toBe(0);
+    const psql = await psqlWithInput(owner.urlFor(database), script.stdout);
+    expect(psql.stderr).not.toMatch(/ERROR/);
+    expect(psql.code, psql.stderr).toBe(0);
+    await useEverything(owner, database);
+  }, 180_000);
+
+  it("with CREATEROLE, the migration keeps the idemq roles a concurrent creator made (they exist on this server) and grants them", async () => {
+    const owner = await createLoginRole("owner_cr", { createRole: true });
+    const database = await createOwnedDatabase(owner, inject("idemqTemplate"));
+    const migrated = await runCli(["migrate", "--database-url", owner.urlFor(database)], { timeoutMs: 120_000 });
+    expect(migrated.code, migrated.stderr).toBe(0);
+    const c = await owner.connect(database);
+    const { rows } = await c.query<{ role: string; exec: boolean }>(
+      "SELECT r AS role, has_function_privilege(r, 'idemq.claim(text,text[],integer,interval,text[])', 'EXECUTE') AS exec FROM unnest($1::text[]) r ORDER BY 1",
+      [Object.values(ROLES)],
+    );
+    expect(rows).toEqual([
+      { role: ROLES.admin, exec: true },
+      { role: ROLES.producer, exec: false },
+      { role: ROLES.worker, exec: true },
+    ]);
+  }, 180_000);
+});
+
+describe("fail() without its SET plpgsql.variable_conflict", () => {
+  it.each(["error", "use_column", "use_variable"])("records the error and schedules the retry alike under variable_conflict = %s (a fresh session compiles it anew)", async (setting) => {
+    const db = await freshDatabase({ poolSize: 1 });
+    databases.push(db);
+    const c = await db.newClient();
+    await c.query(`SET plpgsql.variable_conflict = ${setting}`);
+    const { rows } = await c.query("SELECT job_id FROM idemq.enqueue(task => 't', queue => 'vc', max_attempts => 2)");
+    const id = rows[0].job_id;
+    await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['vc'])");
+    const first = await c.query(`SELECT state::text, run_at IS NOT NULL AS has_run_at FROM idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "one"}')`, [id]);
+    expect(first.rows).toEqual([{ state: "scheduled", has_run_at: true }]);
+    await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [id]);
+    await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['vc'])");
+    const last = await c.query(`SELECT state::text, run_at FROM idemq.fail(job_id => $1, attempt => 2, error => '"two"')`, [id]);
+    expect(last.rows).toEqual([{ state: "failed", run_at: null }]);
+    const job = await c.query("SELECT j.errors FROM idemq.jobs j WHERE j.id = $1", [id]);
+    expect(job.rows[0].errors.map((e: { attempt: number; message: string; worker: string }) => [e.attempt, e.message, e.worker])).toEqual([
+      [1, "one", "w"],
+      [2, "two", "w"],
+    ]);
+    const config = await c.query("SELECT p.proconfig FROM pg_proc p WHERE p.oid = 'idemq.fail'::regproc");
+    expect(config.rows[0].proconfig).toEqual(["search_path=pg_catalog, pg_temp"]);
+  });
+});
+
+describe("idemq roles", () => {
+  it("roles sql prints a script a superuser runs twice with psql, on a migrated database: the roles exist and hold their privileges", async () => {
+    const sql = await runCli(["roles", "sql"]);
+    expect(sql.code, sql.stderr).toBe(0);
+    for (const role of Object.values(ROLES)) expect(sql.stdout).toContain(`'${role}'`);
+    const db = await freshDatabase({ poolSize: 2 });
+    databases.push(db);
+    for (let i = 0; i < 2; i++) {
+      const psql = await psqlWithInput(db.url, sql.stdout);
+      expect(psql.code, psql.stderr).toBe(0);
+    }
+    const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_roles WHERE rolname = ANY ($1)", [Object.values(ROLES)]);
+    expect(rows[0]!.n).toBe(3);
+    const enq = await db.pool.query("SELECT has_function_privilege($1, 'idemq.enqueue_many(jsonb)', 'EXECUTE') AS ok", [ROLES.producer]);
+    expect(enq.rows[0]).toEqual({ ok: true });
+  });
+
+  it("roles grant makes a login role a member (--json), says so when it already is, and refuses clearly", async () => {
+    const app = await createLoginRole("app");
+    const db = await freshDatabase({ poolSize: 2 });
+    databases.push(db);
+    const url = { DATABASE_URL: db.url };
+    const granted = await runCli(["roles", "grant", app.name, "--worker", "--producer", "--json"], { env: url });
+    expect(granted.code, granted.stderr).toBe(0);
+    expect(JSON.parse(granted.stdout)).toEqual({
+      role: app.name,
+      granted: [
+        { role: ROLES.producer, alreadyMember: false },
+        { role: ROLES.worker, alreadyMember: false },
+      ],
+    });
+    const { rows } = await db.pool.query("SELECT pg_has_role($1, $2, 'MEMBER') AS worker, pg_has_role($1, $3, 'MEMBER') AS admin", [app.name, ROLES.worker, ROLES.admin]);
+    expect(rows[0]).toEqual({ worker: true, admin: false });
+
+    const again = await runCli(["roles", "grant", app.name, "--worker"], { env: url });
+    expect(again).toMatchObject({ code: 0, stdout: `${app.name} was already a member of ${ROLES.worker}.\n` });
+
+    const none = await runCli(["roles", "grant", app.name], { env: url });
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/--producer, --worker or --admin/);
+
+    const missing = await runCli(["roles", "grant", "no_such_role_iqt", "--admin"], { env: url });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr.trim().split("\n")).toHaveLength(1);
+    expect(missing.stderr).toMatch(/role "no_such_role_iqt" does not exist: create the login role first/);
+
+    // A login role without CREATEROLE may not grant: the server's refusal, with what it takes.
+    const refused = await runCli(["roles", "grant", app.name, "--admin"], { env: { DATABASE_URL: app.urlFor(db.name) } });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/takes a superuser, or CREATEROLE/);
+    expect(refused.stderr).toMatch(/SQLSTATE 42501/);
+  });
+
+  it("roles --help and roles grant --help show examples", async () => {
+    const help = await runCli(["roles", "grant", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/Examples:\n {2}idemq roles grant app_worker --worker/);
+    expect((await runCli(["roles", "sql", "--help"])).stdout).toMatch(/Examples:/);
+  });
+});
