@@ -145,12 +145,17 @@ export function renderMigration(name, diff, state, from, files) {
   for (const n of drops(diff.removed, state)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
   const upRevokes = revoke([...diff.created, ...resigned]);
   if (upRevokes.length > 0) lines.push("-- Private helpers are for the public functions only.", ...upRevokes, "");
+  // A function created (or created again) has PUBLIC's default EXECUTE and
+  // none of the roles' grants: idemq._grant_roles() gives them, where it exists.
+  const regrant = ["-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).", "SELECT count(*) FROM idemq._grant_roles();", ""];
+  if (files.has("_grant_roles") && diff.created.length + resigned.size > 0) lines.push(...regrant);
   lines.push("-- Down Migration", "");
   for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
   for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
   const downRevokes = revoke([...diff.removed, ...resigned]);
   if (downRevokes.length > 0) lines.push(...downRevokes);
   if (diff.created.length + downRevokes.length > 0) lines.push("");
+  if (state.has("_grant_roles") && diff.removed.length + resigned.size > 0) lines.push(...regrant);
   lines.push("-- Hand-written reversal of the schema changes above goes here, after the functions.", "");
   return lines.join("\n");
 }

@@ -2647,7 +2647,7 @@ COMMENT ON FUNCTION idemq.wait_for_jobs(text[]) IS
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._grant_roles FROM PUBLIC;
 
--- PUBLIC loses EXECUTE on every function; the roles that exist get theirs.
+-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
 SELECT count(*) FROM idemq._grant_roles();
 
 -- Down Migration

@@ -1,7 +1,9 @@
 // A description of one schema read from pg_catalog: tables and their columns,
 // constraints, indexes, types, functions (with their source and privileges),
 // views, triggers and sequences. Two databases built by different paths
-// (migrate, psql script, up-down-up) must describe the same.
+// (migrate, psql script, up-down-up) must describe the same. Privileges are
+// the ones in effect, sorted: a NULL ACL reads as its default, which a GRANT
+// and REVOKE back leave spelled out.
 import type pg from "pg";
 
 export interface CatalogSnapshot {
@@ -18,7 +20,10 @@ export interface CatalogSnapshot {
 
 const QUERIES: Record<keyof CatalogSnapshot, string> = {
   relations: `
-    SELECT c.relname AS name, c.relkind AS kind, c.relacl::text AS acl,
+    SELECT c.relname AS name, c.relkind AS kind, (SELECT array_agg(a::text ORDER BY a::text)
+              FROM unnest(CASE WHEN c.relkind IN ('r', 'p', 'v', 'm', 'f') THEN coalesce(c.relacl, acldefault('r', c.relowner))
+                               WHEN c.relkind = 'S' THEN coalesce(c.relacl, acldefault('s', c.relowner))
+                               ELSE c.relacl END) a)::text AS acl,
            obj_description(c.oid, 'pg_class') AS comment
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
      WHERE n.nspname = $1
@@ -61,7 +66,7 @@ const QUERIES: Record<keyof CatalogSnapshot, string> = {
            pg_get_function_arguments(p.oid) AS arguments_with_defaults,
            pg_get_function_result(p.oid) AS result, p.prokind AS kind, l.lanname AS language,
            p.provolatile AS volatility, p.proisstrict AS strict, p.prosecdef AS security_definer,
-           p.proconfig AS config, p.proacl::text AS acl, p.prosrc AS source,
+           p.proconfig AS config, (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a)::text AS acl, p.prosrc AS source,
            obj_description(p.oid, 'pg_proc') AS comment
       FROM pg_proc p
       JOIN pg_namespace n ON n.oid = p.pronamespace
