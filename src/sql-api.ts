@@ -191,7 +191,8 @@ async function callInline<F extends SqlFunction, R extends pg.QueryResultRow>(
     throw fromPgError(err, databaseOf(client));
   }
   const all = Array.isArray(results) ? results : [results];
-  return all[around.before === undefined ? 0 : 1]!.rows;
+  // The function's result comes before the statements of `after`, whatever `before` holds.
+  return all[all.length - 1 - (around.after === undefined ? 0 : around.after.split(";").length)]!.rows;
 }
 
 async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, args: Args<F>): Promise<T> {
@@ -516,12 +517,13 @@ export function rescue(db: Queryable): Promise<number> {
 
 /** true: go ahead (in this transaction); false: another delivery already committed this effect. */
 /** BEGIN and guard() in one round trip: opens the transaction a transactional job runs in. */
-export async function beginWithGuard(client: pg.ClientBase, key: string, task?: string): Promise<boolean> {
+/** `begin` opens the transaction (BEGIN, perhaps followed by SET LOCAL statements). */
+export async function beginWithGuard(client: pg.ClientBase, key: string, task?: string, begin = "BEGIN"): Promise<boolean> {
   const rows = await callInline<"guard", { r: boolean }>(
     client,
     "guard",
     { key: requiredText(key, "key"), task: text(task, "task") },
-    { before: "BEGIN" },
+    { before: begin },
   );
   return rows[0]!.r;
 }

@@ -3,8 +3,9 @@
 //
 //   effect_claim -> claimed:   call fn(key), then effect_done with its result
 //                   done:      return the stored result; fn is not called
-//                   busy:      throw EffectBusyError, a retryable error (never skip:
-//                              the other run may yet fail and release the claim)
+//                   busy:      throw EffectBusyError; the worker snoozes the job
+//                              (no attempt spent, never a skip: the other run
+//                              may yet fail and release the claim)
 //                   reclaimed: an earlier claim went stale, its owner may have made
 //                              the call: reconcile(key) first when given (it may
 //                              return the earlier result), else call fn(key) again
@@ -19,7 +20,7 @@ import type { HeldJob } from "./held-jobs.ts";
 import type { EffectOptions } from "./types.ts";
 import type { WorkerState } from "./worker-state.ts";
 
-/** effect_claim answered busy: a fresh claim on the key is held elsewhere. The job is retried. */
+/** effect_claim answered busy: a fresh claim on the key is held elsewhere. The job is snoozed, its attempt not spent. */
 export class EffectBusyError extends Error {
   readonly key: string;
   constructor(key: string) {

@@ -23,6 +23,7 @@ import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo } from "./events.ts";
 import { isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
+import { jitter } from "./timers.ts";
 import type { NormalizedTask } from "./task-config.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
@@ -112,8 +113,9 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
   client.on("error", onConnectionError);
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
-    if (key === null) await client.query("BEGIN");
-    else if (!(await sql.beginWithGuard(client, key, held.job.task))) duplicateOf = key;
+    const begin = beginStatement(state, held);
+    if (key === null) await client.query(begin);
+    else if (!(await sql.beginWithGuard(client, key, held.job.task, begin))) duplicateOf = key;
     let result: unknown;
     if (duplicateOf === undefined) {
       result = await task.run(held.job.payload, makeContext(state, held, client) as never);
@@ -169,6 +171,11 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     return leaseLost(state, held, error.message);
   }
   if (held.fencedOut) return leaseLost(state, held, "the lease was lost while the handler ran; its error is discarded");
+  if (error instanceof EffectBusyError) {
+    // "Not yet" is no failure: the job waits for the other run without spending an attempt.
+    held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
+    return snoozeJob(state, held);
+  }
   const task = held.task;
   const permanent = isPermanent(task, error);
   const retryable = !permanent;
@@ -194,6 +201,20 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   } finally {
     state.held.remove(held);
   }
+}
+
+/**
+ * BEGIN for a transactional job, with idle_in_transaction_session_timeout a
+ * little above the job's lease: the session of a worker that froze or was
+ * cut off (its heartbeats stopped, its lease ran out, it can never commit)
+ * is ended by the server instead of holding the guard row and its locks for
+ * hours. A live handler must not leave its transaction idle that long. SET LOCAL, so it works through a transaction pooler and ends with
+ * the transaction.
+ */
+function beginStatement(state: WorkerState, held: HeldJob): string {
+  const leaseMs = held.task?.lease?.ms ?? state.settings.lease.ms;
+  const timeoutMs = Math.round(leaseMs + state.settings.idleInTransactionMarginMs);
+  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`;
 }
 
 function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean {
