@@ -68,7 +68,7 @@ export const SQL_FUNCTIONS = {
   snooze: ["job_id", "attempt", "run_at"],
   rescue: [],
   guard: ["key", "task"],
-  effect_claim: ["key", "owner", "stale_after"],
+  effect_claim: ["key", "owner", "stale_after", "job_id", "attempt"],
   effect_done: ["key", "owner", "result"],
   effect_release: ["key", "owner"],
   cancel: ["job_id"],
@@ -542,12 +542,18 @@ export async function effectClaim(
   db: Queryable,
   key: string,
   owner: string,
-  opts: { staleAfter?: Duration | undefined } = {},
+  opts: {
+    staleAfter?: Duration | undefined;
+    /** The job attempt the claim is made for: a claim left by an earlier attempt of it is reclaimed at once. */
+    attemptOf?: JobAttempt | undefined;
+  } = {},
 ): Promise<EffectClaimResult> {
   const rows = await call<"effect_claim", { status: EffectStatus; result: unknown }>(db, "effect_claim", {
     key: requiredText(key, "key"),
     owner: requiredText(owner, "owner"),
     stale_after: interval(opts.staleAfter),
+    job_id: opts.attemptOf === undefined ? undefined : toJobId(opts.attemptOf.jobId),
+    attempt: opts.attemptOf === undefined ? undefined : integer(opts.attemptOf.attempt, "attempt"),
   });
   const row = rows[0]!;
   return { status: row.status, result: row.result };
