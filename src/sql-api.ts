@@ -63,7 +63,7 @@ export const SQL_FUNCTIONS = {
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
   complete: ["job_id", "attempt", "result"],
   complete_many: ["job_ids", "attempts"],
-  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts"],
+  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts", "counted"],
   heartbeat: ["job_ids", "attempts", "lease"],
   snooze: ["job_id", "attempt", "run_at"],
   rescue: [],
@@ -444,6 +444,8 @@ export interface FailOptions {
   backoff?: Backoff;
   /** A limit lower than the job's max_attempts (counted attempts: snoozes do not count). */
   maxAttempts?: number;
+  /** false: record the error without spending the attempt, retry at once (a hand-back at shutdown). */
+  counted?: boolean;
 }
 
 /** What fail() decided: the job's new state, and when its retry runs (null when it failed). */
@@ -468,6 +470,7 @@ export async function fail(
     retry_at: instant(opts.retryAt, "retryAt"),
     backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
     max_attempts: opts.maxAttempts === undefined ? undefined : integer(opts.maxAttempts, "maxAttempts"),
+    counted: opts.counted,
   });
   const { state, run_at: runAt } = rows[0]!;
   return state === "failed" ? { state, runAt: null } : { state, runAt: runAt! };
