@@ -79,6 +79,24 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
   }
 }
 
+/**
+ * pool.connect() with `onError` listening from the moment of checkout, not
+ * from the next tick: a new connection's ReadyForQuery and a FATAL (a server
+ * shutting down sends 57P01 to every session) can arrive in one TCP read, and
+ * node-postgres emits the FATAL in the same tick that hands the client over,
+ * before an `await pool.connect()` resumes; with no listener that 'error'
+ * ends the process (seen in CI during `pg_ctl stop -m fast`).
+ */
+function checkOutListening(pool: pg.Pool, onError: (error: Error) => void): Promise<pg.PoolClient> {
+  return new Promise((resolve, reject) => {
+    pool.connect((error, client) => {
+      if (error !== undefined && error !== null) return reject(error);
+      client!.on("error", onError);
+      resolve(client!);
+    });
+  });
+}
+
 /** started -> finished, and the slot goes to the next job. */
 function handlerOver(state: WorkerState, held: HeldJob): void {
   state.held.finish(held);
@@ -86,22 +104,6 @@ function handlerOver(state: WorkerState, held: HeldJob): void {
 }
 
 async function runTransactional(state: WorkerState, held: HeldJob, task: NormalizedTask): Promise<void> {
-  let client: pg.PoolClient;
-  try {
-    client = await state.pool.connect();
-  } catch (error) {
-    handlerOver(state, held);
-    return failJob(state, held, error);
-  }
-  if (isReleased(held)) {
-    // Handed back at shutdown while waiting for a connection.
-    client.release();
-    state.held.freeSlot(held);
-    return;
-  }
-  held.tx = client;
-  let outcome: Outcome;
-  let duplicateOf: string | undefined;
   let broken: Error | undefined;
   // pg-pool drops its idle-client error listener at checkout, and node-postgres
   // emits 'error' on a FATAL message (a terminated backend) or a lost socket:
@@ -110,7 +112,23 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
   const onConnectionError = (error: Error): void => {
     broken ??= error;
   };
-  client.on("error", onConnectionError);
+  let client: pg.PoolClient;
+  try {
+    client = await checkOutListening(state.pool, onConnectionError);
+  } catch (error) {
+    handlerOver(state, held);
+    return failJob(state, held, error);
+  }
+  if (isReleased(held)) {
+    // Handed back at shutdown while waiting for a connection.
+    client.removeListener("error", onConnectionError);
+    client.release(broken);
+    state.held.freeSlot(held);
+    return;
+  }
+  held.tx = client;
+  let outcome: Outcome;
+  let duplicateOf: string | undefined;
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
     const begin = beginStatement(state, held);
