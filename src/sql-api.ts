@@ -63,12 +63,12 @@ export const SQL_FUNCTIONS = {
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
   complete: ["job_id", "attempt", "result"],
   complete_many: ["job_ids", "attempts"],
-  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts"],
+  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts", "counted"],
   heartbeat: ["job_ids", "attempts", "lease"],
   snooze: ["job_id", "attempt", "run_at"],
   rescue: [],
   guard: ["key", "task"],
-  effect_claim: ["key", "owner", "stale_after"],
+  effect_claim: ["key", "owner", "stale_after", "job_id", "attempt"],
   effect_done: ["key", "owner", "result"],
   effect_release: ["key", "owner"],
   cancel: ["job_id"],
@@ -191,7 +191,8 @@ async function callInline<F extends SqlFunction, R extends pg.QueryResultRow>(
     throw fromPgError(err, databaseOf(client));
   }
   const all = Array.isArray(results) ? results : [results];
-  return all[around.before === undefined ? 0 : 1]!.rows;
+  // The function's result comes before the statements of `after`, whatever `before` holds.
+  return all[all.length - 1 - (around.after === undefined ? 0 : around.after.split(";").length)]!.rows;
 }
 
 async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, args: Args<F>): Promise<T> {
@@ -443,6 +444,8 @@ export interface FailOptions {
   backoff?: Backoff;
   /** A limit lower than the job's max_attempts (counted attempts: snoozes do not count). */
   maxAttempts?: number;
+  /** false: record the error without spending the attempt, retry at once (a hand-back at shutdown). */
+  counted?: boolean;
 }
 
 /** What fail() decided: the job's new state, and when its retry runs (null when it failed). */
@@ -467,6 +470,7 @@ export async function fail(
     retry_at: instant(opts.retryAt, "retryAt"),
     backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
     max_attempts: opts.maxAttempts === undefined ? undefined : integer(opts.maxAttempts, "maxAttempts"),
+    counted: opts.counted,
   });
   const { state, run_at: runAt } = rows[0]!;
   return state === "failed" ? { state, runAt: null } : { state, runAt: runAt! };
@@ -516,12 +520,13 @@ export function rescue(db: Queryable): Promise<number> {
 
 /** true: go ahead (in this transaction); false: another delivery already committed this effect. */
 /** BEGIN and guard() in one round trip: opens the transaction a transactional job runs in. */
-export async function beginWithGuard(client: pg.ClientBase, key: string, task?: string): Promise<boolean> {
+/** `begin` opens the transaction (BEGIN, perhaps followed by SET LOCAL statements). */
+export async function beginWithGuard(client: pg.ClientBase, key: string, task?: string, begin = "BEGIN"): Promise<boolean> {
   const rows = await callInline<"guard", { r: boolean }>(
     client,
     "guard",
     { key: requiredText(key, "key"), task: text(task, "task") },
-    { before: "BEGIN" },
+    { before: begin },
   );
   return rows[0]!.r;
 }
@@ -540,12 +545,18 @@ export async function effectClaim(
   db: Queryable,
   key: string,
   owner: string,
-  opts: { staleAfter?: Duration | undefined } = {},
+  opts: {
+    staleAfter?: Duration | undefined;
+    /** The job attempt the claim is made for: a claim left by an earlier attempt of it is reclaimed at once. */
+    attemptOf?: JobAttempt | undefined;
+  } = {},
 ): Promise<EffectClaimResult> {
   const rows = await call<"effect_claim", { status: EffectStatus; result: unknown }>(db, "effect_claim", {
     key: requiredText(key, "key"),
     owner: requiredText(owner, "owner"),
     stale_after: interval(opts.staleAfter),
+    job_id: opts.attemptOf === undefined ? undefined : toJobId(opts.attemptOf.jobId),
+    attempt: opts.attemptOf === undefined ? undefined : integer(opts.attemptOf.attempt, "attempt"),
   });
   const row = rows[0]!;
   return { status: row.status, result: row.result };

@@ -1,4 +1,5 @@
--- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
+-- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes',
+--                    job_id bigint DEFAULT NULL, attempt int DEFAULT NULL)
 --   RETURNS TABLE(status text, result jsonb)
 --
 -- The claim-first record for an effect outside the database (an email, a
@@ -8,19 +9,28 @@
 -- Guarantees: status is one of
 --   claimed   no record existed: this owner may make the call;
 --   reclaimed an earlier claim is older than stale_after (its owner likely
---             died, perhaps after the call): check with the external system
---             first, or resend with the same idempotency key;
+--             died, perhaps after the call), or was made by an earlier
+--             attempt of the caller's own job (job_id, attempt given and the
+--             caller holds that attempt: the earlier one is fenced out, so
+--             there is no need to wait out stale_after): check with the
+--             external system first, or resend with the same idempotency key;
 --   done      the effect was recorded; result holds what the call returned;
 --   busy      a fresh claim is held by someone (this owner included): retry
 --             later, never skip.
 --   Of several concurrent reclaimers of one stale claim exactly one gets
 --   `reclaimed`; the others get `busy`.
 -- Concurrency: the primary key serialises first claims; the reclaim is an
---   UPDATE conditioned on claimed_at, re-checked after a concurrent reclaimer
---   commits, so only one wins.
--- Errors: 22004 NULL argument; 22023 empty key/owner or stale_after <= 0.
+--   UPDATE conditioned on claimed_at (or on the claim's job and attempt),
+--   re-checked after a concurrent reclaimer commits, so only one wins.
+-- Errors: 22004 NULL argument; 22023 empty key/owner, stale_after <= 0, or
+--   only one of job_id and attempt given.
 -- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
-CREATE OR REPLACE FUNCTION idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
+CREATE OR REPLACE FUNCTION idemq.effect_claim(
+  key text,
+  owner text,
+  stale_after interval DEFAULT '10 minutes',
+  job_id bigint DEFAULT NULL,
+  attempt int DEFAULT NULL)
 RETURNS TABLE(status text, result jsonb)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -41,21 +51,33 @@ BEGIN
       MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
       HINT = 'stale_after should exceed the longest the external call can take.';
   END IF;
+  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: job_id and attempt go together',
+      HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
+  END IF;
 
   LOOP
     v_round := v_round + 1;
-    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at)
-    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp())
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
     ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
     IF FOUND THEN
       status := 'claimed'; result := NULL;
       RETURN NEXT; RETURN;
     END IF;
 
+    -- Stale, or left by an earlier attempt of the job the caller holds now
+    -- (fencing: that attempt can no longer finish, so its claim is dead).
     UPDATE idemq.effects AS e
-    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
+        job_id = effect_claim.job_id, attempt = effect_claim.attempt
     WHERE e.key = effect_claim.key AND e.status = 'claimed'
-      AND e.claimed_at < clock_timestamp() - effect_claim.stale_after;
+      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
+           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
+               AND EXISTS (SELECT 1 FROM idemq.jobs j
+                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
+                             AND idemq._held(j.lease_expires_at, j.locked_by))));
     IF FOUND THEN
       status := 'reclaimed'; result := NULL;
       RETURN NEXT; RETURN;
@@ -76,5 +98,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.effect_claim(text, text, interval) IS
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int) IS
   'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';

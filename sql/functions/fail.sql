@@ -1,6 +1,7 @@
 -- idemq.fail(job_id bigint, attempt int, error jsonb, retryable boolean DEFAULT true,
 --   retry_at timestamptz DEFAULT NULL, backoff jsonb DEFAULT NULL,
---   max_attempts int DEFAULT NULL) RETURNS TABLE(state idemq.job_state, run_at timestamptz)
+--   max_attempts int DEFAULT NULL, counted boolean DEFAULT true)
+--   RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 --
 -- Records a failed attempt; schedules a retry or fails the job for good.
 -- Returns one row: the job's new state and the run_at of its retry (NULL
@@ -20,13 +21,17 @@
 --     worker's task settings): the delay is _backoff_delay(backoff, counted
 --     attempts) on the database clock, and the job fails once the counted
 --     attempts reach the lower of the two limits.
+--   * counted = false records the error without spending the attempt (a
+--     worker handing a job back at shutdown: the attempt was cut short, it
+--     did not fail): it does not count against max_attempts, like a snooze,
+--     and the retry runs at retry_at or at once, with no backoff.
 --   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs
 --     when a listener waits (_notify_waiting).
 --   * Fenced like complete(): a stale attempt changes nothing.
 --   * The returned run_at is the one source of the retry time: a worker reports
 --     it instead of computing the backoff again.
 -- Concurrency: row lock on the job, as complete().
--- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable;
+-- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable/counted;
 --   22023 error is not a JSON object or string, a malformed backoff,
 --   max_attempts < 1.
 -- Tests: test/sql/fail.test.ts, test/sql/backoff.test.ts
@@ -37,7 +42,8 @@ CREATE OR REPLACE FUNCTION idemq.fail(
   retryable boolean DEFAULT true,
   retry_at timestamptz DEFAULT NULL,
   backoff jsonb DEFAULT NULL,
-  max_attempts int DEFAULT NULL)
+  max_attempts int DEFAULT NULL,
+  counted boolean DEFAULT true)
 RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -55,9 +61,9 @@ DECLARE
   v_due record;
   v_problem text;
 BEGIN
-  IF fail.error IS NULL OR fail.retryable IS NULL THEN
+  IF fail.error IS NULL OR fail.retryable IS NULL OR fail.counted IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'fail: error and retryable must not be NULL',
+      MESSAGE = 'fail: error, retryable and counted must not be NULL',
       HINT = 'Pass the error as {"class": "TimeoutError", "message": "..."}.';
   END IF;
   v_error := CASE jsonb_typeof(fail.error)
@@ -88,16 +94,18 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
   END IF;
-  v_state := CASE WHEN NOT fail.retryable
-                    OR v_job.attempt - v_job.uncounted >= least(v_job.max_attempts, fail.max_attempts)
-                  THEN 'failed' ELSE 'scheduled' END;
+  v_state := CASE WHEN NOT fail.retryable THEN 'failed'
+                  WHEN NOT fail.counted THEN 'scheduled'
+                  WHEN v_job.attempt - v_job.uncounted >= least(v_job.max_attempts, fail.max_attempts) THEN 'failed'
+                  ELSE 'scheduled' END;
 
   UPDATE idemq.jobs AS j
   SET state = v_state,
-      run_at = CASE WHEN v_state = 'scheduled'
-                    THEN coalesce(fail.retry_at, now() + idemq._backoff_delay(coalesce(nullif(fail.backoff, 'null'), v_job.backoff),
-                                                                  v_job.attempt - v_job.uncounted))
-                    ELSE j.run_at END,
+      run_at = CASE WHEN v_state <> 'scheduled' THEN j.run_at
+                    WHEN NOT fail.counted THEN coalesce(fail.retry_at, now())
+                    ELSE coalesce(fail.retry_at, now() + idemq._backoff_delay(coalesce(nullif(fail.backoff, 'null'), v_job.backoff),
+                                                                  v_job.attempt - v_job.uncounted)) END,
+      uncounted = j.uncounted + CASE WHEN fail.counted THEN 0 ELSE 1 END,
       finished_at = CASE WHEN v_state = 'failed' THEN now() END,
       errors = j.errors || jsonb_build_array(v_error || jsonb_build_object(
         'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by)),
@@ -115,5 +123,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int) IS
+COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean) IS
   'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';

@@ -7,7 +7,8 @@
 --   * A job in processing whose lease_expires_at has passed (a crashed or
 --     partitioned worker) goes back to enqueued, runnable now, or to failed
 --     when that was its last counted attempt, or to expired when it is past
---     its expires_at (it could never be claimed again). Its errors record
+--     its expires_at (it could never be claimed again). It keeps its run_at,
+--     so it is claimed ahead of the jobs that became due after it. Its errors record
 --     {"class": "LeaseExpired", "message": "lease expired", ...}, and the next
 --     claim reports reclaimed = true. The old attempt is fenced out from then on.
 --   * Every active job that is not processing and is past its expires_at
@@ -47,7 +48,8 @@ BEGIN
                      ELSE 'enqueued' END::idemq.job_state,
         finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts OR j.expires_at <= now()
                            THEN now() END,
-        run_at = now(),
+        -- run_at stays: the job was due before the backlog behind it, and
+        -- keeps its place in line (claim orders by priority, run_at, id).
         lease_lost = true,
         errors = j.errors || jsonb_build_array(jsonb_build_object(
           'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,

@@ -142,7 +142,7 @@ const WAIT_BACKOFF_MS = { first: 100, max: 5_000 };
  * waitForServerMs: one line when the wait begins and one when it ends (not one
  * per try), retries on a capped, jittered backoff.
  */
-async function waitForServer(url: string, options: OpenDatabaseOptions): Promise<void> {
+export async function waitForServer(url: string, options: Pick<OpenDatabaseOptions, "waitForServerMs" | "log">): Promise<void> {
   const budget = options.waitForServerMs ?? 0;
   if (budget <= 0) return;
   const target = describeTarget(url);

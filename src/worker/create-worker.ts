@@ -79,11 +79,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
         fallback_application_name: APPLICATION_NAME.pool,
         // One connection per running transactional job, plus claim, completion, heartbeat and maintenance.
         max: this.settings.concurrency + 4,
+        keepAlive: true,
+        keepAliveInitialDelayMillis: this.settings.keepAliveDelayMs,
         ...options.poolConfig,
         connectionString: options.connectionString,
       });
       this.ownsPool = true;
-      listenConfig = { connectionString: options.connectionString };
+      listenConfig = {
+        connectionString: options.connectionString,
+        keepAlive: true,
+        keepAliveInitialDelayMillis: this.settings.keepAliveDelayMs,
+      };
     } else {
       throw new WorkerConfigError("createWorker needs { connectionString } or { pool }");
     }

@@ -24,6 +24,18 @@ export const WORKER_DEFAULTS = {
   completionBatch: 1000,
   /** Wait before retrying a failed claim or completion (jittered). */
   errorBackoff: "1 second",
+  /**
+   * How long a transactional job's transaction may sit idle beyond its lease
+   * before the server ends the session (idle_in_transaction_session_timeout):
+   * a worker that froze or was cut off has stopped heartbeating by then, its
+   * lease ran out and the attempt can no longer commit, so its session stops
+   * holding the guard row and locks (instead of until TCP gives up, hours).
+   */
+  idleInTransactionMargin: "5 seconds",
+  /** TCP keepalive probes start after this much silence on a worker connection (a frozen network is noticed). */
+  keepAliveDelay: "10 seconds",
+  /** A job whose ctx.effect answered busy runs again after about this long (jittered ±50%), its attempt not spent. */
+  effectBusySnooze: "5 seconds",
 } as const;
 
 /** The largest batch claim() accepts (its batch_size range is 1..1000). */

@@ -3,9 +3,12 @@
 //
 //   effect_claim -> claimed:   call fn(key), then effect_done with its result
 //                   done:      return the stored result; fn is not called
-//                   busy:      throw EffectBusyError, a retryable error (never skip:
-//                              the other run may yet fail and release the claim)
-//                   reclaimed: an earlier claim went stale, its owner may have made
+//                   busy:      throw EffectBusyError; the worker snoozes the job
+//                              (no attempt spent, never a skip: the other run
+//                              may yet fail and release the claim)
+//                   reclaimed: an earlier claim went stale (or an earlier attempt of
+//                              this job left it: fenced out, it is reclaimed at
+//                              once), its owner may have made
 //                              the call: reconcile(key) first when given (it may
 //                              return the earlier result), else call fn(key) again
 //                              with the same key, so an API that honours
@@ -19,7 +22,7 @@ import type { HeldJob } from "./held-jobs.ts";
 import type { EffectOptions } from "./types.ts";
 import type { WorkerState } from "./worker-state.ts";
 
-/** effect_claim answered busy: a fresh claim on the key is held elsewhere. The job is retried. */
+/** effect_claim answered busy: a fresh claim on the key is held elsewhere. The job is snoozed, its attempt not spent. */
 export class EffectBusyError extends Error {
   readonly key: string;
   constructor(key: string) {
@@ -46,7 +49,10 @@ export async function runEffect<T>(
   // A lost lease (or a shutdown past its timeout): start no new external call.
   held.controller.signal.throwIfAborted();
   const owner = effectOwner(state, held);
-  const claim = await sql.effectClaim(state.pool, key, owner, { staleAfter: options.staleAfter });
+  const claim = await sql.effectClaim(state.pool, key, owner, {
+    staleAfter: options.staleAfter,
+    attemptOf: { jobId: held.job.id, attempt: held.job.attempt },
+  });
   switch (claim.status) {
     case "done":
       return claim.result as T;

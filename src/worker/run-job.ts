@@ -23,6 +23,7 @@ import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo } from "./events.ts";
 import { isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
+import { jitter } from "./timers.ts";
 import type { NormalizedTask } from "./task-config.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
@@ -78,6 +79,24 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
   }
 }
 
+/**
+ * pool.connect() with `onError` listening from the moment of checkout, not
+ * from the next tick: a new connection's ReadyForQuery and a FATAL (a server
+ * shutting down sends 57P01 to every session) can arrive in one TCP read, and
+ * node-postgres emits the FATAL in the same tick that hands the client over,
+ * before an `await pool.connect()` resumes; with no listener that 'error'
+ * ends the process (seen in CI during `pg_ctl stop -m fast`).
+ */
+function checkOutListening(pool: pg.Pool, onError: (error: Error) => void): Promise<pg.PoolClient> {
+  return new Promise((resolve, reject) => {
+    pool.connect((error, client) => {
+      if (error !== undefined && error !== null) return reject(error);
+      client!.on("error", onError);
+      resolve(client!);
+    });
+  });
+}
+
 /** started -> finished, and the slot goes to the next job. */
 function handlerOver(state: WorkerState, held: HeldJob): void {
   state.held.finish(held);
@@ -85,22 +104,6 @@ function handlerOver(state: WorkerState, held: HeldJob): void {
 }
 
 async function runTransactional(state: WorkerState, held: HeldJob, task: NormalizedTask): Promise<void> {
-  let client: pg.PoolClient;
-  try {
-    client = await state.pool.connect();
-  } catch (error) {
-    handlerOver(state, held);
-    return failJob(state, held, error);
-  }
-  if (isReleased(held)) {
-    // Handed back at shutdown while waiting for a connection.
-    client.release();
-    state.held.freeSlot(held);
-    return;
-  }
-  held.tx = client;
-  let outcome: Outcome;
-  let duplicateOf: string | undefined;
   let broken: Error | undefined;
   // pg-pool drops its idle-client error listener at checkout, and node-postgres
   // emits 'error' on a FATAL message (a terminated backend) or a lost socket:
@@ -109,11 +112,28 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
   const onConnectionError = (error: Error): void => {
     broken ??= error;
   };
-  client.on("error", onConnectionError);
+  let client: pg.PoolClient;
+  try {
+    client = await checkOutListening(state.pool, onConnectionError);
+  } catch (error) {
+    handlerOver(state, held);
+    return failJob(state, held, error);
+  }
+  if (isReleased(held)) {
+    // Handed back at shutdown while waiting for a connection.
+    client.removeListener("error", onConnectionError);
+    client.release(broken);
+    state.held.freeSlot(held);
+    return;
+  }
+  held.tx = client;
+  let outcome: Outcome;
+  let duplicateOf: string | undefined;
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
-    if (key === null) await client.query("BEGIN");
-    else if (!(await sql.beginWithGuard(client, key, held.job.task))) duplicateOf = key;
+    const begin = beginStatement(state, held);
+    if (key === null) await client.query(begin);
+    else if (!(await sql.beginWithGuard(client, key, held.job.task, begin))) duplicateOf = key;
     let result: unknown;
     if (duplicateOf === undefined) {
       result = await task.run(held.job.payload, makeContext(state, held, client) as never);
@@ -169,6 +189,11 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     return leaseLost(state, held, error.message);
   }
   if (held.fencedOut) return leaseLost(state, held, "the lease was lost while the handler ran; its error is discarded");
+  if (error instanceof EffectBusyError) {
+    // "Not yet" is no failure: the job waits for the other run without spending an attempt.
+    held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
+    return snoozeJob(state, held);
+  }
   const task = held.task;
   const permanent = isPermanent(task, error);
   const retryable = !permanent;
@@ -194,6 +219,20 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   } finally {
     state.held.remove(held);
   }
+}
+
+/**
+ * BEGIN for a transactional job, with idle_in_transaction_session_timeout a
+ * little above the job's lease: the session of a worker that froze or was
+ * cut off (its heartbeats stopped, its lease ran out, it can never commit)
+ * is ended by the server instead of holding the guard row and its locks for
+ * hours. A live handler must not leave its transaction idle that long. SET LOCAL, so it works through a transaction pooler and ends with
+ * the transaction.
+ */
+function beginStatement(state: WorkerState, held: HeldJob): string {
+  const leaseMs = held.task?.lease?.ms ?? state.settings.lease.ms;
+  const timeoutMs = Math.round(leaseMs + state.settings.idleInTransactionMarginMs);
+  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`;
 }
 
 function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean {

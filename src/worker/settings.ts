@@ -22,6 +22,9 @@ export interface Settings {
   handleSignals: boolean;
   errorBackoffMs: number;
   completionBatch: number;
+  idleInTransactionMarginMs: number;
+  keepAliveDelayMs: number;
+  effectBusySnoozeMs: number;
 }
 
 export function normalizeSettings(options: WorkerOptions): Settings {
@@ -64,6 +67,9 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     handleSignals: options.handleSignals ?? true,
     errorBackoffMs: durationMs(WORKER_DEFAULTS.errorBackoff, "errorBackoff"),
     completionBatch: WORKER_DEFAULTS.completionBatch,
+    idleInTransactionMarginMs: durationMs(WORKER_DEFAULTS.idleInTransactionMargin, "idleInTransactionMargin"),
+    keepAliveDelayMs: durationMs(WORKER_DEFAULTS.keepAliveDelay, "keepAliveDelay"),
+    effectBusySnoozeMs: durationMs(WORKER_DEFAULTS.effectBusySnooze, "effectBusySnooze"),
   };
 }
 

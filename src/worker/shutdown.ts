@@ -72,7 +72,8 @@ export async function releaseClaimed(state: WorkerState): Promise<void> {
  * Hands back a job whose handler did not finish within shutdownTimeout:
  * aborts its signal, rolls back its transaction (by destroying the
  * connection under the handler), and records the attempt with fail()
- * (retryable), so it runs again elsewhere. Whatever the handler does
+ * (retryable, not counted: no attempt spent, no backoff), so it runs again
+ * elsewhere at once. Whatever the handler does
  * afterwards is ignored.
  */
 export async function handBack(state: WorkerState, held: HeldJob): Promise<void> {
@@ -86,7 +87,11 @@ export async function handBack(state: WorkerState, held: HeldJob): Promise<void>
   }
   const info = errorInfo(reason);
   try {
-    const { state: jobState, runAt } = await sql.fail(state.pool, held.job.id, held.job.attempt, info, { retryable: true });
+    // The attempt was cut short, it did not fail: it is not spent and no backoff applies.
+    const { state: jobState, runAt } = await sql.fail(state.pool, held.job.id, held.job.attempt, info, {
+      retryable: true,
+      counted: false,
+    });
     const event = { ...jobEvent(state, held), durationMs: durationOf(held), error: info };
     if (jobState === "failed") state.emit("job:failed", { ...event, permanent: false });
     else state.emit("job:retry", { ...event, retryAt: runAt });

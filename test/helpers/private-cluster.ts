@@ -38,7 +38,8 @@ function binDir(): string {
   return join(root, newest, "bin");
 }
 
-function freePort(): Promise<number> {
+/** A loopback port nobody listens on right now. */
+export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const probe = net.createServer();
     probe.on("error", reject);

@@ -1,7 +1,8 @@
 // effect_claim / effect_done / effect_release: the claim-first record of an
 // effect outside the database. Proven here: the four answers of effect_claim,
 // the stale_after boundary, exactly one winner among concurrent (re)claimers
-// on real connections, done being final, and the owner checks (IQ410/IQ412).
+// on real connections, done being final, the owner checks (IQ410/IQ412), and
+// a job's next attempt reclaiming at once the claim a fenced-out attempt left.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -15,6 +16,8 @@ import {
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { EffectClaimLostError, LeaseLostError } from "../../src/errors.ts";
 import { effectDone, effectRelease } from "../../src/sql-api.ts";
+import { makeJob, unique } from "../helpers/jobs.ts";
+import { claimOne, expireLease, rescue } from "../helpers/work.ts";
 
 let db: TestDatabase;
 
@@ -117,6 +120,61 @@ describe("effect_claim answers", () => {
       expect((await claim(c, "e:callers", "owner-b", "10 minutes")).status).toBe("busy");
       expect((await claim(c, "e:callers", "owner-c", "1 minute")).status).toBe("reclaimed");
       expect(await record(c, "e:callers")).toMatchObject({ owner: "owner-c" });
+    });
+  });
+});
+
+/** effect_claim for a job attempt (as the worker calls it). */
+async function claimFor(c: Queryable, key: string, jobId: string, attempt: number): Promise<Claim> {
+  const { rows } = await c.query<Claim>(
+    "SELECT * FROM idemq.effect_claim(key => $1, owner => $2, job_id => $3, attempt => $4)",
+    [key, `job:${jobId}:${attempt}`, jobId, attempt],
+  );
+  expect(rows).toHaveLength(1);
+  return rows[0]!;
+}
+
+/** A job claimed, its lease lost and rescued, claimed again: returns the id, now at attempt 2. */
+async function secondAttempt(c: Queryable): Promise<string> {
+  const queue = unique("effect-attempts");
+  const id = await makeJob(c, { queue });
+  expect(await claimOne(c, { queues: [queue] })).toMatchObject({ id, attempt: 1 });
+  return id;
+}
+
+describe("effect_claim for a job attempt", () => {
+  it("a claim left by a fenced-out attempt of the same job is reclaimed by its next attempt at once, not after stale_after", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await secondAttempt(c);
+      expect(await claimFor(c, "charge:1", id, 1)).toEqual({ status: "claimed", result: null });
+      expect(await record(c, "charge:1")).toMatchObject({ job_id: id, attempt: 1 });
+      await expireLease(c, id);
+      expect(await rescue(c)).toBe(1);
+      const queue = (await c.query<{ queue: string }>("SELECT queue FROM idemq.jobs WHERE id = $1", [id])).rows[0]!.queue;
+      expect(await claimOne(c, { queues: [queue] })).toMatchObject({ id, attempt: 2 });
+
+      // The claim is seconds old, far from the 10-minute stale_after.
+      expect(await claimFor(c, "charge:1", id, 2)).toEqual({ status: "reclaimed", result: null });
+      expect(await record(c, "charge:1")).toMatchObject({ owner: `job:${id}:2`, status: "claimed", reclaims: 1, job_id: id, attempt: 2 });
+      // The same attempt asking again is busy: its own fresh claim.
+      expect((await claimFor(c, "charge:1", id, 2)).status).toBe("busy");
+    });
+  });
+
+  it("is busy for another job, for an attempt the caller does not hold, and for a claim made without a job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await secondAttempt(c);
+      const other = await secondAttempt(c);
+      expect((await claimFor(c, "charge:2", id, 1)).status).toBe("claimed");
+      // Another job's attempt, though its attempt number is higher.
+      await c.query("UPDATE idemq.jobs SET attempt = 5 WHERE id = $1", [other]);
+      expect((await claimFor(c, "charge:2", other, 5)).status).toBe("busy");
+      // A later attempt of the same job that nobody holds (the job is still at attempt 1).
+      expect((await claimFor(c, "charge:2", id, 2)).status).toBe("busy");
+      // A claim made without job_id is never taken over by a job's attempt.
+      expect((await claim(c, "charge:3", "someone")).status).toBe("claimed");
+      expect((await claimFor(c, "charge:3", id, 1)).status).toBe("busy");
+      expect(await record(c, "charge:2")).toMatchObject({ owner: `job:${id}:1`, reclaims: 0 });
     });
   });
 });
@@ -395,6 +453,8 @@ describe("bad input", () => {
     ["effect_claim empty owner", "SELECT * FROM idemq.effect_claim(key => 'k', owner => '')", "22023"],
     ["effect_claim stale_after 0", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => '0 s')", "22023"],
     ["effect_claim negative stale_after", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => '-1 minute')", "22023"],
+    ["effect_claim job_id without attempt", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', job_id => 1)", "22023"],
+    ["effect_claim attempt without job_id", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', attempt => 1)", "22023"],
     ["effect_done NULL key", "SELECT idemq.effect_done(key => NULL, owner => 'o', result => '{}')", "22004"],
     ["effect_done NULL owner", "SELECT idemq.effect_done(key => 'k', owner => NULL, result => '{}')", "22004"],
     ["effect_done empty key", "SELECT idemq.effect_done(key => '', owner => 'o', result => '{}')", "22023"],

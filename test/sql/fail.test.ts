@@ -214,6 +214,48 @@ describe("fail", () => {
     });
   });
 
+  it("counted => false records the error but spends no attempt: runnable at once (no backoff), even on the last attempt", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await makeJob(c, { backoff: FIXED, max_attempts: 1 });
+      const job = await claimOne(c);
+      const { rows } = await c.query(
+        `SELECT f.state, f.run_at = now() AS at_once FROM idemq.fail($1, $2, '{"class": "WorkerShutdownError", "message": "cut short"}', counted => false) f`,
+        [id, job.attempt],
+      );
+      expect(rows).toEqual([{ state: "scheduled", at_once: true }]);
+      const row = await jobRow(c, id);
+      expect(row).toMatchObject({ state: "scheduled", run_in: 0, attempt: 1, locked_by: null, finished_at: null });
+      expect(row.errors).toHaveLength(1);
+      expect(row.errors[0]).toMatchObject({ attempt: 1, class: "WorkerShutdownError", message: "cut short" });
+      const { rows: counts } = await c.query("SELECT uncounted FROM idemq.jobs WHERE id = $1", [id]);
+      expect(counts).toEqual([{ uncounted: 1 }]);
+
+      // The next attempt is the job's one counted attempt: its failure fails the job.
+      const again = await claimOne(c);
+      expect(again).toMatchObject({ id, attempt: 2 });
+      expect(await fail(c, id, again.attempt)).toBe("failed");
+    });
+  });
+
+  it("counted => false still honours retry_at, and a non-retryable error still fails the job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const later = await makeJob(c, { max_attempts: 5 });
+      await claimOne(c);
+      const { rows } = await c.query(
+        `SELECT f.state, f.run_at = now() + interval '1 minute' AS at_retry_at
+         FROM idemq.fail($1, 1, '"x"', retry_at => now() + interval '1 minute', counted => false) f`,
+        [later],
+      );
+      expect(rows).toEqual([{ state: "scheduled", at_retry_at: true }]);
+
+      const permanent = await makeJob(c, { max_attempts: 5, queue: unique("permanent") });
+      const { queue } = await jobRow(c, permanent);
+      await claimOne(c, { queues: [queue] });
+      const { rows: failed } = await c.query(`SELECT f.state FROM idemq.fail($1, 1, '"x"', retryable => false, counted => false) f`, [permanent]);
+      expect(failed).toEqual([{ state: "failed" }]);
+    });
+  });
+
   it("rejects an error that is neither an object nor a string (22023), and NULL error or retryable (22004)", async () => {
     await inRollback(db.pool, async (c) => {
       const id = await makeJob(c);
@@ -228,6 +270,9 @@ describe("fail", () => {
       );
       await underSavepoint(c, () =>
         expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', retryable => NULL)`, [id]), { code: "22004" }),
+      );
+      await underSavepoint(c, () =>
+        expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', counted => NULL)`, [id]), { code: "22004" }),
       );
       expect(await jobRow(c, id)).toMatchObject({ state: "processing", errors: [] });
     });

@@ -5,7 +5,7 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
-import { jobRow, states, waitForJobs, makeJob, makeJobs, sql } from "../helpers/jobs.ts";
+import { jobRow, states, waitForJobs, makeJob, makeJobs, sql, unique } from "../helpers/jobs.ts";
 import {
   claim,
   claimOne,
@@ -53,6 +53,25 @@ describe("rescue: lost leases", () => {
         [id],
       );
       expect(rows).toEqual([{ started_at_claim: true, failed_now: true }]);
+    });
+  });
+
+  it("keeps the job's place in line: a rescued job is claimed before the jobs that became due after it", async () => {
+    await inRollback(db.pool, async (c) => {
+      const queue = unique("line");
+      const early = await makeJob(c, { queue, run_at: sql("now() - interval '1 hour'") });
+      expect((await claimOne(c, { queues: [queue] })).id).toBe(early);
+      const later = await makeJob(c, { queue, run_at: sql("now() - interval '30 minutes'") });
+      await expireLease(c, early, "10 seconds");
+      expect(await rescue(c)).toBe(1);
+
+      const { rows } = await c.query<{ due_before_later: boolean }>(
+        "SELECT j.run_at < (SELECT run_at FROM idemq.jobs WHERE id = $2) AS due_before_later FROM idemq.jobs j WHERE j.id = $1",
+        [early, later],
+      );
+      expect(rows).toEqual([{ due_before_later: true }]);
+      const next = await claimOne(c, { queues: [queue] });
+      expect(next).toMatchObject({ id: early, reclaimed: true });
     });
   });
 

@@ -66,7 +66,14 @@ async function outage(mode: "fast" | "immediate"): Promise<number> {
 describe("worker processes across server restarts", () => {
   it("a clean stop and a crash mid-run: no worker exits, every job succeeds once, work resumes within seconds", async () => {
     // A short lease, so jobs whose transactions died with the server are rescued soon after.
-    const env = { IDEMQ_TEST_LEASE: "3s", IDEMQ_TEST_HEARTBEAT: "500ms", IDEMQ_TEST_RESCUE: "500ms", IDEMQ_TEST_POLL: "500ms" };
+    // --unhandled-rejections=strict: an unhandled rejection would end the process, and the test sees it.
+    const env = {
+      IDEMQ_TEST_LEASE: "3s",
+      IDEMQ_TEST_HEARTBEAT: "500ms",
+      IDEMQ_TEST_RESCUE: "500ms",
+      IDEMQ_TEST_POLL: "500ms",
+      NODE_OPTIONS: "--unhandled-rejections=strict",
+    };
     const workers: WorkerProcess[] = await Promise.all(
       [1, 2].map(() => startedWorker({ tasks: "ledger-tasks.ts", databaseUrl: url, args: ["--concurrency", "8"], env })),
     );
@@ -95,6 +102,9 @@ describe("worker processes across server restarts", () => {
       expect(reconnected).toBeGreaterThanOrEqual(2);
       expect(errors).toBe(reconnected);
       expect(worker.stderr()).not.toMatch(/unhandled|Unhandled|ECONNRESET/);
+      // The CLI's backstop for an 'error' no listener handled never had to act: every connection had one.
+      const orphaned = worker.events.filter((e) => e.event === "log" && String(e.message).startsWith("ignored a connection error"));
+      expect(orphaned).toEqual([]);
     }
     // Recovery within seconds (the target is 2 s; the bound leaves room for a loaded CI machine).
     expect(afterFast).toBeLessThan(10_000);

@@ -76,15 +76,16 @@ describe("SIGTERM while a job runs", () => {
 });
 
 describe("SIGTERM with handlers that ignore the signal", () => {
-  it("hands the jobs back after shutdownTimeout (fail, retryable), rolls back the transactional one, and exits 0", async () => {
+  it("hands the jobs back after shutdownTimeout (fail, not counted: runnable at once, no attempt spent), rolls back the transactional one, and exits 0", async () => {
     const worker = await startedWorker({
       tasks: "shutdown-tasks.ts",
       databaseUrl: db.url,
       args: ["--concurrency", "2", "--queues", "handback"],
       env: { IDEMQ_TEST_SHUTDOWN_TIMEOUT: "500ms" },
     });
-    const plain = await client.enqueue("wait_for_release", {}, { queue: "handback" });
-    const tx = await client.enqueue("tx_wait_for_release", {}, { queue: "handback" });
+    // One attempt each: a hand-back that spent it would fail the jobs for good.
+    const plain = await client.enqueue("wait_for_release", {}, { queue: "handback", maxAttempts: 1 });
+    const tx = await client.enqueue("tx_wait_for_release", {}, { queue: "handback", maxAttempts: 1 });
     await waitFor(async () => (await runsOf(plain.jobId)) + (await runsOf(tx.jobId)) === 2, { what: "both jobs to start" });
 
     const signalledAt = Date.now();
@@ -98,6 +99,9 @@ describe("SIGTERM with handlers that ignore the signal", () => {
       expect(job!.errors).toHaveLength(1);
       expect(job!.errors[0]).toMatchObject({ attempt: 1, class: "WorkerShutdownError" });
       expect((job!.errors[0] as { message: string }).message).toContain("shutdownTimeout (500 ms)");
+      // Not spent, and no backoff to wait out.
+      const { rows } = await db.pool.query("SELECT uncounted, run_at <= now() AS due FROM idemq.jobs WHERE id = $1", [jobId]);
+      expect(rows).toEqual([{ uncounted: 1, due: true }]);
     }
     // The transactional handler's write went with its transaction.
     expect((await db.pool.query("SELECT 1 FROM public.tx_writes")).rowCount).toBe(0);

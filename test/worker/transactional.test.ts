@@ -28,6 +28,15 @@ beforeAll(async () => {
       backoff: { kind: "fixed", delays: ["50ms"] },
       run: write("by_guard_key"),
     },
+    // Records the session's idle_in_transaction_session_timeout inside its own transaction.
+    session_timeout: {
+      transactional: true,
+      lease: "2 seconds",
+      run: async (p: { ref: string }, ctx: TransactionalJobContext) => {
+        const { rows } = await ctx.tx.query<{ t: string }>("SELECT current_setting('idle_in_transaction_session_timeout') AS t");
+        await ctx.tx.query("INSERT INTO public.writes (task, ref, job_id) VALUES ($1, $2, $3)", [`timeout:${rows[0]!.t}`, p.ref, ctx.job.id]);
+      },
+    },
   });
 });
 afterEach(() => {
@@ -93,5 +102,16 @@ describe("the guard key of a transactional task", () => {
     expect((job.errors[0] as { message: string }).message).toBe("failed after writing");
     expect(await writes("by_guard_key", "e")).toBe(1);
     expect(w.of("job:duplicate").some((e) => e.jobId === jobId)).toBe(false);
+  });
+});
+
+describe("the session of a transactional job", () => {
+  it("has idle_in_transaction_session_timeout a little above the job's lease (2 s + 5 s), guarded or not", async () => {
+    const plain = await client.enqueue("session_timeout", { ref: "plain" });
+    const guarded = await client.enqueue("session_timeout", { ref: "guarded" }, { idempotencyKey: "timeout-guarded" });
+    expect(await done(plain.jobId)).toMatchObject({ state: "succeeded" });
+    expect(await done(guarded.jobId)).toMatchObject({ state: "succeeded" });
+    expect(await writes("timeout:7s", "plain")).toBe(1);
+    expect(await writes("timeout:7s", "guarded")).toBe(1);
   });
 });

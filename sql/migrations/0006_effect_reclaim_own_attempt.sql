@@ -1,0 +1,212 @@
+-- Migration 0006_effect_reclaim_own_attempt (issue 12): an effect claim records the job and attempt it was made for, so the job's next attempt reclaims a claim its fenced-out predecessor left at once instead of waiting out stale_after.
+-- Written by `npm run migration:new`; the function texts below are copies of
+-- sql/functions/ (npm run migration:check compares them). Once released (listed
+-- in sql/released.sha256) this file never changes again.
+-- Up Migration
+
+-- Hand-written schema changes (tables, columns, indexes) go here, before the
+-- functions that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes
+-- in a migration of its own: PostgreSQL refuses to use a new value before its
+-- transaction commits ("unsafe use of new value"), in a CHECK, an index
+-- predicate or a SQL-language function body alike, and each migration commits
+-- on its own, so the next migration can use it.
+
+ALTER TABLE idemq.effects
+  ADD COLUMN job_id bigint,
+  ADD COLUMN attempt int,
+  ADD CONSTRAINT effects_job_and_attempt_together CHECK ((job_id IS NULL) = (attempt IS NULL));
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.effect_claim;
+-- ---- sql/functions/effect_claim.sql ----
+-- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes',
+--                    job_id bigint DEFAULT NULL, attempt int DEFAULT NULL)
+--   RETURNS TABLE(status text, result jsonb)
+--
+-- The claim-first record for an effect outside the database (an email, a
+-- charge, a webhook). Call it in its own transaction (autocommit) before the
+-- external call, then effect_done() or effect_release().
+--
+-- Guarantees: status is one of
+--   claimed   no record existed: this owner may make the call;
+--   reclaimed an earlier claim is older than stale_after (its owner likely
+--             died, perhaps after the call), or was made by an earlier
+--             attempt of the caller's own job (job_id, attempt given and the
+--             caller holds that attempt: the earlier one is fenced out, so
+--             there is no need to wait out stale_after): check with the
+--             external system first, or resend with the same idempotency key;
+--   done      the effect was recorded; result holds what the call returned;
+--   busy      a fresh claim is held by someone (this owner included): retry
+--             later, never skip.
+--   Of several concurrent reclaimers of one stale claim exactly one gets
+--   `reclaimed`; the others get `busy`.
+-- Concurrency: the primary key serialises first claims; the reclaim is an
+--   UPDATE conditioned on claimed_at (or on the claim's job and attempt),
+--   re-checked after a concurrent reclaimer commits, so only one wins.
+-- Errors: 22004 NULL argument; 22023 empty key/owner, stale_after <= 0, or
+--   only one of job_id and attempt given.
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_claim(
+  key text,
+  owner text,
+  stale_after interval DEFAULT '10 minutes',
+  job_id bigint DEFAULT NULL,
+  attempt int DEFAULT NULL)
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: job_id and attempt go together',
+      HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
+  END IF;
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    -- Stale, or left by an earlier attempt of the job the caller holds now
+    -- (fencing: that attempt can no longer finish, so its claim is dead).
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
+        job_id = effect_claim.job_id, attempt = effect_claim.attempt
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
+           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
+               AND EXISTS (SELECT 1 FROM idemq.jobs j
+                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
+                             AND idemq._held(j.lease_expires_at, j.locked_by))));
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
+
+-- Down Migration
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.effect_claim;
+-- sql/functions/effect_claim.sql as of 0004_test_paths_in_headers
+-- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
+--   RETURNS TABLE(status text, result jsonb)
+--
+-- The claim-first record for an effect outside the database (an email, a
+-- charge, a webhook). Call it in its own transaction (autocommit) before the
+-- external call, then effect_done() or effect_release().
+--
+-- Guarantees: status is one of
+--   claimed   no record existed: this owner may make the call;
+--   reclaimed an earlier claim is older than stale_after (its owner likely
+--             died, perhaps after the call): check with the external system
+--             first, or resend with the same idempotency key;
+--   done      the effect was recorded; result holds what the call returned;
+--   busy      a fresh claim is held by someone (this owner included): retry
+--             later, never skip.
+--   Of several concurrent reclaimers of one stale claim exactly one gets
+--   `reclaimed`; the others get `busy`.
+-- Concurrency: the primary key serialises first claims; the reclaim is an
+--   UPDATE conditioned on claimed_at, re-checked after a concurrent reclaimer
+--   commits, so only one wins.
+-- Errors: 22004 NULL argument; 22023 empty key/owner or stale_after <= 0.
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp())
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND e.claimed_at < clock_timestamp() - effect_claim.stale_after;
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
+
+-- Hand-written reversal of the schema changes above goes here, after the functions.
+
+ALTER TABLE idemq.effects
+  DROP CONSTRAINT effects_job_and_attempt_together,
+  DROP COLUMN job_id,
+  DROP COLUMN attempt;

@@ -1,0 +1,100 @@
+// A PgBouncer of one test file's own, in front of a PostgreSQL server: the
+// Debian `pgbouncer` binary (.ci/run installs it when missing), a config in a
+// temporary directory, a free loopback port, trust authentication, and the
+// given pool mode (transaction pooling is what production poolers run). As
+// root it runs as the `postgres` OS user (PgBouncer refuses root).
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { chown, mkdtemp, rm, writeFile } from "node:fs/promises";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort } from "./private-cluster.ts";
+
+export interface PgBouncer {
+  port: number;
+  /** A connection string for `database` through the pooler, as user postgres. */
+  url(database: string): string;
+  stop(): Promise<void>;
+}
+
+const BINARIES = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"];
+
+export function pgBouncerBinary(): string {
+  const found = BINARIES.find((b) => existsSync(b));
+  if (found === undefined) throw new Error("pgbouncer is not installed: apt-get install pgbouncer (.ci/run does it)");
+  return found;
+}
+
+export async function startPgBouncer(options: {
+  serverPort: number;
+  serverHost?: string;
+  poolMode?: "transaction" | "session" | "statement";
+  poolSize?: number;
+}): Promise<PgBouncer> {
+  const binary = pgBouncerBinary();
+  const dir = await mkdtemp(join(tmpdir(), "idemq-pgbouncer-"));
+  const port = await freePort();
+  const config = join(dir, "pgbouncer.ini");
+  await writeFile(join(dir, "userlist.txt"), '"postgres" ""\n');
+  await writeFile(
+    config,
+    [
+      "[databases]",
+      `* = host=${options.serverHost ?? "127.0.0.1"} port=${options.serverPort}`,
+      "[pgbouncer]",
+      "listen_addr = 127.0.0.1",
+      `listen_port = ${port}`,
+      `unix_socket_dir = ${dir}`,
+      "auth_type = trust",
+      `auth_file = ${join(dir, "userlist.txt")}`,
+      `pool_mode = ${options.poolMode ?? "transaction"}`,
+      `default_pool_size = ${options.poolSize ?? 20}`,
+      "max_client_conn = 500",
+      // node-postgres sends these at startup; PgBouncer would refuse the connection otherwise.
+      "ignore_startup_parameters = extra_float_digits,options",
+      `logfile = ${join(dir, "pgbouncer.log")}`,
+      "",
+    ].join("\n"),
+  );
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) {
+    const uid = Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" }));
+    const gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }));
+    for (const path of [dir, config, join(dir, "userlist.txt")]) await chown(path, uid, gid);
+  }
+  const child: ChildProcess = asRoot
+    ? spawn("runuser", ["-u", "postgres", "--", binary, config], { stdio: "ignore" })
+    : spawn(binary, [config], { stdio: "ignore" });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  await waitForPort(port, exited);
+  return {
+    port,
+    url: (database) => `postgres://postgres@127.0.0.1:${port}/${database}`,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGINT");
+        await exited;
+      }
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Resolves once something accepts connections on the port; rejects if the process exits first. */
+async function waitForPort(port: number, exited: Promise<void>): Promise<void> {
+  let gone = false;
+  void exited.then(() => (gone = true));
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    if (gone) throw new Error("pgbouncer exited at start (see its log)");
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, "127.0.0.1");
+      socket.once("connect", () => (socket.destroy(), resolve(true)));
+      socket.once("error", () => resolve(false));
+    });
+    if (open) return;
+    if (Date.now() > deadline) throw new Error(`pgbouncer did not listen on ${port} within 10 s`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
