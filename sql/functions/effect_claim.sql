@@ -18,7 +18,8 @@
 -- Concurrency: the primary key serialises first claims; the reclaim is an
 --   UPDATE conditioned on claimed_at, re-checked after a concurrent reclaimer
 --   commits, so only one wins.
--- Errors: 22004 NULL argument; 22023 empty key/owner or stale_after <= 0.
+-- Errors: 22004 NULL argument; 22023 empty key/owner, key or owner over key_bytes
+--   bytes (idemq._limit), stale_after <= 0 or over duration_days.
 -- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes')
 RETURNS TABLE(status text, result jsonb)
@@ -39,6 +40,9 @@ BEGIN
       MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
       HINT = 'stale_after should exceed the longest the external call can take.';
   END IF;
+  PERFORM idemq._check_size('effect_claim', 'key', effect_claim.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
+  PERFORM idemq._check_size('effect_claim', 'owner', effect_claim.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
 
   LOOP
     v_round := v_round + 1;

@@ -47,7 +47,7 @@ BEGIN
                            THEN now() END,
         run_at = now(),
         lease_lost = true,
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
+        errors = idemq._append_error(j.errors, jsonb_build_object(
           'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,
           'class', 'LeaseExpired',
           'message', format('lease expired at %s while %s held the job', j.lease_expires_at, j.locked_by))),
