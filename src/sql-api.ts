@@ -7,7 +7,7 @@
 // One exported function per SQL function, so the module is a little over
 // 400 lines: splitting it would scatter the call shapes it exists to gather.
 
-import type pg from "pg";
+import pg from "pg";
 import { randomUUID } from "node:crypto";
 import {
   toBackoffJson,
@@ -123,9 +123,12 @@ export async function runQuery<R extends pg.QueryResultRow>(
   db: Queryable,
   sql: string,
   values: unknown[],
+  types?: pg.CustomTypesConfig,
 ): Promise<R[]> {
   try {
-    return (await db.query(sql, values)).rows as R[];
+    if (types === undefined) return (await db.query(sql, values)).rows as R[];
+    // Only idemq's own calls pass types, always on a pg.Pool or client.
+    return (await (db as unknown as pg.ClientBase).query({ text: sql, values, types })).rows as R[];
   } catch (err) {
     throw fromPgError(err, databaseOf(db));
   }
@@ -157,9 +160,29 @@ function call<F extends SqlFunction, R extends pg.QueryResultRow>(
   fn: F,
   args: Args<F>,
   suffix = "",
+  types?: pg.CustomTypesConfig,
 ): Promise<R[]> {
   const { text, values } = buildCall(fn, args, suffix);
-  return runQuery<R>(db, text, values);
+  return runQuery<R>(db, text, values, types);
+}
+
+const JSONB_OID = 3802;
+
+/**
+ * Type parsers that parse jsonb as pg does and note the size of each value's
+ * text, in bytes of UTF-8, in `sizes` (in the order the values arrive: row
+ * by row), so a claim learns its payloads' sizes without serializing them again.
+ */
+function measuringJsonb(sizes: number[]): pg.CustomTypesConfig {
+  return {
+    getTypeParser: ((oid: number, format?: "text" | "binary") => {
+      if (oid !== JSONB_OID || format === "binary") return pg.types.getTypeParser(oid, format);
+      return (text: string) => {
+        sizes.push(Buffer.byteLength(text));
+        return JSON.parse(text) as unknown;
+      };
+    }) as pg.CustomTypesConfig["getTypeParser"],
+  };
 }
 
 /**
@@ -335,6 +358,8 @@ export interface ClaimedJob {
   leaseExpiresAt: Date;
   /** The previous attempt lost its lease: its effect may have happened. */
   reclaimed: boolean;
+  /** The size of the payload as it arrived: bytes of UTF-8 of its JSON text (the worker's prefetch budget counts these). */
+  payloadBytes: number;
 }
 
 /** The fencing token of one attempt. */
@@ -350,14 +375,24 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
   if (opts.tasks !== undefined && (!Array.isArray(opts.tasks) || opts.tasks.some((t) => typeof t !== "string"))) {
     throw bad("tasks must be an array of task names");
   }
-  const rows = await call<"claim", ClaimedJobRow>(db, "claim", {
-    worker_id: requiredText(opts.workerId, "workerId"),
-    queues: opts.queues === undefined ? undefined : [...opts.queues],
-    batch_size: integer(opts.batchSize, "batchSize"),
-    lease: interval(opts.lease),
-    tasks: opts.tasks === undefined ? undefined : [...opts.tasks],
-  });
-  return rows.map((r) => ({
+  // payload is the one jsonb column of idemq.claimed_job: sizes[i] is row i's.
+  const sizes: number[] = [];
+  const rows = await call<"claim", ClaimedJobRow>(
+    db,
+    "claim",
+    {
+      worker_id: requiredText(opts.workerId, "workerId"),
+      queues: opts.queues === undefined ? undefined : [...opts.queues],
+      batch_size: integer(opts.batchSize, "batchSize"),
+      lease: interval(opts.lease),
+      tasks: opts.tasks === undefined ? undefined : [...opts.tasks],
+    },
+    "",
+    measuringJsonb(sizes),
+  );
+  if (sizes.length !== rows.length) throw new Error(`claim: ${rows.length} rows but ${sizes.length} payloads measured`);
+  return rows.map((r, i) => ({
+    payloadBytes: sizes[i]!,
     id: r.id,
     task: r.task,
     queue: r.queue,

@@ -28,7 +28,7 @@ BEGIN
     RETURN NULL;
   END IF;
   IF jsonb_typeof(backoff) <> 'object' THEN
-    RETURN format('backoff must be a JSON object like {"kind":"fixed","delays":["2 seconds"]}, not %s', backoff);
+    RETURN format('backoff must be a JSON object like {"kind":"fixed","delays":["2 seconds"]}, not %s', idemq._excerpt(backoff::text));
   END IF;
   v_kind := backoff->>'kind';
   v_allowed := CASE v_kind
@@ -39,11 +39,11 @@ BEGIN
   IF v_allowed IS NULL THEN
     -- ::text first: a bare 'missing' would be read as jsonb and fail to parse.
     RETURN format('backoff kind must be "polynomial", "exponential" or "fixed", not %s',
-                  coalesce((backoff->'kind')::text, 'missing'));
+                  idemq._excerpt(coalesce((backoff->'kind')::text, 'missing')));
   END IF;
   SELECT k INTO v_field FROM jsonb_object_keys(backoff) k WHERE k <> ALL (v_allowed) LIMIT 1;
   IF v_field IS NOT NULL THEN
-    RETURN format('backoff kind "%s" has no field "%s" (fields: %s)', v_kind, v_field, array_to_string(v_allowed, ', '));
+    RETURN format('backoff kind "%s" has no field "%s" (fields: %s)', v_kind, idemq._excerpt(v_field), array_to_string(v_allowed, ', '));
   END IF;
 
   BEGIN
@@ -53,18 +53,18 @@ BEGIN
       END IF;
       v_interval := (backoff->>'initial')::interval;
       IF v_interval <= interval '0' THEN
-        RETURN format('exponential backoff "initial" must be positive, not %s', backoff->'initial');
+        RETURN format('exponential backoff "initial" must be positive, not %s', idemq._excerpt((backoff->'initial')::text));
       END IF;
       IF backoff ? 'factor' AND (jsonb_typeof(backoff->'factor') <> 'number' OR (backoff->>'factor')::numeric < 1) THEN
-        RETURN format('exponential backoff "factor" must be a number >= 1, not %s', backoff->'factor');
+        RETURN format('exponential backoff "factor" must be a number >= 1, not %s', idemq._excerpt((backoff->'factor')::text));
       END IF;
       IF backoff ? 'jitter' AND (jsonb_typeof(backoff->'jitter') <> 'number'
           OR (backoff->>'jitter')::numeric < 0 OR (backoff->>'jitter')::numeric >= 1) THEN
-        RETURN format('exponential backoff "jitter" must be a number in [0, 1), not %s', backoff->'jitter');
+        RETURN format('exponential backoff "jitter" must be a number in [0, 1), not %s', idemq._excerpt((backoff->'jitter')::text));
       END IF;
       IF backoff ? 'max' THEN
         IF jsonb_typeof(backoff->'max') <> 'string' OR (backoff->>'max')::interval <= interval '0' THEN
-          RETURN format('exponential backoff "max" must be a positive interval, not %s', backoff->'max');
+          RETURN format('exponential backoff "max" must be a positive interval, not %s', idemq._excerpt((backoff->'max')::text));
         END IF;
       END IF;
     ELSIF v_kind = 'fixed' THEN
@@ -73,13 +73,13 @@ BEGIN
       END IF;
       IF EXISTS (SELECT 1 FROM jsonb_array_elements(backoff->'delays') d
                  WHERE jsonb_typeof(d) <> 'string' OR (d #>> '{}')::interval < interval '0') THEN
-        RETURN format('fixed backoff "delays" must be non-negative intervals, not %s', backoff->'delays');
+        RETURN format('fixed backoff "delays" must be non-negative intervals, not %s', idemq._excerpt((backoff->'delays')::text));
       END IF;
     END IF;
   EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow
                  OR invalid_text_representation OR numeric_value_out_of_range THEN
     RETURN format('backoff %s has a value that is not an interval (%s); write intervals like "2 seconds" or "5 min"',
-                  backoff, SQLERRM);
+                  idemq._excerpt(backoff::text), idemq._excerpt(SQLERRM));
   END;
   RETURN NULL;
 END;

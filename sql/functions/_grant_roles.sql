@@ -9,8 +9,9 @@
 --   * idemq_producer: enqueue, enqueue_many. idemq_worker: claim, complete,
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
---     prune_keys. idemq_admin: every public function, and SELECT on the
---     tables of idemq (reading jobs). All three: USAGE on schema idemq and the
+--     prune_keys. idemq_admin: every public function, SELECT on the
+--     tables of idemq (reading jobs), and UPDATE of idemq.settings.value
+--     (the limits). All three: USAGE on schema idemq and the
 --     constants active_states() and terminal_states().
 --   * No other table privilege: the public functions are SECURITY DEFINER
 --     (owned by the schema owner, search_path pinned), so a role needs only
@@ -66,6 +67,12 @@ BEGIN
       EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO idemq_admin';
       privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
       RETURN NEXT;
+      -- The limits are the admin's to change (their ranges are CHECKed).
+      IF to_regclass('idemq.settings') IS NOT NULL THEN
+        EXECUTE 'GRANT UPDATE (value) ON idemq.settings TO idemq_admin';
+        privilege := 'UPDATE (value) ON idemq.settings';
+        RETURN NEXT;
+      END IF;
     END IF;
   END LOOP;
 END;

@@ -71,7 +71,7 @@ BEGIN
     ELSE
       UPDATE idemq.jobs AS j
       SET state = 'cancelled', finished_at = now(),
-          errors = j.errors || jsonb_build_array(jsonb_build_object(
+          errors = idemq._append_error(j.errors, jsonb_build_object(
             'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
             'message', format('parent job %s ended %s before this job could run', NEW.id, NEW.state)))
       WHERE j.id = ANY (v_children) AND j.state = 'awaiting';

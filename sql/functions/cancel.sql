@@ -32,7 +32,7 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'cancelled', finished_at = now(), locked_by = NULL, lease_expires_at = NULL,
       errors = CASE WHEN j.state = 'processing'
-                    THEN j.errors || jsonb_build_array(jsonb_build_object(
+                    THEN idemq._append_error(j.errors, jsonb_build_object(
                            'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(),
                            'worker', j.locked_by, 'class', 'Cancelled',
                            'message', 'cancelled by an operator while this attempt ran'))

@@ -22,8 +22,9 @@
 --   concurrent claimers never block each other and never get the same job.
 --   Jobs locked by another transaction (being claimed, cancelled...) are
 --   skipped, not waited for.
--- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, batch_size
---   outside 1..1000, empty queue or task name, bad lease.
+-- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, worker_id over
+--   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
+--   queue or task name, bad lease.
 -- Tests: test/sql/claim.test.ts, test/sql/claim-concurrency.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
@@ -46,6 +47,8 @@ BEGIN
       MESSAGE = 'claim: worker_id must be a non-empty string',
       HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
   END IF;
+  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
   IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
       MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
@@ -54,13 +57,15 @@ BEGIN
   IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
        SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s', queues),
+      MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s',
+                       idemq._excerpt(queues::text)),
       HINT = 'Pass NULL to claim from every queue.';
   END IF;
   IF tasks IS NOT NULL AND (cardinality(tasks) = 0 OR EXISTS (
        SELECT 1 FROM unnest(tasks) t WHERE t IS NULL OR t = '')) THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('claim: tasks must be NULL (any task) or a non-empty list of task names, not %s', tasks),
+      MESSAGE = format('claim: tasks must be NULL (any task) or a non-empty list of task names, not %s',
+                       idemq._excerpt(tasks::text)),
       HINT = 'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.';
   END IF;
   PERFORM idemq._check_lease(lease, 'claim');

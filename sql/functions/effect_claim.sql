@@ -22,8 +22,9 @@
 -- Concurrency: the primary key serialises first claims; the reclaim is an
 --   UPDATE conditioned on claimed_at (or on the claim's job and attempt),
 --   re-checked after a concurrent reclaimer commits, so only one wins.
--- Errors: 22004 NULL argument; 22023 empty key/owner, stale_after <= 0, or
---   only one of job_id and attempt given.
+-- Errors: 22004 NULL argument; 22023 empty key/owner, key or owner over key_bytes
+--   bytes (idemq._limit), stale_after <= 0 or over duration_days, or only one
+--   of job_id and attempt given.
 -- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.effect_claim(
   key text,
@@ -56,6 +57,9 @@ BEGIN
       MESSAGE = 'effect_claim: job_id and attempt go together',
       HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
   END IF;
+  PERFORM idemq._check_size('effect_claim', 'key', effect_claim.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
+  PERFORM idemq._check_size('effect_claim', 'owner', effect_claim.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
 
   LOOP
     v_round := v_round + 1;

@@ -9,10 +9,12 @@
 --
 -- Guarantees:
 --   * Appends to errors one entry: the fields of `error` (by convention
---     class and message; a JSON string is taken as the message, with
---     class "Error"), with
+--     class, message and stack; a JSON string is taken as the message, with
+--     class "Error"), cut to their limits (_error_entry), with
 --     attempt, started_at (the claim), failed_at and worker set by fail()
---     over any fields of the same names.
+--     over any fields of the same names. The history keeps the latest
+--     error_history entries (_append_error), so a failure can always be
+--     recorded, whatever the size of the errors before it.
 --   * The job goes to `scheduled` at retry_at, or after the job's backoff
 --     (_backoff_delay with the number of counted attempts so far, 1 for the
 --     first failure); or to `failed` when the error is not retryable or the
@@ -33,7 +35,7 @@
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable/counted;
 --   22023 error is not a JSON object or string, a malformed backoff,
---   max_attempts < 1.
+--   max_attempts < 1, retry_at infinity or -infinity.
 -- Tests: test/sql/fail.test.ts, test/sql/backoff.test.ts
 CREATE OR REPLACE FUNCTION idemq.fail(
   job_id bigint,
@@ -66,13 +68,10 @@ BEGIN
       MESSAGE = 'fail: error, retryable and counted must not be NULL',
       HINT = 'Pass the error as {"class": "TimeoutError", "message": "..."}.';
   END IF;
-  v_error := CASE jsonb_typeof(fail.error)
-    WHEN 'object' THEN fail.error
-    WHEN 'string' THEN jsonb_build_object('class', 'Error', 'message', fail.error #>> '{}')
-  END;
+  v_error := idemq._error_entry(fail.error);
   IF v_error IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('fail: error must be a JSON object or string, not %s', fail.error),
+      MESSAGE = format('fail: error must be a JSON object or string, not %s', idemq._excerpt(fail.error::text)),
       HINT = 'Pass {"class": "TimeoutError", "message": "...", "stack": "..."}.';
   END IF;
   v_problem := idemq._backoff_problem(fail.backoff);
@@ -86,6 +85,7 @@ BEGIN
       MESSAGE = format('fail: max_attempts must be NULL or >= 1, not %s', fail.max_attempts),
       HINT = 'Pass NULL to use the job''s own max_attempts.';
   END IF;
+  PERFORM idemq._check_instant('fail', 'retry_at', fail.retry_at);
 
   SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
   FROM idemq.jobs j
@@ -107,7 +107,7 @@ BEGIN
                                                                   v_job.attempt - v_job.uncounted)) END,
       uncounted = j.uncounted + CASE WHEN fail.counted THEN 0 ELSE 1 END,
       finished_at = CASE WHEN v_state = 'failed' THEN now() END,
-      errors = j.errors || jsonb_build_array(v_error || jsonb_build_object(
+      errors = idemq._append_error(j.errors, v_error || jsonb_build_object(
         'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by)),
       locked_by = NULL, lease_expires_at = NULL
   WHERE j.id = fail.job_id

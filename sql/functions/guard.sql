@@ -15,7 +15,8 @@
 -- Concurrency: a concurrent second caller with the same key waits for the
 --   first transaction: if it commits, the second gets false; if it rolls back,
 --   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
--- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine).
+-- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine), a key
+--   over key_bytes bytes (idemq._limit; a btree entry cannot hold much more).
 -- Tests: test/sql/guard.test.ts, test/sql/stats.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
 RETURNS boolean
@@ -35,6 +36,7 @@ BEGIN
       MESSAGE = 'guard: task must be NULL or a non-empty string',
       HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
   END IF;
+  PERFORM idemq._check_size('guard', 'key', guard.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
   INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
   ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
   IF FOUND THEN

@@ -12,7 +12,7 @@
 --   * Folds the append-only event counters (stats() sums are unchanged).
 -- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
 --   and keeps it.
--- Errors: 22004 NULL; 22023 negative older_than.
+-- Errors: 22004 NULL; 22023 negative older_than, or over duration_days (idemq._limit).
 -- Tests: test/sql/retention.test.ts
 CREATE OR REPLACE FUNCTION idemq.prune_keys(older_than interval DEFAULT '14 days')
 RETURNS int
@@ -34,6 +34,7 @@ BEGIN
       MESSAGE = format('prune_keys: older_than must not be negative, not %s', older_than),
       HINT = 'older_than is the key retention, e.g. ''14 days''.';
   END IF;
+  PERFORM idemq._check_duration('prune_keys', 'older_than', older_than);
 
   WITH doomed AS MATERIALIZED (
     SELECT k.key FROM idemq.keys k

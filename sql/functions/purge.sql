@@ -10,7 +10,8 @@
 --     still deduplicates or rejects.
 --   * Dependency rows of purged parents are removed with them.
 -- Concurrency: SKIP LOCKED: rows a concurrent transaction holds are left for the next call.
--- Errors: 22004 NULL argument; 22023 negative older_than, an active state in states.
+-- Errors: 22004 NULL argument; 22023 negative older_than or over duration_days
+--   (idemq._limit), an active state in states.
 -- Tests: test/sql/retention.test.ts
 CREATE OR REPLACE FUNCTION idemq.purge(older_than interval, states idemq.job_state[] DEFAULT idemq.terminal_states())
 RETURNS int
@@ -32,9 +33,10 @@ BEGIN
       MESSAGE = format('purge: older_than must not be negative, not %s', older_than),
       HINT = 'older_than is how long a finished job is kept, e.g. ''7 days''.';
   END IF;
+  PERFORM idemq._check_duration('purge', 'older_than', older_than);
   IF NOT states <@ idemq.terminal_states() OR array_position(states, NULL) IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('purge: states must be terminal (%s), not %s', idemq.terminal_states(), states),
+      MESSAGE = format('purge: states must be terminal (%s), not %s', idemq.terminal_states(), idemq._excerpt(states::text)),
       HINT = 'Active jobs are never purged; cancel them first.';
   END IF;
 

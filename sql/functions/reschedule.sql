@@ -7,7 +7,7 @@
 -- Guarantees: attempts, errors and key are untouched.
 -- Concurrency: row lock on the job.
 -- Errors: IQ404; IQ412 the job is processing or finished (DETAIL {"job_id","state"});
---   22004 NULL run_at.
+--   22004 NULL run_at; 22023 run_at infinity or -infinity.
 -- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.reschedule(job_id bigint, run_at timestamptz)
 RETURNS idemq.job_state
@@ -25,6 +25,7 @@ BEGIN
       MESSAGE = 'reschedule: run_at must not be NULL',
       HINT = 'Pass when the job should run, e.g. now() + interval ''1 hour''.';
   END IF;
+  PERFORM idemq._check_instant('reschedule', 'run_at', reschedule.run_at);
   v_job := idemq._lock_job(reschedule.job_id, 'reschedule');
   IF v_job.state NOT IN ('scheduled', 'enqueued', 'awaiting') THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ412',

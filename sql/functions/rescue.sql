@@ -51,7 +51,7 @@ BEGIN
         -- run_at stays: the job was due before the backlog behind it, and
         -- keeps its place in line (claim orders by priority, run_at, id).
         lease_lost = true,
-        errors = j.errors || jsonb_build_array(jsonb_build_object(
+        errors = idemq._append_error(j.errors, jsonb_build_object(
           'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,
           'class', 'LeaseExpired',
           'message', format('lease expired at %s while %s held the job', j.lease_expires_at, j.locked_by))),

@@ -10,7 +10,7 @@
 --   * A run_at not in the future NOTIFYs idemq_jobs when a listener waits
 --     (_notify_waiting).
 -- Concurrency: row lock on the job, as complete().
--- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments.
+-- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments; 22023 run_at infinity or -infinity.
 -- Tests: test/sql/snooze.test.ts
 CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz)
 RETURNS void
@@ -27,6 +27,7 @@ BEGIN
       MESSAGE = 'snooze: run_at must not be NULL',
       HINT = 'Pass when the job should run again, e.g. now() + interval ''1 minute''.';
   END IF;
+  PERFORM idemq._check_instant('snooze', 'run_at', snooze.run_at);
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL

@@ -10,7 +10,9 @@
 --     by enqueue() rolls back with the caller's statement and is not counted
 --     here; clients count those as events.
 --
--- Guarantees: a consistent snapshot of the jobs table (one statement).
+-- Guarantees: a consistent snapshot of the jobs table (one statement). No
+--   stored value makes it fail: a run_at of -infinity (stored before the
+--   functions refused it) counts as the largest age a bigint holds.
 -- Concurrency: plain reads; no locks beyond the snapshot.
 -- Errors: none.
 -- Tests: test/sql/stats.test.ts, test/contract/examples.test.ts
@@ -32,8 +34,12 @@ BEGIN
   WHERE j.state = 'processing' AND j.lease_expires_at < now()
   GROUP BY j.queue, j.task
   UNION ALL
+  -- Epoch seconds as numeric, capped: now() - min(run_at) fails (22008) for a
+  -- run_at of -infinity or one far in the past, and one bad row must not
+  -- take every count away.
   SELECT j.queue, j.task, 'oldest_runnable_seconds',
-         floor(extract(epoch FROM now() - min(j.run_at)))::bigint
+         least(floor(extract(epoch FROM now()) - extract(epoch FROM min(j.run_at))),
+               9223372036854775807)::bigint
   FROM idemq.jobs j
   WHERE j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
     AND (j.expires_at IS NULL OR j.expires_at > now())

@@ -1,9 +1,11 @@
 // Human-readable output shared by the CLI commands: aligned tables, times and
 // ages, a job's summary, and the timeline of its attempts.
 import type { Job } from "../job-reads.ts";
+import { printable } from "./terminal-text.ts";
 
-/** Columns separated by two spaces; numeric columns right-aligned. */
-export function table(headers: readonly string[], rows: readonly (readonly string[])[], numeric: readonly number[] = []): string[] {
+/** Columns separated by two spaces; numeric columns right-aligned. Cells are shown printable() (no control characters reach the terminal). */
+export function table(headers: readonly string[], cellRows: readonly (readonly string[])[], numeric: readonly number[] = []): string[] {
+  const rows = cellRows.map((row) => row.map(printable));
   const widths = headers.map((header, i) => Math.max(header.length, ...rows.map((row) => (row[i] ?? "").length)));
   const line = (cells: readonly string[]): string =>
     cells
@@ -40,8 +42,10 @@ export function relative(date: Date | null | undefined, now = Date.now()): strin
   return delta > 0 ? `in ${age(delta)}` : `${age(-delta)} ago`;
 }
 
+/** `text` made printable(), then cut to `max` characters. */
 function truncate(text: string, max: number): string {
-  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+  const shown = printable(text);
+  return shown.length <= max ? shown : `${shown.slice(0, max - 1)}…`;
 }
 
 // ---------------------------------------------------------------- jobs
@@ -70,8 +74,8 @@ export function jobRow(job: Job, now = Date.now()): string[] {
 
 /** One line about a job, e.g. for an enqueue's answer. */
 export function jobLine(job: Job): string {
-  const key = job.idempotencyKey === null ? "" : `, key ${job.idempotencyKey}`;
-  return `job ${job.id} (${job.task}, queue ${job.queue}${key}): ${job.state}, attempt ${job.attempt}/${job.maxAttempts}`;
+  const key = job.idempotencyKey === null ? "" : `, key ${printable(job.idempotencyKey)}`;
+  return `job ${job.id} (${printable(job.task)}, queue ${printable(job.queue)}${key}): ${job.state}, attempt ${job.attempt}/${job.maxAttempts}`;
 }
 
 // ------------------------------------------------------------- timeline
@@ -175,15 +179,15 @@ const OUTCOME_WORDS: Record<string, string> = {
 
 export function renderJob(job: Job, attempts: readonly AttemptEntry[], now = Date.now()): string[] {
   const lines = [
-    `job ${job.id}  ${job.task}  (queue ${job.queue})`,
+    `job ${job.id}  ${printable(job.task)}  (queue ${printable(job.queue)})`,
     `  state      ${job.state}${job.finishedAt ? ` since ${instant(job.finishedAt)}` : ""}`,
     `  attempts   ${job.attempt} of ${job.maxAttempts}`,
-    `  key        ${job.idempotencyKey ?? "-"}`,
+    `  key        ${printable(job.idempotencyKey ?? "-")}`,
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
   ];
   if (job.state === "processing") {
-    lines.push(`  lease      ${job.lockedBy ?? "?"} until ${instant(job.leaseExpiresAt)} (${relative(job.leaseExpiresAt, now)})`);
+    lines.push(`  lease      ${printable(job.lockedBy ?? "?")} until ${instant(job.leaseExpiresAt)} (${relative(job.leaseExpiresAt, now)})`);
   }
   lines.push(
     `  created    ${instant(job.createdAt)}`,
@@ -195,13 +199,13 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], now = Dat
   );
   for (const entry of attempts) {
     const claimed = entry.claimedAt === null ? "" : `claimed ${instant(entry.claimedAt)}`;
-    const by = entry.worker === null ? "" : ` by ${entry.worker}`;
+    const by = entry.worker === null ? "" : ` by ${printable(entry.worker)}`;
     const took =
       entry.claimedAt !== null && entry.endedAt !== null
         ? ` after ${age(new Date(entry.endedAt).getTime() - new Date(entry.claimedAt).getTime())}`
         : "";
     const error =
-      entry.error === null ? "" : `: ${entry.error.class ?? "Error"}: ${truncate((entry.error.message ?? "").replace(/\s+/g, " "), 160)}`;
+      entry.error === null ? "" : `: ${truncate(entry.error.class ?? "Error", 80)}: ${truncate((entry.error.message ?? "").replace(/\s+/g, " "), 160)}`;
     const head = `  #${entry.attempt}`;
     lines.push(`${head}  ${[claimed + by, `${OUTCOME_WORDS[entry.outcome] ?? entry.outcome}${took}${error}`].filter((part) => part !== "").join(", ")}`);
   }

@@ -4,6 +4,7 @@
 import { type Command, Option } from "commander";
 import { IdemqError } from "../errors.ts";
 import { exitCodeFor } from "./exit-codes.ts";
+import { printable, printableLines } from "./terminal-text.ts";
 
 // `idemq jobs | head` closes stdout early: stop quietly instead of crashing
 // with an EPIPE stack trace. (An embedded server is stopped by its exit hook.)
@@ -25,13 +26,18 @@ export function addJsonOption(command: Command): Command {
   return command.addOption(new Option("--json", "print machine-readable JSON on stdout"));
 }
 
-/** Prints `value` as one JSON line when --json was given, else the human-readable lines. */
+/**
+ * Prints `value` as one JSON line when --json was given (exact), else the
+ * human-readable lines, with any control character left in them escaped
+ * (printableLines; the formatters escape each field, so a newline inside one
+ * cannot start a line of its own).
+ */
 export function emit(options: JsonOption, value: unknown, human: string | string[]): void {
   if (options.json) {
     process.stdout.write(`${JSON.stringify(value)}\n`);
     return;
   }
-  const text = Array.isArray(human) ? human.join("\n") : human;
+  const text = printableLines(Array.isArray(human) ? human.join("\n") : human);
   if (text !== "") process.stdout.write(text.endsWith("\n") ? text : `${text}\n`);
 }
 
@@ -52,7 +58,8 @@ export function action<Args extends unknown[]>(
 }
 
 export function reportError(error: unknown): void {
-  process.stderr.write(`idemq: ${errorLine(error)}\n`);
+  // An error may quote a task name or key.
+  process.stderr.write(`idemq: ${printable(errorLine(error))}\n`);
   process.exitCode = exitCodeFor(error);
 }
 
@@ -70,7 +77,8 @@ export function oneLineCommanderErrors(command: Command): void {
         .replace(/\s*\n\s*/g, " ")
         .trim()
         .replace(/\.$/, "");
-      write(`idemq: ${message}; see \`${path} --help\`\n`);
+      // It may quote an argument: escaped, like every line a terminal shows.
+      write(`idemq: ${printable(message)}; see \`${path} --help\`\n`);
     },
   });
   for (const sub of command.commands) oneLineCommanderErrors(sub);
@@ -87,7 +95,7 @@ function commandPath(command: Command): string {
   return names.join(" ");
 }
 
-/** One line describing an error, with the SQLSTATE of a PostgreSQL error. */
+/** One line describing an error, with the SQLSTATE of a PostgreSQL error (raw: wrap it in printable() for a terminal). */
 export function errorLine(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   let message = error.message;

@@ -17,7 +17,7 @@ import { WaitMarker } from "./wait-marker.ts";
 import { Rescuer } from "./rescuer.ts";
 import { runJob } from "./run-job.ts";
 import { normalizeSettings, type Settings } from "./settings.ts";
-import { handBack, installSignalHandlers, releaseClaimed } from "./shutdown.ts";
+import { handBack, installSignalHandlers, releaseClaimed, releaseOverBudget } from "./shutdown.ts";
 import { normalizeTasks, WorkerConfigError } from "./task-config.ts";
 import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
@@ -47,6 +47,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly state: WorkerState;
   /** Each started job until its attempt is recorded. */
   private readonly inFlight = new Map<HeldJob, Promise<void>>();
+  /** Jobs beyond the buffer's byte budget being given back. */
+  private readonly givingBack = new Set<Promise<void>>();
   private readonly claimLoop: ClaimLoop;
   private readonly completer: Completer;
   private readonly heartbeat: Heartbeat;
@@ -187,7 +189,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async drain(): Promise<void> {
     await this.claimLoop.stop();
     await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop(), this.keyPruner.stop()]);
-    await releaseClaimed(this.state);
+    await Promise.all([releaseClaimed(this.state), ...this.givingBack]);
 
     const finished = Promise.all(this.inFlight.values()).then(() => true);
     const stopWaiting = new AbortController();
@@ -211,6 +213,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private onClaimed(jobs: ClaimedJob[]): void {
     this.state.held.claimed(jobs);
     this.startClaimed();
+    // Payloads larger than any seen lately can bring the buffer over its byte budget.
+    const givingBack = releaseOverBudget(this.state).finally(() => this.givingBack.delete(givingBack));
+    this.givingBack.add(givingBack);
   }
 
   /** HeldJobs' one wake-up: a slot came free, or a claimed job left the buffer, or the bound on held jobs lifted. */

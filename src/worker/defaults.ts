@@ -8,6 +8,11 @@
 export const WORKER_DEFAULTS = {
   /** Jobs running at once. */
   concurrency: 10,
+  /**
+   * Payload bytes (UTF-8 of the JSON text) that claimed jobs waiting for a
+   * slot may hold, beyond the one job the buffer may always hold: 32 MiB.
+   */
+  prefetchBytes: 32 * 1024 * 1024,
   /** How long a claimed job is this worker's between heartbeats. */
   lease: "30 seconds",
   /** A heartbeat every lease / heartbeatsPerLease, so two may fail before a lease runs out. */

@@ -6,8 +6,10 @@
 //   claimed   claim() returned it; it waits in the buffer for a free slot.
 //             Heartbeats keep its lease.
 //             -> started   a slot is free (startNext)
-//             -> released  the worker stops before it started (releaseClaimed;
-//                          the caller gives it back with snooze to now)
+//             -> released  the worker stops before it started (releaseClaimed),
+//                          or it is beyond the buffer's byte budget
+//                          (releaseOverBudget); the caller gives it back
+//                          with snooze to now
 //             -> removed   a heartbeat found its lease gone (fenceOut): no
 //                          attempt ran, nothing is left to record
 //   started   its handler runs (for a transactional task: on its own
@@ -35,7 +37,13 @@
 // Room to claim: concurrency + prefetch places less the jobs running and
 // buffered, none while the buffer is more than half full, and never more
 // held jobs than twice those places (when recording outcomes falls behind,
-// claiming waits for it). The claim
+// claiming waits for it). Bytes bound the buffer too: the jobs waiting in it
+// hold at most prefetchBytes of payload (UTF-8 of the JSON text, as measured
+// when claimed), or it holds a single job. A claim asks for the free slots
+// plus as many waiting jobs as fit in the bytes left at the size of the
+// largest recent payload (one, while none is known or the buffer is empty),
+// and jobs a claim brought beyond the budget (payloads larger than any seen
+// lately) are given back at once, newest first (releaseOverBudget). The claim
 // loop is woken from one place, `roomGrew`, when a job gives its slot back,
 // when a claimed job leaves the buffer, or when a removal lifts the bound on
 // held jobs; a job that runs and is recorded wakes it once.
@@ -82,10 +90,14 @@ export class HeldJobs {
   /** Started jobs whose handler or transaction is not over yet. */
   private readonly slots = new Set<HeldJob>();
   private readonly heldLimit: number;
+  /** Payload bytes of the jobs in the buffer. */
+  private bufferedBytes = 0;
+  /** Payload sizes of the latest claimed jobs (at most RECENT_SIZES), for sizing the next claim. */
+  private readonly recentSizes: number[] = [];
 
   constructor(
     private readonly tasks: ReadonlyMap<string, NormalizedTask>,
-    private readonly limits: { readonly concurrency: number; readonly prefetch: number },
+    private readonly limits: { readonly concurrency: number; readonly prefetch: number; readonly prefetchBytes: number },
     /** There may be room for more: start buffered jobs, let the claim loop claim. */
     private readonly roomGrew: () => void,
   ) {
@@ -102,7 +114,22 @@ export class HeldJobs {
     const { concurrency, prefetch } = this.limits;
     if (this.buffer.length > Math.floor(prefetch / 2)) return 0;
     const freeSlots = concurrency + prefetch - this.slots.size - this.buffer.length;
-    return Math.min(freeSlots, this.heldLimit - this.byId.size);
+    // Jobs that start as soon as they arrive, and how many more may wait.
+    const startable = Math.max(0, concurrency - this.slots.size - this.buffer.length);
+    return Math.max(0, Math.min(freeSlots, startable + this.waitingRoom(), this.heldLimit - this.byId.size));
+  }
+
+  /** The jobs waiting for a slot and their payload bytes. */
+  get buffered(): { jobs: number; bytes: number } {
+    return { jobs: this.buffer.length, bytes: this.bufferedBytes };
+  }
+
+  /** How many more claimed jobs may wait in the buffer, by bytes: a guess from recent payloads, checked by releaseOverBudget. */
+  private waitingRoom(): number {
+    const atLeast = this.buffer.length === 0 ? 1 : 0;
+    const typical = this.recentSizes.length === 0 ? undefined : Math.max(1, ...this.recentSizes);
+    if (typical === undefined) return atLeast;
+    return Math.max(atLeast, Math.floor((this.limits.prefetchBytes - this.bufferedBytes) / typical));
   }
 
   /** Every held job, whatever its phase. */
@@ -135,7 +162,27 @@ export class HeldJobs {
       };
       this.byId.set(job.id, held);
       this.buffer.push(held);
+      this.bufferedBytes += job.payloadBytes;
+      this.recentSizes.push(job.payloadBytes);
     }
+    if (this.recentSizes.length > RECENT_SIZES) this.recentSizes.splice(0, this.recentSizes.length - RECENT_SIZES);
+  }
+
+  /**
+   * claimed -> released for the newest buffered jobs while the buffer holds
+   * more than one job and more than prefetchBytes: for the caller to give
+   * back (snooze to now) at once. Call it once a claim's jobs have taken the
+   * free slots.
+   */
+  releaseOverBudget(): HeldJob[] {
+    const over: HeldJob[] = [];
+    while (this.buffer.length > 1 && this.bufferedBytes > this.limits.prefetchBytes) {
+      const held = this.buffer.pop()!;
+      this.bufferedBytes -= held.job.payloadBytes;
+      this.move(held, "released");
+      over.push(held);
+    }
+    return over;
   }
 
   /** claimed -> started for the oldest buffered job, when a slot is free; it takes the slot. */
@@ -143,6 +190,7 @@ export class HeldJobs {
     if (this.slots.size >= this.limits.concurrency) return undefined;
     const held = this.buffer.shift();
     if (held === undefined) return undefined;
+    this.bufferedBytes -= held.job.payloadBytes;
     this.move(held, "started");
     held.startedAt = performance.now();
     this.slots.add(held);
@@ -164,6 +212,7 @@ export class HeldJobs {
   /** -> released: every claimed job (they leave the buffer), for the caller to give back. */
   releaseClaimed(): HeldJob[] {
     const claimed = this.buffer.splice(0);
+    this.bufferedBytes = 0;
     for (const held of claimed) this.move(held, "released");
     return claimed;
   }
@@ -196,7 +245,10 @@ export class HeldJobs {
     const atLimit = this.byId.size >= this.heldLimit;
     this.byId.delete(held.job.id);
     const i = this.buffer.indexOf(held);
-    if (i >= 0) this.buffer.splice(i, 1);
+    if (i >= 0) {
+      this.buffer.splice(i, 1);
+      this.bufferedBytes -= held.job.payloadBytes;
+    }
     if (i >= 0 || atLimit) this.roomGrew();
   }
 
@@ -208,6 +260,9 @@ export class HeldJobs {
     held.phase = to;
   }
 }
+
+/** How many recent payload sizes size the next claim: a burst of large payloads is remembered for this many jobs. */
+const RECENT_SIZES = 64;
 
 const ALLOWED: Readonly<Record<Phase, readonly Phase[]>> = {
   claimed: ["started", "released"],

@@ -11,6 +11,7 @@ export interface Settings {
   queues: string[] | undefined;
   concurrency: number;
   prefetch: number;
+  prefetchBytes: number;
   lease: { interval: string; ms: number };
   heartbeatMs: number;
   pollMs: number;
@@ -36,6 +37,10 @@ export function normalizeSettings(options: WorkerOptions): Settings {
   if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_CLAIM_BATCH) {
     throw new WorkerConfigError(`prefetch must be an integer from 0 to ${MAX_CLAIM_BATCH}, got ${String(prefetch)}`);
   }
+  const prefetchBytes = options.prefetchBytes ?? WORKER_DEFAULTS.prefetchBytes;
+  if (!Number.isSafeInteger(prefetchBytes) || prefetchBytes < 0) {
+    throw new WorkerConfigError(`prefetchBytes must be a whole number of bytes, 0 or more, got ${String(prefetchBytes)}`);
+  }
   const queues = options.queues === undefined ? undefined : [...options.queues];
   if (queues !== undefined && (queues.length === 0 || queues.some((q) => typeof q !== "string" || q.trim() === ""))) {
     throw new WorkerConfigError("queues must be a non-empty list of queue names (leave it out for every queue)");
@@ -57,6 +62,7 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     queues,
     concurrency,
     prefetch,
+    prefetchBytes,
     lease: workerLease,
     heartbeatMs,
     pollMs: positive(options.pollInterval ?? WORKER_DEFAULTS.pollInterval, "pollInterval"),

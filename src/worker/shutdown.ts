@@ -47,6 +47,33 @@ export function installSignalHandlers(state: WorkerState, stop: () => Promise<vo
  */
 export async function releaseClaimed(state: WorkerState): Promise<void> {
   const claimed = state.held.releaseClaimed();
+  await giveBack(state, claimed);
+  if (claimed.length > 0) {
+    state.emit("log", {
+      level: "info",
+      message: `released ${claimed.length} claimed jobs that had not started`,
+      workerId: state.settings.workerId,
+    });
+  }
+}
+
+/**
+ * Gives back the jobs a claim brought beyond the buffer's byte budget
+ * (HeldJobs.releaseOverBudget), as releaseClaimed does at shutdown.
+ */
+export async function releaseOverBudget(state: WorkerState): Promise<void> {
+  const over = state.held.releaseOverBudget();
+  if (over.length === 0) return;
+  state.emit("log", {
+    level: "debug",
+    message: `gave back ${over.length} claimed jobs beyond prefetchBytes (${state.settings.prefetchBytes} bytes)`,
+    workerId: state.settings.workerId,
+  });
+  await giveBack(state, over);
+}
+
+/** Snoozes released, unstarted jobs to now, then forgets them. */
+async function giveBack(state: WorkerState, claimed: readonly HeldJob[]): Promise<void> {
   await Promise.all(
     claimed.map(async (held) => {
       try {
@@ -59,13 +86,6 @@ export async function releaseClaimed(state: WorkerState): Promise<void> {
       }
     }),
   );
-  if (claimed.length > 0) {
-    state.emit("log", {
-      level: "info",
-      message: `released ${claimed.length} claimed jobs that had not started`,
-      workerId: state.settings.workerId,
-    });
-  }
 }
 
 /**

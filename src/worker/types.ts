@@ -163,6 +163,12 @@ interface WorkerSettings {
   concurrency?: number | undefined;
   /** Claimed jobs waiting locally for a free slot (default: concurrency; 0 claims only for free slots). */
   prefetch?: number | undefined;
+  /**
+   * Payload bytes (UTF-8 of their JSON text) the claimed jobs waiting for a
+   * slot may hold together (default 32 MiB); the buffer may always hold one
+   * job, whatever its size. With `prefetch`, the lower bound applies.
+   */
+  prefetchBytes?: number | undefined;
   /** Names this worker in locked_by and in error entries (default host:pid:random). */
   workerId?: string | undefined;
   /** Lease of claimed jobs (default 30 seconds). */

@@ -12,6 +12,7 @@ import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { jobLine, relative } from "../format.ts";
 import { action, emit } from "../output.ts";
+import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobIdList, readPayload } from "../parse.ts";
 
 interface Options extends CommonOptions {
@@ -66,7 +67,7 @@ export function registerEnqueueCommand(program: Command): void {
               options,
               { jobId: result.jobId, deduplicated: result.deduplicated, job },
               result.deduplicated
-                ? `deduplicated: key ${options.key} is held by ${job ? jobLine(job) : `job ${result.jobId}`}; nothing enqueued`
+                ? `deduplicated: key ${printable(options.key ?? "")} is held by ${job ? jobLine(job) : `job ${result.jobId}`}; nothing enqueued`
                 : `enqueued ${job ? jobLine(job) : `job ${result.jobId}`}${when ?? ""}`,
             );
           } catch (error) {

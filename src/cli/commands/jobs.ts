@@ -12,6 +12,7 @@ import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";
 import { JOB_COLUMNS, jobRow, renderJob, table, timeline } from "../format.ts";
 import { action, emit, errorLine, UsageError } from "../output.ts";
+import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
 
 interface ListOptions extends CommonOptions {
@@ -163,7 +164,7 @@ async function forEachJob(
         firstFailure ??= error;
         const detail = code === "IQ409" ? keyHolder(error) : "";
         results.push({ id, ok: false, code, message: errorLine(error) + detail });
-        process.stderr.write(`idemq: job ${id}: ${errorLine(error)}${detail}\n`);
+        process.stderr.write(`idemq: job ${id}: ${printable(errorLine(error) + detail)}\n`);
       }
     }
     emit(

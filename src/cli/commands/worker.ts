@@ -20,6 +20,7 @@ import { errorLine, reportError, UsageError } from "../output.ts";
 import { parseDuration } from "../parse.ts";
 import { toMilliseconds } from "../../contract.ts";
 import { isConnectionFailure } from "../../errors.ts";
+import { printable, printableLines } from "../terminal-text.ts";
 
 type LogFormat = "json" | "pretty";
 
@@ -162,7 +163,7 @@ async function newWorker(
 function ignoreOrphanedConnectionErrors(worker: Worker): (error: Error) => void {
   const backstop = (error: Error): void => {
     if (!isConnectionFailure(error)) {
-      process.stderr.write(`${error.stack ?? String(error)}\n`);
+      process.stderr.write(`${printableLines(error.stack ?? String(error))}\n`);
       process.exit(1);
     }
     worker.emit("log", {
@@ -242,7 +243,8 @@ function printEvents(worker: Worker, format: LogFormat, startedFields: Record<st
   for (const event of EVENTS) {
     worker.on(event, (eventPayload: object) => {
       const payload = event === "worker:started" ? { ...eventPayload, ...startedFields } : eventPayload;
-      const line = format === "json" ? jsonLine(event, payload) : prettyLine(event, payload as Record<string, unknown>);
+      // A task name or an error message is anyone's text: escaped in pretty lines, exact in JSON.
+      const line = format === "json" ? jsonLine(event, payload) : printable(prettyLine(event, payload as Record<string, unknown>));
       process.stdout.write(`${line}\n`);
     });
   }
