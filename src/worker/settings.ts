@@ -21,6 +21,8 @@ export interface Settings {
   shutdownTimeoutMs: number;
   handleSignals: boolean;
   errorBackoffMs: number;
+  callTimeoutMs: number;
+  markerCallTimeoutMs: number;
   completionBatch: number;
 }
 
@@ -63,6 +65,8 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),
     handleSignals: options.handleSignals ?? true,
     errorBackoffMs: durationMs(WORKER_DEFAULTS.errorBackoff, "errorBackoff"),
+    callTimeoutMs: durationMs(WORKER_DEFAULTS.callTimeout, "callTimeout"),
+    markerCallTimeoutMs: durationMs(WORKER_DEFAULTS.markerCallTimeout, "markerCallTimeout"),
     completionBatch: WORKER_DEFAULTS.completionBatch,
   };
 }

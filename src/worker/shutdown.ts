@@ -50,7 +50,7 @@ export async function releaseClaimed(state: WorkerState): Promise<void> {
   await Promise.all(
     claimed.map(async (held) => {
       try {
-        await sql.snooze(state.pool, held.job.id, held.job.attempt, { delay: 0 });
+        await sql.snooze(state.calls, held.job.id, held.job.attempt, { delay: 0 });
       } catch (error) {
         // Lost anyway, or the lease runs out and rescue() hands it back.
         if (!(error instanceof LeaseLostError)) state.report(`releasing unstarted job ${held.job.id}`, error);
@@ -86,7 +86,7 @@ export async function handBack(state: WorkerState, held: HeldJob): Promise<void>
   }
   const info = errorInfo(reason);
   try {
-    const { state: jobState, runAt } = await sql.fail(state.pool, held.job.id, held.job.attempt, info, { retryable: true });
+    const { state: jobState, runAt } = await sql.fail(state.calls, held.job.id, held.job.attempt, info, { retryable: true });
     const event = { ...jobEvent(state, held), durationMs: durationOf(held), error: info };
     if (jobState === "failed") state.emit("job:failed", { ...event, permanent: false });
     else state.emit("job:retry", { ...event, retryAt: runAt });
