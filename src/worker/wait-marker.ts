@@ -37,7 +37,8 @@ export class WaitMarker {
   /**
    * Declares the worker waiting. True once a claim made now sees every job
    * that became runnable without a NOTIFY; false while such an enqueue's
-   * transaction is still open (notifications flow already: try again soon).
+   * transaction is still open or another session holds one of the keys
+   * (enqueues notify meanwhile: try again soon). Never blocks on a lock.
    */
   async wait(): Promise<boolean> {
     if (this.stopped) return false;
