@@ -113,8 +113,8 @@ export class ClaimLoop {
       ready = await this.marker.wait();
     } catch (error) {
       // Without the marker enqueues may not notify this worker: try again
-      // (like false, backing off up to the poll interval); the fallback poll
-      // finds the jobs meanwhile.
+      // (as after false, 5 ms doubling to a second); the fallback poll finds
+      // the jobs meanwhile.
       this.state.report("wait_for_jobs", error);
       ready = false;
     }

@@ -11,6 +11,7 @@ import { Client } from "../../src/index.ts";
 import { freshDatabase, serverUrl, type TestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
+import { markerPid as markerPidOf, markersHeld as markersHeldOf } from "../fixtures/worker/wait-marker.ts";
 
 /** How long the hostile role holds the keys. */
 const HOLD_MS = 10_000;
@@ -105,23 +106,8 @@ async function keysHeldBy(a: pg.Client): Promise<number> {
   return rows[0]!.n;
 }
 
-async function markerPid(): Promise<number | undefined> {
-  const { rows } = await db.pool.query<{ pid: number }>(
-    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'idemq-wait-marker'",
-  );
-  return rows[0]?.pid;
-}
-
-/** Advisory share locks the worker's marker connection holds (one per queue while it waits). */
-async function markersHeld(): Promise<number> {
-  const pid = await markerPid();
-  if (pid === undefined) return 0;
-  const { rows } = await db.pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND mode = 'ShareLock' AND granted",
-    [pid],
-  );
-  return rows[0]!.n;
-}
+const markerPid = () => markerPidOf(db.pool);
+const markersHeld = () => markersHeldOf(db.pool);
 
 async function succeeded(jobId: string): Promise<boolean> {
   const { rows } = await db.pool.query<{ state: string }>("SELECT state FROM idemq.jobs WHERE id = $1", [jobId]);
@@ -149,8 +135,17 @@ function startWorker(): Promise<TestWorker> {
   });
 }
 
-/** After the attacker let go: the worker waits on its markers again and a job is woken by NOTIFY. */
-async function recovers(): Promise<void> {
+/**
+ * Until HOLD_MS after `heldSince`, jobs enqueued one at a time each run within
+ * the bound, and the attacker still holds every key at the end. Then it lets
+ * go, and the worker waits on its markers again and is woken by NOTIFY.
+ */
+async function runsJobsWhileHeld(a: pg.Client, keys: string[], heldSince: number): Promise<void> {
+  const latencies = await enqueueWhileHeld(heldSince + HOLD_MS);
+  expect(await keysHeldBy(a)).toBe(keys.length);
+  expect(latencies.length).toBeGreaterThan(10);
+  expect(Math.max(...latencies)).toBeLessThan(LATENCY_BOUND_MS);
+  await a.end();
   await waitFor(async () => (await markersHeld()) === QUEUES.length, { what: "the worker to wait on its markers again", timeoutMs: 10_000 });
   const { jobId } = await client.enqueue("ping", { after: true }, { queue: QUEUES[0]! });
   await waitFor(() => succeeded(jobId), { what: "a job after the attack", timeoutMs: LATENCY_BOUND_MS });
@@ -164,13 +159,7 @@ describe("a role with CONNECT only cannot stop or slow a worker", () => {
     await holdAll(a, keys, "exclusive");
     const heldSince = Date.now();
     const w = await startWorker();
-    const latencies = await enqueueWhileHeld(heldSince + HOLD_MS);
-    // The keys were held the whole time.
-    expect(await keysHeldBy(a)).toBe(keys.length);
-    expect(latencies.length).toBeGreaterThan(10);
-    expect(Math.max(...latencies)).toBeLessThan(LATENCY_BOUND_MS);
-    await a.end();
-    await recovers();
+    await runsJobsWhileHeld(a, keys, heldSince);
     expect(w.of("worker:error")).toEqual([]);
   }, 40_000);
 
@@ -188,12 +177,7 @@ describe("a role with CONNECT only cannot stop or slow a worker", () => {
       const pid = await markerPid();
       return pid !== undefined && pid !== before;
     }, { what: "a new wait-marker session", timeoutMs: 10_000 });
-    const latencies = await enqueueWhileHeld(heldSince + HOLD_MS);
-    expect(await keysHeldBy(a)).toBe(keys.length);
-    expect(latencies.length).toBeGreaterThan(10);
-    expect(Math.max(...latencies)).toBeLessThan(LATENCY_BOUND_MS);
-    await a.end();
-    await recovers();
+    await runsJobsWhileHeld(a, keys, heldSince);
     expect(w.of("worker:error").filter((e) => !String(e.during).includes("wait-marker"))).toEqual([]);
   }, 40_000);
 });
