@@ -408,8 +408,9 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
 /**
  * Declares the session of `client` waiting for jobs of `queues` (all when
  * undefined): enqueues into them NOTIFY idemq_jobs from now on. True once a
- * claim would see every job that became runnable without a NOTIFY; false while
- * such an enqueue is still open (call again shortly). The marker lives as long
+ * claim would see every job that became runnable without a NOTIFY; false, at
+ * once, while such an enqueue is still open or another session holds one of
+ * the keys (call again shortly; it never blocks). The marker lives as long
  * as the session, so `client` must be a connection held for good, not a pool.
  */
 export async function waitForJobs(client: pg.ClientBase, queues?: readonly string[]): Promise<boolean> {

@@ -18,7 +18,9 @@
 --     NOTIFY nobody was waiting for.
 -- Concurrency: advisory locks only, never waits: callers do not block each other
 --   (the marker is tried exclusively and released at once; a collision of two
---   callers makes one of them notify, which is always safe).
+--   callers makes one of them notify, which is always safe). A key held by a
+--   session outside idemq (advisory locks have no privileges) likewise only
+--   makes it notify.
 -- Errors: none.
 -- Tests: test/sql/wake-up.test.ts
 CREATE OR REPLACE FUNCTION idemq._notify_waiting(queue text)

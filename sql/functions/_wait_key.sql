@@ -7,7 +7,11 @@
 -- not to notify.
 --
 -- Guarantees: the same key for the same argument in every session. Two names
---   hashing alike only cost a NOTIFY nobody needed or a barrier retry.
+--   hashing alike only cost a NOTIFY nobody needed or a barrier retry. The
+--   keys are predictable and advisory locks have no privileges, so any session
+--   may hold them: the protocol only ever tries them (wait_for_jobs,
+--   _notify_waiting), and a foreign holder costs NOTIFYs or a later true,
+--   never a blocked call or a lost wake-up.
 -- Concurrency: none (immutable).
 -- Errors: none.
 -- Tests: test/sql/wake-up.test.ts

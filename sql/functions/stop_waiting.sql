@@ -4,10 +4,11 @@
 -- queues no longer NOTIFY on its account. A worker calls it when a claim came
 -- back full (a backlog: it will claim again without being told).
 --
--- Guarantees: releases this session's markers for exactly these queues (NULL:
---   the all-queues marker; wait_for_jobs holds each once); markers it does not
+-- Guarantees: releases this session's markers for exactly these queues (NULL,
+--   or more than _wait_marker_limit() queues: the all-queues marker, as
+--   wait_for_jobs took; wait_for_jobs holds each once); markers it does not
 --   hold are ignored.
--- Concurrency: advisory locks only.
+-- Concurrency: advisory locks only; releasing never waits.
 -- Errors: 22023 queues empty or holding NULL or ''.
 -- Tests: test/sql/wake-up.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.stop_waiting(queues text[] DEFAULT NULL)
@@ -20,7 +21,7 @@ AS $$
 DECLARE
   v_marker bigint;
 BEGIN
-  FOR v_marker IN SELECT m.marker FROM idemq._wait_markers(queues, 'stop_waiting') m WHERE m.held LOOP
+  FOR v_marker IN SELECT m.marker FROM idemq._wait_markers(queues, 'stop_waiting', false) m WHERE m.held LOOP
     PERFORM pg_advisory_unlock_shared(v_marker);
   END LOOP;
 END;

@@ -16,8 +16,15 @@ import { jitter, sleep } from "./timers.ts";
 import type { WaitMarker } from "./wait-marker.ts";
 import type { WorkerState } from "./worker-state.ts";
 
-/** First delay before asking wait_for_jobs again while an enqueue is still open; doubles up to the poll interval. */
+/** First delay before asking wait_for_jobs again after it returned false; doubles up to WAIT_RETRY_MAX_MS. */
 const WAIT_RETRY_MS = 5;
+/**
+ * The longest delay between two wait_for_jobs calls while they return false
+ * (or the poll interval when shorter). A false may mean a key held by another
+ * session, and while that holder has it enqueues notify; once it lets go they
+ * may not, until a call here returns true. A call a second is cheap.
+ */
+const WAIT_RETRY_MAX_MS = 1000;
 
 export class ClaimLoop {
   private wanted = true;
@@ -75,7 +82,7 @@ export class ClaimLoop {
       this.wanted = false;
       let jobs: ClaimedJob[];
       try {
-        jobs = await sql.claim(this.state.pool, {
+        jobs = await sql.claim(this.state.calls, {
           workerId: this.state.settings.workerId,
           queues: this.state.settings.queues,
           batchSize: room,
@@ -105,20 +112,25 @@ export class ClaimLoop {
     try {
       ready = await this.marker.wait();
     } catch (error) {
-      // Without the marker nothing notifies this worker: the fallback poll
-      // finds the jobs, and the next short claim tries again.
+      // Without the marker enqueues may not notify this worker: try again
+      // (as after false, 5 ms doubling to a second); the fallback poll finds
+      // the jobs meanwhile.
       this.state.report("wait_for_jobs", error);
-      return;
+      ready = false;
     }
     if (ready) {
       this.waitRetryMs = WAIT_RETRY_MS;
       this.wanted = true; // sees what was enqueued without a NOTIFY before the marker
       return;
     }
+    // False: an enqueue that skipped its NOTIFY is still open, or a key was
+    // held by another session (an enqueue deciding, or any role at all:
+    // advisory locks have no privileges). A key someone else holds makes
+    // enqueues notify, so a hostile holder delays only the confirmation.
     if (this.stopped) return;
     clearTimeout(this.waitRetry);
     this.waitRetry = setTimeout(() => this.wake(), this.waitRetryMs);
-    this.waitRetryMs = Math.min(this.waitRetryMs * 2, this.state.settings.pollMs);
+    this.waitRetryMs = Math.min(this.waitRetryMs * 2, this.state.settings.pollMs, WAIT_RETRY_MAX_MS);
   }
 
   private async stopWaiting(): Promise<void> {

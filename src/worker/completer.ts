@@ -39,7 +39,7 @@ export class Completer {
         let completed: Set<string>;
         try {
           const ids = await sql.completeMany(
-            this.state.pool,
+            this.state.calls,
             batch.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt })),
           );
           completed = new Set(ids);

@@ -21,7 +21,7 @@ import { handBack, installSignalHandlers, releaseClaimed, releaseOverBudget } fr
 import { normalizeTasks, WorkerConfigError } from "./task-config.ts";
 import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
-import { safeEmit, type WorkerState } from "./worker-state.ts";
+import { safeEmit, timedCalls, type WorkerState } from "./worker-state.ts";
 import { Outage } from "./outage.ts";
 
 type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
@@ -100,6 +100,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
     this.state = {
       pool: this.pool,
+      calls: timedCalls(this.pool, this.settings.callTimeoutMs),
       settings: this.settings,
       tasks,
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),

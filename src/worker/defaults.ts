@@ -41,6 +41,19 @@ export const WORKER_DEFAULTS = {
   keepAliveDelay: "10 seconds",
   /** A job whose ctx.effect answered busy runs again after about this long (jittered ±50%), its attempt not spent. */
   effectBusySnooze: "5 seconds",
+  /**
+   * The longest the worker waits for any idemq call (claim, complete, heartbeat,
+   * ...; maintenance gets its interval when that is longer): then it gives up on
+   * the call and its connection and goes on. A call answered later than a lease
+   * is of no use anyway: the jobs it concerns are being rescued.
+   */
+  callTimeout: "30 seconds",
+  /**
+   * The longest the worker waits for wait_for_jobs or stop_waiting. They never
+   * wait for a lock (no session can make them block), so this bounds only a
+   * stalled connection; the marker connection is then replaced.
+   */
+  markerCallTimeout: "5 seconds",
 } as const;
 
 /** The largest batch claim() accepts (its batch_size range is 1..1000). */

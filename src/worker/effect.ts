@@ -49,7 +49,7 @@ export async function runEffect<T>(
   // A lost lease (or a shutdown past its timeout): start no new external call.
   held.controller.signal.throwIfAborted();
   const owner = effectOwner(state, held);
-  const claim = await sql.effectClaim(state.pool, key, owner, {
+  const claim = await sql.effectClaim(state.calls, key, owner, {
     staleAfter: options.staleAfter,
     attemptOf: { jobId: held.job.id, attempt: held.job.attempt },
   });
@@ -63,7 +63,7 @@ export async function runEffect<T>(
         // A failing reconcile keeps the claim: nobody knows whether the effect happened.
         const earlier = await options.reconcile(key);
         if (earlier !== undefined) {
-          await sql.effectDone(state.pool, key, owner, earlier);
+          await sql.effectDone(state.calls, key, owner, earlier);
           return earlier;
         }
       }
@@ -77,7 +77,7 @@ export async function runEffect<T>(
   } catch (error) {
     if (options.definiteFailure?.(error) ?? true) {
       try {
-        await sql.effectRelease(state.pool, key, owner);
+        await sql.effectRelease(state.calls, key, owner);
       } catch (releaseError) {
         // The claim stays and goes stale; the job's error is fn's.
         state.report(`effect_release of "${key}"`, releaseError);
@@ -85,6 +85,6 @@ export async function runEffect<T>(
     }
     throw error;
   }
-  await sql.effectDone(state.pool, key, owner, result);
+  await sql.effectDone(state.calls, key, owner, result);
   return result;
 }

@@ -40,7 +40,7 @@ export class Heartbeat {
       try {
         kept = new Set(
           await sql.heartbeat(
-            this.state.pool,
+            this.state.calls,
             jobs.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt })),
             { lease },
           ),

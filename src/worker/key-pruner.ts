@@ -11,6 +11,6 @@ export class KeyPruner extends MaintenanceService {
 
   /** With the configured key retention, left out when unset so the SQL default applies. */
   protected override runSql(): Promise<number> {
-    return sql.pruneKeys(this.state.pool, { olderThan: this.state.settings.keyRetention });
+    return sql.pruneKeys(this.calls, { olderThan: this.state.settings.keyRetention });
   }
 }

@@ -2,11 +2,14 @@
 // that tests (and users) may call directly, plus a thin jittered timer that
 // only calls it. The SQL it calls is idempotent, so there is no leader: any
 // number of workers (or pg_cron) may run the same service.
-import type { WorkerState } from "./worker-state.ts";
+import type { Queryable } from "../sql-api.ts";
+import { timedCalls, type WorkerState } from "./worker-state.ts";
 import { JitteredTimer } from "./timers.ts";
 
 export abstract class MaintenanceService {
   private readonly timer: JitteredTimer;
+  /** The pool, each call bounded by the call timeout or the interval, whichever is longer (a big prune may take a while). */
+  protected readonly calls: Queryable;
 
   constructor(
     protected readonly state: WorkerState,
@@ -15,6 +18,7 @@ export abstract class MaintenanceService {
     intervalMs: number,
   ) {
     this.timer = new JitteredTimer(intervalMs, () => this.runOnce());
+    this.calls = timedCalls(state.pool, Math.max(state.settings.callTimeoutMs, intervalMs));
   }
 
   /** Starts the timer; the first run comes after `firstDelayMs` (default: a jittered interval). */

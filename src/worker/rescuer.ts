@@ -16,6 +16,6 @@ export class Rescuer extends MaintenanceService {
   }
 
   protected override runSql(): Promise<number> {
-    return sql.rescue(this.state.pool);
+    return sql.rescue(this.calls);
   }
 }

@@ -68,7 +68,7 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
     return;
   }
   try {
-    await sql.complete(state.pool, held.job.id, held.job.attempt, result);
+    await sql.complete(state.calls, held.job.id, held.job.attempt, result);
     state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (error) {
     if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
@@ -202,7 +202,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   // chose: the event reports it and the claim loop wakes for it.
   const info = errorInfo(error);
   try {
-    const { state: jobState, runAt } = await sql.fail(state.pool, held.job.id, held.job.attempt, info, {
+    const { state: jobState, runAt } = await sql.fail(state.calls, held.job.id, held.job.attempt, info, {
       retryable,
       ...(task?.backoff === undefined ? {} : { backoff: task.backoff }),
       ...(task?.maxAttempts === undefined ? {} : { maxAttempts: task.maxAttempts }),
@@ -246,7 +246,7 @@ function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean 
 async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
   const delay = held.snoozeDelay!;
   try {
-    await sql.snooze(state.pool, held.job.id, held.job.attempt, { delay });
+    await sql.snooze(state.calls, held.job.id, held.job.attempt, { delay });
     state.emit("job:snoozed", { ...jobEvent(state, held), durationMs: durationOf(held), delay: String(delay) });
     let ms: number | undefined;
     try {

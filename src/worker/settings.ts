@@ -22,6 +22,8 @@ export interface Settings {
   shutdownTimeoutMs: number;
   handleSignals: boolean;
   errorBackoffMs: number;
+  callTimeoutMs: number;
+  markerCallTimeoutMs: number;
   completionBatch: number;
   idleInTransactionMarginMs: number;
   keepAliveDelayMs: number;
@@ -72,6 +74,8 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),
     handleSignals: options.handleSignals ?? true,
     errorBackoffMs: durationMs(WORKER_DEFAULTS.errorBackoff, "errorBackoff"),
+    callTimeoutMs: durationMs(WORKER_DEFAULTS.callTimeout, "callTimeout"),
+    markerCallTimeoutMs: durationMs(WORKER_DEFAULTS.markerCallTimeout, "markerCallTimeout"),
     completionBatch: WORKER_DEFAULTS.completionBatch,
     idleInTransactionMarginMs: durationMs(WORKER_DEFAULTS.idleInTransactionMargin, "idleInTransactionMargin"),
     keepAliveDelayMs: durationMs(WORKER_DEFAULTS.keepAliveDelay, "keepAliveDelay"),

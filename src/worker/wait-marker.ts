@@ -5,6 +5,12 @@
 // the LISTEN connection: pg-listen does not lend its client); when that
 // connection is lost the marker goes with it, and the next claim that comes
 // back short sets it again on a new one.
+//
+// Its calls never wait for a lock (wait_for_jobs only tries its advisory keys,
+// which any role that can connect may hold), and each is bounded besides
+// (markerCallTimeout, on the client and as the session's statement_timeout):
+// a call that fails or times out ends the connection, so the marker is in a
+// known state again (none) and the next wait() starts afresh.
 import pg from "pg";
 import * as sql from "../sql-api.ts";
 import { APPLICATION_NAME } from "./defaults.ts";
@@ -31,12 +37,13 @@ export class WaitMarker {
   /**
    * Declares the worker waiting. True once a claim made now sees every job
    * that became runnable without a NOTIFY; false while such an enqueue's
-   * transaction is still open (notifications flow already: try again soon).
+   * transaction is still open or another session holds one of the keys
+   * (enqueues notify meanwhile: try again soon). Never blocks on a lock.
    */
   async wait(): Promise<boolean> {
     if (this.stopped) return false;
     const client = await this.connect();
-    this.confirmed = await sql.waitForJobs(client, this.state.settings.queues);
+    this.confirmed = await this.bounded(client, () => sql.waitForJobs(client, this.state.settings.queues));
     return this.confirmed;
   }
 
@@ -44,7 +51,25 @@ export class WaitMarker {
   async stopWaiting(): Promise<void> {
     this.confirmed = false;
     if (this.client === undefined) return;
-    await sql.stopWaiting(await this.client, this.state.settings.queues);
+    const client = await this.client;
+    await this.bounded(client, () => sql.stopWaiting(client, this.state.settings.queues));
+  }
+
+  /** Runs one call; when it fails (or timed out) the connection is ended: what it holds is unknown. */
+  private async bounded<T>(client: pg.Client, run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (error) {
+      if (this.client !== undefined && (await this.client.catch(() => undefined)) === client) {
+        this.client = undefined;
+        this.confirmed = false;
+        client.removeAllListeners();
+        client.on("error", () => {});
+        // Not awaited: a stalled connection may never answer the goodbye.
+        client.end().catch(() => {});
+      }
+      throw error;
+    }
   }
 
   async stop(): Promise<void> {
@@ -62,7 +87,13 @@ export class WaitMarker {
 
   private connect(): Promise<pg.Client> {
     if (this.client !== undefined) return this.client;
-    const client = new pg.Client({ fallback_application_name: APPLICATION_NAME.marker, ...this.connection });
+    const timeout = this.state.settings.markerCallTimeoutMs;
+    const client = new pg.Client({
+      fallback_application_name: APPLICATION_NAME.marker,
+      ...this.connection,
+      statement_timeout: timeout,
+      query_timeout: timeout,
+    });
     // One termination emits 'error' and then 'end', and the first may already
     // have a replacement connecting: only the current connection's first event
     // counts, or the replacement would be orphaned, holding the marker.

@@ -3,6 +3,7 @@
 // createWorker(); only `held` changes, and only through HeldJobs.
 import type { EventEmitter } from "node:events";
 import type pg from "pg";
+import type { Queryable } from "../sql-api.ts";
 import { asError, type JobEvent, type WorkerEvents } from "./events.ts";
 import type { HeldJob, HeldJobs } from "./held-jobs.ts";
 import type { Settings } from "./settings.ts";
@@ -10,6 +11,8 @@ import type { NormalizedTask } from "./task-config.ts";
 
 export interface WorkerState {
   readonly pool: pg.Pool;
+  /** The pool for idemq calls, each bounded by WORKER_DEFAULTS.callTimeout (timedCalls). */
+  readonly calls: Queryable;
   readonly settings: Settings;
   readonly tasks: ReadonlyMap<string, NormalizedTask>;
   /** Every job this worker holds a lease on. */
@@ -21,6 +24,19 @@ export interface WorkerState {
   reached(): void;
   /** Wake the claim loop early at this time (a retry or snooze this worker scheduled). */
   wakeAt(at: number): void;
+}
+
+/**
+ * `pool` for idemq calls, each abandoned after `timeoutMs` (pg's query_timeout:
+ * the call rejects and the pool discards its connection), so no call can keep
+ * the worker waiting for good: not a lock someone holds, not a stalled
+ * connection. Keeps `options`, which error messages read the database from.
+ */
+export function timedCalls(pool: pg.Pool, timeoutMs: number): Queryable {
+  return {
+    options: pool.options,
+    query: (text: string, values?: unknown[]) => pool.query({ text, values, query_timeout: timeoutMs } as pg.QueryConfig),
+  } as Queryable;
 }
 
 export function jobEvent(state: WorkerState, held: HeldJob): JobEvent {

@@ -2,7 +2,9 @@
 // for the queue (idemq.wait_for_jobs), and wait_for_jobs reports true only
 // once every enqueue that skipped its NOTIFY has ended, so the claim after it
 // sees their jobs. Observed with plain LISTEN sessions that do not wait (they
-// hear only what waiting sessions caused) and with pg_locks.
+// hear only what waiting sessions caused) and with pg_locks. Any session may
+// take advisory locks, so wait_for_jobs only tries its keys: a foreign holder
+// gets a false back, never a blocked call, and enqueues notify meanwhile.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
@@ -208,5 +210,102 @@ describe("the barrier: no wake-up is lost", () => {
     expect(claimed.size).toBe(total);
     expect(lostWakeUps).toBe(0);
     expect(notifications).toBeGreaterThan(0);
+  });
+});
+
+describe("no session can block it, and its locks are bounded", () => {
+  /** The key another session would compute for a queue (NULL: all queues; '': the barrier). */
+  async function keyOf(queue: string | null): Promise<string> {
+    const { rows } = await sender.query<{ key: string }>("SELECT idemq._wait_key($1)::text AS key", [queue]);
+    return rows[0]!.key;
+  }
+
+  it("a marker held exclusively by another session: wait_for_jobs returns false at once, enqueues notify meanwhile, and true once it is let go", async () => {
+    const queue = unique("q");
+    const holder = await db.newClient();
+    const waiter = await db.newClient();
+    await holder.query("SELECT pg_advisory_lock($1::bigint)", [await keyOf(queue)]);
+    // Answers (false) instead of waiting for the holder: a blocked call would hang this test.
+    const first = await waiter.query("SELECT idemq.wait_for_jobs($1::text[]) AS ready", [[queue]]);
+    expect(first.rows[0].ready).toBe(false);
+    expect(await markersHeld(waiter)).toBe(0);
+    // The enqueue cannot take the marker either, so it notifies.
+    await enqueue(sender, { task: "t", queue });
+    expect(await heard(queue)).toBe(1);
+    await holder.query("SELECT pg_advisory_unlock_all()");
+    const again = await waiter.query("SELECT idemq.wait_for_jobs($1::text[]) AS ready", [[queue]]);
+    expect(again.rows[0].ready).toBe(true);
+    expect(await markersHeld(waiter)).toBe(1);
+    await holder.end();
+    await waiter.end();
+  });
+
+  it("the all-queues marker and the barrier held exclusively: wait_for_jobs(NULL) returns false at once, and every enqueue notifies", async () => {
+    const queue = unique("q");
+    const holder = await db.newClient();
+    const waiter = await db.newClient();
+    await holder.query("SELECT pg_advisory_lock($1::bigint), pg_advisory_lock($2::bigint)", [await keyOf(null), await keyOf("")]);
+    expect((await waiter.query("SELECT idemq.wait_for_jobs() AS ready")).rows[0].ready).toBe(false);
+    await enqueue(sender, { task: "t", queue });
+    await enqueueMany(sender, [{ task: "t", queue }]);
+    expect(await heard(queue)).toBe(2);
+    await holder.end();
+    await waitForJobs(waiter, null);
+    await waiter.end();
+  });
+
+  it("the barrier held shared by another session: wait_for_jobs keeps returning false, but holds its marker, so enqueues notify", async () => {
+    const queue = unique("q");
+    const holder = await db.newClient();
+    const waiter = await db.newClient();
+    await holder.query("SELECT pg_advisory_lock_shared($1::bigint)", [await keyOf("")]);
+    expect((await waiter.query("SELECT idemq.wait_for_jobs($1::text[]) AS ready", [[queue]])).rows[0].ready).toBe(false);
+    expect(await markersHeld(waiter)).toBe(1);
+    await enqueue(sender, { task: "t", queue });
+    expect(await heard(queue)).toBe(1);
+    await holder.end();
+    expect((await waiter.query("SELECT idemq.wait_for_jobs($1::text[]) AS ready", [[queue]])).rows[0].ready).toBe(true);
+    await waiter.end();
+  });
+
+  it("5,000 queue names in one call hold one marker (all queues), which an enqueue into any queue notifies; stop_waiting with the same names releases it", async () => {
+    const names = Array.from({ length: 5_000 }, (_, i) => unique(`many${i}_`));
+    const other = unique("other");
+    const waiter = await db.newClient();
+    await waitForJobs(waiter, names);
+    expect(await markersHeld(waiter)).toBe(1);
+    const { rows } = await waiter.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'");
+    expect(rows[0]!.n).toBe(1);
+    await enqueue(sender, { task: "t", queue: names[4_321]! });
+    await enqueue(sender, { task: "t", queue: other });
+    expect(await heard(names[4_321]!)).toBe(1);
+    expect(await heard(other)).toBe(1);
+    await waiter.query("SELECT idemq.stop_waiting($1::text[])", [names]);
+    expect(await markersHeld(waiter)).toBe(0);
+    await waiter.end();
+  });
+
+  it("up to 16 queues hold one marker each; the 17th queue, and the thousands after it, add only the all-queues marker", async () => {
+    const { rows: limit } = await sender.query<{ n: number }>("SELECT idemq._wait_marker_limit() AS n");
+    expect(limit[0]!.n).toBe(16);
+    const waiter = await db.newClient();
+    const sixteen = Array.from({ length: 16 }, (_, i) => unique(`own${i}_`));
+    await waitForJobs(waiter, sixteen);
+    expect(await markersHeld(waiter)).toBe(16);
+    // One name per call, 2,000 calls: the session's total stays bounded too.
+    const late = Array.from({ length: 2_000 }, (_, i) => unique(`late${i}_`));
+    for (const q of late) await waiter.query("SELECT idemq.wait_for_jobs($1::text[])", [[q]]);
+    expect(await markersHeld(waiter)).toBe(17);
+    // Still notified for the last of them (through the all-queues marker), and for its own 16.
+    await enqueue(sender, { task: "t", queue: late.at(-1)! });
+    await enqueue(sender, { task: "t", queue: sixteen[0]! });
+    expect(await heard(late.at(-1)!)).toBe(1);
+    expect(await heard(sixteen[0]!)).toBe(1);
+    // A list of 16 releases exactly its markers; NULL releases the all-queues marker.
+    await waiter.query("SELECT idemq.stop_waiting($1::text[])", [sixteen]);
+    expect(await markersHeld(waiter)).toBe(1);
+    await waiter.query("SELECT idemq.stop_waiting()");
+    expect(await markersHeld(waiter)).toBe(0);
+    await waiter.end();
   });
 });

@@ -8,6 +8,7 @@ import { Client } from "../../src/index.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
+import { markerPid as markerPidOf, markersHeld as markersHeldOf } from "../fixtures/worker/wait-marker.ts";
 
 let db: TestDatabase;
 let client: Client;
@@ -34,24 +35,9 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function markerPid(): Promise<number | undefined> {
-  const { rows } = await db.pool.query<{ pid: number }>(
-    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'idemq-wait-marker'",
-  );
-  expect(rows.length).toBeLessThanOrEqual(1);
-  return rows[0]?.pid;
-}
-
-/** Advisory share locks the marker connection holds: 1 while the worker waits (it claims from every queue). */
-async function markersHeld(): Promise<number> {
-  const pid = await markerPid();
-  if (pid === undefined) return 0;
-  const { rows } = await db.pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = $1 AND mode = 'ShareLock'",
-    [pid],
-  );
-  return rows[0]!.n;
-}
+const markerPid = () => markerPidOf(db.pool);
+/** 1 while the worker waits (it claims from every queue). */
+const markersHeld = () => markersHeldOf(db.pool);
 
 async function succeededWithin(jobIds: string[], ms: number): Promise<void> {
   await waitFor(
