@@ -222,6 +222,21 @@ describe("typed call module", () => {
   });
 });
 
+describe("the enqueue fields are listed once", () => {
+  it("idemq._enqueue_fields() (the fields of idemq._planned_job after its plan fields) equals enqueue()'s parameter names, in order, and their types", async () => {
+    const { rows } = await db.pool.query<{ names: string[]; types: string[]; fields: string[]; field_types: string[] }>(
+      `SELECT (SELECT array_agg(a ORDER BY o) FROM unnest(p.proargnames) WITH ORDINALITY u(a, o) WHERE o <= p.pronargs) AS names,
+              (SELECT array_agg(format_type(t, NULL) ORDER BY o) FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY u(t, o)) AS types,
+              idemq._enqueue_fields() AS fields,
+              (SELECT array_agg(format_type(a.atttypid, NULL) ORDER BY a.attnum) FROM pg_attribute a
+               WHERE a.attrelid = 'idemq._planned_job'::regclass AND a.attname = ANY (idemq._enqueue_fields())) AS field_types
+       FROM pg_proc p WHERE p.oid = 'idemq.enqueue'::regproc`,
+    );
+    expect(rows[0]!.fields).toEqual(rows[0]!.names);
+    expect(rows[0]!.field_types).toEqual(rows[0]!.types);
+  });
+});
+
 describe("defaults live once", () => {
   it("idemq._job_defaults() equals the non-NULL DEFAULTs of enqueue()'s signature, and names no parameter whose default is NULL", async () => {
     const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.enqueue'::regproc) AS args, idemq._job_defaults() AS d");
