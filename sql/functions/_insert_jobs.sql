@@ -37,20 +37,21 @@ BEGIN
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
                 THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
-           p.priority, p.run_at, p.max_attempts, p.idempotency_key,
-           p.backoff, p.expires_at
+           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state
-  ), counted AS (
-    INSERT INTO idemq.counters AS c (task, event, n)
-    SELECT p.task, p.outcome, count(*)
-    FROM unnest(CASE WHEN keyed THEN jobs END) p
-    WHERE p.outcome <> 'created'
-    GROUP BY 1, 2
   )
   SELECT count(idemq._notify_waiting(q.queue)) INTO v_notified
   FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q;
+
+  IF keyed THEN
+    INSERT INTO idemq.counters AS c (task, event, n)
+    SELECT p.task, p.outcome, count(*)
+    FROM unnest(jobs) p
+    WHERE p.outcome <> 'created'
+    GROUP BY 1, 2;
+  END IF;
 
   IF parents THEN
     INSERT INTO idemq.job_dependencies (parent_id, child_id)

@@ -1,6 +1,6 @@
 -- idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
 --   RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
---                 duplicate_policy idemq.duplicate_policy)
+--                 duplicate_policy idemq.duplicate_policy, elements bigint)
 --
 -- The leader of each idempotency key still undecided in a plan: its first
 -- element (by ordinal) with that key, among those `undecided` (all keyed
@@ -10,18 +10,19 @@
 --
 -- Guarantees: one row per undecided key, in key order (the order key rows
 --   are written in, so overlapping batches lock them alike); job_id is the
---   id the plan gave the leader, which its key row names when it wins.
+--   id the plan gave the leader, which its key row names when it wins;
+--   elements: how many undecided elements have the key (the leader included).
 -- Concurrency: none (reads only its argument). Inlined into the statements
 --   of _resolve_keys that insert and take over key rows.
 -- Errors: none.
 -- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts
 CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
 RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
-              duplicate_policy idemq.duplicate_policy)
+              duplicate_policy idemq.duplicate_policy, elements bigint)
 LANGUAGE sql IMMUTABLE
 AS $$
-  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy
-  FROM (SELECT DISTINCT ON (p.idempotency_key) p.*
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements
+  FROM (SELECT DISTINCT ON (p.idempotency_key) p.*, count(*) OVER (PARTITION BY p.idempotency_key) AS elements
         FROM unnest(jobs) p
         WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
         ORDER BY p.idempotency_key, p.ordinal) l

@@ -35,6 +35,8 @@ DECLARE
   v_now timestamptz := now();
   v_bad int;
   v_problem text;
+  v_ord int;
+  v_value_problem text;
   v_bad_backoffs jsonb[];
   v_elem jsonb;
 BEGIN
@@ -51,9 +53,8 @@ BEGIN
 
   BEGIN
     -- One pass in C (jsonb_to_recordset, every field as text or jsonb, which
-    -- any JSON value converts to) and cheap checks that skip absent fields;
-    -- MATERIALIZED keeps `job` a column, so the inlined _job_problem reads it
-    -- instead of rebuilding the row at each use (70 us per element when it did).
+    -- any JSON value converts to) and cheap checks that skip absent fields.
+    -- MATERIALIZED: pulled up, the checks would run once per use of `shape`.
     WITH decoded AS MATERIALIZED (
       SELECT r.*, CASE
           WHEN r.v - v_fields <> '{}' THEN
@@ -93,35 +94,29 @@ BEGIN
                         expires_at text, after jsonb)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
                 backoff, expires_at, after, ord)
-    ), planned_jobs AS MATERIALIZED (
-      -- In element order (a CTE scan keeps its input's order): ids are taken
-      -- in that order, and the array below needs no sort.
-      SELECT d.ord, d.shape, CASE WHEN d.shape IS NULL THEN ROW(
-          d.ord, nextval('idemq.jobs_id_seq'), 'created', NULL,
-          d.task,
-          coalesce(nullif(d.payload, 'null'), v_defaults->'payload'),
-          coalesce(d.queue, v_defaults->>'queue'),
-          coalesce(d.run_at::timestamptz, v_now),
-          coalesce(d.priority, v_defaults->>'priority')::numeric::int,
-          coalesce(d.max_attempts, v_defaults->>'max_attempts')::numeric::int,
-          d.idempotency_key,
-          coalesce(d.duplicate_policy, v_defaults->>'duplicate_policy')::idemq.duplicate_policy,
-          nullif(d.backoff, 'null'),
-          d.expires_at::timestamptz,
-          CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
-               THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
-        )::idemq._planned_job END AS job
-      FROM decoded d
     )
-    -- The problem is evaluated twice per element (both aggregates), cheaper
-    -- than materializing it.
-    SELECT array_agg(s.job),
-           coalesce(bool_or((s.job).idempotency_key IS NOT NULL), false),
-           coalesce(bool_or((s.job).after IS NOT NULL), false),
-           min(s.ord) FILTER (WHERE coalesce(s.shape, idemq._job_problem(s.job)) IS NOT NULL),
-           (array_agg(coalesce(s.shape, idemq._job_problem(s.job)) ORDER BY s.ord)
-              FILTER (WHERE coalesce(s.shape, idemq._job_problem(s.job)) IS NOT NULL))[1]
-    FROM planned_jobs s
+    -- In element order (the CTE scan keeps its input's order): ids are taken
+    -- in that order, and the array needs no sort.
+    SELECT array_agg(CASE WHEN d.shape IS NULL THEN ROW(
+               d.ord, nextval('idemq.jobs_id_seq'), 'created', NULL,
+               d.task,
+               coalesce(nullif(d.payload, 'null'), v_defaults->'payload'),
+               coalesce(d.queue, v_defaults->>'queue'),
+               coalesce(d.run_at::timestamptz, v_now),
+               coalesce(d.priority, v_defaults->>'priority')::numeric::int,
+               coalesce(d.max_attempts, v_defaults->>'max_attempts')::numeric::int,
+               d.idempotency_key,
+               coalesce(d.duplicate_policy, v_defaults->>'duplicate_policy')::idemq.duplicate_policy,
+               nullif(d.backoff, 'null'),
+               d.expires_at::timestamptz,
+               CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
+                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
+             )::idemq._planned_job END),
+           coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
+           coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
+           min(d.ord) FILTER (WHERE d.shape IS NOT NULL),
+           (array_agg(d.shape ORDER BY d.ord) FILTER (WHERE d.shape IS NOT NULL))[1]
+    FROM decoded d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
     -- An element that is not an object, or a timestamp that does not parse,
@@ -145,6 +140,16 @@ BEGIN
     END LOOP;
     RAISE;
   END;
+  -- The value rules, on the decoded elements before the first that did not
+  -- decode (its own problem comes first otherwise).
+  SELECT p.ordinal, idemq._job_problem(p) INTO v_ord, v_value_problem
+  FROM unnest(planned) p
+  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_problem(p) IS NOT NULL
+  ORDER BY p.ordinal LIMIT 1;
+  IF FOUND THEN
+    v_bad := v_ord;
+    v_problem := v_value_problem;
+  END IF;
   IF v_bad IS NOT NULL THEN
     PERFORM idemq._raise_bad_job(v_problem, v_bad);
   END IF;

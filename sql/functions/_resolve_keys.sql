@@ -51,9 +51,8 @@ BEGIN
       ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
       RETURNING 1
     )
-    SELECT (SELECT count(*) FROM unnest(jobs) p
-            WHERE p.idempotency_key IS NOT NULL AND (v_round = 0 OR p.outcome IS NULL)),
-           (SELECT count(*) FROM leader), (SELECT count(*) FROM ins)
+    SELECT (SELECT coalesce(sum(l.elements), 0) FROM leader l), (SELECT count(*) FROM leader),
+           (SELECT count(*) FROM ins)
     INTO v_undecided, v_leaders, v_inserted;
     -- Every undecided element led a new key: all stay created.
     EXIT WHEN v_inserted = v_undecided;

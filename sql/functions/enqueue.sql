@@ -51,6 +51,8 @@ DECLARE
   v_null text;
   v_job idemq._planned_job;
   v_problem text;
+  v_key_job bigint;
+  v_state idemq.job_state;
 BEGIN
   v_null := CASE
     WHEN enqueue.task IS NULL THEN 'task'
@@ -81,19 +83,45 @@ BEGIN
   v_job.backoff := nullif(enqueue.backoff, 'null');
   v_job.expires_at := enqueue.expires_at;
   v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
-  v_problem := coalesce(idemq._job_problem(v_job), idemq._backoff_problem(v_job.backoff));
+  v_problem := coalesce(idemq._job_problem(v_job),
+                        CASE WHEN v_job.backoff IS NOT NULL THEN idemq._backoff_problem(v_job.backoff) END);
   IF v_problem IS NOT NULL THEN
     PERFORM idemq._raise_bad_job(v_problem, NULL);
   END IF;
   v_job.job_id := nextval('idemq.jobs_id_seq');
 
-  IF v_job.idempotency_key IS NULL AND v_job.after IS NULL THEN
-    -- Nothing to resolve or lock: insert at once (the common case; the
-    -- pipeline's other steps would only find nothing to do).
-    PERFORM idemq._insert_jobs(ARRAY[v_job], false, false);
-  ELSE
-    v_job := (idemq._enqueue_planned(ARRAY[v_job], v_job.idempotency_key IS NOT NULL, v_job.after IS NOT NULL))[1];
+  -- The fast path: no parents, and no key or a key nobody holds: one or two
+  -- INSERTs. The pipeline's parts (_enqueue_planned) cost about 15 us more per
+  -- call for a job without key and 70 us more with a new key (backend CPU, 5,000
+  -- calls), which single-enqueue throughput shows. A key that exists, or a
+  -- concurrent inserter that committed it, goes to the pipeline, which decides;
+  -- the test "writes the same row as enqueue_many" keeps the two INSERTs alike.
+  IF v_job.after IS NULL THEN
+    IF v_job.idempotency_key IS NOT NULL THEN
+      -- A new key: the key row's primary key serialises concurrent callers
+      -- (ON CONFLICT waits for an inserter's transaction).
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+      VALUES (v_job.idempotency_key, v_job.job_id, v_job.task, md5(v_job.payload::text))
+      ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+      RETURNING k.job_id INTO v_key_job;
+    END IF;
+    IF v_job.idempotency_key IS NULL OR v_key_job IS NOT NULL THEN
+      v_state := idemq._initial_state(v_job.run_at);
+      INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
+                                   idempotency_key, backoff, expires_at)
+      VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
+              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at);
+      IF v_state = 'enqueued' THEN
+        PERFORM idemq._notify_waiting(v_job.queue);
+      END IF;
+      job_id := v_job.job_id;
+      deduplicated := false;
+      RETURN NEXT;
+      RETURN;
+    END IF;
   END IF;
+
+  v_job := (idemq._enqueue_planned(ARRAY[v_job], v_job.idempotency_key IS NOT NULL, v_job.after IS NOT NULL))[1];
 
   IF v_job.outcome = 'rejected' THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ409',
