@@ -857,6 +857,24 @@ REVOKE EXECUTE ON FUNCTION idemq._parse_jobs FROM PUBLIC;
 
 -- Down Migration
 
+-- Before the functions: the restored _enqueue_rows declares a variable of it,
+-- which CREATE FUNCTION checks.
+CREATE TYPE idemq._job_input AS (
+  ordinal           int,
+  task              text,
+  payload           jsonb,
+  payload_md5       text,
+  queue             text,
+  run_at            timestamptz,
+  priority          int,
+  max_attempts      int,
+  idempotency_key   text,
+  duplicate_policy  idemq.duplicate_policy,
+  backoff           jsonb,
+  expires_at        timestamptz,
+  after             bigint[]
+);
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._parse_jobs;
 -- sql/functions/_parse_jobs.sql as of 0004_test_paths_in_headers
@@ -1626,19 +1644,4 @@ REVOKE EXECUTE ON FUNCTION idemq._enqueue_rows FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._parse_jobs FROM PUBLIC;
 
 -- Hand-written reversal of the schema changes above goes here, after the functions.
-CREATE TYPE idemq._job_input AS (
-  ordinal           int,
-  task              text,
-  payload           jsonb,
-  payload_md5       text,
-  queue             text,
-  run_at            timestamptz,
-  priority          int,
-  max_attempts      int,
-  idempotency_key   text,
-  duplicate_policy  idemq.duplicate_policy,
-  backoff           jsonb,
-  expires_at        timestamptz,
-  after             bigint[]
-);
 DROP TYPE idemq._planned_job;
