@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ACTIVE_STATES, BACKOFF_FIELDS, BACKOFF_KINDS, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_STATES } from "../../src/contract.ts";
-import { BadArgumentError, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
+import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
 import { SQL_FUNCTIONS } from "../../src/sql-api.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
@@ -174,6 +174,23 @@ describe("error registry", () => {
 
   it("ERROR_CODES (the documented table) and ERROR_CLASSES name the same codes", () => {
     expect(Object.keys(ERROR_CODES).sort()).toEqual(Object.keys(ERROR_CLASSES).sort());
+  });
+
+  it("DETAIL_FIELDS matches the SQL: every RAISE of IQ409 and IQ422 builds DETAIL naming each field its error class reads", () => {
+    for (const [code, fields] of Object.entries(DETAIL_FIELDS)) {
+      const raises = functionFiles.flatMap((f) =>
+        // To the `;` that ends a line: messages hold `;` of their own.
+        [...f.text.matchAll(/RAISE EXCEPTION USING ERRCODE = '(IQ\w{3})',[\s\S]*?;$/gm)]
+          .filter((m) => m[1] === code)
+          .map((m) => ({ file: f.name, text: m[0] })),
+      );
+      expect(raises.length, code).toBeGreaterThan(0);
+      for (const r of raises) {
+        for (const field of fields) {
+          expect(r.text, `${r.file}: ${code} DETAIL names ${field}`).toMatch(new RegExp(`DETAIL = jsonb_build_object\\([^;]*'${field}'`));
+        }
+      }
+    }
   });
 
   it("DETAIL_SUBCLASSES matches the SQL: each refined code's DETAIL names the field exactly where it has the subclass's meaning", () => {
