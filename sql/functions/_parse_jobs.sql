@@ -5,6 +5,9 @@
 -- outcome `created` unless it has a key), or raises for the first element
 -- that is wrong. `keyed` / `parents`: some element has a key / parents, so
 -- _enqueue_planned skips the steps with nothing to do.
+-- Longer than the usual 150 lines: it is the JSON decoder, one statement with
+-- each field's decoding rule; split, the rules would be read in several
+-- passes over the array (each pass over 20,000 elements costs 10-20 ms).
 --
 -- Guarantees:
 --   * Decoding rules (what the JSON form needs): each element an object whose
