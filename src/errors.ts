@@ -12,6 +12,17 @@ export interface SqlErrorFields {
   hint?: string | undefined;
 }
 
+/**
+ * The DETAIL fields (a JSON object) that the classes of these codes read: the
+ * one list of them. Every RAISE of the code in sql/functions builds DETAIL
+ * with jsonb_build_object naming each field (a contract test reads the
+ * function bodies). IQ410's fields are DETAIL_SUBCLASSES' business.
+ */
+export const DETAIL_FIELDS = {
+  IQ409: ["key", "existing_job_id", "existing_state"],
+  IQ422: ["key", "existing_job_id"],
+} as const satisfies Partial<Record<IdemqErrorCode, readonly string[]>>;
+
 /** Base class of every error raised by idemq's SQL (or by its client-side argument checks). */
 export class IdemqError extends Error {
   /** The code of an error built without one (a client-side check); XX000 is PostgreSQL's internal_error. */
@@ -53,7 +64,7 @@ export class DuplicateJobError extends IdemqError {
 
   constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
     super(message, fields, options);
-    const detail = parseDetail(fields.detail, ["key", "existing_job_id", "existing_state"]);
+    const detail = parseDetail(fields.detail, DETAIL_FIELDS.IQ409);
     this.key = String(detail.key);
     this.existingJobId = existingJobId(fields.detail as string, detail.existing_job_id);
     this.existingState = detail.existing_state as JobState;
@@ -115,7 +126,7 @@ export class KeyReuseError extends IdemqError {
 
   constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {
     super(message, fields, options);
-    const detail = parseDetail(fields.detail, ["key", "existing_job_id"]);
+    const detail = parseDetail(fields.detail, DETAIL_FIELDS.IQ422);
     this.key = String(detail.key);
     this.existingJobId = existingJobId(fields.detail as string, detail.existing_job_id);
     this.details = detail;

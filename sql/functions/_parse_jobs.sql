@@ -1,62 +1,177 @@
--- idemq._parse_jobs(jobs jsonb, at timestamptz)
---   RETURNS TABLE(ord int, task text, payload jsonb, queue text, run_at timestamptz,
---                 priority int, max_attempts int, key text,
---                 duplicate_policy idemq.duplicate_policy, backoff jsonb,
---                 expires_at timestamptz, ok boolean)
+-- idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean, OUT parents boolean)
 --
--- The fast path of _enqueue_rows: parses a JSON array of jobs in one pass
--- (jsonb_to_recordset, in C), fills the defaults (_job_defaults, run_at `at`),
--- and marks each element `ok` when it passes a cheap check.
+-- Parse and check, the first part of enqueue_many: decodes a JSON array of
+-- jobs into planned jobs (in element order, each with a new job id and
+-- outcome `created` unless it has a key), or raises for the first element
+-- that is wrong. `keyed` / `parents`: some element has a key / parents, so
+-- _enqueue_planned skips the steps with nothing to do.
+-- Longer than the usual 150 lines: it is the JSON decoder, one statement with
+-- each field's decoding rule; split, the rules would be read in several
+-- passes over the array (each pass over 20,000 elements costs 10-20 ms).
 --
--- Guarantees: `ok` is false or NULL for every element the validating path of
---   _enqueue_rows would refuse (unknown fields, wrong types, empty task or
---   queue, queue over 1000 characters, max_attempts < 1, empty key, `after`),
---   so the fast path refuses at least what that path refuses. A value that
---   does not parse (a bad timestamp, a priority out of range) raises a
---   data_exception, which the fast path also hands to the validating path.
---   Backoffs are not checked here (_enqueue_rows checks each distinct one).
--- Concurrency: none (reads only its argument). Inlined into the caller's plan.
--- Errors: data_exception for a value that does not parse.
--- Tests: test/sql/enqueue-many.test.ts (both paths agree)
-CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, at timestamptz)
-RETURNS TABLE(ord int, task text, payload jsonb, queue text, run_at timestamptz,
-              priority int, max_attempts int, key text,
-              duplicate_policy idemq.duplicate_policy, backoff jsonb,
-              expires_at timestamptz, ok boolean)
-LANGUAGE sql STABLE
+-- Guarantees:
+--   * Decoding rules (what the JSON form needs): each element an object whose
+--     fields are _enqueue_fields() (enqueue()'s parameters); each field of its JSON type (or null, or
+--     absent: _job_defaults, run_at now); priority and max_attempts whole
+--     numbers that fit an int; duplicate_policy a policy's name; after an
+--     array of whole numbers; timestamps that parse.
+--   * Then the value rules every enqueue shares: _job_problem for each
+--     element, _backoff_problem once per distinct backoff (a batch usually
+--     shares one).
+--   * The error names the first element (by position) that breaks a rule,
+--     backoffs last; nothing is written and no row returned then.
+--   * One statement decodes and checks the whole array (jsonb_array_elements,
+--     the rules inlined); the others run only when it found a problem.
+-- Concurrency: none (reads only its argument; takes job ids from the sequence).
+-- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is
+--   wrong (_raise_bad_job: "jobs[N] ..." with a HINT naming element N).
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
+                                             OUT parents boolean)
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT r.ord::int, r.task,
-         coalesce(r.payload, idemq._job_defaults()->'payload'),
-         coalesce(r.queue, idemq._job_defaults()->>'queue'),
-         coalesce(r.run_at, at),
-         coalesce(r.priority, (idemq._job_defaults()->>'priority')::int),
-         coalesce(r.max_attempts, (idemq._job_defaults()->>'max_attempts')::int),
-         r.idempotency_key,
-         coalesce(r.duplicate_policy, (idemq._job_defaults()->>'duplicate_policy')::idemq.duplicate_policy),
-         r.backoff, r.expires_at,
-         (r.v - ARRAY['task', 'payload', 'queue', 'run_at', 'priority', 'max_attempts',
-                      'idempotency_key', 'duplicate_policy', 'backoff', 'expires_at', 'after']) = '{}'
-           AND r.task <> '' AND jsonb_typeof(r.v->'task') = 'string'
-           AND (r.payload IS NULL OR jsonb_typeof(r.payload) = 'object')
-           AND (r.queue IS NULL OR (jsonb_typeof(r.v->'queue') = 'string'
-                                    AND r.queue <> '' AND length(r.queue) <= idemq._queue_name_limit()))
-           AND (r.run_at IS NULL OR jsonb_typeof(r.v->'run_at') = 'string')
-           AND (r.expires_at IS NULL OR jsonb_typeof(r.v->'expires_at') = 'string')
-           AND (r.priority IS NULL OR jsonb_typeof(r.v->'priority') = 'number')
-           AND (r.max_attempts IS NULL OR (jsonb_typeof(r.v->'max_attempts') = 'number'
-                                           AND r.max_attempts >= 1))
-           AND (r.idempotency_key IS NULL OR (jsonb_typeof(r.v->'idempotency_key') = 'string'
-                                              AND r.idempotency_key <> ''))
-           AND r.after IS NULL
-  FROM ROWS FROM (jsonb_array_elements(jobs),
-                  jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at timestamptz,
-                    priority int, max_attempts int, idempotency_key text,
-                    duplicate_policy idemq.duplicate_policy, backoff jsonb, expires_at timestamptz,
-                    after jsonb)) WITH ORDINALITY
-       AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key,
-            duplicate_policy, backoff, expires_at, after, ord)
+#variable_conflict error
+DECLARE
+  v_fields text[] := idemq._enqueue_fields();
+  v_defaults jsonb := idemq._job_defaults();
+  v_policies text[] := enum_range(NULL::idemq.duplicate_policy)::text[];
+  v_now timestamptz := now();
+  v_bad int;
+  v_problem text;
+  v_ord int;
+  v_value_problem text;
+  v_bad_backoffs jsonb[];
+  v_elem jsonb;
+BEGIN
+  IF jobs IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'jobs must not be NULL',
+      HINT = 'Pass a JSON array of job objects, e.g. [{"task": "send_email"}].';
+  END IF;
+  IF jsonb_typeof(jobs) <> 'array' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('jobs must be a JSON array of job objects, not %s', jsonb_typeof(jobs)),
+      HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
+  END IF;
+
+  BEGIN
+    -- One pass in C (jsonb_to_recordset, every field as text or jsonb, which
+    -- any JSON value converts to) and cheap checks that skip absent fields.
+    -- MATERIALIZED: pulled up, the checks would run once per use of `shape`.
+    WITH decoded AS MATERIALIZED (
+      SELECT r.*, CASE
+          WHEN r.v - v_fields <> '{}' THEN
+            format('has an unknown field "%s" (fields: %s)',
+                   (SELECT min(f) FROM jsonb_object_keys(r.v - v_fields) f), array_to_string(v_fields, ', '))
+          WHEN r.task IS NOT NULL AND jsonb_typeof(r.v->'task') <> 'string' THEN
+            format('task must be a string, not %s', r.v->'task')
+          WHEN r.queue IS NOT NULL AND jsonb_typeof(r.v->'queue') <> 'string' THEN
+            format('queue must be a string, not %s', r.v->'queue')
+          WHEN r.run_at IS NOT NULL AND jsonb_typeof(r.v->'run_at') <> 'string' THEN
+            format('run_at must be a timestamp string, not %s', r.v->'run_at')
+          WHEN r.expires_at IS NOT NULL AND jsonb_typeof(r.v->'expires_at') <> 'string' THEN
+            format('expires_at must be a timestamp string, not %s', r.v->'expires_at')
+          WHEN r.priority IS NOT NULL AND (jsonb_typeof(r.v->'priority') <> 'number'
+               OR r.priority::numeric NOT BETWEEN -2147483648 AND 2147483647
+               OR r.priority::numeric <> trunc(r.priority::numeric)) THEN
+            format('priority must be a whole number (higher runs first), not %s', r.v->'priority')
+          WHEN r.max_attempts IS NOT NULL AND (jsonb_typeof(r.v->'max_attempts') <> 'number'
+               OR r.max_attempts::numeric NOT BETWEEN -2147483648 AND 2147483647
+               OR r.max_attempts::numeric <> trunc(r.max_attempts::numeric)) THEN
+            format('max_attempts must be a whole number >= 1, not %s', r.v->'max_attempts')
+          WHEN r.idempotency_key IS NOT NULL AND jsonb_typeof(r.v->'idempotency_key') <> 'string' THEN
+            format('idempotency_key must be a string or null, not %s', r.v->'idempotency_key')
+          WHEN r.duplicate_policy IS NOT NULL AND (jsonb_typeof(r.v->'duplicate_policy') <> 'string'
+               OR r.duplicate_policy <> ALL (v_policies)) THEN
+            format('duplicate_policy must be one of %s, not %s', array_to_string(v_policies, ', '), r.v->'duplicate_policy')
+          WHEN r.after IS NOT NULL AND jsonb_typeof(r.after) <> 'null' AND (jsonb_typeof(r.after) <> 'array'
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(r.after) a
+                          WHERE jsonb_typeof(a) NOT IN ('number', 'null')
+                             OR (jsonb_typeof(a) = 'number' AND (a::numeric NOT BETWEEN 1 AND 9223372036854775807
+                                                                 OR a::numeric <> trunc(a::numeric))))) THEN
+            format('after must be an array of job ids, not %s', r.after)
+        END AS shape
+      FROM ROWS FROM (jsonb_array_elements(jobs),
+                      jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
+                        max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
+                        expires_at text, after jsonb)) WITH ORDINALITY
+           AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
+                backoff, expires_at, after, ord)
+    )
+    -- In element order (the CTE scan keeps its input's order): ids are taken
+    -- in that order, and the array needs no sort.
+    SELECT array_agg(CASE WHEN d.shape IS NULL THEN ROW(
+               d.ord, nextval('idemq.jobs_id_seq'), 'created', NULL,
+               d.task,
+               coalesce(nullif(d.payload, 'null'), v_defaults->'payload'),
+               coalesce(d.queue, v_defaults->>'queue'),
+               coalesce(d.run_at::timestamptz, v_now),
+               coalesce(d.priority, v_defaults->>'priority')::numeric::int,
+               coalesce(d.max_attempts, v_defaults->>'max_attempts')::numeric::int,
+               d.idempotency_key,
+               coalesce(d.duplicate_policy, v_defaults->>'duplicate_policy')::idemq.duplicate_policy,
+               nullif(d.backoff, 'null'),
+               d.expires_at::timestamptz,
+               CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
+                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
+             )::idemq._planned_job END),
+           coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
+           coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
+           min(d.ord) FILTER (WHERE d.shape IS NOT NULL),
+           (array_agg(d.shape ORDER BY d.ord) FILTER (WHERE d.shape IS NOT NULL))[1]
+    FROM decoded d
+    INTO planned, keyed, parents, v_bad, v_problem;
+  EXCEPTION WHEN data_exception THEN
+    -- An element that is not an object, or a timestamp that does not parse,
+    -- fails the statement: find the first such element; an earlier
+    -- element's problem comes first.
+    FOR v_bad, v_elem IN SELECT e.ord, e.v FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(v, ord) LOOP
+      v_problem := CASE WHEN jsonb_typeof(v_elem) <> 'object' THEN format('must be a JSON object, not %s', v_elem) END;
+      IF v_problem IS NULL THEN
+        BEGIN
+          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz;
+        EXCEPTION WHEN data_exception THEN
+          v_problem := format('run_at/expires_at is not a timestamp: %s', SQLERRM);
+        END;
+      END IF;
+      IF v_problem IS NOT NULL THEN
+        IF v_bad > 1 THEN
+          PERFORM idemq._parse_jobs(jsonb_path_query_array(jobs, format('$[0 to %s]', v_bad - 2)::jsonpath));
+        END IF;
+        PERFORM idemq._raise_bad_job(v_problem, v_bad);
+      END IF;
+    END LOOP;
+    RAISE;
+  END;
+  -- The value rules, on the decoded elements before the first that did not
+  -- decode (its own problem comes first otherwise).
+  SELECT p.ordinal, idemq._job_problem(p) INTO v_ord, v_value_problem
+  FROM unnest(planned) p
+  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_problem(p) IS NOT NULL
+  ORDER BY p.ordinal LIMIT 1;
+  IF FOUND THEN
+    v_bad := v_ord;
+    v_problem := v_value_problem;
+  END IF;
+  IF v_bad IS NOT NULL THEN
+    PERFORM idemq._raise_bad_job(v_problem, v_bad);
+  END IF;
+
+  IF jobs @? '$[*].backoff ? (@.type() != "null")' THEN
+    SELECT array_agg(d.spec) INTO v_bad_backoffs
+    FROM (SELECT DISTINCT p.backoff AS spec FROM unnest(planned) p WHERE p.backoff IS NOT NULL) d
+    WHERE idemq._backoff_problem(d.spec) IS NOT NULL;
+    IF v_bad_backoffs IS NOT NULL THEN
+      SELECT p.ordinal, idemq._backoff_problem(p.backoff) INTO v_bad, v_problem
+      FROM unnest(planned) p WHERE p.backoff = ANY (v_bad_backoffs)
+      ORDER BY p.ordinal LIMIT 1;
+      PERFORM idemq._raise_bad_job(v_problem, v_bad);
+    END IF;
+  END IF;
+  planned := coalesce(planned, '{}');
+END;
 $$;
 
-COMMENT ON FUNCTION idemq._parse_jobs(jsonb, timestamptz) IS
-  'Fast path of enqueue_many: parse a JSON array of jobs with defaults, each marked ok when it passes a cheap check.';
+COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
+  'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';

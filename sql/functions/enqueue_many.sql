@@ -17,6 +17,8 @@
 --   * All elements are validated before anything is written: one bad element
 --     raises and nothing is enqueued.
 --   * Set-based: a constant number of statements whatever the batch size.
+--   * The pipeline: parse and check (_parse_jobs), then resolve keys, lock
+--     parents and insert (_enqueue_planned), as enqueue() does.
 -- Concurrency: as enqueue(); keys are taken in key order.
 -- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is malformed (the message
 --   names the element as jobs[N]); IQ404 a parent in `after` does not exist.
@@ -28,10 +30,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
+DECLARE
+  v_parsed record := idemq._parse_jobs(enqueue_many.jobs);
 BEGIN
   RETURN QUERY
-  SELECT r.r_ordinal, r.r_job_id, r.r_outcome
-  FROM idemq._enqueue_rows(enqueue_many.jobs, false) r;
+  SELECT p.ordinal, p.job_id, p.outcome
+  FROM unnest(idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents)) p;
 END;
 $$;
 

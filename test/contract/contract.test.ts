@@ -12,7 +12,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ACTIVE_STATES, BACKOFF_FIELDS, BACKOFF_KINDS, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_STATES } from "../../src/contract.ts";
-import { BadArgumentError, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
+import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
 import { SQL_FUNCTIONS } from "../../src/sql-api.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
@@ -176,6 +176,23 @@ describe("error registry", () => {
     expect(Object.keys(ERROR_CODES).sort()).toEqual(Object.keys(ERROR_CLASSES).sort());
   });
 
+  it("DETAIL_FIELDS matches the SQL: every RAISE of IQ409 and IQ422 builds DETAIL naming each field its error class reads", () => {
+    for (const [code, fields] of Object.entries(DETAIL_FIELDS)) {
+      const raises = functionFiles.flatMap((f) =>
+        // To the `;` that ends a line: messages hold `;` of their own.
+        [...f.text.matchAll(/RAISE EXCEPTION USING ERRCODE = '(IQ\w{3})',[\s\S]*?;$/gm)]
+          .filter((m) => m[1] === code)
+          .map((m) => ({ file: f.name, text: m[0] })),
+      );
+      expect(raises.length, code).toBeGreaterThan(0);
+      for (const r of raises) {
+        for (const field of fields) {
+          expect(r.text, `${r.file}: ${code} DETAIL names ${field}`).toMatch(new RegExp(`DETAIL = jsonb_build_object\\([^;]*'${field}'`));
+        }
+      }
+    }
+  });
+
   it("DETAIL_SUBCLASSES matches the SQL: each refined code's DETAIL names the field exactly where it has the subclass's meaning", () => {
     // IQ410 with `owner` only from effect_done/effect_release, never from _raise_not_held (job_id).
     const raisers = (code: string, field: string) =>
@@ -219,6 +236,21 @@ describe("typed call module", () => {
   it("no public function is overloaded (one signature per name)", async () => {
     const names = (await installedFunctions()).map((f) => f.name);
     expect(names.filter((n, i) => names.indexOf(n) !== i)).toEqual([]);
+  });
+});
+
+describe("the enqueue fields are listed once", () => {
+  it("idemq._enqueue_fields() (the fields of idemq._planned_job after its plan fields) equals enqueue()'s parameter names, in order, and their types", async () => {
+    const { rows } = await db.pool.query<{ names: string[]; types: string[]; fields: string[]; field_types: string[] }>(
+      `SELECT (SELECT array_agg(a ORDER BY o) FROM unnest(p.proargnames) WITH ORDINALITY u(a, o) WHERE o <= p.pronargs) AS names,
+              (SELECT array_agg(format_type(t, NULL) ORDER BY o) FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY u(t, o)) AS types,
+              idemq._enqueue_fields() AS fields,
+              (SELECT array_agg(format_type(a.atttypid, NULL) ORDER BY a.attnum) FROM pg_attribute a
+               WHERE a.attrelid = 'idemq._planned_job'::regclass AND a.attname = ANY (idemq._enqueue_fields())) AS field_types
+       FROM pg_proc p WHERE p.oid = 'idemq.enqueue'::regproc`,
+    );
+    expect(rows[0]!.fields).toEqual(rows[0]!.names);
+    expect(rows[0]!.field_types).toEqual(rows[0]!.types);
   });
 });
 

@@ -1,5 +1,5 @@
 // Concurrent enqueues of one idempotency key (the key ledger's primary key
-// serialises them; see _enqueue_rows): exactly one job, every caller gets its
+// serialises them; see _resolve_keys): exactly one job, every caller gets its
 // id, never NULL, also when the first inserter rolls back. Real connections
 // running in parallel; blocking is confirmed with pg_blocking_pids.
 import type pg from "pg";

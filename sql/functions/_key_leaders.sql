@@ -1,0 +1,34 @@
+-- idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+--   RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+--                 duplicate_policy idemq.duplicate_policy, elements bigint)
+--
+-- The leader of each idempotency key still undecided in a plan: its first
+-- element (by ordinal) with that key, among those `undecided` (all keyed
+-- elements in the first round, then those whose outcome is NULL). Within one
+-- call the leader decides for the key; later elements with it follow
+-- (_resolve_keys).
+--
+-- Guarantees: one row per undecided key, in key order (the order key rows
+--   are written in, so overlapping batches lock them alike); job_id is the
+--   id the plan gave the leader, which its key row names when it wins;
+--   elements: how many undecided elements have the key (the leader included).
+-- Concurrency: none (reads only its argument). Inlined into the statements
+--   of _resolve_keys that insert and take over key rows.
+-- Errors: none.
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts
+CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+              duplicate_policy idemq.duplicate_policy, elements bigint)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements
+  FROM (SELECT DISTINCT ON (p.idempotency_key) p.*, count(*) OVER (PARTITION BY p.idempotency_key) AS elements
+        FROM unnest(jobs) p
+        WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
+        ORDER BY p.idempotency_key, p.ordinal) l
+  ORDER BY l.idempotency_key
+$$;
+
+COMMENT ON FUNCTION idemq._key_leaders(idemq._planned_job[], boolean) IS
+  'The first undecided element of each idempotency key in a plan, in key order: the one that decides for the key.';
