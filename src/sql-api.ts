@@ -80,6 +80,23 @@ export const SQL_FUNCTIONS = {
   retry_horizon: ["backoff", "counted_attempts", "max_attempts"],
   wait_for_jobs: ["queues"],
   stop_waiting: ["queues"],
+  schedule: [
+    "name",
+    "cron",
+    "task",
+    "payload",
+    "queue",
+    "timezone",
+    "overlap",
+    "misfire",
+    "misfire_grace",
+    "priority",
+    "max_attempts",
+  ],
+  unschedule: ["name"],
+  schedules: ["name"],
+  schedule_next: ["cron", "timezone", "after", "count"],
+  tick: [],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;

@@ -62,7 +62,7 @@ CREATE INDEX schedules_due ON idemq.schedules (next_at);
 -- Rejects a time zone that is NULL or not an IANA zone name PostgreSQL knows.
 --
 -- Guarantees: returns only for a name in pg_timezone_names (e.g. UTC,
---   Europe/Berlin, America/New_York). Abbreviations (EST) and POSIX strings
+--   Europe/Berlin, America/New_York). Abbreviations (CEST) and POSIX strings
 --   (UTC+3, whose sign PostgreSQL inverts) are refused: they have no DST
 --   rules, or surprising ones.
 -- Concurrency: none.
@@ -82,7 +82,7 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE z.name = _check_timezone.timezone) THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('%s: timezone "%s" is not an IANA time zone name', _check_timezone.operation, _check_timezone.timezone),
-      HINT = 'Use a name from pg_timezone_names, such as UTC, Europe/Berlin or America/New_York (not an abbreviation like EST).';
+      HINT = 'Use a name from pg_timezone_names, such as UTC, Europe/Berlin or America/New_York (not an abbreviation like CEST).';
   END IF;
 END;
 $$;
