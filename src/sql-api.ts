@@ -524,6 +524,11 @@ function runAtArg(when: { runAt?: Instant | undefined; delay?: Duration | undefi
   return new SqlExpression(toPgInterval(when.delay!), (p) => `statement_timestamp() + ${p}::interval`);
 }
 
+/** Enqueues every due schedule slot once; returns the number of jobs created. */
+export function tick(db: Queryable): Promise<number> {
+  return scalar(db, "tick", {});
+}
+
 /** Returns the number of jobs rescued from expired leases or expired. */
 export function rescue(db: Queryable): Promise<number> {
   return scalar(db, "rescue", {});

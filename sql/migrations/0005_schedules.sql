@@ -889,7 +889,8 @@ COMMENT ON FUNCTION idemq.schedules(text) IS
 --   commit: concurrent callers split the due schedules between them, and a
 --   slot gets exactly one job however many call at once.
 -- Errors: none of its own (see _tick).
--- Tests: test/sql/schedules-tick.test.ts, test/sql/schedules-concurrency.test.ts
+-- Tests: test/sql/schedules-tick.test.ts, test/sql/schedules-concurrency.test.ts,
+--   test/worker/ticker.test.ts
 CREATE OR REPLACE FUNCTION idemq.tick()
 RETURNS int
 LANGUAGE plpgsql VOLATILE
