@@ -94,7 +94,7 @@ export const SQL_FUNCTIONS = {
     "max_attempts",
   ],
   unschedule: ["name"],
-  schedules: ["name"],
+  schedules: [],
   schedule_next: ["cron", "timezone", "after", "count"],
   tick: [],
 } as const satisfies Record<string, readonly string[]>;

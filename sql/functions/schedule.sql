@@ -26,7 +26,7 @@
 --   time zone, an empty name or task, a name over 200 characters, a payload
 --   that is not an object, a bad queue, max_attempts < 1, misfire_grace
 --   outside 1 second..1 day; each with a HINT.
--- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts
+-- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.schedule(
   name text,
   cron text,

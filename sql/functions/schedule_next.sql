@@ -12,7 +12,7 @@
 --   * Validates as schedule() does (same errors, same messages).
 -- Concurrency: none (reads nothing but its arguments and the time zone database).
 -- Errors: 22004 a NULL argument; 22023 a bad cron or time zone, count outside 1..1000.
--- Tests: test/sql/schedules.test.ts
+-- Tests: test/sql/schedules.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.schedule_next(cron text, timezone text DEFAULT 'UTC', after timestamptz DEFAULT now(),
                                                count int DEFAULT 1)
 RETURNS SETOF timestamptz

@@ -1,11 +1,11 @@
--- idemq.schedules(name text DEFAULT NULL)
+-- idemq.schedules()
 --   RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
 --   priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
 --   misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
 --   last_job_state idemq.job_state, skipped bigint, created_at timestamptz, updated_at timestamptz)
 --
--- Lists the schedules (or the one named), by name, with the state of each
--- one's latest job.
+-- Lists the schedules, by name, with the state of each one's latest job
+-- (filter with WHERE name = ...).
 --
 -- Guarantees: one row per schedule; last_job_state is NULL when the schedule
 --   has run no job yet or its job was purged; skipped counts the slots the
@@ -13,7 +13,7 @@
 -- Concurrency: a plain read (no locks).
 -- Errors: none.
 -- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts
-CREATE OR REPLACE FUNCTION idemq.schedules(name text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION idemq.schedules()
 RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
               priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
               misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
@@ -25,9 +25,8 @@ AS $$
          s.created_at, s.updated_at
   FROM idemq.schedules s
   LEFT JOIN idemq.jobs j ON j.id = s.last_job_id
-  WHERE $1 IS NULL OR s.name = $1
   ORDER BY s.name;
 $$;
 
-COMMENT ON FUNCTION idemq.schedules(text) IS
-  'List the recurring schedules (or one), with the state of each one''s latest job.';
+COMMENT ON FUNCTION idemq.schedules() IS
+  'List the recurring schedules, with the state of each one''s latest job.';

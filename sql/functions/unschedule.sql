@@ -7,7 +7,7 @@
 --   does not exist returns false and changes nothing.
 -- Concurrency: waits for a tick() that holds the schedule row.
 -- Errors: 22004 name is NULL.
--- Tests: test/sql/schedules.test.ts
+-- Tests: test/sql/schedules.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.unschedule(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE

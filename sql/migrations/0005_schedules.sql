@@ -701,7 +701,7 @@ COMMENT ON FUNCTION idemq._tick(timestamptz) IS
 --   time zone, an empty name or task, a name over 200 characters, a payload
 --   that is not an object, a bad queue, max_attempts < 1, misfire_grace
 --   outside 1 second..1 day; each with a HINT.
--- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts
+-- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.schedule(
   name text,
   cron text,
@@ -803,7 +803,7 @@ COMMENT ON FUNCTION idemq.schedule(text, text, text, jsonb, text, text, idemq.sc
 --   * Validates as schedule() does (same errors, same messages).
 -- Concurrency: none (reads nothing but its arguments and the time zone database).
 -- Errors: 22004 a NULL argument; 22023 a bad cron or time zone, count outside 1..1000.
--- Tests: test/sql/schedules.test.ts
+-- Tests: test/sql/schedules.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.schedule_next(cron text, timezone text DEFAULT 'UTC', after timestamptz DEFAULT now(),
                                                count int DEFAULT 1)
 RETURNS SETOF timestamptz
@@ -838,14 +838,14 @@ COMMENT ON FUNCTION idemq.schedule_next(text, text, timestamptz, int) IS
   'The next slots of a cron expression in a time zone after an instant (to check an expression).';
 
 -- ---- sql/functions/schedules.sql ----
--- idemq.schedules(name text DEFAULT NULL)
+-- idemq.schedules()
 --   RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
 --   priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
 --   misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
 --   last_job_state idemq.job_state, skipped bigint, created_at timestamptz, updated_at timestamptz)
 --
--- Lists the schedules (or the one named), by name, with the state of each
--- one's latest job.
+-- Lists the schedules, by name, with the state of each one's latest job
+-- (filter with WHERE name = ...).
 --
 -- Guarantees: one row per schedule; last_job_state is NULL when the schedule
 --   has run no job yet or its job was purged; skipped counts the slots the
@@ -853,7 +853,7 @@ COMMENT ON FUNCTION idemq.schedule_next(text, text, timestamptz, int) IS
 -- Concurrency: a plain read (no locks).
 -- Errors: none.
 -- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts
-CREATE OR REPLACE FUNCTION idemq.schedules(name text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION idemq.schedules()
 RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
               priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
               misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
@@ -865,12 +865,11 @@ AS $$
          s.created_at, s.updated_at
   FROM idemq.schedules s
   LEFT JOIN idemq.jobs j ON j.id = s.last_job_id
-  WHERE $1 IS NULL OR s.name = $1
   ORDER BY s.name;
 $$;
 
-COMMENT ON FUNCTION idemq.schedules(text) IS
-  'List the recurring schedules (or one), with the state of each one''s latest job.';
+COMMENT ON FUNCTION idemq.schedules() IS
+  'List the recurring schedules, with the state of each one''s latest job.';
 
 -- ---- sql/functions/tick.sql ----
 -- idemq.tick() RETURNS int
@@ -914,7 +913,7 @@ COMMENT ON FUNCTION idemq.tick() IS
 --   does not exist returns false and changes nothing.
 -- Concurrency: waits for a tick() that holds the schedule row.
 -- Errors: 22004 name is NULL.
--- Tests: test/sql/schedules.test.ts
+-- Tests: test/sql/schedules.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.unschedule(name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE

@@ -79,9 +79,9 @@ export interface ScheduleRow {
   skipped: string;
 }
 
-/** The row idemq.schedules(name) returns, or undefined. */
+/** The row idemq.schedules() returns for `name`, or undefined. */
 export async function scheduleRow(db: Queryable, name: string): Promise<ScheduleRow | undefined> {
-  const { rows } = await db.query<ScheduleRow>("SELECT *, misfire_grace::text AS misfire_grace FROM idemq.schedules(name => $1)", [name]);
+  const { rows } = await db.query<ScheduleRow>("SELECT *, misfire_grace::text AS misfire_grace FROM idemq.schedules() WHERE name = $1", [name]);
   return rows[0];
 }
 
