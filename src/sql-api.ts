@@ -80,6 +80,23 @@ export const SQL_FUNCTIONS = {
   retry_horizon: ["backoff", "counted_attempts", "max_attempts"],
   wait_for_jobs: ["queues"],
   stop_waiting: ["queues"],
+  schedule: [
+    "name",
+    "cron",
+    "task",
+    "payload",
+    "queue",
+    "timezone",
+    "overlap",
+    "misfire",
+    "misfire_grace",
+    "priority",
+    "max_attempts",
+  ],
+  unschedule: ["name"],
+  schedules: [],
+  schedule_next: ["cron", "timezone", "after", "count"],
+  tick: [],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;
@@ -545,6 +562,11 @@ function runAtArg(when: { runAt?: Instant | undefined; delay?: Duration | undefi
   }
   if (when.runAt !== undefined) return instant(when.runAt, "runAt");
   return new SqlExpression(toPgInterval(when.delay!), (p) => `statement_timestamp() + ${p}::interval`);
+}
+
+/** Enqueues every due schedule slot once; returns the number of jobs created. */
+export function tick(db: Queryable): Promise<number> {
+  return scalar(db, "tick", {});
 }
 
 /** Returns the number of jobs rescued from expired leases or expired. */

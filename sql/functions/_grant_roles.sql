@@ -9,7 +9,7 @@
 --   * idemq_producer: enqueue, enqueue_many. idemq_worker: claim, complete,
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
---     prune_keys. idemq_admin: every public function, SELECT on the
+--     prune_keys, tick (the workers' maintenance timer runs the schedules). idemq_admin: every public function, SELECT on the
 --     tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). All three: USAGE on schema idemq and the
 --     constants active_states() and terminal_states().
@@ -37,7 +37,7 @@ DECLARE
   v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
   v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
-                           'wait_for_jobs', 'stop_waiting', 'prune_keys'];
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick'];
 BEGIN
   FOR v_fn IN
     SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace

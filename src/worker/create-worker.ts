@@ -15,6 +15,7 @@ import { KeyPruner } from "./key-pruner.ts";
 import { Listener } from "./listener.ts";
 import { WaitMarker } from "./wait-marker.ts";
 import { Rescuer } from "./rescuer.ts";
+import { Ticker } from "./ticker.ts";
 import { runJob } from "./run-job.ts";
 import { normalizeSettings, type Settings } from "./settings.ts";
 import { handBack, installSignalHandlers, releaseClaimed, releaseOverBudget } from "./shutdown.ts";
@@ -37,6 +38,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly workerId: string;
   /** rescue() on a timer; `runOnce()` runs it now. */
   readonly rescuer: Rescuer;
+  readonly ticker: Ticker;
   /** prune_keys() on a timer; `runOnce()` runs it now. */
   readonly keyPruner: KeyPruner;
 
@@ -114,6 +116,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.completer = new Completer(this.state);
     this.heartbeat = new Heartbeat(this.state);
     this.rescuer = new Rescuer(this.state);
+    this.ticker = new Ticker(this.state);
     this.keyPruner = new KeyPruner(this.state);
     this.listener = new Listener(this.state, listenConfig, () => this.claimLoop.wake());
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
@@ -145,6 +148,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.lifecycle = "running";
     this.heartbeat.start();
     this.rescuer.start();
+    this.ticker.start();
     this.keyPruner.start();
     this.claimLoop.start();
     if (this.settings.handleSignals) {
@@ -189,7 +193,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async drain(): Promise<void> {
     await this.claimLoop.stop();
-    await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop(), this.keyPruner.stop()]);
+    await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop(), this.ticker.stop(), this.keyPruner.stop()]);
     await Promise.all([releaseClaimed(this.state), ...this.givingBack]);
 
     const finished = Promise.all(this.inFlight.values()).then(() => true);

@@ -21,6 +21,8 @@ export const WORKER_DEFAULTS = {
   pollInterval: "2 seconds",
   /** rescue() on a jittered timer (±25%). */
   rescueInterval: "15 seconds",
+  /** tick() (schedules) on a jittered timer; keep it under the schedules' misfire_grace (default 1 minute). */
+  tickInterval: "10 seconds",
   /** prune_keys() on a slower jittered timer. */
   pruneInterval: "1 hour",
   /** How long stop() lets running jobs finish before handing them back. */

@@ -16,6 +16,7 @@ export interface Settings {
   heartbeatMs: number;
   pollMs: number;
   rescueMs: number;
+  tickMs: number;
   pruneMs: number;
   /** Interval text for prune_keys(older_than); undefined: left out, the SQL default applies. */
   keyRetention: string | undefined;
@@ -69,6 +70,7 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     heartbeatMs,
     pollMs: positive(options.pollInterval ?? WORKER_DEFAULTS.pollInterval, "pollInterval"),
     rescueMs: durationMs(options.rescueInterval ?? WORKER_DEFAULTS.rescueInterval, "rescueInterval"),
+    tickMs: durationMs(options.tickInterval ?? WORKER_DEFAULTS.tickInterval, "tickInterval"),
     pruneMs: durationMs(options.pruneInterval ?? WORKER_DEFAULTS.pruneInterval, "pruneInterval"),
     keyRetention,
     shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),

@@ -179,6 +179,8 @@ interface WorkerSettings {
   pollInterval?: Duration | undefined;
   /** rescue() timer (default 15 seconds, jittered); 0 disables it. */
   rescueInterval?: Duration | undefined;
+  /** tick() timer for schedules (default 10 seconds, jittered); 0 disables it. */
+  tickInterval?: Duration | undefined;
   /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
   pruneInterval?: Duration | undefined;
   /** Key retention passed to prune_keys(); when unset the SQL default applies. */

@@ -35,7 +35,9 @@ export interface WorkerState {
 export function timedCalls(pool: pg.Pool, timeoutMs: number): Queryable {
   return {
     options: pool.options,
-    query: (text: string, values?: unknown[]) => pool.query({ text, values, query_timeout: timeoutMs } as pg.QueryConfig),
+    // runQuery passes a config object when it sets `types` (claim measures payload sizes as it parses them).
+    query: (text: string | pg.QueryConfig, values?: unknown[]) =>
+      pool.query({ ...(typeof text === "string" ? { text, values } : text), query_timeout: timeoutMs } as pg.QueryConfig),
   } as Queryable;
 }
 

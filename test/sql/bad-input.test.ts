@@ -200,9 +200,22 @@ const CASES: Case[] = [
   c("retry_horizon", "NULL counted_attempts", "SELECT idemq.retry_horizon(backoff => NULL, counted_attempts => NULL, max_attempts => 3)", "22004"),
   c("retry_horizon", "NULL max_attempts", "SELECT idemq.retry_horizon(backoff => NULL, counted_attempts => 1, max_attempts => NULL)", "22004"),
   c("retry_horizon", "backoff of an unknown kind", `SELECT idemq.retry_horizon(backoff => '{"kind": "linear"}', counted_attempts => 1, max_attempts => 3)`, "22023"),
+  // schedules (more in test/sql/schedules.test.ts)
+  c("schedule", "NULL name", "SELECT idemq.schedule(name => NULL, cron => '* * * * *', task => 't')", "22004"),
+  c("schedule", "empty task", "SELECT idemq.schedule(name => 'n', cron => '* * * * *', task => '')", "22023"),
+  c("schedule", "hour out of range", "SELECT idemq.schedule(name => 'n', cron => '0 25 * * *', task => 't')", "22023"),
+  c("schedule", "unknown time zone", "SELECT idemq.schedule(name => 'n', cron => '* * * * *', task => 't', timezone => 'Mars/Olympus')", "22023"),
+  c("schedule", "misfire_grace 0", "SELECT idemq.schedule(name => 'n', cron => '* * * * *', task => 't', misfire_grace => '0 seconds')", "22023"),
+  c("schedule", "unknown overlap policy", "SELECT idemq.schedule(name => 'n', cron => '* * * * *', task => 't', overlap => 'never')", "22P02", {
+    noHint: true,
+  }),
+  c("unschedule", "NULL name", "SELECT idemq.unschedule(name => NULL)", "22004"),
+  c("schedule_next", "NULL cron", "SELECT * FROM idemq.schedule_next(cron => NULL)", "22004"),
+  c("schedule_next", "six fields with a bad second", "SELECT * FROM idemq.schedule_next(cron => '61 * * * * *')", "22023"),
+  c("schedule_next", "count 0", "SELECT * FROM idemq.schedule_next(cron => '* * * * *', count => 0)", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(
@@ -246,8 +259,10 @@ describe("bad input", () => {
     expect(rows.filter((r) => r.nargs === 0).map((r) => r.name).sort()).toEqual([
       "active_states",
       "rescue",
+      "schedules",
       "stats",
       "terminal_states",
+      "tick",
     ]);
   });
 

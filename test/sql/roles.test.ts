@@ -110,6 +110,17 @@ const OPERATIONS: Operation[] = [
   { name: "purge", sql: () => ["SELECT idemq.purge(older_than => '1 day') AS n", []] },
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "retry_horizon", sql: () => [`SELECT idemq.retry_horizon(backoff => '{"kind": "polynomial"}', counted_attempts => 1, max_attempts => 3) AS h`, []] },
+  { name: "tick", sql: () => ["SELECT * FROM idemq.tick()", []] },
+  {
+    name: "schedule",
+    sql: () => [`SELECT * FROM idemq.schedule(name => 'roles-schedule', cron => '0 3 * * *', task => 'report')`, []],
+  },
+  { name: "schedules", sql: () => ["SELECT * FROM idemq.schedules()", []] },
+  {
+    name: "schedule_next",
+    sql: () => [`SELECT * FROM idemq.schedule_next(cron => '0 3 * * *', timezone => 'UTC', after => now(), count => 2)`, []],
+  },
+  { name: "unschedule", sql: () => ["SELECT idemq.unschedule(name => 'roles-schedule') AS removed", []] },
   { name: "active_states", sql: () => ["SELECT idemq.active_states() AS s", []] },
   { name: "terminal_states", sql: () => ["SELECT idemq.terminal_states() AS s", []] },
   { name: "read jobs (payloads)", sql: () => ["SELECT j.payload FROM idemq.jobs j WHERE j.id = $1", [fx.enqueued]], check: (r) => expect(r).toEqual([{ payload: fx.payload }]) },
@@ -126,7 +137,7 @@ const OPERATIONS: Operation[] = [
 const CONSTANTS = ["active_states", "terminal_states"];
 const WORKER_OPS = [
   "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
-  "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys",
+  "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {
@@ -212,7 +223,7 @@ describe("a worker logged in as an idemq_worker member", () => {
     const failed = await waitFor(async () => {
       const job = await jobRow(db.pool, id);
       return job.state === "failed" ? job : undefined;
-    }, { what: "the job to fail after two attempts", timeoutMs: 20_000 });
+    }, { what: `the job to fail after two attempts (worker:error ${JSON.stringify(w.of("worker:error"))})`, timeoutMs: 20_000 });
     const errors = failed.errors as { attempt: number; message: string; failed_at: string }[];
     expect(errors.map((e) => [e.attempt, e.message])).toEqual([
       [1, "boom from a worker without table privileges"],
