@@ -37,7 +37,7 @@ export function timedCalls(pool: pg.Pool, timeoutMs: number): Queryable {
     options: pool.options,
     // runQuery passes a config object when it sets `types` (claim measures payload sizes as it parses them).
     query: (text: string | pg.QueryConfig, values?: unknown[]) =>
-      pool.query({ ...(typeof text === "string" ? { text, values } : text), query_timeout: timeoutMs } as pg.QueryConfig),
+      pool.query({ ...(typeof text === "string" ? { text, values } : text), query_timeout: timeoutMs } as unknown as pg.QueryConfig),
   } as Queryable;
 }
 

@@ -29,7 +29,9 @@ const QUERIES: Record<keyof CatalogSnapshot, string> = {
      WHERE n.nspname = $1
      ORDER BY 1`,
   columns: `
-    SELECT c.relname AS relation, a.attnum AS position, a.attname AS name,
+    -- position: the column's place among the live ones (a dropped column leaves a gap in attnum,
+    -- so a Down that drops and an Up that re-adds a column would otherwise differ from a straight migrate).
+    SELECT c.relname AS relation, row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum)::int AS position, a.attname AS name,
            format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,
            pg_get_expr(d.adbin, d.adrelid) AS "default", a.attidentity AS identity,
            a.attgenerated AS generated, col_description(c.oid, a.attnum) AS comment

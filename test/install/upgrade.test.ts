@@ -416,7 +416,12 @@ async function terminalRows(pool: pg.Pool, onlyIds?: string[]): Promise<{ ids: s
   const ids = jobs.map((r) => r.id);
   const keys = await pool.query("SELECT to_jsonb(k) AS row FROM idemq.keys k WHERE k.job_id = ANY($1::bigint[]) ORDER BY k.key", [ids]);
   const processed = await pool.query("SELECT to_jsonb(p) AS row FROM idemq.processed p ORDER BY p.key");
-  const effects = await pool.query("SELECT to_jsonb(e) AS row FROM idemq.effects e WHERE e.status = 'done' AND e.key = 'upgrade:done'");
+  // The columns 0001 has (later migrations add job_id and attempt, NULL for these rows).
+  const effects = await pool.query(
+    `SELECT jsonb_build_object('key', e.key, 'owner', e.owner, 'status', e.status, 'claimed_at', e.claimed_at,
+                               'reclaims', e.reclaims, 'done_at', e.done_at, 'result', e.result) AS row
+       FROM idemq.effects e WHERE e.status = 'done' AND e.key = 'upgrade:done'`,
+  );
   return { ids, jobs: jobs.map((r) => r.row), keys: keys.rows, processed: processed.rows, effects: effects.rows };
 }
 
