@@ -15,15 +15,21 @@ export abstract class MaintenanceService {
     protected readonly state: WorkerState,
     /** Names the call in worker:error. */
     private readonly call: string,
-    intervalMs: number,
+    private readonly intervalMs: number,
+    /**
+     * The first run comes within a second of start instead of after a whole
+     * interval: work left while no worker ran (abandoned leases, due schedule
+     * slots) is handled at once.
+     */
+    private readonly soonAfterStart = false,
   ) {
     this.timer = new JitteredTimer(intervalMs, () => this.runOnce());
     this.calls = timedCalls(state.pool, Math.max(state.settings.callTimeoutMs, intervalMs));
   }
 
-  /** Starts the timer; the first run comes after `firstDelayMs` (default: a jittered interval). */
-  start(firstDelayMs?: number): void {
-    this.timer.start(firstDelayMs);
+  /** Starts the timer; the first run comes after a jittered interval, or soon (soonAfterStart). */
+  start(): void {
+    this.timer.start(this.soonAfterStart ? Math.min(this.intervalMs, 1000) * Math.random() : undefined);
   }
 
   /** Stops the timer and waits for a run in progress. */

@@ -1,18 +1,14 @@
 // rescue() on a jittered timer: jobs whose lease ran out (their worker died
-// or stalled) go back to enqueued, or fail on their last attempt.
+// or stalled) go back to enqueued, or fail on their last attempt. The first
+// rescue comes soon after start: a worker restarted after a crash finds its
+// own abandoned jobs without waiting a whole interval.
 import * as sql from "../sql-api.ts";
 import { MaintenanceService } from "./maintenance.ts";
 import type { WorkerState } from "./worker-state.ts";
 
 export class Rescuer extends MaintenanceService {
   constructor(state: WorkerState) {
-    super(state, "rescue", state.settings.rescueMs);
-  }
-
-  override start(): void {
-    // A first rescue soon after start: a worker restarted after a crash
-    // finds its own abandoned jobs without waiting a whole interval.
-    super.start(Math.min(this.state.settings.rescueMs, 1000) * Math.random());
+    super(state, "rescue", state.settings.rescueMs, true);
   }
 
   protected override runSql(): Promise<number> {

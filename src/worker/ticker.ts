@@ -1,22 +1,19 @@
 // tick() on a jittered timer: every due slot of every schedule gets its job.
 // Any number of workers (and pg_cron) may tick: the SQL locks each due
-// schedule row with SKIP LOCKED and keys each slot's job, so no leader.
+// schedule row with SKIP LOCKED and keys each slot's job, so no leader. The
+// first tick comes soon after start: slots that came due while no worker ran
+// are handled (by their misfire policy) without waiting a whole interval.
 import * as sql from "../sql-api.ts";
 import { MaintenanceService } from "./maintenance.ts";
 import type { WorkerState } from "./worker-state.ts";
 
 export class Ticker extends MaintenanceService {
   constructor(state: WorkerState) {
-    super(state, "tick", state.settings.tickMs);
-  }
-
-  override start(): void {
-    // A first tick soon after start: slots that came due while no worker ran
-    // are handled (by their misfire policy) without waiting a whole interval.
-    super.start(Math.min(this.state.settings.tickMs, 1000) * Math.random());
+    super(state, "tick", state.settings.tickMs, true);
   }
 
   protected override runSql(): Promise<number> {
-    return sql.tick(this.state.pool);
+    // Timed like every maintenance call (the pool alone would wait forever).
+    return sql.tick(this.calls);
   }
 }
