@@ -162,7 +162,8 @@ export async function waitForServer(url: string, options: Pick<OpenDatabaseOptio
     } catch (error) {
       await client.end().catch(() => {});
       // Waits on what ends when the server is back; fails at once on others (authentication, no such database).
-      if (!isConnectionFailure(error) || Date.now() + delay > deadline) return; // checkServer says why, in its one line
+      // The last try is at the deadline, so the wait lasts the whole budget.
+      if (!isConnectionFailure(error) || Date.now() >= deadline) return; // checkServer says why, in its one line
       if (!waiting) {
         const why = connectFailure(target, error).replace(/;.*$/, "");
         const until = Number.isFinite(budget) ? ` for up to ${Math.round(budget / 1000)} s` : "";
@@ -170,7 +171,7 @@ export async function waitForServer(url: string, options: Pick<OpenDatabaseOptio
         waiting = true;
       }
     }
-    await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random() / 2)));
+    await new Promise((resolve) => setTimeout(resolve, Math.min(delay * (0.5 + Math.random() / 2), Math.max(0, deadline - Date.now()))));
     delay = Math.min(delay * 2, WAIT_BACKOFF_MS.max);
   }
 }
