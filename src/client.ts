@@ -17,6 +17,9 @@ import type {
   JobIdInput,
   PayloadMap,
   Queryable,
+  Schedule,
+  ScheduleDefinition,
+  ScheduleNextOptions,
   StatsRow,
 } from "./sql-api.ts";
 import type { TaskPayloads, Tasks } from "./worker/types.ts";
@@ -155,6 +158,52 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
 
   stats(opts: InTransaction = {}): Promise<StatsRow[]> {
     return sql.stats(this.db(opts));
+  }
+
+  /**
+   * Creates or replaces (by name) a recurring schedule: tick() (every
+   * worker's timer, or pg_cron) enqueues a job of its task for each slot.
+   * Options left out take schedule()'s SQL defaults. Re-declaring a
+   * schedule with the same cron and time zone keeps its next slot. Returns
+   * the schedule's next slot.
+   */
+  schedule(definition: ScheduleDefinition<ClientPayloads<T>>, opts: InTransaction = {}): Promise<Date> {
+    return sql.schedule(this.db(opts), definition as ScheduleDefinition);
+  }
+
+  /** Removes a schedule; false when there was none of that name. Jobs it already enqueued stay. */
+  unschedule(name: string, opts: InTransaction = {}): Promise<boolean> {
+    return sql.unschedule(this.db(opts), name);
+  }
+
+  /** Every schedule, by name, with the state of each one's latest job. */
+  schedules(opts: InTransaction = {}): Promise<Schedule[]> {
+    return sql.schedules(this.db(opts));
+  }
+
+  /**
+   * The next `count` slots (default 1) of the schedule `name`, first the one
+   * not yet handled (its nextAt, which is in the past while it waits for the
+   * next tick); null when there is no such schedule.
+   */
+  scheduleNext(name: string, opts?: { count?: number | undefined } & InTransaction): Promise<Date[] | null>;
+  /** The next slots of a cron expression (in `timezone`, after `after`, default now), to check it before scheduling it. */
+  scheduleNext(expression: ScheduleNextOptions, opts?: InTransaction): Promise<Date[]>;
+  async scheduleNext(
+    target: string | ScheduleNextOptions,
+    opts: { count?: number | undefined } & InTransaction = {},
+  ): Promise<Date[] | null> {
+    const db = this.db(opts);
+    if (typeof target !== "string") return sql.scheduleNext(db, target);
+    const found = (await sql.schedules(db)).find((s) => s.name === target);
+    if (found === undefined) return null;
+    // Slots are whole seconds, so "after nextAt - 1 ms" starts with nextAt itself.
+    return sql.scheduleNext(db, {
+      cron: found.cron,
+      timezone: found.timezone,
+      after: new Date(found.nextAt.getTime() - 1),
+      count: opts.count,
+    });
   }
 
   getJob(jobId: JobIdInput, opts: InTransaction = {}): Promise<Job | null> {

@@ -53,6 +53,35 @@ export function isDuplicatePolicy(value: unknown): value is DuplicatePolicy {
   return (DUPLICATE_POLICIES as readonly unknown[]).includes(value);
 }
 
+// ------------------------------------------------------ schedule policies
+
+/** Every value of `idemq.schedule_overlap`: what a slot does while the schedule's latest job is active. The first is schedule()'s SQL default. */
+export const SCHEDULE_OVERLAPS = ["skip", "allow", "queue_one"] as const;
+export type ScheduleOverlap = (typeof SCHEDULE_OVERLAPS)[number];
+
+/** Every value of `idemq.schedule_misfire`: what slots missed while tick() was not called do. The first is schedule()'s SQL default. */
+export const SCHEDULE_MISFIRES = ["once", "skip", "all"] as const;
+export type ScheduleMisfire = (typeof SCHEDULE_MISFIRES)[number];
+
+export function isScheduleOverlap(value: unknown): value is ScheduleOverlap {
+  return (SCHEDULE_OVERLAPS as readonly unknown[]).includes(value);
+}
+export function isScheduleMisfire(value: unknown): value is ScheduleMisfire {
+  return (SCHEDULE_MISFIRES as readonly unknown[]).includes(value);
+}
+
+/**
+ * schedule()'s non-NULL DEFAULTs, as its SQL signature declares them, for
+ * help texts and docs only: the client leaves unset options out of the call,
+ * so SQL applies its own. test/contract holds this equal to the signature.
+ */
+export const SCHEDULE_SQL_DEFAULTS = {
+  timezone: "UTC",
+  overlap: SCHEDULE_OVERLAPS[0],
+  misfire: SCHEDULE_MISFIRES[0],
+  misfireGrace: "1 minute",
+} as const;
+
 // ------------------------------------------------------ other vocabularies
 
 /** Row outcomes of `enqueue_many`. */

@@ -72,6 +72,12 @@ export function policy(value: DuplicatePolicy | undefined): DuplicatePolicy | un
   throw bad(`unknown duplicate policy ${JSON.stringify(value)}`, `use one of ${DUPLICATE_POLICIES.join(", ")}`);
 }
 
+/** A value of a SQL enum the contract lists (`values`), or undefined; anything else is refused naming the values. */
+export function oneOf<V extends string>(value: V | undefined, values: readonly V[], what: string): V | undefined {
+  if (value === undefined || values.includes(value)) return value;
+  throw bad(`${what} must be one of ${values.join(", ")}, not ${JSON.stringify(value)}`);
+}
+
 export function states(value: readonly JobState[] | undefined): JobState[] | undefined {
   if (value === undefined) return undefined;
   if (!Array.isArray(value)) throw bad("states must be an array of job states");

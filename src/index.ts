@@ -50,6 +50,8 @@ export {
   ERROR_CODES,
   JOB_STATES,
   NOTIFY_CHANNEL,
+  SCHEDULE_MISFIRES,
+  SCHEDULE_OVERLAPS,
   TERMINAL_STATES,
   toPgInterval,
 } from "./contract.ts";
@@ -62,6 +64,8 @@ export type {
   EnqueueOutcome,
   IdemqErrorCode,
   JobState,
+  ScheduleMisfire,
+  ScheduleOverlap,
   StatsMetric,
 } from "./contract.ts";
 
@@ -74,6 +78,9 @@ export type {
   JobIdInput,
   PayloadMap,
   Queryable,
+  Schedule,
+  ScheduleDefinition,
+  ScheduleNextOptions,
   StatsRow,
 } from "./sql-api.ts";
 export type { Job, ListJobsFilter } from "./job-reads.ts";
