@@ -17,6 +17,7 @@ import { WaitMarker } from "./wait-marker.ts";
 import { Rescuer } from "./rescuer.ts";
 import { Ticker } from "./ticker.ts";
 import { runJob } from "./run-job.ts";
+import { declareSchedules } from "./schedules.ts";
 import { normalizeSettings, type Settings } from "./settings.ts";
 import { handBack, installSignalHandlers, releaseClaimed, releaseOverBudget } from "./shutdown.ts";
 import { normalizeTasks, WorkerConfigError } from "./task-config.ts";
@@ -132,6 +133,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.lifecycle = "starting";
     try {
       await checkSchema(this.pool);
+      await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
       await this.listener.start();
     } catch (error) {
       await this.listener.stop();
@@ -154,7 +156,34 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.settings.handleSignals) {
       this.removeSignalHandlers = installSignalHandlers(this.state, () => this.stop(), () => this.runningCount);
     }
+    this.announceSchedules();
     this.state.emit("worker:started", { workerId: this.workerId });
+  }
+
+  /** A log line for the declared schedules, and a warning for each whose task or queue this worker does not claim (another worker may). */
+  private announceSchedules(): void {
+    const { schedules, queues } = this.settings;
+    if (schedules.length === 0) return;
+    this.state.emit("log", {
+      level: "info",
+      message: `declared ${schedules.length} schedule${schedules.length === 1 ? "" : "s"}`,
+      workerId: this.workerId,
+      schedules: schedules.map((s) => s.name),
+    });
+    for (const s of schedules) {
+      const elsewhere = !this.state.tasks.has(s.task)
+        ? `its task "${s.task}" is not one of this worker's tasks`
+        : queues !== undefined && s.queue !== undefined && !queues.includes(s.queue)
+          ? `its queue "${s.queue}" is not one this worker claims from`
+          : undefined;
+      if (elsewhere === undefined) continue;
+      this.state.emit("log", {
+        level: "warn",
+        message: `schedule "${s.name}": ${elsewhere}; its jobs wait for a worker that has it`,
+        workerId: this.workerId,
+        schedule: s.name,
+      });
+    }
   }
 
   /**

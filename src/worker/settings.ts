@@ -4,6 +4,8 @@ import { hostname } from "node:os";
 import { toPgInterval, type Duration } from "../contract.ts";
 import { MAX_CLAIM_BATCH, WORKER_DEFAULTS } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
+import type { ScheduleDefinition } from "../sql-api.ts";
+import { normalizeSchedules } from "./schedules.ts";
 import type { WorkerOptions } from "./types.ts";
 
 export interface Settings {
@@ -29,6 +31,8 @@ export interface Settings {
   idleInTransactionMarginMs: number;
   keepAliveDelayMs: number;
   effectBusySnoozeMs: number;
+  /** Upserted by name at start (schedules.ts). */
+  schedules: ScheduleDefinition[];
 }
 
 export function normalizeSettings(options: WorkerOptions): Settings {
@@ -82,6 +86,7 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     idleInTransactionMarginMs: durationMs(WORKER_DEFAULTS.idleInTransactionMargin, "idleInTransactionMargin"),
     keepAliveDelayMs: durationMs(WORKER_DEFAULTS.keepAliveDelay, "keepAliveDelay"),
     effectBusySnoozeMs: durationMs(WORKER_DEFAULTS.effectBusySnooze, "effectBusySnooze"),
+    schedules: normalizeSchedules(options.schedules),
   };
 }
 

@@ -1,6 +1,7 @@
 // Public types of the worker: options, task definitions, the handler's ctx.
 import type pg from "pg";
 import type { Backoff, Duration } from "../contract.ts";
+import type { ScheduleDefinition } from "../sql-api.ts";
 
 /**
  * A payload as the handler receives it (parsed jsonb). `any`, because it is
@@ -189,6 +190,15 @@ interface WorkerSettings {
   shutdownTimeout?: Duration | undefined;
   /** Install SIGTERM/SIGINT handlers that stop the worker (default true). */
   handleSignals?: boolean | undefined;
+  /**
+   * Recurring schedules this worker declares: each is upserted by name
+   * (client.schedule) at start(), in one transaction, before claiming. An
+   * unchanged definition keeps its next slot, so restarts and many workers
+   * declaring the same list create no extra job. Schedules not listed are
+   * left alone (other applications may own them); remove one with
+   * unschedule. A definition SQL refuses makes start() reject, naming it.
+   */
+  schedules?: readonly ScheduleDefinition[] | undefined;
 }
 
 /** The options of createWorker: tasks and settings, plus where the database is. */

@@ -1,8 +1,8 @@
 // idemq worker --tasks ./tasks.js [--queues a,b] [--concurrency N] [--log-format json|pretty]
 //
-// Loads a module exporting `tasks` (and optionally `workerOptions`), runs a
-// worker until SIGTERM/SIGINT (a second signal exits at once), and prints its
-// events: JSON lines, or a readable log. A TypeScript module loads through tsx
+// Loads a module exporting `tasks` (and optionally `schedules`, upserted at
+// start, and `workerOptions`), runs a worker until SIGTERM/SIGINT (a second
+// signal exits at once), and prints its events: JSON lines, or a readable log. A TypeScript module loads through tsx
 // (src/cli/typescript-loader.ts), registered only for such a module.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
@@ -36,7 +36,10 @@ export function registerWorkerCommand(program: Command): void {
   const worker = program
     .command("worker")
     .description("run jobs with the tasks a module exports, until SIGTERM/SIGINT")
-    .requiredOption("--tasks <module>", "module that exports `tasks` (JavaScript; TypeScript through your project's tsx)")
+    .requiredOption(
+      "--tasks <module>",
+      "module that exports `tasks`, and optionally `schedules` and `workerOptions` (JavaScript; TypeScript through your project's tsx)",
+    )
     .option("--queues <names>", "comma-separated queues to work (default: all)", parseQueues)
     .option("--concurrency <n>", "jobs running at once (default 10)", parseConcurrency)
     .addOption(
@@ -204,6 +207,14 @@ async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOpti
   const workerOptions = mod.workerOptions ?? fromDefault("workerOptions") ?? {};
   if (workerOptions === null || typeof workerOptions !== "object") {
     throw new UsageError(`${path}: workerOptions must be an object of worker settings`);
+  }
+  // Schedules may be an export of their own, as tasks are (or workerOptions.schedules; not both).
+  const schedules = mod.schedules ?? fromDefault("schedules");
+  if (schedules !== undefined) {
+    if ((workerOptions as ModuleWorkerOptions).schedules !== undefined) {
+      throw new UsageError(`${path}: exports schedules and workerOptions.schedules; keep one of them`);
+    }
+    return { tasks: tasks as Tasks, workerOptions: { ...(workerOptions as ModuleWorkerOptions), schedules: schedules as ModuleWorkerOptions["schedules"] } };
   }
   return { tasks: tasks as Tasks, workerOptions: workerOptions as ModuleWorkerOptions };
 }
