@@ -12,6 +12,7 @@ import { registerPruneKeysCommand } from "./commands/prune-keys.ts";
 import { registerPurgeCommand } from "./commands/purge.ts";
 import { registerRescueCommand } from "./commands/rescue.ts";
 import { registerRolesCommands } from "./commands/roles.ts";
+import { registerSchedulesCommands } from "./commands/schedules.ts";
 import { registerStatsCommand } from "./commands/stats.ts";
 import { registerWorkerCommand } from "./commands/worker.ts";
 import { ENVIRONMENT_HELP, EXIT, EXIT_CODES_HELP } from "./exit-codes.ts";
@@ -28,6 +29,7 @@ function buildProgram(): Command {
   registerWorkerCommand(program);
   registerEnqueueCommand(program);
   registerJobsCommands(program);
+  registerSchedulesCommands(program);
   registerStatsCommand(program);
   registerRescueCommand(program);
   registerPurgeCommand(program);
