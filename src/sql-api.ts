@@ -675,12 +675,12 @@ export function checkSchedule(definition: ScheduleDefinition): void {
 }
 
 /** Creates or replaces (by name) a recurring schedule; returns its next slot. */
-export function schedule(db: Queryable, definition: ScheduleDefinition): Promise<Date> {
+export async function schedule(db: Queryable, definition: ScheduleDefinition): Promise<Date> {
   return scalar(db, "schedule", scheduleArgs(definition));
 }
 
 /** Removes a schedule; false when there was none of that name. Jobs it enqueued stay. */
-export function unschedule(db: Queryable, name: string): Promise<boolean> {
+export async function unschedule(db: Queryable, name: string): Promise<boolean> {
   return scalar(db, "unschedule", { name: requiredText(name, "name") });
 }
 

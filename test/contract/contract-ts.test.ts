@@ -29,7 +29,7 @@ import {
   fromPgError,
 } from "../../src/errors.ts";
 import { Client } from "../../src/client.ts";
-import { buildCall, enqueue, enqueueMany, type Queryable } from "../../src/sql-api.ts";
+import { buildCall, enqueue, enqueueMany, schedule, scheduleNext, type Queryable, type ScheduleDefinition } from "../../src/sql-api.ts";
 
 function pgError(code: string, message: string, extra: { detail?: string; hint?: string } = {}): pg.DatabaseError {
   const err = new pg.DatabaseError(message, message.length, "error");
@@ -353,6 +353,49 @@ describe("generated calls", () => {
       '[{"task":"a","payload":{"x":1},"run_at":"2030-01-01T00:00:00Z","max_attempts":3,"after":[9007199254740993]},' +
         '{"task":"b"}]',
     ]);
+  });
+
+  it("schedule names its parameters in declaration order, converts misfireGrace to an interval and leaves unset options out", async () => {
+    const { db, calls } = recorder([{ r: new Date("2030-01-01T00:00:00Z") }]);
+    const next = await schedule(db, {
+      maxAttempts: 3,
+      misfireGrace: "2m",
+      overlap: "queue_one",
+      task: "report",
+      cron: "@every 5s",
+      name: "n",
+      payload: { a: [1] },
+    });
+    expect(next).toEqual(new Date("2030-01-01T00:00:00Z"));
+    expect(calls[0]).toEqual({
+      text:
+        "SELECT * FROM idemq.schedule(name => $1, cron => $2, task => $3, payload => $4, overlap => $5, " +
+        "misfire_grace => $6, max_attempts => $7) AS r",
+      values: ["n", "@every 5s", "report", '{"a":[1]}', "queue_one", "2 minutes", 3],
+    });
+  });
+
+  it("schedule refuses an unknown option, a policy outside its union and a missing field before any SQL", async () => {
+    const { db, calls } = recorder();
+    const base = { name: "n", cron: "* * * * *", task: "t" };
+    await expect(schedule(db, { ...base, timeZone: "UTC" } as unknown as ScheduleDefinition)).rejects.toThrow(
+      /schedule "n": unknown option "timeZone"/,
+    );
+    await expect(schedule(db, { ...base, overlap: "sometimes" as never })).rejects.toThrow(
+      /schedule "n": overlap must be one of skip, allow, queue_one, not "sometimes"/,
+    );
+    await expect(schedule(db, { ...base, misfire: "never" as never })).rejects.toThrow(/misfire must be one of once, skip, all/);
+    await expect(schedule(db, { ...base, misfireGrace: "5 parsecs" })).rejects.toThrow(BadArgumentError);
+    await expect(schedule(db, { name: "n", task: "t" } as unknown as ScheduleDefinition)).rejects.toThrow(/cron must be a non-empty string/);
+    await expect(schedule(db, { ...base, priority: 1.5 })).rejects.toThrow(/priority must be an integer/);
+    expect(calls).toEqual([]);
+  });
+
+  it("scheduleNext calls schedule_next with what is given and returns the slots", async () => {
+    const { db, calls } = recorder([{ r: new Date("2030-01-01T00:00:00Z") }, { r: new Date("2030-01-02T00:00:00Z") }]);
+    const slots = await scheduleNext(db, { cron: "@daily", count: 2 });
+    expect(slots).toEqual([new Date("2030-01-01T00:00:00Z"), new Date("2030-01-02T00:00:00Z")]);
+    expect(calls[0]).toEqual({ text: "SELECT * FROM idemq.schedule_next(cron => $1, count => $2) AS r", values: ["@daily", 2] });
   });
 
   it("maps SQL errors raised by a call", async () => {

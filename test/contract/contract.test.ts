@@ -11,9 +11,20 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ACTIVE_STATES, BACKOFF_FIELDS, BACKOFF_KINDS, DUPLICATE_POLICIES, ERROR_CODES, JOB_STATES, TERMINAL_STATES } from "../../src/contract.ts";
+import {
+  ACTIVE_STATES,
+  BACKOFF_FIELDS,
+  BACKOFF_KINDS,
+  DUPLICATE_POLICIES,
+  ERROR_CODES,
+  JOB_STATES,
+  SCHEDULE_MISFIRES,
+  SCHEDULE_OVERLAPS,
+  SCHEDULE_SQL_DEFAULTS,
+  TERMINAL_STATES,
+} from "../../src/contract.ts";
 import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
-import { SQL_FUNCTIONS } from "../../src/sql-api.ts";
+import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql-api.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
 
@@ -68,6 +79,14 @@ describe("TypeScript constants equal the catalog", () => {
     expect(await list("enum_range(NULL::idemq.duplicate_policy)")).toEqual([...DUPLICATE_POLICIES]);
     const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.enqueue'::regproc) AS args");
     expect(rows[0].args).toContain(`duplicate_policy idemq.duplicate_policy DEFAULT '${DUPLICATE_POLICIES[0]}'`);
+  });
+
+  it("SCHEDULE_OVERLAPS and SCHEDULE_MISFIRES equal enum_range of idemq.schedule_overlap and idemq.schedule_misfire, in order, the first being schedule()'s default", async () => {
+    expect(await list("enum_range(NULL::idemq.schedule_overlap)")).toEqual([...SCHEDULE_OVERLAPS]);
+    expect(await list("enum_range(NULL::idemq.schedule_misfire)")).toEqual([...SCHEDULE_MISFIRES]);
+    const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.schedule'::regproc) AS args");
+    expect(rows[0].args).toContain(`overlap idemq.schedule_overlap DEFAULT '${SCHEDULE_OVERLAPS[0]}'`);
+    expect(rows[0].args).toContain(`misfire idemq.schedule_misfire DEFAULT '${SCHEDULE_MISFIRES[0]}'`);
   });
 
   it("BACKOFF_KINDS and BACKOFF_FIELDS equal the kinds and fields idemq._backoff_problem accepts", async () => {
@@ -227,6 +246,10 @@ describe("typed call module", () => {
     }
   });
 
+  it("SCHEDULE_PARAMETERS (ScheduleDefinition's fields) names schedule()'s parameters, each once, in declaration order", () => {
+    expect(Object.values(SCHEDULE_PARAMETERS)).toEqual([...SQL_FUNCTIONS.schedule]);
+  });
+
   it("every public function in schema idemq is in SQL_FUNCTIONS, or is active_states/terminal_states", async () => {
     const publicFns = (await installedFunctions()).map((f) => f.name).filter((n) => !n.startsWith("_"));
     const notCallable = publicFns.filter((n) => !(n in SQL_FUNCTIONS));
@@ -270,6 +293,26 @@ describe("defaults live once", () => {
     expect(rows[0].d).toEqual(defaults);
     for (const name of nullDefaults) expect(rows[0].d, name).not.toHaveProperty(name);
     expect(nullDefaults.sort()).toEqual(["after", "backoff", "expires_at", "idempotency_key", "run_at"]);
+  });
+
+  it("SCHEDULE_SQL_DEFAULTS (help texts) equals the non-NULL DEFAULTs of schedule()'s signature, by SCHEDULE_PARAMETERS", async () => {
+    const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.schedule'::regproc) AS args");
+    const sqlDefaults: Record<string, string> = {};
+    for (const part of splitSqlList(rows[0].args)) {
+      const m = /^(\w+) (.+?) DEFAULT (.+)$/.exec(part);
+      if (!m) continue;
+      const { t } = (await db.pool.query(`SELECT (${m[3]})::text AS t`)).rows[0];
+      if (t !== null) sqlDefaults[m[1]!] = t;
+    }
+    // Each mirrored value read as the parameter's type, so '1 minute' and '00:01:00' are one interval.
+    const mirrored: Record<string, string> = {};
+    for (const [field, value] of Object.entries(SCHEDULE_SQL_DEFAULTS)) {
+      const param = SCHEDULE_PARAMETERS[field as keyof typeof SCHEDULE_PARAMETERS];
+      const type = /^(\w+) (.+?) DEFAULT/.exec(splitSqlList(rows[0].args).find((p) => p.startsWith(`${param} `))!)![2]!;
+      mirrored[param] = (await db.pool.query(`SELECT $1::${type}::text AS t`, [value])).rows[0].t;
+    }
+    expect(mirrored).toEqual(sqlDefaults);
+    expect(Object.keys(sqlDefaults).sort()).toEqual(["misfire", "misfire_grace", "overlap", "timezone"]);
   });
 
   it("enqueue_many applies the same defaults as enqueue (same stored row for the same job)", async () => {
