@@ -21,7 +21,7 @@ export const EXIT = {
   REJECTED: 3,
   /** IQ422: the idempotency key is held by an active job doing different work. */
   KEY_CONFLICT: 4,
-  /** IQ404: no such job. */
+  /** IQ404: no such job; also `schedules remove|next` given a name with no schedule. */
   NOT_FOUND: 5,
   /** IQ412: the job's state does not allow the operation (e.g. cancel a succeeded job). */
   INVALID_STATE: 6,
@@ -70,7 +70,8 @@ export const EXIT_CODES_HELP = `Exit codes:
   3    enqueue or retry rejected by the duplicate policy (IQ409); the job
        holding the key is printed
   4    idempotency key reused for different work (IQ422)
-  5    no such job (IQ404)
+  5    no such job (IQ404), or no schedule of that name (schedules
+       remove|next)
   6    the job's state does not allow this (IQ412)
   7    doctor: warnings
   8    doctor: problems
