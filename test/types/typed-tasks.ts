@@ -65,6 +65,22 @@ export async function produce(): Promise<void> {
 
   const job: EnqueueManyJob<TaskPayloads<typeof tasks>> = { task: "report", payload: { month: "2026-12", rows: 3 } };
   await producer.enqueueMany([job]);
+
+  // A schedule's task and payload are checked as enqueue's are.
+  await producer.schedule({ name: "monthly", cron: "0 0 1 * *", task: "report", payload: { month: "2026-12" }, overlap: "queue_one" });
+  await producer.schedule({ name: "ping", cron: "@every 30s", task: "ping" });
+  // @ts-expect-error unknown task name in a schedule
+  await producer.schedule({ name: "x", cron: "@daily", task: "nope" });
+  // @ts-expect-error wrong payload type in a schedule
+  await producer.schedule({ name: "x", cron: "@daily", task: "credit", payload: { orderId: "1", amount: 10 } });
+  // @ts-expect-error an overlap policy that does not exist
+  await producer.schedule({ name: "x", cron: "@daily", task: "ping", overlap: "sometimes" });
+  // @ts-expect-error a misspelt option
+  await producer.schedule({ name: "x", cron: "@daily", task: "ping", timeZone: "UTC" });
+  const slots: Date[] | null = await producer.scheduleNext("monthly", { count: 3 });
+  const checked: Date[] = await producer.scheduleNext({ cron: "0 9 * * MON-FRI", timezone: "Europe/Berlin", count: 5 });
+  void slots;
+  void checked;
 }
 
 // One task whose handler's ctx is unannotated: its type is still read from the handler.
