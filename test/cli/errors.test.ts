@@ -15,6 +15,10 @@ const COMMANDS = [
   ["jobs", "retry"],
   ["jobs", "cancel"],
   ["jobs", "reschedule"],
+  ["schedules", "list"],
+  ["schedules", "add"],
+  ["schedules", "remove"],
+  ["schedules", "next"],
   ["stats"],
   ["rescue"],
   ["purge"],
@@ -30,6 +34,10 @@ const INVOCATIONS = [
   ["jobs", "retry", "1"],
   ["jobs", "cancel", "1"],
   ["jobs", "reschedule", "1", "--delay", "1m"],
+  ["schedules", "list"],
+  ["schedules", "add", "nightly", "--cron", "@daily", "--task", "t"],
+  ["schedules", "remove", "nightly"],
+  ["schedules", "next", "--cron", "@daily"],
   ["stats"],
   ["rescue"],
   ["purge", "--older-than", "7d"],
@@ -122,7 +130,7 @@ describe("bad input: one line, the fix, no stack trace", () => {
   });
 
   it("a database without the idemq schema: exit 1 naming `idemq migrate`, and nothing is created", async () => {
-    for (const args of [["stats"], ["enqueue", "t", "{}"], ["jobs", "--json"]]) {
+    for (const args of [["stats"], ["enqueue", "t", "{}"], ["jobs", "--json"], ["schedules", "add", "n", "--cron", "@daily", "--task", "t"]]) {
       const result = await runCli([...args, "--database-url", empty.url]);
       expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
       expect(oneLine(result)).toBe(
