@@ -11,7 +11,10 @@
 --   * Upsert by name. A schedule whose cron and timezone are unchanged keeps
 --     its next_at, so re-declaring it (a worker at every start) loses no due
 --     slot; a changed cron or timezone starts from the first slot after now().
---     Counters and the last job are kept.
+--     Counters and the last job are kept. A definition equal to the stored
+--     one writes nothing (updated_at stays: it is when the definition last
+--     changed), so workers that declare their schedules at every start, any
+--     number at once, change nothing.
 --   * payload, queue, priority and max_attempts left NULL take enqueue()'s
 --     defaults (idemq._job_defaults()), stored with the schedule.
 --   * cron: see _cron_parse (5 or 6 fields, names, steps, @macros, @every);
@@ -107,7 +110,14 @@ BEGIN
       next_at = CASE WHEN s.cron = excluded.cron AND s.timezone = excluded.timezone THEN s.next_at
                      ELSE excluded.next_at END,
       updated_at = now()
+  WHERE (s.cron, s.timezone, s.task, s.payload, s.queue, s.priority, s.max_attempts, s.overlap, s.misfire, s.misfire_grace)
+        IS DISTINCT FROM (excluded.cron, excluded.timezone, excluded.task, excluded.payload, excluded.queue,
+                          excluded.priority, excluded.max_attempts, excluded.overlap, excluded.misfire, excluded.misfire_grace)
   RETURNING s.next_at INTO v_next;
+  IF NOT FOUND THEN
+    -- The same definition: ON CONFLICT locked the row and left it as it was.
+    SELECT s.next_at INTO v_next FROM idemq.schedules AS s WHERE s.name = schedule.name;
+  END IF;
   RETURN v_next;
 END;
 $$;

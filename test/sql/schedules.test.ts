@@ -214,6 +214,32 @@ describe("schedule, schedules, unschedule", () => {
     });
   });
 
+  it("an unchanged definition writes nothing (same row version, updated_at kept); any changed field is written", async () => {
+    const name = unique("same");
+    const version = async () =>
+      (await db.pool.query<{ ctid: string; updated_at: Date; next_at: Date }>(
+        "SELECT ctid::text AS ctid, updated_at, next_at FROM idemq.schedules WHERE name = $1",
+        [name],
+      )).rows[0]!;
+    const definition = { name, cron: "*/5 * * * *", payload: { a: [1, 2] }, misfire_grace: "90 seconds" };
+    await schedule(db.pool, definition);
+    const first = await version();
+    // Separate transactions, so a write would show in updated_at (now()) as well as in the row version.
+    expect(await schedule(db.pool, { ...definition, misfire_grace: "00:01:30" })).toEqual(first.next_at);
+    expect(await schedule(db.pool, { ...definition, payload: { a: [1, 2] } })).toEqual(first.next_at);
+    expect(await version()).toEqual(first);
+    for (const change of [{ priority: 1 }, { task: "other" }, { payload: { a: [2, 1] } }, { overlap: "allow" as const }, { misfire_grace: "2 minutes" }]) {
+      const before = await version();
+      await schedule(db.pool, { ...definition, ...change });
+      const after = await version();
+      expect(after.ctid, JSON.stringify(change)).not.toBe(before.ctid);
+      expect(after.updated_at.getTime(), JSON.stringify(change)).toBeGreaterThan(before.updated_at.getTime());
+      expect(after.next_at, "same cron and timezone keep next_at").toEqual(first.next_at);
+      await schedule(db.pool, definition);
+    }
+    await db.pool.query("SELECT idemq.unschedule(name => $1)", [name]);
+  });
+
   it("unschedule removes it and returns true; again, false", async () => {
     await inRollback(db.pool, async (c) => {
       const name = unique("gone");
