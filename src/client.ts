@@ -164,8 +164,8 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
    * Creates or replaces (by name) a recurring schedule: tick() (every
    * worker's timer, or pg_cron) enqueues a job of its task for each slot.
    * Options left out take schedule()'s SQL defaults. Re-declaring a
-   * schedule with the same cron and time zone keeps its next slot. Returns
-   * the schedule's next slot.
+   * schedule with the same cron and time zone keeps its next slot; an
+   * unchanged definition writes nothing. Returns the schedule's next slot.
    */
   schedule(definition: ScheduleDefinition<ClientPayloads<T>>, opts: InTransaction = {}): Promise<Date> {
     return sql.schedule(this.db(opts), definition as ScheduleDefinition);

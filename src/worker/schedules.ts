@@ -37,9 +37,10 @@ export function normalizeSchedules(schedules: unknown): ScheduleDefinition[] {
  * written (a bad cron in the third leaves the first two as they were), and
  * workers starting at once take the rows' locks in the same order, so they
  * cannot deadlock. Re-declaring a schedule unchanged keeps its next slot
- * (schedule() keeps next_at while cron and time zone are the same), so a
- * restart or a second worker creates no job and loses no due slot. A value
- * SQL refuses is a BadArgumentError naming the schedule.
+ * (schedule() keeps next_at while cron and time zone are the same, and
+ * writes nothing for an unchanged definition), so a restart or a second
+ * worker creates no job and loses no due slot. A value SQL refuses is a
+ * BadArgumentError naming the schedule.
  */
 export async function declareSchedules(pool: pg.Pool, schedules: readonly ScheduleDefinition[], timeoutMs: number): Promise<void> {
   if (schedules.length === 0) return;
