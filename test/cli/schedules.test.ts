@@ -69,7 +69,7 @@ describe("idemq schedules add", () => {
       "--json",
     ]);
     expect(added, added.stderr).toMatchObject({ code: EXIT.OK, stderr: "" });
-    expect(JSON.parse(added.stdout)).toEqual({ replaced: false, schedule: await asJson(name) });
+    expect(JSON.parse(added.stdout)).toEqual({ outcome: "added", schedule: await asJson(name) });
     expect(await scheduleRow(db.pool, name)).toMatchObject({
       cron: "0 3 * * *",
       task: "report",
@@ -86,9 +86,14 @@ describe("idemq schedules add", () => {
     const replaced = await schedules(["add", name, "--cron", "@hourly", "--task", "report", "--json"]);
     expect(replaced).toMatchObject({ code: EXIT.OK, stderr: "" });
     const { schedule } = JSON.parse(replaced.stdout) as { schedule: Record<string, unknown> };
-    expect(JSON.parse(replaced.stdout)).toEqual({ replaced: true, schedule: await asJson(name) });
+    expect(JSON.parse(replaced.stdout)).toEqual({ outcome: "replaced", schedule: await asJson(name) });
     // Options left out took the SQL defaults: add replaces the whole definition.
     expect(schedule).toMatchObject({ cron: "@hourly", timezone: "UTC", overlap: "skip", misfire: "once", queue: "default" });
+
+    const again = await schedules(["add", name, "--cron", "@hourly", "--task", "report"]);
+    expect(again).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(again.stdout).toMatch(new RegExp(`^unchanged schedule ${name} \\(task report, queue default\\): cron "@hourly"`));
+    expect(await asJson(name)).toEqual(schedule);
   });
 
   it("says what it added in one line, the payload read from stdin", async () => {

@@ -108,10 +108,13 @@ export function registerSchedulesCommands(program: Command): void {
           ...(options.maxAttempts === undefined ? {} : { maxAttempts: options.maxAttempts }),
         };
         await withClient(options, async (client) => {
-          const replaced = (await client.schedules()).some((s) => s.name === name);
+          const before = (await client.schedules()).find((s) => s.name === name);
           await client.schedule(definition);
           const saved = (await client.schedules()).find((s) => s.name === name)!;
-          emit(options, { replaced, schedule: saved }, `${replaced ? "replaced" : "added"} ${scheduleLine(saved)}`);
+          // schedule() writes nothing for the definition already stored: its updated_at stays.
+          const outcome =
+            before === undefined ? "added" : before.updatedAt.getTime() === saved.updatedAt.getTime() ? "unchanged" : "replaced";
+          emit(options, { outcome, schedule: saved }, `${outcome} ${scheduleLine(saved)}`);
         });
       }),
     );
