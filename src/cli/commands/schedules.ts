@@ -17,6 +17,7 @@ import {
   type ScheduleOverlap,
 } from "../../contract.ts";
 import type { Schedule, ScheduleDefinition } from "../../sql-api.ts";
+import { WORKER_DEFAULTS } from "../../worker/defaults.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { EXIT } from "../exit-codes.ts";
@@ -48,7 +49,18 @@ interface NextOptions extends CommonOptions {
 export function registerSchedulesCommands(program: Command): void {
   const schedules = program
     .command("schedules")
-    .description("recurring jobs: list, add (or replace), remove schedules, and show their next slots");
+    .description("recurring jobs: list, add (or replace), remove schedules, and show their next slots")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  idemq schedules                                   # list them (same as schedules list)
+  idemq schedules add nightly-report --cron "0 3 * * *" --timezone Europe/Berlin --task report
+  idemq schedules next --cron "*/15 9-17 * * MON-FRI" --count 5
+  idemq schedules remove nightly-report
+
+Workers tick every ${WORKER_DEFAULTS.tickInterval} by default (tickInterval): each slot gets one job, however many run.`,
+    );
 
   const list = schedules
     .command("list", { isDefault: true })
