@@ -132,6 +132,10 @@ describe("idemq schedules add", () => {
     const help = await runCli(["schedules", "add", "--help"]);
     expect(help.code).toBe(EXIT.OK);
     expect(help.stdout).toContain(`idemq schedules add nightly-report --cron "0 3 * * *"`);
+    const group = await runCli(["schedules", "--help"]);
+    expect(group.code).toBe(EXIT.OK);
+    expect(group.stdout).toMatch(/^Commands:\n {2}list /m);
+    expect(group.stdout).toMatch(/\nExamples:\n {2}idemq schedules /);
   });
 });
 
