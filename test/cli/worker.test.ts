@@ -66,6 +66,18 @@ describe("idemq worker refuses a bad tasks module with one line", () => {
     expect(oneLine(result.stderr)).toContain('task "send_invoice": fixed backoff needs at least one delay');
   });
 
+  it("schedules exported and in workerOptions too, or a schedule with an unknown option: exit 2, nothing saved", async () => {
+    const twice = await worker(["--tasks", fixture("cli-bad-schedules.ts")]);
+    expect(twice.code).toBe(2);
+    expect(oneLine(twice.stderr)).toMatch(/cli-bad-schedules\.ts: exports schedules and workerOptions\.schedules; keep one of them$/);
+    const misspelt = await runCli(["worker", "--database-url", db.url, "--tasks", fixture("cli-bad-schedules.ts")], {
+      env: { IDEMQ_TEST_SCHEDULES_SHAPE: "option" },
+    });
+    expect(misspelt.code).toBe(2);
+    expect(oneLine(misspelt.stderr)).toContain('cli-bad-schedules.ts: schedules[0]: schedule "nightly": unknown option "timeZone"');
+    expect((await db.pool.query("SELECT count(*)::int AS n FROM idemq.schedules")).rows[0].n).toBe(0);
+  });
+
   it("a file that does not exist: exit 2", async () => {
     const result = await worker(["--tasks", "./no/such/tasks.js"]);
     expect(result.code).toBe(2);
