@@ -21,7 +21,8 @@ import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 const exec = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const SCRIPT = join(ROOT, "scripts", "migration-new.mjs");
-const NEXT = `${String(MIGRATION_NAMES.length + 1).padStart(4, "0")}_probe`;
+// The script numbers a new migration after the highest number, as the helpers' numbers may have gaps before a merge.
+const NEXT = `${String(Math.max(...MIGRATION_NAMES.map((name) => parseInt(name, 10))) + 1).padStart(4, "0")}_probe`;
 
 let sql: string;
 let functions: string;
