@@ -80,7 +80,8 @@ export async function startPgBouncer(options: {
     url: (database) => `postgres://postgres@127.0.0.1:${port}/${database}`,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGINT");
+        // SIGTERM: at once. SIGINT (a safe shutdown) waits for idle server connections a session pooler never lets go.
+        child.kill("SIGTERM");
         await exited;
       }
       await rm(dir, { recursive: true, force: true });
