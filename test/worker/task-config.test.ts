@@ -71,7 +71,7 @@ describe("settings", () => {
     ["a heartbeat of 0", { heartbeatInterval: 0 }, "heartbeatInterval must be more than 0"],
     ["a bad key retention", { keyRetention: "forever" }, 'keyRetention: invalid duration "forever"'],
     ["no database", { connectionString: undefined }, "createWorker needs { connectionString } or { pool }"],
-    ["an unknown wake-up mode", { wakeUp: "notify" }, 'wakeUp must be one of "listen", "poll", got "notify"'],
+    ["an unknown wake-up mode", { wakeUp: "notify" as never }, 'wakeUp must be one of "listen", "poll", got "notify"'],
     ["a listen URL in poll mode", { wakeUp: "poll", listenConnectionString: url }, 'listenConnectionString is for wakeUp "listen"'],
     ["an empty listen URL", { listenConnectionString: "" }, "listenConnectionString must be a connection string"],
     ["a minimum poll of 0", { minPollInterval: 0 }, "minPollInterval must be more than 0"],
