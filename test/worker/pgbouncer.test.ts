@@ -250,3 +250,33 @@ describe("the transaction-pooler probe", () => {
     }
   }, 60_000);
 });
+
+describe("poll mode on the server itself", () => {
+  it("holds no listen or marker connection and no advisory lock, and enqueues send no NOTIFY on its account", async () => {
+    const listener = new pg.Client({ connectionString: cluster.url("idemq"), application_name: DIRECT });
+    await listener.connect();
+    try {
+      const heard: string[] = [];
+      listener.on("notification", (n) => heard.push(`${n.channel}:${n.payload ?? ""}`));
+      await listener.query("LISTEN idemq_jobs");
+      await listener.query("LISTEN test_sentinel");
+      const w = await startTestWorker(cluster.url("idemq"), { ping: async () => "pong" }, { wakeUp: "poll", pollInterval: "1s", queues: ["polled"] });
+      const { jobId } = await producer.enqueue("ping", {}, { queue: "polled" });
+      await waitFor(async () => (await producer.getJob(jobId))?.state === "succeeded", { what: `job ${jobId} done`, timeoutMs: 10_000 });
+      // Notifications arrive in commit order: had the enqueue notified, it would be heard before the sentinel.
+      await direct.query("NOTIFY test_sentinel");
+      await waitFor(() => heard.includes("test_sentinel:"), { what: "the sentinel notification" });
+      expect(heard).toEqual(["test_sentinel:"]);
+      const { rows } = await direct.query<{ application_name: string }>(
+        "SELECT application_name FROM pg_stat_activity WHERE datname = 'idemq' AND application_name LIKE 'idemq-%' ORDER BY 1",
+      );
+      expect(rows.map((r) => r.application_name).filter((name) => name !== "idemq-worker")).toEqual([]);
+      const locks = await direct.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+      expect(locks.rows[0]!.n).toBe(0);
+      expect(w.of("worker:error")).toEqual([]);
+    } finally {
+      await stopWorkers();
+      await listener.end();
+    }
+  }, 60_000);
+});
