@@ -5,15 +5,18 @@
 // when there is room: the buffer never holds more than `prefetch` jobs, so a
 // claimed job waits at most one round of running jobs before it starts.
 //
-// Enqueues NOTIFY only while a worker waits (idemq.wait_for_jobs): a claim
-// that comes back short makes this worker wait, and it claims once more when
-// the database confirms (that claim sees every job that skipped its NOTIFY);
-// a claim that comes back full ends the waiting, as a backlog needs no wake-ups.
+// In listen mode enqueues NOTIFY only while a worker waits
+// (idemq.wait_for_jobs): a claim that comes back short makes this worker wait,
+// and it claims once more when the database confirms (that claim sees every
+// job that skipped its NOTIFY); a claim that comes back full ends the waiting,
+// as a backlog needs no wake-ups. In poll mode there is no marker: each claim
+// only sets the next poll (wake-ups.ts).
 import * as sql from "../sql-api.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { MAX_CLAIM_BATCH } from "./defaults.ts";
 import { jitter, sleep } from "./timers.ts";
 import type { WaitMarker } from "./wait-marker.ts";
+import type { WakeUps } from "./wake-ups.ts";
 import type { WorkerState } from "./worker-state.ts";
 
 /** First delay before asking wait_for_jobs again after it returned false; doubles up to WAIT_RETRY_MAX_MS. */
@@ -41,7 +44,8 @@ export class ClaimLoop {
     /** How many jobs to claim now (0: wait). */
     private readonly room: () => number,
     private readonly claimed: (jobs: ClaimedJob[]) => void,
-    private readonly marker: WaitMarker,
+    /** The worker's wake-ups, as chosen at start (listen mode can turn out to be behind a transaction pooler). */
+    private readonly wakeUps: () => WakeUps,
   ) {
     this.taskNames = [...state.tasks.keys()];
   }
@@ -98,19 +102,22 @@ export class ClaimLoop {
       }
       this.state.reached();
       if (jobs.length > 0) this.claimed(jobs);
+      const wakeUps = this.wakeUps();
+      wakeUps.claimed(jobs.length);
+      const marker = wakeUps.marker;
       if (jobs.length === room) {
         this.wanted = true; // a full batch: more are probably waiting
-        if (this.marker.waiting) await this.stopWaiting();
-      } else if (!this.marker.waiting) {
-        await this.startWaiting();
+        if (marker?.waiting) await this.stopWaiting(marker);
+      } else if (marker !== undefined && !marker.waiting) {
+        await this.startWaiting(marker);
       }
     }
   }
 
-  private async startWaiting(): Promise<void> {
+  private async startWaiting(marker: WaitMarker): Promise<void> {
     let ready: boolean;
     try {
-      ready = await this.marker.wait();
+      ready = await marker.wait();
     } catch (error) {
       // Without the marker enqueues may not notify this worker: try again
       // (as after false, 5 ms doubling to a second); the fallback poll finds
@@ -133,9 +140,9 @@ export class ClaimLoop {
     this.waitRetryMs = Math.min(this.waitRetryMs * 2, this.state.settings.pollMs, WAIT_RETRY_MAX_MS);
   }
 
-  private async stopWaiting(): Promise<void> {
+  private async stopWaiting(marker: WaitMarker): Promise<void> {
     try {
-      await this.marker.stopWaiting();
+      await marker.stopWaiting();
     } catch (error) {
       this.state.report("stop_waiting", error);
     }

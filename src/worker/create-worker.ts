@@ -1,6 +1,6 @@
 // createWorker(): wires the claim loop, job runner, completer, heartbeat,
-// maintenance services and listener around one pool and one record of held
-// jobs (HeldJobs), and runs the shutdown sequence.
+// maintenance services and wake-ups (listen or poll mode) around one pool and
+// one record of held jobs (HeldJobs), and runs the shutdown sequence.
 import { EventEmitter } from "node:events";
 import pg from "pg";
 import { checkSchema } from "../schema-check.ts";
@@ -12,8 +12,8 @@ import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
 import { HeldJobs, isReleased, type HeldJob } from "./held-jobs.ts";
 import { KeyPruner } from "./key-pruner.ts";
-import { Listener } from "./listener.ts";
-import { WaitMarker } from "./wait-marker.ts";
+import { transactionPoolerEvidence } from "./pooler-probe.ts";
+import { ListenWakeUps, PollWakeUps, type WakeUps } from "./wake-ups.ts";
 import { Rescuer } from "./rescuer.ts";
 import { Ticker } from "./ticker.ts";
 import { runJob } from "./run-job.ts";
@@ -55,8 +55,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly claimLoop: ClaimLoop;
   private readonly completer: Completer;
   private readonly heartbeat: Heartbeat;
-  private readonly listener: Listener;
-  private readonly marker: WaitMarker;
+  /** Chosen at start: listen mode found behind a transaction pooler polls instead. */
+  private wakeUps: WakeUps;
+  /** Where the LISTEN and wait-marker connections go (listen mode). */
+  private readonly listenConfig: pg.ClientConfig;
   private readonly outage = new Outage((downMs, failedCalls) =>
     this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
   );
@@ -98,6 +100,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } else {
       throw new WorkerConfigError("createWorker needs { connectionString } or { pool }");
     }
+    if (options.listenConnectionString !== undefined) {
+      // Split: LISTEN and the wait marker on a connection that keeps its session, claims and jobs through the pool.
+      listenConfig = {
+        connectionString: options.listenConnectionString,
+        keepAlive: true,
+        keepAliveInitialDelayMillis: this.settings.keepAliveDelayMs,
+      };
+    }
+    this.listenConfig = listenConfig;
     // Without a listener an idle client's error (a server restart) would crash the process.
     this.pool.on("error", this.onPoolError);
 
@@ -110,22 +121,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
       report: (during, error) => this.report(during, error),
       reached: () => this.outage.reached(),
-      wakeAt: (at) => this.listener.wakeAt(at),
+      wakeAt: (at) => this.wakeUps.wakeAt(at),
     };
-    this.marker = new WaitMarker(this.state, listenConfig, () => this.claimLoop.wake());
-    this.claimLoop = new ClaimLoop(this.state, () => this.room(), (jobs) => this.onClaimed(jobs), this.marker);
+    this.wakeUps =
+      this.settings.wakeUp === "poll" ? new PollWakeUps(this.state, this.wake) : new ListenWakeUps(this.state, listenConfig, this.wake);
+    this.claimLoop = new ClaimLoop(this.state, () => this.room(), (jobs) => this.onClaimed(jobs), () => this.wakeUps);
     this.completer = new Completer(this.state);
     this.heartbeat = new Heartbeat(this.state);
     this.rescuer = new Rescuer(this.state);
     this.ticker = new Ticker(this.state);
     this.keyPruner = new KeyPruner(this.state);
-    this.listener = new Listener(this.state, listenConfig, () => this.claimLoop.wake());
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
   }
 
   /**
    * Checks the database has this version's idemq schema (else a
-   * SchemaMissingError naming `idemq migrate`), connects the listener, then
+   * SchemaMissingError naming `idemq migrate`), in listen mode checks that the
+   * listen connection keeps its session and connects the listener, then
    * starts claiming, heartbeats and maintenance. Resolves once running.
    */
   async start(): Promise<void> {
@@ -134,9 +146,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     try {
       await checkSchema(this.pool);
       await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
-      await this.listener.start();
+      if (this.settings.wakeUp === "listen") await this.checkListenConnection();
+      await this.wakeUps.start();
     } catch (error) {
-      await this.listener.stop();
+      await this.wakeUps.stop();
       await this.closePool();
       this.lifecycle = "stopped";
       this.resolveStopped();
@@ -144,7 +157,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     if (this.lifecycle !== "starting") {
       // stop() was called meanwhile and found nothing started yet.
-      await this.listener.stop();
+      await this.wakeUps.stop();
       return;
     }
     this.lifecycle = "running";
@@ -222,7 +235,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async drain(): Promise<void> {
     await this.claimLoop.stop();
-    await Promise.all([this.listener.stop(), this.marker.stop(), this.rescuer.stop(), this.ticker.stop(), this.keyPruner.stop()]);
+    await Promise.all([this.wakeUps.stop(), this.rescuer.stop(), this.ticker.stop(), this.keyPruner.stop()]);
     await Promise.all([releaseClaimed(this.state), ...this.givingBack]);
 
     const finished = Promise.all(this.inFlight.values()).then(() => true);
@@ -254,6 +267,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** HeldJobs' one wake-up: a slot came free, or a claimed job left the buffer, or the bound on held jobs lifted. */
   private onRoomGrew(): void {
+    this.wakeUps.finished();
     this.startClaimed();
     this.claimLoop.kick();
   }
@@ -275,6 +289,29 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.inFlight.delete(held);
       });
     this.inFlight.set(held, done);
+  }
+
+  private readonly wake = (): void => this.claimLoop.wake();
+
+  /**
+   * Listen mode behind a transaction pooler (pooler-probe.ts) would wait on its
+   * fallback poll and leave its LISTEN and wait marker on a pooled server
+   * connection: instead this worker polls (as wakeUp "poll"), and says so once.
+   */
+  private async checkListenConnection(): Promise<void> {
+    const evidence = await transactionPoolerEvidence(this.listenConfig, this.state.calls, this.settings.markerCallTimeoutMs);
+    if (evidence === undefined) return;
+    this.wakeUps = new PollWakeUps(this.state, this.wake);
+    const { minPollMs, pollMs } = this.settings;
+    this.state.emit("log", {
+      level: "warn",
+      message:
+        `the LISTEN connection goes through a transaction pooler (${evidence}), where LISTEN and the wait marker cannot work: ` +
+        `this worker polls instead (every ${minPollMs} ms to ${pollMs} ms). Use --wake-up poll (wakeUp: "poll") to say so, ` +
+        `or --listen-url with a direct connection to the database (listenConnectionString) to LISTEN there (docs/worker.md, "Deploying")`,
+      workerId: this.workerId,
+    });
+    this.state.emit("worker:pooler", { workerId: this.workerId, evidence, wakeUp: "poll" });
   }
 
   private report(during: string, error: unknown): void {

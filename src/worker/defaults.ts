@@ -17,8 +17,19 @@ export const WORKER_DEFAULTS = {
   lease: "30 seconds",
   /** A heartbeat every lease / heartbeatsPerLease, so two may fail before a lease runs out. */
   heartbeatsPerLease: 3,
-  /** Fallback poll when no NOTIFY arrives (jittered ±25%); it also finds due retries and delayed jobs. */
+  /** How the worker learns of new jobs: one of WAKE_UP_MODES. */
+  wakeUp: "listen",
+  /**
+   * listen: the fallback poll when no NOTIFY arrives (jittered ±25%); it also
+   * finds due retries and delayed jobs. poll: the longest gap between two
+   * claims, reached while claims keep coming back empty.
+   */
   pollInterval: "2 seconds",
+  /**
+   * poll mode: the gap between two claims right after a claim brought jobs or
+   * a job finished; it doubles with each empty claim, up to pollInterval.
+   */
+  minPollInterval: "50ms",
   /** rescue() on a jittered timer (±25%). */
   rescueInterval: "15 seconds",
   /** tick() (schedules) on a jittered timer; keep it under the schedules' misfire_grace (default 1 minute). */
@@ -57,6 +68,22 @@ export const WORKER_DEFAULTS = {
    */
   markerCallTimeout: "5 seconds",
 } as const;
+
+/**
+ * How a worker learns of new jobs.
+ *   listen  LISTEN idemq_jobs and the wait marker (idemq.wait_for_jobs), each on
+ *           a connection of its own held for good (listenConnectionString, or
+ *           the worker's own): jobs start milliseconds after their enqueue
+ *           commits; a fallback poll every pollInterval. Needs connections
+ *           that keep their session: a direct server, or a session-pooling
+ *           PgBouncer.
+ *   poll    no session state at all (no LISTEN, no advisory lock, no session
+ *           SET, no prepared statement): claims on an adaptive poll, from
+ *           minPollInterval after activity growing to pollInterval while
+ *           claims come back empty. Works through a transaction pooler.
+ */
+export const WAKE_UP_MODES = ["listen", "poll"] as const;
+export type WakeUpMode = (typeof WAKE_UP_MODES)[number];
 
 /** The largest batch claim() accepts (its batch_size range is 1..1000). */
 export const MAX_CLAIM_BATCH = 1000;

@@ -53,6 +53,12 @@ export interface WorkerEvents {
   "worker:error": [{ workerId: string; during: string; error: Error }];
   /** The database answers again after connection failures: how long since the first, and how many calls failed. */
   "worker:reconnected": [{ workerId: string; downMs: number; failedCalls: number }];
+  /**
+   * Listen mode found its listen connection behind a transaction pooler
+   * (session state does not persist there): the worker polls instead. Comes
+   * with one warn log line saying how to fix it.
+   */
+  "worker:pooler": [{ workerId: string; evidence: string; wakeUp: "poll" }];
   "worker:started": [{ workerId: string }];
   "worker:stopped": [{ workerId: string }];
   /** ctx.log lines, and the worker's own notices. */

@@ -1,6 +1,6 @@
-// Wake-ups for the claim loop: NOTIFY on idemq_jobs through pg-listen (its
-// own connection, outside the pool), a jittered fallback poll, and timers for
-// retries and snoozes this worker scheduled itself.
+// Wake-ups for the claim loop in listen mode (wake-ups.ts): NOTIFY on
+// idemq_jobs through pg-listen (its own connection, outside the pool) and a
+// jittered fallback poll.
 //
 // pg-listen reconnects after the connection is lost (pg_terminate_backend, a
 // server restart) and re-LISTENs; with retryTimeout 0 it never gives up.
@@ -25,8 +25,6 @@ const createSubscriber: typeof pgListen.default =
 export class Listener {
   private subscriber: Subscriber | undefined;
   private readonly poll: JitteredTimer;
-  private readonly wakeTimers = new Set<NodeJS.Timeout>();
-  private stopped = false;
 
   constructor(
     private readonly state: WorkerState,
@@ -61,23 +59,7 @@ export class Listener {
     this.poll.start();
   }
 
-  /** Wakes the claim loop at `at` (epoch ms) when that comes before the next poll anyway. */
-  wakeAt(at: number): void {
-    if (this.stopped) return;
-    const delay = at - Date.now();
-    if (delay >= this.state.settings.pollMs) return;
-    // A little late rather than early: run_at is compared with the database's clock.
-    const timer = setTimeout(() => {
-      this.wakeTimers.delete(timer);
-      this.wake("timer");
-    }, Math.max(0, delay) + 20);
-    this.wakeTimers.add(timer);
-  }
-
   async stop(): Promise<void> {
-    this.stopped = true;
-    for (const timer of this.wakeTimers) clearTimeout(timer);
-    this.wakeTimers.clear();
     await this.poll.stop();
     const subscriber = this.subscriber;
     this.subscriber = undefined;

@@ -2,7 +2,7 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { toPgInterval, type Duration } from "../contract.ts";
-import { MAX_CLAIM_BATCH, WORKER_DEFAULTS } from "./defaults.ts";
+import { MAX_CLAIM_BATCH, WAKE_UP_MODES, WORKER_DEFAULTS, type WakeUpMode } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
 import type { ScheduleDefinition } from "../sql-api.ts";
 import { normalizeSchedules } from "./schedules.ts";
@@ -16,7 +16,10 @@ export interface Settings {
   prefetchBytes: number;
   lease: { interval: string; ms: number };
   heartbeatMs: number;
+  wakeUp: WakeUpMode;
   pollMs: number;
+  /** poll mode: the shortest gap between claims (at most pollMs). */
+  minPollMs: number;
   rescueMs: number;
   tickMs: number;
   pruneMs: number;
@@ -59,6 +62,26 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     options.heartbeatInterval === undefined
       ? workerLease.ms / WORKER_DEFAULTS.heartbeatsPerLease
       : positive(options.heartbeatInterval, "heartbeatInterval");
+  const wakeUp = options.wakeUp ?? WORKER_DEFAULTS.wakeUp;
+  if (!(WAKE_UP_MODES as readonly unknown[]).includes(wakeUp)) {
+    throw new WorkerConfigError(`wakeUp must be one of ${WAKE_UP_MODES.map((m) => `"${m}"`).join(", ")}, got ${JSON.stringify(wakeUp)}`);
+  }
+  if (options.listenConnectionString !== undefined) {
+    if (typeof options.listenConnectionString !== "string" || options.listenConnectionString === "") {
+      throw new WorkerConfigError("listenConnectionString must be a connection string (leave it out to LISTEN through connectionString)");
+    }
+    if (wakeUp === "poll") {
+      throw new WorkerConfigError('listenConnectionString is for wakeUp "listen": a worker in poll mode holds no LISTEN connection');
+    }
+  }
+  const pollMs = positive(options.pollInterval ?? WORKER_DEFAULTS.pollInterval, "pollInterval");
+  let minPollMs: number;
+  if (options.minPollInterval === undefined) {
+    minPollMs = Math.min(durationMs(WORKER_DEFAULTS.minPollInterval, "minPollInterval"), pollMs);
+  } else {
+    minPollMs = positive(options.minPollInterval, "minPollInterval");
+    if (minPollMs > pollMs) throw new WorkerConfigError(`minPollInterval (${minPollMs} ms) must not be longer than pollInterval (${pollMs} ms)`);
+  }
   let keyRetention: string | undefined;
   if (options.keyRetention !== undefined) {
     durationMs(options.keyRetention, "keyRetention");
@@ -72,7 +95,9 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     prefetchBytes,
     lease: workerLease,
     heartbeatMs,
-    pollMs: positive(options.pollInterval ?? WORKER_DEFAULTS.pollInterval, "pollInterval"),
+    wakeUp,
+    pollMs,
+    minPollMs,
     rescueMs: durationMs(options.rescueInterval ?? WORKER_DEFAULTS.rescueInterval, "rescueInterval"),
     tickMs: durationMs(options.tickInterval ?? WORKER_DEFAULTS.tickInterval, "tickInterval"),
     pruneMs: durationMs(options.pruneInterval ?? WORKER_DEFAULTS.pruneInterval, "pruneInterval"),

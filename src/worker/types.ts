@@ -2,6 +2,7 @@
 import type pg from "pg";
 import type { Backoff, Duration } from "../contract.ts";
 import type { ScheduleDefinition } from "../sql-api.ts";
+import type { WakeUpMode } from "./defaults.ts";
 
 /**
  * A payload as the handler receives it (parsed jsonb). `any`, because it is
@@ -176,8 +177,24 @@ interface WorkerSettings {
   lease?: Duration | undefined;
   /** Default lease / 3. */
   heartbeatInterval?: Duration | undefined;
-  /** Fallback poll (default 2 seconds, jittered). */
+  /**
+   * How the worker learns of new jobs (default "listen"): "listen" holds a
+   * LISTEN connection and a wait-marker connection (session state: they need
+   * a direct server or a session pooler); "poll" holds no session state and
+   * claims on an adaptive poll, for a transaction-pooling PgBouncer
+   * (docs/worker.md, "Deploying").
+   */
+  wakeUp?: WakeUpMode | undefined;
+  /**
+   * listen mode: where the LISTEN and wait-marker connections go, when not to
+   * connectionString (e.g. the server directly, while claims and jobs go
+   * through a transaction pooler). Must reach the same database.
+   */
+  listenConnectionString?: string | undefined;
+  /** listen mode: the fallback poll (default 2 seconds, jittered); poll mode: the longest gap between claims. */
   pollInterval?: Duration | undefined;
+  /** poll mode: the gap between claims after a claim brought jobs or a job finished (default 50 ms); doubles up to pollInterval. */
+  minPollInterval?: Duration | undefined;
   /** rescue() timer (default 15 seconds, jittered); 0 disables it. */
   rescueInterval?: Duration | undefined;
   /** tick() timer for schedules (default 10 seconds, jittered); 0 disables it. */

@@ -10,7 +10,10 @@
 // which any role that can connect may hold), and each is bounded besides
 // (markerCallTimeout, on the client and as the session's statement_timeout):
 // a call that fails or times out ends the connection, so the marker is in a
-// known state again (none) and the next wait() starts afresh.
+// known state again (none) and the next wait() starts afresh. The
+// statement_timeout is SET once connected, not sent as a startup parameter,
+// which PgBouncer refuses (a session pooler keeps the session; behind a
+// transaction pooler the worker has no marker: pooler-probe.ts).
 import pg from "pg";
 import * as sql from "../sql-api.ts";
 import { APPLICATION_NAME } from "./defaults.ts";
@@ -91,7 +94,6 @@ export class WaitMarker {
     const client = new pg.Client({
       fallback_application_name: APPLICATION_NAME.marker,
       ...this.connection,
-      statement_timeout: timeout,
       query_timeout: timeout,
     });
     // One termination emits 'error' and then 'end', and the first may already
@@ -107,15 +109,20 @@ export class WaitMarker {
     };
     client.on("error", forget);
     client.on("end", () => forget());
-    connected = client.connect().then(
-      () => client,
-      (error: unknown) => {
-        if (this.client === connected) this.client = undefined;
-        client.removeAllListeners();
-        client.on("error", () => {});
-        throw error;
-      },
-    );
+    connected = client
+      .connect()
+      .then(() => client.query(`SET statement_timeout = ${Math.round(timeout)}`))
+      .then(
+        () => client,
+        (error: unknown) => {
+          if (this.client === connected) this.client = undefined;
+          client.removeAllListeners();
+          client.on("error", () => {});
+          // Connected but not set up (the SET failed): not awaited, as in bounded().
+          client.end().catch(() => {});
+          throw error;
+        },
+      );
     this.client = connected;
     return connected;
   }

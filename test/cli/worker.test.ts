@@ -99,6 +99,20 @@ describe("idemq worker refuses a bad tasks module with one line", () => {
     expect(zero.stderr).toContain("must be an integer from 1 to 1000");
   });
 
+  it("--wake-up is listen or poll and --listen-url goes only with listen (else exit 2); --help shows both", async () => {
+    const unknown = await worker(["--tasks", fixture("noop-tasks.ts"), "--wake-up", "notify"]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/--wake-up <mode>.*Allowed choices are listen, poll/);
+    const both = await worker(["--tasks", fixture("noop-tasks.ts"), "--wake-up", "poll", "--listen-url", db.url]);
+    expect(both.code).toBe(2);
+    expect(oneLine(both.stderr)).toBe("idemq: --listen-url is for --wake-up listen: a worker in poll mode holds no LISTEN connection");
+    const help = await runCli(["worker", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/--wake-up <mode> +how the worker learns of new jobs/);
+    expect(help.stdout).toMatch(/--listen-url <url> +listen mode: LISTEN and the wait marker/);
+    expect(help.stdout).toContain("Behind a transaction-pooling PgBouncer");
+  });
+
   it("no database given: runs on the embedded PostgreSQL, and SIGTERM stops it with exit 0", async () => {
     const dataDir = await mkdtemp(join(tmpdir(), "idemq-worker-embedded-"));
     try {

@@ -31,11 +31,18 @@ export async function startPgBouncer(options: {
   serverHost?: string;
   poolMode?: "transaction" | "session" | "statement";
   poolSize?: number;
+  /**
+   * Startup parameters PgBouncer lets through (ignore_startup_parameters).
+   * Default: extra_float_digits and options. [] is a stock PgBouncer, which
+   * refuses a connection that sends any parameter it does not track.
+   */
+  ignoreStartupParameters?: readonly string[];
 }): Promise<PgBouncer> {
   const binary = pgBouncerBinary();
   const dir = await mkdtemp(join(tmpdir(), "idemq-pgbouncer-"));
   const port = await freePort();
   const config = join(dir, "pgbouncer.ini");
+  const ignored = options.ignoreStartupParameters ?? ["extra_float_digits", "options"];
   await writeFile(join(dir, "userlist.txt"), '"postgres" ""\n');
   await writeFile(
     config,
@@ -51,8 +58,8 @@ export async function startPgBouncer(options: {
       `pool_mode = ${options.poolMode ?? "transaction"}`,
       `default_pool_size = ${options.poolSize ?? 20}`,
       "max_client_conn = 500",
-      // node-postgres sends these at startup; PgBouncer would refuse the connection otherwise.
-      "ignore_startup_parameters = extra_float_digits,options",
+      // Clients that send these at startup (psql, some drivers) would be refused otherwise.
+      ...(ignored.length > 0 ? [`ignore_startup_parameters = ${ignored.join(",")}`] : []),
       `logfile = ${join(dir, "pgbouncer.log")}`,
       "",
     ].join("\n"),
@@ -73,7 +80,8 @@ export async function startPgBouncer(options: {
     url: (database) => `postgres://postgres@127.0.0.1:${port}/${database}`,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGINT");
+        // SIGTERM: at once. SIGINT (a safe shutdown) waits for idle server connections a session pooler never lets go.
+        child.kill("SIGTERM");
         await exited;
       }
       await rm(dir, { recursive: true, force: true });

@@ -71,6 +71,11 @@ describe("settings", () => {
     ["a heartbeat of 0", { heartbeatInterval: 0 }, "heartbeatInterval must be more than 0"],
     ["a bad key retention", { keyRetention: "forever" }, 'keyRetention: invalid duration "forever"'],
     ["no database", { connectionString: undefined }, "createWorker needs { connectionString } or { pool }"],
+    ["an unknown wake-up mode", { wakeUp: "notify" as never }, 'wakeUp must be one of "listen", "poll", got "notify"'],
+    ["a listen URL in poll mode", { wakeUp: "poll" as const, listenConnectionString: url }, 'listenConnectionString is for wakeUp "listen"'],
+    ["an empty listen URL", { listenConnectionString: "" }, "listenConnectionString must be a connection string"],
+    ["a minimum poll of 0", { minPollInterval: 0 }, "minPollInterval must be more than 0"],
+    ["a minimum poll above the poll", { pollInterval: "1s", minPollInterval: "2s" }, "minPollInterval (2000 ms) must not be longer than pollInterval (1000 ms)"],
   ])("%s", (_name, settings, message) => {
     expect(refused({ tasks: { ping }, ...settings }).message).toContain(message);
   });

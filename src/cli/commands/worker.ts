@@ -1,4 +1,5 @@
 // idemq worker --tasks ./tasks.js [--queues a,b] [--concurrency N] [--log-format json|pretty]
+//              [--wake-up listen|poll] [--listen-url URL]
 //
 // Loads a module exporting `tasks` (and optionally `schedules`, upserted at
 // start, and `workerOptions`), runs a worker until SIGTERM/SIGINT (a second
@@ -9,6 +10,7 @@ import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import type { Worker } from "../../worker/create-worker.ts";
+import { WAKE_UP_MODES, type WakeUpMode } from "../../worker/defaults.ts";
 import type { WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
@@ -30,6 +32,8 @@ interface Options extends DatabaseOption {
   concurrency?: number;
   logFormat?: LogFormat;
   waitForDatabase?: number;
+  wakeUp?: WakeUpMode;
+  listenUrl?: string;
 }
 
 export function registerWorkerCommand(program: Command): void {
@@ -48,6 +52,16 @@ export function registerWorkerCommand(program: Command): void {
         "pretty",
       ]),
     )
+    .addOption(
+      new Option(
+        "--wake-up <mode>",
+        "how the worker learns of new jobs: listen (LISTEN/NOTIFY, on connections that keep their session) or poll (no session state: behind a transaction-pooling PgBouncer) (default: listen)",
+      ).choices(WAKE_UP_MODES),
+    )
+    .option(
+      "--listen-url <url>",
+      "listen mode: LISTEN and the wait marker on this connection (e.g. the server itself), claims and jobs through --database-url (e.g. PgBouncer)",
+    )
     .option(
       "--wait-for-database <duration>",
       "with --database-url: how long to wait for a server that is down or starting (default: until it answers; 0 fails at once)",
@@ -61,6 +75,12 @@ Example:
 
 Once started, the worker rides through its database restarting: it reports
 worker:error, keeps its process, and resumes when the server answers.
+
+Behind a transaction-pooling PgBouncer, LISTEN cannot work: use --wake-up poll
+(claims on a poll, 50 ms after activity up to pollInterval, 2 s, when idle), or
+--listen-url postgres://...@db:5432/app to LISTEN on a direct connection while
+claims go through the pooler. A listen-mode worker that finds itself behind
+such a pooler says so in one line and polls.
 
 Without --database-url or DATABASE_URL the worker runs the embedded PostgreSQL 18
 with its data in ${DEFAULT_DATA_DIR} under the current directory (IDEMQ_DATA_DIR moves
@@ -81,6 +101,9 @@ While it runs, other idemq commands in this directory use that server.`,
 }
 
 async function runWorker(options: Options): Promise<void> {
+  if (options.listenUrl !== undefined && options.wakeUp === "poll") {
+    throw new UsageError("--listen-url is for --wake-up listen: a worker in poll mode holds no LISTEN connection");
+  }
   const { tasks, workerOptions } = await loadTasksModule(options.tasks);
   const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
   // No URL: the embedded PostgreSQL (data-dir.ts), started and migrated here,
@@ -146,6 +169,8 @@ async function newWorker(
       connectionString,
       ...(options.queues === undefined ? {} : { queues: options.queues }),
       ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+      ...(options.wakeUp === undefined ? {} : { wakeUp: options.wakeUp }),
+      ...(options.listenUrl === undefined ? {} : { listenConnectionString: options.listenUrl }),
       handleSignals: true,
     });
   } catch (error) {
