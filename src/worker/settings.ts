@@ -2,7 +2,7 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { toPgInterval, type Duration } from "../contract.ts";
-import { MAX_CLAIM_BATCH, WORKER_DEFAULTS } from "./defaults.ts";
+import { MAX_CLAIM_BATCH, MAX_DELETE_BATCH, WORKER_DEFAULTS } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
 import type { WorkerOptions } from "./types.ts";
 
@@ -18,6 +18,9 @@ export interface Settings {
   rescueMs: number;
   tickMs: number;
   pruneMs: number;
+  retentionMs: number;
+  retentionBatchSize: number;
+  retentionTickBudgetMs: number;
   /** Interval text for prune_keys(older_than); undefined: left out, the SQL default applies. */
   keyRetention: string | undefined;
   shutdownTimeoutMs: number;
@@ -55,6 +58,12 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     options.heartbeatInterval === undefined
       ? workerLease.ms / WORKER_DEFAULTS.heartbeatsPerLease
       : positive(options.heartbeatInterval, "heartbeatInterval");
+  const retentionBatchSize = options.retentionBatchSize ?? WORKER_DEFAULTS.retentionBatchSize;
+  if (!Number.isInteger(retentionBatchSize) || retentionBatchSize < 1 || retentionBatchSize > MAX_DELETE_BATCH) {
+    throw new WorkerConfigError(
+      `retentionBatchSize must be an integer from 1 to ${MAX_DELETE_BATCH}, got ${String(retentionBatchSize)}`,
+    );
+  }
   let keyRetention: string | undefined;
   if (options.keyRetention !== undefined) {
     durationMs(options.keyRetention, "keyRetention");
@@ -72,6 +81,9 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     rescueMs: durationMs(options.rescueInterval ?? WORKER_DEFAULTS.rescueInterval, "rescueInterval"),
     tickMs: durationMs(options.tickInterval ?? WORKER_DEFAULTS.tickInterval, "tickInterval"),
     pruneMs: durationMs(options.pruneInterval ?? WORKER_DEFAULTS.pruneInterval, "pruneInterval"),
+    retentionMs: durationMs(options.retentionInterval ?? WORKER_DEFAULTS.retentionInterval, "retentionInterval"),
+    retentionBatchSize,
+    retentionTickBudgetMs: durationMs(WORKER_DEFAULTS.retentionTickBudget, "retentionTickBudget"),
     keyRetention,
     shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),
     handleSignals: options.handleSignals ?? true,
