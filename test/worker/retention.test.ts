@@ -65,8 +65,9 @@ describe("retainer.runOnce()", () => {
         Array(4).fill("SELECT * FROM idemq.apply_retention(batch_size => $1) AS r"),
       );
       const sizes = query.mock.calls
-        .filter(([config]) => typeof config === "object" && (config as { text: string }).text.includes("apply_retention"))
-        .map(([config]) => (config as { values: unknown[] }).values);
+        .map(([config]) => config as unknown as { text?: string; values?: unknown[] })
+        .filter((config) => typeof config === "object" && config.text?.includes("apply_retention"))
+        .map((config) => config.values);
       expect(sizes).toEqual(Array(4).fill([10]));
     } finally {
       query.mockRestore();
