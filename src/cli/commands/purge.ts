@@ -98,7 +98,7 @@ export function registerPurgeCommand(program: Command): void {
     "after",
     "\nEach batch is its own transaction. Ctrl-C stops after the batch in flight: the batches done stay\n" +
       "done, the rest of the jobs stay, the answer (and --json, with \"interrupted\": true) says how many\n" +
-      "were removed, and the exit code is 130. A second Ctrl-C exits at once.\n",
+      "were removed, and the exit code is 130. A second Ctrl-C exits at once.",
   );
   databaseCommand(command, [
     "idemq purge --older-than 7d",
