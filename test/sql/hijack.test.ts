@@ -174,6 +174,7 @@ function workerCalls(queue: string): [string, Call][] {
     ["effect_release", (s) => s.query("SELECT idemq.effect_release(key => $1, owner => 'o')", [`${queue}-r`])],
     ["rescue", (s) => s.query("SELECT idemq.rescue()")],
     ["prune_keys", (s) => s.query("SELECT idemq.prune_keys(older_than => '0 seconds')")],
+    ["apply_retention", (s) => s.query("SELECT idemq.apply_retention(batch_size => 10)")],
   ];
 }
 
@@ -194,6 +195,11 @@ function adminCalls(queue: string): [string, Call][] {
     ["cancel (again)", (s) => s.query("SELECT idemq.cancel(job_id => $1)", [ids[1]])],
     ["purge", (s) => s.query("SELECT idemq.purge(older_than => '0 seconds')")],
     ["purge (states)", (s) => s.query("SELECT idemq.purge(older_than => '0 seconds', states => ARRAY['cancelled']::idemq.job_state[])")],
+    ["purge (a batch)", (s) => s.query("SELECT idemq.purge(older_than => '0 seconds', batch_size => 10)")],
+    ["set_retention (a queue override)", (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [queue])],
+    ["set_retention (a task override)", (s) => s.query("SELECT idemq.set_retention(state => 'failed', keep => '1 day', task => 'hj-admin')")],
+    ["set_retention (a default)", (s) => s.query("SELECT idemq.set_retention(state => 'expired', keep => '30 days')")],
+    ["set_retention (an override removed)", (s) => s.query("SELECT idemq.set_retention(state => 'failed', keep => NULL, task => 'hj-admin')")],
     ["stats", (s) => s.query("SELECT * FROM idemq.stats()")],
     ["retry_horizon", (s) => s.query(`SELECT idemq.retry_horizon(backoff => '{"kind": "exponential", "initial": "1 second", "max": "1 hour"}', counted_attempts => 1, max_attempts => 5)`)],
   ];
@@ -223,6 +229,11 @@ async function workerFixtures(queue: string): Promise<void> {
 const allCalls = (q: string): [string, Call][] => [
   ...producerCalls(q),
   ["enqueue (the worker calls' jobs)", (s) => fixturesIn(s, `${q}-w`)],
+  // Retention 0 for their queue: complete and complete_many take the deleting path.
+  [
+    "set_retention (succeeded 0 for the worker calls' queue)",
+    (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [`${q}-w`]),
+  ],
   ...workerCalls(`${q}-w`),
   ...adminCalls(`${q}-admin`),
 ];
