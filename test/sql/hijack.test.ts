@@ -205,6 +205,32 @@ function adminCalls(queue: string): [string, Call][] {
   ];
 }
 
+/** complete and complete_many on their deleting path (retention 0 for the queue), keyed jobs: the ledger write too. */
+function retentionZeroCalls(queue: string): [string, Call][] {
+  let jobs: { id: string; attempt: number }[] = [];
+  return [
+    ["set_retention (succeeded 0 for a queue)", (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [queue])],
+    [
+      "enqueue and claim (retention 0)",
+      async (s) => {
+        await s.query("SELECT * FROM idemq.enqueue_many(jobs => $1::jsonb)", [
+          JSON.stringify([0, 1].map((i) => ({ task: "hj", queue, idempotency_key: `${queue}-z${i}` }))),
+        ]);
+        const r = await s.query("SELECT * FROM idemq.claim(worker_id => 'hj', queues => ARRAY[$1::text], batch_size => 2)", [queue]);
+        jobs = r.rows.map((row) => ({ id: row.id, attempt: row.attempt }));
+        expect(jobs).toHaveLength(2);
+        return r;
+      },
+    ],
+    ["complete (retention 0: deleted)", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [jobs[0]!.id, jobs[0]!.attempt])],
+    [
+      "complete_many (retention 0: deleted)",
+      (s) => s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [jobs[1]!.id, jobs[1]!.attempt]),
+    ],
+    ["complete (the job is gone: IQ404 as expected)", (s) => raisesUnderSavepoint(s, "IQ404", "SELECT idemq.complete(job_id => $1, attempt => $2)", [jobs[0]!.id, jobs[0]!.attempt])],
+  ];
+}
+
 /** Runs a call that must raise `code`, under a savepoint so the transaction goes on. */
 async function raisesUnderSavepoint(s: pg.Client, code: string, text: string, values: unknown[]): Promise<pg.QueryResult> {
   await s.query("SAVEPOINT expected_error");
@@ -229,12 +255,8 @@ async function workerFixtures(queue: string): Promise<void> {
 const allCalls = (q: string): [string, Call][] => [
   ...producerCalls(q),
   ["enqueue (the worker calls' jobs)", (s) => fixturesIn(s, `${q}-w`)],
-  // Retention 0 for their queue: complete and complete_many take the deleting path.
-  [
-    "set_retention (succeeded 0 for the worker calls' queue)",
-    (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [`${q}-w`]),
-  ],
   ...workerCalls(`${q}-w`),
+  ...retentionZeroCalls(`${q}-zero`),
   ...adminCalls(`${q}-admin`),
 ];
 const CALLS: Record<Who, (queue: string) => [string, Call][]> = {

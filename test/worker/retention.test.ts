@@ -111,6 +111,59 @@ describe("retainer.runOnce()", () => {
   });
 });
 
+describe("retention 0 and a stale attempt", () => {
+  it("an attempt whose job another attempt completed (and retention 0 deleted) ends as job:lease-lost, not worker:error", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const w = worker(
+      { queues: ["retain-stale"], concurrency: 2 },
+      {
+        stale_tx: { transactional: true, run: async () => gate },
+        stale_result: async () => {
+          await gate;
+          return { kept: false };
+        },
+      },
+    );
+    const lost: string[] = [];
+    const errors: unknown[] = [];
+    w.on("job:lease-lost", (e) => lost.push(e.jobId));
+    w.on("worker:error", (e) => errors.push(e));
+    await client.setRetention({ state: "succeeded", keep: "0 seconds" });
+    try {
+      const jobs = [await client.enqueue("stale_tx", {}, { queue: "retain-stale" }), await client.enqueue("stale_result", {}, { queue: "retain-stale" })];
+      const ids = jobs.map((j) => j.jobId);
+      await w.start();
+      await until(async () => {
+        const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE id = ANY ($1::bigint[]) AND state = 'processing'", [ids]);
+        return rows[0].n === 2;
+      }, "both jobs processing");
+      // Another worker takes both over (lease run out, rescued, claimed) and completes them: deleted at once.
+      const other = await db.pool.connect();
+      try {
+        await other.query("BEGIN");
+        await other.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY ($1::bigint[])", [ids]);
+        await other.query("SELECT idemq.rescue()");
+        const { rows } = await other.query("SELECT id, attempt FROM idemq.claim(worker_id => 'other', queues => ARRAY['retain-stale'], batch_size => 2)");
+        expect(rows.map((r) => r.id).sort()).toEqual([...ids].sort());
+        for (const r of rows) await other.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [r.id, r.attempt]);
+        await other.query("COMMIT");
+      } finally {
+        other.release();
+      }
+      expect(await remaining(ids)).toBe(0);
+      release();
+      await until(async () => lost.length === 2, "both stale attempts to end");
+      expect(lost.sort()).toEqual([...ids].sort());
+      expect(errors).toEqual([]);
+    } finally {
+      release();
+      await w.stop();
+      await client.setRetention({ state: "succeeded", keep: "7 days" });
+    }
+  });
+});
+
 describe("the retention timer", () => {
   it("runs apply_retention on its own every retentionInterval once the worker started", async () => {
     const ids = await oldCancelled("retain-timer", 2);
