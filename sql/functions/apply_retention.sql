@@ -37,14 +37,14 @@ BEGIN
 
   -- One rule at a time: the overrides of tasks, of queues, then each state's
   -- default, each rule excluding the rows a more specific one governs. Each
-  -- lock query is a range scan of jobs_finished (state, finished_at) in
+  -- lock query is a range scan of jobs_by_finish (state, finished_at) in
   -- index order. Planner trap: plpgsql caches a generic plan after five
   -- calls, and a generic plan estimates "finished_at < $2" at a third of the
   -- rows. Without the ORDER BY, on 100,000 finished jobs none of which was
   -- due (plus 5,000 enqueued), the generic plan was a sequential scan with
   -- LIMIT: 105,000 rows filtered, 2,993 buffers, 16 ms, to find nothing, on
   -- every timer tick. With it, a sort of the whole range is the only other
-  -- plan, and the plan is the jobs_finished index scan: 3 buffers, 0.08 ms
+  -- plan, and the plan is the jobs_by_finish index scan: 3 buffers, 0.08 ms
   -- (EXPLAIN ANALYZE, plan_cache_mode = force_generic_plan, PostgreSQL 15).
   -- Cost: a rule steps over the rows of its state that are older than its
   -- cutoff but kept by a more specific rule (e.g. a queue kept a year is

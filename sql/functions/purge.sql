@@ -58,7 +58,7 @@ BEGIN
       FOR UPDATE OF j SKIP LOCKED) x;
     RETURN idemq._delete_jobs(coalesce(v_ids, '{}'));
   END IF;
-  -- A batch: one state at a time, each a range scan of jobs_finished (state,
+  -- A batch: one state at a time, each a range scan of jobs_by_finish (state,
   -- finished_at) in index order (see apply_retention for why the ORDER BY).
   -- One query over all the states would sort every due row for each batch.
   FOREACH v_state IN ARRAY states LOOP
