@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { ACTIVE_STATES, count, enqueue, keyRow, TERMINAL_STATES, unique, type Queryable } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
+import { MAX_DELETE_BATCH } from "../../src/worker/defaults.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -347,6 +348,15 @@ describe("bad input: 22004 / 22023 with a HINT, nothing written", () => {
         await underSavepoint(c, () => expectSqlError(c.query(text, [size]), { code, hint: /batches of a few thousand/ }));
       }
       expect(await exists(c, job)).toBe(true);
+    });
+  });
+});
+
+describe("the largest batch", () => {
+  it("is MAX_DELETE_BATCH (the worker's and the CLI's bound) in SQL too: accepted, and one more refused", async () => {
+    await inRollback(db.pool, async (c) => {
+      expect(await applyRetention(c, MAX_DELETE_BATCH)).toBe(0);
+      await underSavepoint(c, () => expectSqlError(applyRetention(c, MAX_DELETE_BATCH + 1), { code: "22023" }));
     });
   });
 });
