@@ -298,13 +298,24 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN
-  default_zero := idemq._default_retention('succeeded') = interval '0';
-  SELECT coalesce(array_agg(r.task) FILTER (WHERE r.task IS NOT NULL AND r.keep = interval '0'), '{}'),
+  -- One statement: this runs in every completion call. The settings row is
+  -- read directly (its name from _retention_setting, as _default_retention
+  -- reads it through _limit) to spare two nested function calls per call.
+  SELECT s.value = 0,
+         coalesce(array_agg(r.task) FILTER (WHERE r.task IS NOT NULL AND r.keep = interval '0'), '{}'),
          coalesce(array_agg(r.task) FILTER (WHERE r.task IS NOT NULL AND r.keep > interval '0'), '{}'),
          coalesce(array_agg(r.queue) FILTER (WHERE r.queue IS NOT NULL AND r.keep = interval '0'), '{}'),
          coalesce(array_agg(r.queue) FILTER (WHERE r.queue IS NOT NULL AND r.keep > interval '0'), '{}')
-    INTO zero_tasks, kept_tasks, zero_queues, kept_queues
-  FROM idemq.retention r WHERE r.state = 'succeeded';
+    INTO default_zero, zero_tasks, kept_tasks, zero_queues, kept_queues
+  FROM idemq.settings s
+  LEFT JOIN idemq.retention r ON r.state = 'succeeded'
+  WHERE s.name = idemq._retention_setting('succeeded')
+  GROUP BY s.value;
+  default_zero := coalesce(default_zero, false);
+  zero_tasks := coalesce(zero_tasks, '{}');
+  kept_tasks := coalesce(kept_tasks, '{}');
+  zero_queues := coalesce(zero_queues, '{}');
+  kept_queues := coalesce(kept_queues, '{}');
   any_zero := default_zero OR cardinality(zero_tasks) > 0 OR cardinality(zero_queues) > 0;
   RETURN NEXT;
 END;
