@@ -16,6 +16,7 @@ import { type CommonOptions, databaseCommand } from "../define.ts";
 import { SIGNAL_EXIT } from "../exit-codes.ts";
 import { action, emit, UsageError } from "../output.ts";
 import { integerParser, parseDuration, parseStates } from "../parse.ts";
+import { progressLine } from "../progress.ts";
 
 interface Options extends CommonOptions {
   olderThan: string;
@@ -105,28 +106,4 @@ export function registerPurgeCommand(program: Command): void {
     "idemq purge --older-than 1d --state succeeded --json",
     "idemq purge --older-than 30d --batch-size 500   # Ctrl-C stops after the batch in flight",
   ]);
-}
-
-/** One progress line on stderr, rewritten in place: on a terminal only, never with --json. */
-function progressLine(options: { json?: boolean | undefined }, label: string) {
-  const show = !options.json && process.stderr.isTTY === true;
-  const started = performance.now();
-  let last = "";
-  let extra = "";
-  const draw = (): void => {
-    if (show) process.stderr.write(`\r\x1b[Kidemq: ${label}: ${last}${extra}`);
-  };
-  return {
-    update(text: string): void {
-      last = text;
-      draw();
-    },
-    note(text: string): void {
-      extra = ` (${text})`;
-      draw();
-    },
-    end(): void {
-      if (show && last !== "") process.stderr.write(` in ${((performance.now() - started) / 1000).toFixed(1)} s\n`);
-    },
-  };
 }
