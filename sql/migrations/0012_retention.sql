@@ -45,7 +45,10 @@ CREATE TABLE idemq.retention (
 
 -- apply_retention() and purge(): finished jobs by state, oldest first. Partial
 -- (finished_at is set exactly on terminal rows), so active rows are not in it.
--- Each completion adds one entry to it. Built in this migration's
+-- It costs every completion one index entry: complete_many of 1,000 jobs
+-- wrote 499 B of WAL per job with it, 419 B without (3.1 records per job
+-- instead of 2.1; EXPLAIN (ANALYZE, WAL), PostgreSQL 15); with retention 0
+-- the completion deletes instead, 214 B per job. Built in this migration's
 -- transaction: on a big table, writes to jobs wait for the build.
 CREATE INDEX jobs_by_finish ON idemq.jobs (state, finished_at) WHERE finished_at IS NOT NULL;
 
