@@ -5,7 +5,7 @@
 // their boundaries by setting finished_at relative to the transaction's now().
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
 import { ACTIVE_STATES, count, enqueue, keyRow, TERMINAL_STATES, unique, type Queryable } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MAX_DELETE_BATCH } from "../../src/worker/defaults.ts";
@@ -13,7 +13,7 @@ import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
 beforeAll(async () => {
-  db = await freshDatabase();
+  db = await freshDatabase({ poolSize: 6 });
 });
 afterAll(async () => {
   await db?.drop();
@@ -275,6 +275,62 @@ describe("batches", () => {
       holder.release();
       await db.pool.query("DELETE FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [ids]);
     }
+  });
+});
+
+describe("concurrency, on real connections", () => {
+  it("a retry waits for apply_retention's batch that holds its job, then finds it gone (IQ404): never a half-deleted job", async () => {
+    const queue = unique("race-q");
+    const id = await jobIn(db.pool, "failed", { queue });
+    await db.pool.query("UPDATE idemq.jobs SET finished_at = now() - interval '31 days' WHERE id = $1", [id]);
+    const a = await db.pool.connect();
+    const b = await db.pool.connect();
+    try {
+      const [aPid, bPid] = [await backendPid(a), await backendPid(b)];
+      await a.query("BEGIN");
+      expect((await a.query("SELECT idemq.apply_retention() AS n")).rows[0].n).toBe(1);
+      const retry = b.query("SELECT idemq.retry(job_id => $1)", [id]).then(
+        () => undefined,
+        (error: Error) => error,
+      );
+      expect(await waitUntilBlocked(db.pool, bPid)).toContain(aPid);
+      await a.query("COMMIT");
+      expect(await retry).toMatchObject({ code: "IQ404" });
+      expect(await exists(db.pool, id)).toBe(false);
+    } finally {
+      await a.query("ROLLBACK").catch(() => {});
+      a.release();
+      b.release();
+    }
+  });
+
+  it("four connections calling apply_retention at once delete every due job exactly once, in batches of at most 50", async () => {
+    const queue = unique("stress-q");
+    const n = 1000;
+    await db.pool.query(
+      `INSERT INTO idemq.jobs (task, queue, payload, state, priority, run_at, max_attempts, finished_at)
+       SELECT 'stress', $1, '{}', 'succeeded', 0, now(), 1, now() - interval '8 days' FROM generate_series(1, $2)`,
+      [queue, n],
+    );
+    const calls: number[] = [];
+    await Promise.all(
+      [1, 2, 3, 4].map(async () => {
+        const client = await db.pool.connect();
+        try {
+          for (;;) {
+            const got = (await client.query<{ n: number }>("SELECT idemq.apply_retention(batch_size => 50) AS n")).rows[0]!.n;
+            calls.push(got);
+            if (got === 0) return;
+          }
+        } finally {
+          client.release();
+        }
+      }),
+    );
+    expect(calls.reduce((x, y) => x + y, 0)).toBe(n);
+    expect(Math.max(...calls)).toBeLessThanOrEqual(50);
+    expect(calls.filter((got) => got > 0).length).toBeGreaterThanOrEqual(n / 50);
+    expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE queue = $1", [queue])).toBe(0);
   });
 });
 
