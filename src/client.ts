@@ -142,9 +142,24 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return sql.reschedule(this.db(opts), jobId, runAt);
   }
 
-  /** Deletes finished jobs older than `olderThan`; keys stay until pruneKeys. Returns the count. */
-  purge(opts: { olderThan: Duration; states?: readonly JobState[] } & InTransaction): Promise<number> {
+  /**
+   * Deletes finished jobs older than `olderThan` (at most `batchSize` of them
+   * when given, oldest first); keys stay until pruneKeys. Returns the count.
+   */
+  purge(opts: { olderThan: Duration; states?: readonly JobState[]; batchSize?: number | undefined } & InTransaction): Promise<number> {
     return sql.purge(this.db(opts), opts);
+  }
+
+  /** Deletes at most `batchSize` finished jobs past their retention (workers do it on a timer). Returns the count. */
+  applyRetention(opts: { batchSize?: number | undefined } & InTransaction = {}): Promise<number> {
+    return sql.applyRetention(this.db(opts), opts);
+  }
+
+  /** How long finished jobs in `state` are kept: the default, or for one queue or task (`keep: null` removes that override). */
+  setRetention(
+    opts: { state: JobState; keep: Duration | null; queue?: string | undefined; task?: string | undefined } & InTransaction,
+  ): Promise<void> {
+    return sql.setRetention(this.db(opts), opts);
   }
 
   /** Releases idempotency keys; without olderThan, the SQL default retention applies. */

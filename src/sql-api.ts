@@ -79,8 +79,10 @@ export const SQL_FUNCTIONS = {
   cancel: ["job_id"],
   retry: ["job_id"],
   reschedule: ["job_id", "run_at"],
-  purge: ["older_than", "states"],
+  purge: ["older_than", "states", "batch_size"],
   prune_keys: ["older_than"],
+  apply_retention: ["batch_size"],
+  set_retention: ["state", "keep", "queue", "task"],
   stats: [],
   retry_horizon: ["backoff", "counted_attempts", "max_attempts"],
   wait_for_jobs: ["queues"],
@@ -842,10 +844,44 @@ export function reschedule(db: Queryable, jobId: JobIdInput, runAt: Instant): Pr
   return scalar(db, "reschedule", { job_id: toJobId(jobId), run_at: instant(runAt, "runAt") ?? null });
 }
 
-/** Deletes finished jobs older than `olderThan` (by default in terminal states); returns the count. */
-export function purge(db: Queryable, opts: { olderThan: Duration; states?: readonly JobState[] }): Promise<number> {
+/**
+ * Deletes finished jobs older than `olderThan` (by default in terminal states);
+ * returns the count. With `batchSize`, at most that many, oldest first: call
+ * again while a batch comes back full.
+ */
+export function purge(
+  db: Queryable,
+  opts: { olderThan: Duration; states?: readonly JobState[]; batchSize?: number | undefined },
+): Promise<number> {
   if (opts?.olderThan === undefined) throw bad("purge needs olderThan", 'e.g. { olderThan: "7 days" }');
-  return scalar(db, "purge", { older_than: toPgInterval(opts.olderThan), states: states(opts.states) });
+  return scalar(db, "purge", {
+    older_than: toPgInterval(opts.olderThan),
+    states: states(opts.states),
+    batch_size: integer(opts.batchSize, "batchSize"),
+  });
+}
+
+/** Deletes at most `batchSize` finished jobs past their retention (SQL default 1000); returns the count. */
+export function applyRetention(db: Queryable, opts: { batchSize?: number | undefined } = {}): Promise<number> {
+  return scalar(db, "apply_retention", {
+    batch_size: integer(opts.batchSize, "batchSize"),
+  });
+}
+
+/**
+ * Sets how long finished jobs in `state` are kept: the default, or an
+ * override for one queue or one task (`keep: null` removes an override).
+ */
+export async function setRetention(
+  db: Queryable,
+  opts: { state: JobState; keep: Duration | null; queue?: string | undefined; task?: string | undefined },
+): Promise<void> {
+  await call(db, "set_retention", {
+    state: opts.state,
+    keep: opts.keep === null ? null : toPgInterval(opts.keep),
+    queue: text(opts.queue, "queue"),
+    task: text(opts.task, "task"),
+  });
 }
 
 /** Releases idempotency keys whose latest job finished more than `olderThan` ago; returns the count. */

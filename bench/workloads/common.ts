@@ -57,6 +57,8 @@ export interface Variant {
   label: string;
   system: SystemName;
   mode: Mode;
+  /** SQL run on the run's database after the jobs are enqueued, before the worker starts (e.g. a retention setting). */
+  setupSql?: string;
 }
 
 export type Metrics = Record<string, number | null>;

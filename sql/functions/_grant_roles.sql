@@ -9,8 +9,10 @@
 --   * idemq_producer: enqueue, enqueue_many. idemq_worker: claim, complete,
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
---     prune_keys, tick (the workers' maintenance timer runs the schedules). idemq_admin: every public function, SELECT on the
---     tables of idemq (reading jobs), and UPDATE of idemq.settings.value
+--     prune_keys, tick (the workers' maintenance timer runs the schedules),
+--     apply_retention (and deletes finished jobs past their retention).
+--     idemq_admin: every public function (set_retention among them),
+--     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). All three: USAGE on schema idemq and the
 --     constants active_states() and terminal_states().
 --   * No other table privilege: the public functions are SECURITY DEFINER
@@ -37,7 +39,7 @@ DECLARE
   v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
   v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
-                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick'];
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention'];
 BEGIN
   FOR v_fn IN
     SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace

@@ -9,14 +9,17 @@
 --     without raising: for batched completion of jobs whose effects are
 --     already committed (or idempotent). A caller that needs all-or-nothing
 --     uses complete() in its transaction.
---   * Keys and continuations as complete().
+--   * Keys, continuations and retention 0 as complete(): with retention 0
+--     the completed rows are deleted (jobs with children are updated and
+--     left to apply_retention); retention is read once per call.
 --   * An id given more than once counts once, with its highest attempt
 --     (attempts only grow: only the latest can hold the job).
 --   * Reads jobs by primary key only: the cost follows the batch, not the
 --     rows the table keeps.
 -- Concurrency: updates the rows in id order (no deadlock between two batches).
 -- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000 ids.
--- Tests: test/sql/complete.test.ts, test/sql/claim.test.ts (no sequential scan)
+-- Tests: test/sql/complete.test.ts, test/sql/claim.test.ts (no sequential scan),
+--   test/sql/retention-zero.test.ts
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
@@ -27,6 +30,8 @@ AS $$
 DECLARE
   v_ids bigint[];
   v_attempts int[];
+  v_r record;
+  v_gone bigint[];
 BEGIN
   IF job_ids IS NULL OR attempts IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -51,6 +56,36 @@ BEGIN
   -- columns, not "state = 'processing'", which matches the jobs_leases partial
   -- index: the planner then scanned every job in flight once per pair.
   SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
+
+  SELECT * INTO v_r FROM idemq._success_retention() z;
+  IF v_r.any_zero THEN
+    -- Retention 0: delete instead of update, with the ledger write the
+    -- trigger would make (as in complete()). The ids left (children, another
+    -- retention, lost leases) take the UPDATE below in a statement of its
+    -- own, so a row changed meanwhile (an enqueue setting has_children) is
+    -- judged on its newest version; when every id went, it is skipped.
+    WITH gone AS (
+      DELETE FROM idemq.jobs AS j
+      WHERE j.id = ANY (v_ids)
+        AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+        AND idemq._held(j.lease_expires_at, j.locked_by)
+        AND NOT j.has_children
+        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
+                                   v_r.zero_queues, v_r.kept_queues)
+      RETURNING j.id, j.idempotency_key
+    ), ledger AS (
+      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
+      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
+    )
+    SELECT coalesce(array_agg(g.id), '{}') INTO v_gone FROM gone g;
+    RETURN QUERY SELECT unnest(v_gone);
+    IF cardinality(v_gone) = cardinality(v_ids) THEN
+      RETURN;
+    END IF;
+    -- What is left, still sorted by id (width_bucket needs the order).
+    SELECT array_agg(p.id ORDER BY p.id), array_agg(p.attempt ORDER BY p.id) INTO v_ids, v_attempts
+    FROM unnest(v_ids, v_attempts) p(id, attempt) WHERE NOT p.id = ANY (v_gone);
+  END IF;
 
   RETURN QUERY
   UPDATE idemq.jobs AS j

@@ -15,6 +15,7 @@ import { KeyPruner } from "./key-pruner.ts";
 import { transactionPoolerEvidence } from "./pooler-probe.ts";
 import { ListenWakeUps, PollWakeUps, type WakeUps } from "./wake-ups.ts";
 import { Rescuer } from "./rescuer.ts";
+import { Retainer } from "./retainer.ts";
 import { Ticker } from "./ticker.ts";
 import { runJob } from "./run-job.ts";
 import { declareSchedules } from "./schedules.ts";
@@ -42,6 +43,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly ticker: Ticker;
   /** prune_keys() on a timer; `runOnce()` runs it now. */
   readonly keyPruner: KeyPruner;
+  /** apply_retention() on a timer, in batches; `runOnce()` runs it now and returns how many it deleted. */
+  readonly retainer: Retainer;
 
   private lifecycle: Lifecycle = "new";
   private readonly pool: pg.Pool;
@@ -131,6 +134,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.rescuer = new Rescuer(this.state);
     this.ticker = new Ticker(this.state);
     this.keyPruner = new KeyPruner(this.state);
+    this.retainer = new Retainer(this.state);
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
   }
 
@@ -165,6 +169,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.rescuer.start();
     this.ticker.start();
     this.keyPruner.start();
+    this.retainer.start();
     this.claimLoop.start();
     if (this.settings.handleSignals) {
       this.removeSignalHandlers = installSignalHandlers(this.state, () => this.stop(), () => this.runningCount);
@@ -235,7 +240,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private async drain(): Promise<void> {
     await this.claimLoop.stop();
-    await Promise.all([this.wakeUps.stop(), this.rescuer.stop(), this.ticker.stop(), this.keyPruner.stop()]);
+    await Promise.all([this.wakeUps.stop(), this.rescuer.stop(), this.ticker.stop(), this.keyPruner.stop(), this.retainer.stop()]);
     await Promise.all([releaseClaimed(this.state), ...this.givingBack]);
 
     const finished = Promise.all(this.inFlight.values()).then(() => true);

@@ -1,6 +1,6 @@
 // Settings that exist only in the worker process (timers, buffer sizes).
-// SQL defaults are not repeated here, with one deliberate exception: the
-// lease. The worker schedules its heartbeats from the lease it asked for, so
+// SQL defaults are not repeated here, with two deliberate exceptions: the
+// lease, and apply_retention's batch size (retentionBatchSize). The worker schedules its heartbeats from the lease it asked for, so
 // it always passes one to claim() and heartbeat() instead of relying on
 // claim's own default. Key retention and an effect's stale_after are left out
 // of the calls when not configured, so their defaults live only in SQL.
@@ -36,6 +36,17 @@ export const WORKER_DEFAULTS = {
   tickInterval: "10 seconds",
   /** prune_keys() on a slower jittered timer. */
   pruneInterval: "1 hour",
+  /** apply_retention() on a jittered timer: finished jobs past their retention are deleted. */
+  retentionInterval: "1 minute",
+  /**
+   * Jobs one apply_retention() call deletes at most. The worker's own (it is
+   * passed in every call, like the lease): a tick calls again while a batch
+   * comes back full, so it must know the size it asked for. Small, so each
+   * call is a short transaction.
+   */
+  retentionBatchSize: 500,
+  /** A tick stops calling apply_retention() after this long; the next tick goes on. */
+  retentionTickBudget: "2 seconds",
   /** How long stop() lets running jobs finish before handing them back. */
   shutdownTimeout: "25 seconds",
   /** Jobs completed by one complete_many call at most. */
@@ -87,6 +98,9 @@ export type WakeUpMode = (typeof WAKE_UP_MODES)[number];
 
 /** The largest batch claim() accepts (its batch_size range is 1..1000). */
 export const MAX_CLAIM_BATCH = 1000;
+
+/** The largest batch apply_retention() and purge() accept (_check_delete_batch: 1..10000). */
+export const MAX_DELETE_BATCH = 10000;
 
 /** Shows up in pg_stat_activity unless the connection string names an application. */
 export const APPLICATION_NAME = { pool: "idemq-worker", listener: "idemq-listener", marker: "idemq-wait-marker" } as const;

@@ -16,7 +16,7 @@
 // count) on the database clock (else the job's own, in SQL).
 import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
-import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
+import { EffectClaimLostError, JobNotFoundError, LeaseLostError, PermanentError } from "../errors.ts";
 import * as sql from "../sql-api.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
@@ -70,7 +70,8 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
   try {
     await sql.complete(state.calls, held.job.id, held.job.attempt, result);
     state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
-  } catch (error) {
+  } catch (caught) {
+    const error = asLost(caught);
     if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
     // The lease runs out and rescue() hands the job back: at least once.
     state.report(`complete of job ${held.job.id}`, error);
@@ -143,7 +144,9 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     // Finished before the commit: a heartbeat that sees the job succeeded is not a loss.
     state.held.finish(held);
     // Fenced: IQ410 when a newer attempt holds the job, and everything above rolls back.
-    await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(state, held, result));
+    await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(state, held, result)).catch((error: unknown) => {
+      throw asLost(error);
+    });
     outcome = { ok: true, result };
   } catch (error) {
     outcome = { ok: false, error };
@@ -213,7 +216,8 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
       state.emit("job:retry", { ...jobEvent(state, held), durationMs: durationOf(held), error: info, retryAt: runAt });
       state.wakeAt(runAt.getTime());
     }
-  } catch (failError) {
+  } catch (caught) {
+    const failError = asLost(caught);
     if (failError instanceof LeaseLostError) return leaseLost(state, held, failError.message);
     state.report(`fail of job ${held.job.id}`, failError);
   } finally {
@@ -255,12 +259,24 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
       // months and years: the fallback poll finds the job
     }
     if (ms !== undefined) state.wakeAt(Date.now() + ms);
-  } catch (error) {
+  } catch (caught) {
+    const error = asLost(caught);
     if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
     state.report(`snooze of job ${held.job.id}`, error);
   } finally {
     state.held.remove(held);
   }
+}
+
+/**
+ * IQ404 from complete, fail or snooze of the job this attempt holds: the job
+ * is gone, so this attempt holds it no more. Another attempt succeeded and
+ * its retention (0) deleted it, or it finished and was purged. It is a lost
+ * lease like IQ410 (the attempt's transaction rolls back), not a failure.
+ */
+function asLost(error: unknown): unknown {
+  if (!(error instanceof JobNotFoundError)) return error;
+  return new LeaseLostError(`lease lost: the job is gone (${error.message})`, { code: "IQ410" }, { cause: error });
 }
 
 function leaseLost(state: WorkerState, held: HeldJob, reason: string): void {

@@ -2,7 +2,7 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { toPgInterval, type Duration } from "../contract.ts";
-import { MAX_CLAIM_BATCH, WAKE_UP_MODES, WORKER_DEFAULTS, type WakeUpMode } from "./defaults.ts";
+import { MAX_CLAIM_BATCH, MAX_DELETE_BATCH, WAKE_UP_MODES, WORKER_DEFAULTS, type WakeUpMode } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
 import type { ScheduleDefinition } from "../sql-api.ts";
 import { normalizeSchedules } from "./schedules.ts";
@@ -23,6 +23,9 @@ export interface Settings {
   rescueMs: number;
   tickMs: number;
   pruneMs: number;
+  retentionMs: number;
+  retentionBatchSize: number;
+  retentionTickBudgetMs: number;
   /** Interval text for prune_keys(older_than); undefined: left out, the SQL default applies. */
   keyRetention: string | undefined;
   shutdownTimeoutMs: number;
@@ -82,6 +85,12 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     minPollMs = positive(options.minPollInterval, "minPollInterval");
     if (minPollMs > pollMs) throw new WorkerConfigError(`minPollInterval (${minPollMs} ms) must not be longer than pollInterval (${pollMs} ms)`);
   }
+  const retentionBatchSize = options.retentionBatchSize ?? WORKER_DEFAULTS.retentionBatchSize;
+  if (!Number.isInteger(retentionBatchSize) || retentionBatchSize < 1 || retentionBatchSize > MAX_DELETE_BATCH) {
+    throw new WorkerConfigError(
+      `retentionBatchSize must be an integer from 1 to ${MAX_DELETE_BATCH}, got ${String(retentionBatchSize)}`,
+    );
+  }
   let keyRetention: string | undefined;
   if (options.keyRetention !== undefined) {
     durationMs(options.keyRetention, "keyRetention");
@@ -101,6 +110,9 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     rescueMs: durationMs(options.rescueInterval ?? WORKER_DEFAULTS.rescueInterval, "rescueInterval"),
     tickMs: durationMs(options.tickInterval ?? WORKER_DEFAULTS.tickInterval, "tickInterval"),
     pruneMs: durationMs(options.pruneInterval ?? WORKER_DEFAULTS.pruneInterval, "pruneInterval"),
+    retentionMs: durationMs(options.retentionInterval ?? WORKER_DEFAULTS.retentionInterval, "retentionInterval"),
+    retentionBatchSize,
+    retentionTickBudgetMs: durationMs(WORKER_DEFAULTS.retentionTickBudget, "retentionTickBudget"),
     keyRetention,
     shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),
     handleSignals: options.handleSignals ?? true,

@@ -201,6 +201,14 @@ interface WorkerSettings {
   tickInterval?: Duration | undefined;
   /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
   pruneInterval?: Duration | undefined;
+  /**
+   * apply_retention() timer (default 1 minute, jittered); 0 disables it. Each
+   * run deletes finished jobs past their retention in batches until a batch
+   * comes back short or 2 seconds are spent.
+   */
+  retentionInterval?: Duration | undefined;
+  /** Jobs one apply_retention() call deletes at most (default 500, 1..10000). */
+  retentionBatchSize?: number | undefined;
   /** Key retention passed to prune_keys(); when unset the SQL default applies. */
   keyRetention?: Duration | undefined;
   /** Running jobs get this long to finish on stop() before they are handed back (default 25 seconds). */

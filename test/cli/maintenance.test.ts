@@ -79,6 +79,8 @@ describe("idemq purge", () => {
       purged: 1,
       olderThan: "7 days",
       states: ["succeeded", "failed", "expired", "cancelled"],
+      batches: 1,
+      interrupted: false,
     });
     expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [[old]])).toBe(0);
     expect(await stateOf(db.pool, recent)).toBe("failed");

@@ -129,12 +129,13 @@ describe("literal state lists in the schema", () => {
     }
   });
 
-  it("every terminal list (jobs_finished_iff_terminal, keys_finished_state_terminal, trigger jobs_finished) equals terminal_states()", async () => {
+  it("every terminal list (jobs_finished_iff_terminal, keys_finished_state_terminal, retention_state_terminal, trigger jobs_finished) equals terminal_states()", async () => {
     const terminal = [...(await list("idemq.terminal_states()"))].sort();
     const defs = await definitions();
     const byName = (name: string) => defs.find((d) => d.name === name)!.def;
     expect([...literals(byName("jobs_finished_iff_terminal"))].sort()).toEqual(terminal);
     expect([...literals(byName("keys_finished_state_terminal"))].sort()).toEqual(terminal);
+    expect([...literals(byName("retention_state_terminal"))].sort()).toEqual(terminal);
     // The trigger's WHEN holds two lists: NEW.state in terminal, OLD.state not in terminal.
     const trigger = literals(byName("jobs_finished"));
     expect(trigger).toHaveLength(terminal.length * 2);

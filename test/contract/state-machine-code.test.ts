@@ -111,6 +111,10 @@ const claimOf = (name: ZooName): Step => ({
 });
 const rescue: Step = { by: "rescue", call: q("SELECT idemq.rescue()") };
 const purge: Step = { by: "purge", call: q("SELECT idemq.purge(older_than => '1 day')") };
+const applyRetention: Step = { by: "apply_retention", call: q("SELECT idemq.apply_retention()") };
+const retentionZero: Step = { by: "set_retention", call: q("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds')") };
+const finishedMonthAgo = (...names: ZooName[]) =>
+  clock("UPDATE idemq.jobs SET finished_at = now() - interval '31 days' WHERE id = ANY($1::bigint[])", names);
 const onParent = (by: string, call: (job: (zoo: Zoo) => ZooJob) => Call): Step => ({ by, call: call(job("parent")) });
 const failParent = (retryable: boolean) =>
   onParent("fail", withAttempt("fail", `, error => '{"class": "SmError", "message": "x"}', retryable => ${retryable}`));
@@ -158,6 +162,12 @@ const SCENARIOS: Scenario[] = [
   ),
 
   { name: "purge", steps: [purge] },
+  { name: "apply_retention", steps: [applyRetention] },
+  ...TERMINAL_ZOO.map((name): Scenario => ({ name: `apply_retention once ${name} finished 31 days ago`, steps: [finishedMonthAgo(name), applyRetention] })),
+  // Retention 0 for succeeded jobs: every one-job function again, on every zoo job.
+  ...ZOO_NAMES.flatMap((name) =>
+    ON_ONE_JOB.map((f): Scenario => ({ name: `${f.label} of ${name}, retention 0`, steps: [retentionZero, { by: f.by, call: f.call(job(name)) }] })),
+  ),
   ...TERMINAL_ZOO.map((name): Scenario => ({ name: `purge once ${name} finished two days ago`, steps: [finishedLongAgo(name), purge] })),
 
   // The parent of the awaiting job finishing, by each function that can finish it.

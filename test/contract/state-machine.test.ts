@@ -348,6 +348,35 @@ const T: Transition[] = [
       },
     }),
   ),
+  ...(["succeeded", "failed", "expired", "cancelled"] as const).map(
+    (state): Transition => ({
+      from: state, to: "(deleted)", by: "apply_retention",
+      run: async (c, from) => {
+        const id = await jobIn(c, state);
+        await from(id);
+        await c.query("UPDATE idemq.jobs SET finished_at = now() - interval '31 days' WHERE id = $1", [id]);
+        const { rows } = await c.query("SELECT idemq.apply_retention() AS n");
+        expect(rows[0].n).toBe(1);
+        return id;
+      },
+    }),
+  ),
+  ...(["complete", "complete_many"] as const).map(
+    (fn): Transition => ({
+      from: "processing", to: "(deleted)", by: fn,
+      run: async (c, from) => {
+        await c.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds')");
+        const id = await jobIn(c, "processing");
+        await from(id);
+        const call =
+          fn === "complete"
+            ? "SELECT idemq.complete(job_id => j.id, attempt => j.attempt) FROM idemq.jobs j WHERE j.id = $1"
+            : "SELECT idemq.complete_many(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt]) FROM idemq.jobs j WHERE j.id = $1";
+        await c.query(call, [id]);
+        return id;
+      },
+    }),
+  ),
 ];
 
 const name = transitionName;

@@ -7,7 +7,7 @@ import { resolve } from "node:path";
 export interface Transition {
   /** A state, or "(new)" for a job that did not exist yet. */
   from: string;
-  /** A state, or "(deleted)" for a job purge removed. */
+  /** A state, or "(deleted)" for a job purge, apply_retention or a retention-0 completion removed. */
   to: string;
   /** The public function whose call makes the move. */
   by: string;

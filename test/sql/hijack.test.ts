@@ -174,6 +174,7 @@ function workerCalls(queue: string): [string, Call][] {
     ["effect_release", (s) => s.query("SELECT idemq.effect_release(key => $1, owner => 'o')", [`${queue}-r`])],
     ["rescue", (s) => s.query("SELECT idemq.rescue()")],
     ["prune_keys", (s) => s.query("SELECT idemq.prune_keys(older_than => '0 seconds')")],
+    ["apply_retention", (s) => s.query("SELECT idemq.apply_retention(batch_size => 10)")],
   ];
 }
 
@@ -194,8 +195,39 @@ function adminCalls(queue: string): [string, Call][] {
     ["cancel (again)", (s) => s.query("SELECT idemq.cancel(job_id => $1)", [ids[1]])],
     ["purge", (s) => s.query("SELECT idemq.purge(older_than => '0 seconds')")],
     ["purge (states)", (s) => s.query("SELECT idemq.purge(older_than => '0 seconds', states => ARRAY['cancelled']::idemq.job_state[])")],
+    ["purge (a batch)", (s) => s.query("SELECT idemq.purge(older_than => '0 seconds', batch_size => 10)")],
+    ["set_retention (a queue override)", (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [queue])],
+    ["set_retention (a task override)", (s) => s.query("SELECT idemq.set_retention(state => 'failed', keep => '1 day', task => 'hj-admin')")],
+    ["set_retention (a default)", (s) => s.query("SELECT idemq.set_retention(state => 'expired', keep => '30 days')")],
+    ["set_retention (an override removed)", (s) => s.query("SELECT idemq.set_retention(state => 'failed', keep => NULL, task => 'hj-admin')")],
     ["stats", (s) => s.query("SELECT * FROM idemq.stats()")],
     ["retry_horizon", (s) => s.query(`SELECT idemq.retry_horizon(backoff => '{"kind": "exponential", "initial": "1 second", "max": "1 hour"}', counted_attempts => 1, max_attempts => 5)`)],
+  ];
+}
+
+/** complete and complete_many on their deleting path (retention 0 for the queue), keyed jobs: the ledger write too. */
+function retentionZeroCalls(queue: string): [string, Call][] {
+  let jobs: { id: string; attempt: number }[] = [];
+  return [
+    ["set_retention (succeeded 0 for a queue)", (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [queue])],
+    [
+      "enqueue and claim (retention 0)",
+      async (s) => {
+        await s.query("SELECT * FROM idemq.enqueue_many(jobs => $1::jsonb)", [
+          JSON.stringify([0, 1].map((i) => ({ task: "hj", queue, idempotency_key: `${queue}-z${i}` }))),
+        ]);
+        const r = await s.query("SELECT * FROM idemq.claim(worker_id => 'hj', queues => ARRAY[$1::text], batch_size => 2)", [queue]);
+        jobs = r.rows.map((row) => ({ id: row.id, attempt: row.attempt }));
+        expect(jobs).toHaveLength(2);
+        return r;
+      },
+    ],
+    ["complete (retention 0: deleted)", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [jobs[0]!.id, jobs[0]!.attempt])],
+    [
+      "complete_many (retention 0: deleted)",
+      (s) => s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [jobs[1]!.id, jobs[1]!.attempt]),
+    ],
+    ["complete (the job is gone: IQ404 as expected)", (s) => raisesUnderSavepoint(s, "IQ404", "SELECT idemq.complete(job_id => $1, attempt => $2)", [jobs[0]!.id, jobs[0]!.attempt])],
   ];
 }
 
@@ -224,6 +256,7 @@ const allCalls = (q: string): [string, Call][] => [
   ...producerCalls(q),
   ["enqueue (the worker calls' jobs)", (s) => fixturesIn(s, `${q}-w`)],
   ...workerCalls(`${q}-w`),
+  ...retentionZeroCalls(`${q}-zero`),
   ...adminCalls(`${q}-admin`),
 ];
 const CALLS: Record<Who, (queue: string) => [string, Call][]> = {

@@ -59,6 +59,10 @@ describe("idemq.settings and _limit", () => {
       error_stack_chars: 16384,
       key_bytes: 512,
       payload_bytes: 1048576,
+      retention_cancelled_seconds: 2592000,
+      retention_expired_seconds: 2592000,
+      retention_failed_seconds: 2592000,
+      retention_succeeded_seconds: 604800,
       worker_id_bytes: 256,
     });
     // key_bytes cannot be raised to where a btree entry fails (about 2,700 bytes).

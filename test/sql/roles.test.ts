@@ -100,6 +100,11 @@ const OPERATIONS: Operation[] = [
   { name: "wait_for_jobs", sql: () => ["SELECT idemq.wait_for_jobs(queues => ARRAY[$1::text]) AS ready", [fx.queue]] },
   { name: "stop_waiting", sql: () => ["SELECT idemq.stop_waiting(queues => ARRAY[$1::text])", [fx.queue]] },
   { name: "prune_keys", sql: () => ["SELECT idemq.prune_keys() AS n", []] },
+  { name: "apply_retention", sql: () => ["SELECT idemq.apply_retention(batch_size => 10) AS n", []], check: (r) => expect(r).toEqual([{ n: 0 }]) },
+  {
+    name: "set_retention",
+    sql: () => ["SELECT idemq.set_retention(state => 'failed', keep => '30 days', queue => $1)", [fx.queue]],
+  },
   { name: "cancel", sql: () => ["SELECT idemq.cancel(job_id => $1)::text AS state", [fx.enqueued]], check: (r) => expect(r[0]).toEqual({ state: "cancelled" }) },
   { name: "retry", sql: () => ["SELECT idemq.retry(job_id => $1)::text AS state", [fx.failed]], check: (r) => expect(r[0]).toEqual({ state: "enqueued" }) },
   {
@@ -137,7 +142,7 @@ const OPERATIONS: Operation[] = [
 const CONSTANTS = ["active_states", "terminal_states"];
 const WORKER_OPS = [
   "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
-  "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick",
+  "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {

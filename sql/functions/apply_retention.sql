@@ -1,0 +1,95 @@
+-- idemq.apply_retention(batch_size int DEFAULT 1000) RETURNS int
+--
+-- Deletes at most batch_size finished jobs that are past their retention;
+-- returns how many. Call it again while it returns batch_size (the workers'
+-- maintenance timer does).
+--
+-- Guarantees:
+--   * A job's retention is, for its terminal state, the override
+--     (idemq.retention, set_retention) of its task, else of its queue, else
+--     the default (settings retention_<state>_seconds: succeeded 7 days,
+--     failed, cancelled, expired 30 days). A job is deleted once its
+--     finished_at is more than that long ago; no active job is ever deleted.
+--   * Never releases an idempotency key (prune_keys does, after the key
+--     retention); dependency rows of deleted parents go with them.
+--   * Each call is one short transaction: at most batch_size row locks and
+--     deletions, oldest first within each rule.
+-- Concurrency: FOR UPDATE SKIP LOCKED: rows a concurrent transaction holds
+--   (a retry, a purge, another worker's apply_retention) are left for the
+--   next call; concurrent callers never wait for each other.
+-- Errors: 22004 NULL batch_size; 22023 batch_size outside 1..10000.
+-- Tests: test/sql/retention-policy.test.ts, test/worker/retention.test.ts
+CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_left int := batch_size;
+  v_rule record;
+  v_ids bigint[];
+  v_state idemq.job_state;
+  v_cutoff timestamptz;
+BEGIN
+  PERFORM idemq._check_delete_batch('apply_retention', batch_size);
+
+  -- One rule at a time: the overrides of tasks, of queues, then each state's
+  -- default, each rule excluding the rows a more specific one governs. Each
+  -- lock query is a range scan of jobs_by_finish (state, finished_at) in
+  -- index order. Planner trap: plpgsql caches a generic plan after five
+  -- calls, and a generic plan estimates "finished_at < $2" at a third of the
+  -- rows. Without the ORDER BY, on 100,000 finished jobs none of which was
+  -- due (plus 5,000 enqueued), the generic plan was a sequential scan with
+  -- LIMIT: 105,000 rows filtered, 2,993 buffers, 16 ms, to find nothing, on
+  -- every timer tick. With it, a sort of the whole range is the only other
+  -- plan, and the plan is the jobs_by_finish index scan: 3 buffers, 0.08 ms
+  -- (EXPLAIN ANALYZE, plan_cache_mode = force_generic_plan, PostgreSQL 15).
+  -- Cost: a rule steps over the rows of its state that are older than its
+  -- cutoff but kept by a more specific rule (e.g. a queue kept a year is
+  -- stepped over by the default's scan), in index entries and heap visits.
+  FOR v_rule IN
+    SELECT r.task, r.queue, r.state, r.keep FROM idemq.retention r
+    ORDER BY r.task IS NULL, r.task, r.queue, r.state
+  LOOP
+    EXIT WHEN v_left = 0;
+    v_cutoff := now() - v_rule.keep;
+    IF v_rule.task IS NOT NULL THEN
+      SELECT array_agg(x.id) INTO v_ids FROM (
+        SELECT j.id FROM idemq.jobs j
+        WHERE j.state = v_rule.state AND j.finished_at < v_cutoff AND j.task = v_rule.task
+        ORDER BY j.finished_at
+        LIMIT v_left
+        FOR UPDATE OF j SKIP LOCKED) x;
+    ELSE
+      SELECT array_agg(x.id) INTO v_ids FROM (
+        SELECT j.id FROM idemq.jobs j
+        WHERE j.state = v_rule.state AND j.finished_at < v_cutoff AND j.queue = v_rule.queue
+          AND NOT EXISTS (SELECT 1 FROM idemq.retention r WHERE r.task = j.task AND r.state = j.state)
+        ORDER BY j.finished_at
+        LIMIT v_left
+        FOR UPDATE OF j SKIP LOCKED) x;
+    END IF;
+    v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
+  END LOOP;
+
+  FOREACH v_state IN ARRAY idemq.terminal_states() LOOP
+    EXIT WHEN v_left = 0;
+    v_cutoff := now() - idemq._default_retention(v_state);
+    SELECT array_agg(x.id) INTO v_ids FROM (
+      SELECT j.id FROM idemq.jobs j
+      WHERE j.state = v_state AND j.finished_at < v_cutoff
+        AND NOT EXISTS (SELECT 1 FROM idemq.retention r WHERE r.task = j.task AND r.state = j.state)
+        AND NOT EXISTS (SELECT 1 FROM idemq.retention r WHERE r.queue = j.queue AND r.state = j.state)
+      ORDER BY j.finished_at
+      LIMIT v_left
+      FOR UPDATE OF j SKIP LOCKED) x;
+    v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
+  END LOOP;
+  RETURN batch_size - v_left;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.apply_retention(int) IS
+  'Delete at most batch_size finished jobs past their retention (task, queue override or state default); keys stay.';

@@ -1,0 +1,33 @@
+// apply_retention() on a jittered timer: finished jobs past their retention
+// (the state's default, or an override of their queue or task) are deleted,
+// in short batches. A run calls again while a batch comes back full, until a
+// short batch or its time budget, so a backlog (a first start on a full
+// table) is worked off over a few runs without one long transaction. Any
+// number of workers may run it: the SQL locks with SKIP LOCKED.
+import * as sql from "../sql-api.ts";
+import { MaintenanceService } from "./maintenance.ts";
+import type { WorkerState } from "./worker-state.ts";
+
+export class Retainer extends MaintenanceService {
+  private stopping = false;
+
+  constructor(state: WorkerState) {
+    super(state, "apply_retention", state.settings.retentionMs);
+  }
+
+  override stop(): Promise<void> {
+    this.stopping = true;
+    return super.stop();
+  }
+
+  protected override async runSql(): Promise<number> {
+    const { retentionBatchSize: batchSize, retentionTickBudgetMs: budgetMs } = this.state.settings;
+    const started = performance.now();
+    let deleted = 0;
+    for (;;) {
+      const n = await sql.applyRetention(this.calls, { batchSize });
+      deleted += n;
+      if (n < batchSize || this.stopping || performance.now() - started >= budgetMs) return deleted;
+    }
+  }
+}
