@@ -12,7 +12,6 @@ import { runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { parsePrometheusText, sampleValue, type Family } from "../helpers/prometheus-text.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
-import { waitFor } from "../fixtures/worker/wait.ts";
 
 let db: TestDatabase;
 let client: Client;
@@ -84,7 +83,7 @@ describe("idemq worker --metrics-port", () => {
       const tasks = family.samples.filter((s) => s.name === name).map((s) => s.labels.task).sort();
       expect(tasks, name).toEqual(Object.keys(byTask).sort());
       for (const [task, n] of Object.entries(byTask)) {
-        const labels = name.endsWith("_count") ? { task } : { task, queue: "default" };
+        const labels: Record<string, string> = name.endsWith("_count") ? { task } : { task, queue: "default" };
         expect(v(name, labels), `${name}{task="${task}"}`).toBe(n);
       }
     }
