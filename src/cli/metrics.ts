@@ -33,7 +33,11 @@ export interface ServedMetrics {
 }
 
 /** The registry with the database metrics (read from `databaseUrl`) and its server. */
-export async function serveCliMetrics(databaseUrl: string, options: Required<Pick<MetricsOptions, "metricsPort">> & MetricsOptions): Promise<ServedMetrics> {
+export async function serveCliMetrics(
+  databaseUrl: string,
+  options: Required<Pick<MetricsOptions, "metricsPort">> & MetricsOptions,
+  portOption = "--metrics-port",
+): Promise<ServedMetrics> {
   const { collectDatabaseMetrics, collectWorkerMetrics, serveMetrics } = await import("../metrics/index.ts");
   const database = await collectDatabaseMetrics({ connectionString: databaseUrl });
   const registry: MetricsRegistry = database.registry;
@@ -47,7 +51,10 @@ export async function serveCliMetrics(databaseUrl: string, options: Required<Pic
     await database.close();
     const code = (error as { code?: unknown }).code;
     const where = `${options.metricsHost ?? METRICS_DEFAULTS.host}:${options.metricsPort}`;
-    throw new Error(code === "EADDRINUSE" ? `--metrics-port: ${where} is in use` : `--metrics-port: cannot listen on ${where}: ${String((error as Error).message)}`, { cause: error });
+    throw new Error(
+      code === "EADDRINUSE" ? `${portOption}: ${where} is in use` : `${portOption}: cannot listen on ${where}: ${String((error as Error).message)}`,
+      { cause: error },
+    );
   }
   let workerMetrics: MetricsHandle | undefined;
   return {
@@ -64,7 +71,7 @@ export async function serveCliMetrics(databaseUrl: string, options: Required<Pic
   };
 }
 
-function parsePort(value: string): number {
+export function parsePort(value: string): number {
   const n = Number(value);
   if (!/^\d+$/.test(value.trim()) || n > 65535) throw new InvalidArgumentError("must be a port number from 0 to 65535");
   return n;

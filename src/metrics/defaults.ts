@@ -4,6 +4,8 @@ import { MAX_CLAIM_BATCH } from "../worker/defaults.ts";
 export const METRICS_DEFAULTS = {
   /** The metrics server binds to loopback unless told otherwise: another host must be asked for explicitly. */
   host: "127.0.0.1",
+  /** `idemq metrics`'s port when none is given (the port OpenTelemetry's Prometheus exporter uses). */
+  port: 9464,
   /** The path the metrics server answers on. */
   path: "/metrics",
   /**

@@ -3,15 +3,17 @@
 // strict text-format parser (test/helpers/prometheus-text.ts), and every
 // counter and histogram count is asserted against that work. A database that
 // does not answer leaves the scrape answering, with idemq_database_up 0.
+import { spawn } from "node:child_process";
 import { createServer, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 import { prometheusContentType } from "prom-client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, collectDatabaseMetrics, collectWorkerMetrics, createWorker, serveMetrics } from "../../src/index.ts";
-import { runCli } from "../helpers/cli.ts";
+import { CLI, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { parsePrometheusText, sampleValue, type Family } from "../helpers/prometheus-text.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 let db: TestDatabase;
 let client: Client;
@@ -162,6 +164,33 @@ describe("idemq worker --metrics-port", () => {
     } finally {
       await new Promise((resolve) => taken.close(resolve));
     }
+  });
+});
+
+describe("idemq metrics", () => {
+  it("serves the database's metrics alone, on loopback, until SIGTERM", async () => {
+    await client.enqueue("standalone", {}, { queue: "solo" });
+    const child = spawn(process.execPath, [CLI, "metrics", "--port", "0", "--database-url", db.url], { stdio: ["ignore", "pipe", "pipe"] });
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+    try {
+      const url = await waitFor(() => /metrics at (\S+)/.exec(stderr)?.[1], { what: `the metrics URL (stderr: ${stderr})` });
+      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+      const { families } = await scrape(url);
+      expect(sampleValue(families, "idemq_database_up")).toBe(1);
+      expect(sampleValue(families, "idemq_jobs", { queue: "solo", task: "standalone", state: "enqueued" })).toBe(1);
+      expect([...families.keys()].filter((name) => name.startsWith("idemq_worker_"))).toEqual([]);
+    } finally {
+      child.kill("SIGTERM");
+    }
+    expect(await exited).toBe(0);
+  });
+
+  it("--help has an example", async () => {
+    const help = await runCli(["metrics", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/\nExamples:\n {2}idemq metrics /);
   });
 });
 
