@@ -20,6 +20,12 @@ export function addMetricsOptions(command: Command, what: string): Command {
     .option("--metrics-host <host>", `address the metrics server binds to (default ${METRICS_DEFAULTS.host}: loopback only; another address must be given explicitly)`);
 }
 
+/** Metrics asked for without prom-client installed: the one line says so before anything starts. */
+export async function requirePromClient(): Promise<void> {
+  const { loadPromClient } = await import("../metrics/prom-client.ts");
+  await loadPromClient();
+}
+
 /** --metrics-host alone serves nothing: a mistake to say, not to ignore. */
 export function metricsHostWithoutPort(options: MetricsOptions): boolean {
   return options.metricsHost !== undefined && options.metricsPort === undefined;

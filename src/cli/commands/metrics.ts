@@ -7,7 +7,7 @@ import type { Command } from "commander";
 import { METRICS_DEFAULTS } from "../../metrics/defaults.ts";
 import { openDatabase } from "../connect.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
-import { parsePort, serveCliMetrics } from "../metrics.ts";
+import { parsePort, requirePromClient, serveCliMetrics } from "../metrics.ts";
 import { reportError } from "../output.ts";
 
 interface Options extends DatabaseOption {
@@ -47,6 +47,7 @@ A worker serves these and its own with: idemq worker --metrics-port PORT.`,
 }
 
 async function serve(options: Options): Promise<void> {
+  await requirePromClient();
   const db = await openDatabase({ databaseUrl: options.databaseUrl, share: true });
   try {
     const metrics = await serveCliMetrics(

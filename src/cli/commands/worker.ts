@@ -23,7 +23,7 @@ import { parseDuration } from "../parse.ts";
 import { toMilliseconds } from "../../contract.ts";
 import { isConnectionFailure } from "../../errors.ts";
 import { printable, printableLines } from "../terminal-text.ts";
-import { addMetricsOptions, metricsHostWithoutPort, type MetricsOptions, serveCliMetrics, type ServedMetrics } from "../metrics.ts";
+import { addMetricsOptions, metricsHostWithoutPort, requirePromClient, type MetricsOptions, serveCliMetrics, type ServedMetrics } from "../metrics.ts";
 
 type LogFormat = "json" | "pretty";
 
@@ -108,6 +108,7 @@ async function runWorker(options: Options): Promise<void> {
     throw new UsageError("--listen-url is for --wake-up listen: a worker in poll mode holds no LISTEN connection");
   }
   if (metricsHostWithoutPort(options)) throw new UsageError("--metrics-host needs --metrics-port: give the port to serve the metrics on");
+  if (options.metricsPort !== undefined) await requirePromClient();
   const { tasks, workerOptions } = await loadTasksModule(options.tasks);
   const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
   // No URL: the embedded PostgreSQL (data-dir.ts), started and migrated here,
