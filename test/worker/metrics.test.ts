@@ -187,10 +187,13 @@ describe("idemq metrics", () => {
     expect(await exited).toBe(0);
   });
 
-  it("--help has an example", async () => {
+  it("--help has an example, and idemq worker --help one with --metrics-port", async () => {
     const help = await runCli(["metrics", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/\nExamples:\n {2}idemq metrics /);
+    const workerHelp = await runCli(["worker", "--help"]);
+    expect(workerHelp.stdout).toMatch(/^ {2}idemq worker --tasks \.\/tasks\.js --metrics-port 9464 /m);
+    expect(workerHelp.stdout).toContain("--metrics-host <host>");
   });
 });
 
