@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { createServer, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
-import { prometheusContentType } from "prom-client";
+import { prometheusContentType, register as globalRegistry, Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, collectDatabaseMetrics, collectWorkerMetrics, createWorker, serveMetrics } from "../../src/index.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
@@ -194,6 +194,30 @@ describe("idemq metrics", () => {
     const workerHelp = await runCli(["worker", "--help"]);
     expect(workerHelp.stdout).toMatch(/^ {2}idemq worker --tasks \.\/tasks\.js --metrics-port 9464 /m);
     expect(workerHelp.stdout).toContain("--metrics-host <host>");
+  });
+});
+
+describe("collectWorkerMetrics", () => {
+  it("uses a registry of its own or the one given, never the global one, and close() takes its metrics off", async () => {
+    const worker = createWorker({ connectionString: "postgres://unused@127.0.0.1:1/x", tasks: { ok: async () => {} }, handleSignals: false });
+    const own = await collectWorkerMetrics(worker);
+    expect(own.registry).not.toBe(globalRegistry);
+    expect(own.registry.getSingleMetric("idemq_worker_jobs_started_total")).toBeDefined();
+    expect(await globalRegistry.getMetricsAsJSON()).toEqual([]);
+    await own.close();
+    expect(own.registry.getSingleMetric("idemq_worker_jobs_started_total")).toBeUndefined();
+
+    const mine = new Registry();
+    const given = await collectWorkerMetrics(worker, { registry: mine });
+    expect(given.registry).toBe(mine);
+    worker.emit("job:start", { jobId: "1", task: "ok", queue: "q", attempt: 1, workerId: worker.workerId, reclaimed: false });
+    const families = parsePrometheusText(await mine.metrics());
+    expect(sampleValue(families, "idemq_worker_jobs_started_total", { task: "ok", queue: "q" })).toBe(1);
+    await given.close();
+    worker.emit("job:start", { jobId: "2", task: "ok", queue: "q", attempt: 1, workerId: worker.workerId, reclaimed: false });
+    expect(mine.getMetricsAsArray()).toEqual([]); // no metric left, no listener left to count that start
+    expect(worker.listenerCount("job:start")).toBe(0);
+    await worker.stop();
   });
 });
 
