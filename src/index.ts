@@ -84,3 +84,14 @@ export type {
   StatsRow,
 } from "./sql-api.ts";
 export type { Job, ListJobsFilter } from "./job-reads.ts";
+
+// Prometheus metrics (prom-client, an optional peer dependency, loaded only when used).
+export { collectDatabaseMetrics, collectWorkerMetrics, MetricsUnavailableError, serveMetrics } from "./metrics/index.ts";
+export type {
+  DatabaseMetricsOptions,
+  MetricsHandle,
+  MetricsRegistry,
+  MetricsServer,
+  ServeMetricsOptions,
+  WorkerMetricsOptions,
+} from "./metrics/index.ts";

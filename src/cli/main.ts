@@ -7,6 +7,7 @@ import { registerDemoCommand } from "./commands/demo.ts";
 import { registerDoctorCommand } from "./commands/doctor.ts";
 import { registerEnqueueCommand } from "./commands/enqueue.ts";
 import { registerJobsCommands } from "./commands/jobs.ts";
+import { registerMetricsCommand } from "./commands/metrics.ts";
 import { registerMigrateCommands } from "./commands/migrate.ts";
 import { registerPruneKeysCommand } from "./commands/prune-keys.ts";
 import { registerPurgeCommand } from "./commands/purge.ts";
@@ -31,6 +32,7 @@ function buildProgram(): Command {
   registerJobsCommands(program);
   registerSchedulesCommands(program);
   registerStatsCommand(program);
+  registerMetricsCommand(program);
   registerRescueCommand(program);
   registerPurgeCommand(program);
   registerPruneKeysCommand(program);

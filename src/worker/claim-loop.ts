@@ -102,6 +102,7 @@ export class ClaimLoop {
       }
       this.state.reached();
       if (jobs.length > 0) this.claimed(jobs);
+      this.state.emit("worker:claimed", { workerId: this.state.settings.workerId, jobs: jobs.length, asked: room });
       const wakeUps = this.wakeUps();
       wakeUps.claimed(jobs.length);
       const marker = wakeUps.marker;

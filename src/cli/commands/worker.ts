@@ -1,5 +1,5 @@
 // idemq worker --tasks ./tasks.js [--queues a,b] [--concurrency N] [--log-format json|pretty]
-//              [--wake-up listen|poll] [--listen-url URL]
+//              [--wake-up listen|poll] [--listen-url URL] [--metrics-port P [--metrics-host H]]
 //
 // Loads a module exporting `tasks` (and optionally `schedules`, upserted at
 // start, and `workerOptions`), runs a worker until SIGTERM/SIGINT (a second
@@ -23,10 +23,11 @@ import { parseDuration } from "../parse.ts";
 import { toMilliseconds } from "../../contract.ts";
 import { isConnectionFailure } from "../../errors.ts";
 import { printable, printableLines } from "../terminal-text.ts";
+import { addMetricsOptions, metricsHostWithoutPort, requirePromClient, type MetricsOptions, serveCliMetrics, type ServedMetrics } from "../metrics.ts";
 
 type LogFormat = "json" | "pretty";
 
-interface Options extends DatabaseOption {
+interface Options extends DatabaseOption, MetricsOptions {
   tasks: string;
   queues?: string[];
   concurrency?: number;
@@ -70,8 +71,9 @@ export function registerWorkerCommand(program: Command): void {
     .addHelpText(
       "after",
       `
-Example:
+Examples:
   idemq worker --tasks ./tasks.js --database-url postgres://app@db:5432/app --wait-for-database 2m
+  idemq worker --tasks ./tasks.js --metrics-port 9464    # Prometheus: curl http://127.0.0.1:9464/metrics
 
 Once started, the worker rides through its database restarting: it reports
 worker:error, keeps its process, and resumes when the server answers.
@@ -97,6 +99,7 @@ While it runs, other idemq commands in this directory use that server.`,
         process.exit(process.exitCode ?? 1);
       }
     });
+  addMetricsOptions(worker, "the worker's and the database's metrics");
   addDatabaseOption(worker);
 }
 
@@ -104,6 +107,8 @@ async function runWorker(options: Options): Promise<void> {
   if (options.listenUrl !== undefined && options.wakeUp === "poll") {
     throw new UsageError("--listen-url is for --wake-up listen: a worker in poll mode holds no LISTEN connection");
   }
+  if (metricsHostWithoutPort(options)) throw new UsageError("--metrics-host needs --metrics-port: give the port to serve the metrics on");
+  if (options.metricsPort !== undefined) await requirePromClient();
   const { tasks, workerOptions } = await loadTasksModule(options.tasks);
   const format: LogFormat = options.logFormat ?? (process.stdout.isTTY ? "pretty" : "json");
   // No URL: the embedded PostgreSQL (data-dir.ts), started and migrated here,
@@ -114,10 +119,17 @@ async function runWorker(options: Options): Promise<void> {
     share: true,
     waitForServerMs: options.waitForDatabase ?? Number.POSITIVE_INFINITY,
   });
+  let metrics: ServedMetrics | undefined;
   try {
     const startedFields = db.embedded ? announceEmbedded(db, format) : {};
-    await runWorkerOn(db.url, tasks, workerOptions, options, format, startedFields);
+    if (options.metricsPort !== undefined) {
+      metrics = await serveCliMetrics(db.url, { ...options, metricsPort: options.metricsPort });
+      if (format === "json") startedFields.metricsUrl = metrics.url;
+      else process.stderr.write(`idemq: metrics at ${metrics.url}\n`);
+    }
+    await runWorkerOn(db.url, tasks, workerOptions, options, format, startedFields, metrics);
   } finally {
+    await metrics?.close();
     await db.close();
   }
 }
@@ -129,11 +141,13 @@ async function runWorkerOn(
   options: Options,
   format: LogFormat,
   startedFields: Record<string, unknown>,
+  metrics: ServedMetrics | undefined,
 ): Promise<void> {
   const waitMs = options.waitForDatabase ?? Number.POSITIVE_INFINITY;
   for (;;) {
     const worker = await newWorker(connectionString, tasks, workerOptions, options);
     printEvents(worker, format, startedFields);
+    await metrics?.addWorker(worker);
     const backstop = ignoreOrphanedConnectionErrors(worker);
     try {
       try {
