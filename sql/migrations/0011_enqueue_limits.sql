@@ -1,0 +1,743 @@
+-- Migration 0011_enqueue_limits: (issues 10, 11, 12): bulk enqueue back to its old speed (defaults typed once, _key_leaders inlined, new keys by plain INSERT), enqueue-side limits, per-key retention.
+-- Written by `npm run migration:new`; the function texts below are copies of
+-- sql/functions/ (npm run migration:check compares them). Once released (listed
+-- in sql/released.sha256) this file never changes again.
+-- Up Migration
+
+-- Hand-written schema changes (tables, columns, indexes) go here, before the
+-- functions that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes
+-- in a migration of its own: PostgreSQL refuses to use a new value before its
+-- transaction commits ("unsafe use of new value"), in a CHECK, an index
+-- predicate or a SQL-language function body alike, and each migration commits
+-- on its own, so the next migration can use it.
+
+-- ---- sql/functions/_key_leaders.sql ----
+-- idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+--   RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+--                 duplicate_policy idemq.duplicate_policy, elements bigint)
+--
+-- The leader of each idempotency key still undecided in a plan: its first
+-- element (by ordinal) with that key, among those `undecided` (all keyed
+-- elements in the first round, then those whose outcome is NULL). Within one
+-- call the leader decides for the key; later elements with it follow
+-- (_resolve_keys).
+--
+-- Guarantees: one row per undecided key, in key order (the order key rows
+--   are written in, so overlapping batches lock them alike); job_id is the
+--   id the plan gave the leader, which its key row names when it wins;
+--   elements: how many undecided elements have the key (the leader included).
+-- Concurrency: none (reads only its argument). Inlined into the statements
+--   of _resolve_keys that insert and take over key rows: a SQL-standard body
+--   (BEGIN ATOMIC) without SET, since the planner never inlines a function
+--   with a SET clause. As `AS $$` with SET search_path it ran as a function
+--   scan: its rows went through a tuplestore and were sorted again for the
+--   insert's ORDER BY (EXPLAIN VERBOSE shows "Function Scan on _key_leaders"
+--   then; inlined, one Sort on the key under the Insert), about 10 ms per
+--   20,000 keys. It lists the columns it reads (not p.*): an inlined query
+--   only computes those its caller uses.
+-- Errors: none.
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts
+CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+              duplicate_policy idemq.duplicate_policy, elements bigint)
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements
+  FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,
+               count(*) OVER (PARTITION BY p.idempotency_key) AS elements
+        FROM unnest(jobs) p
+        WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
+        ORDER BY p.idempotency_key, p.ordinal) l
+  ORDER BY l.idempotency_key;
+END;
+
+COMMENT ON FUNCTION idemq._key_leaders(idemq._planned_job[], boolean) IS
+  'The first undecided element of each idempotency key in a plan, in key order: the one that decides for the key.';
+
+-- ---- sql/functions/_parse_jobs.sql ----
+-- idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean, OUT parents boolean)
+--
+-- Parse and check, the first part of enqueue_many: decodes a JSON array of
+-- jobs into planned jobs (in element order, each with a new job id and
+-- outcome `created` unless it has a key), or raises for the first element
+-- that is wrong. `keyed` / `parents`: some element has a key / parents, so
+-- _enqueue_planned skips the steps with nothing to do.
+-- Longer than the usual 150 lines: it is the JSON decoder, one statement with
+-- each field's decoding rule; split, the rules would be read in several
+-- passes over the array (each pass over 20,000 elements costs 10-20 ms).
+--
+-- Guarantees:
+--   * Decoding rules (what the JSON form needs): each element an object whose
+--     fields are _enqueue_fields() (enqueue()'s parameters); each field of its JSON type (or null, or
+--     absent: _job_defaults, run_at now); priority and max_attempts whole
+--     numbers that fit an int; duplicate_policy a policy's name; after an
+--     array of whole numbers; timestamps that parse.
+--   * Then the value rules every enqueue shares: _job_problem for each
+--     element, _backoff_problem once per distinct backoff (a batch usually
+--     shares one).
+--   * The error names the first element (by position) that breaks a rule,
+--     backoffs last; nothing is written and no row returned then.
+--   * One statement decodes and checks the whole array (jsonb_array_elements,
+--     the rules inlined); the others run only when it found a problem.
+-- Concurrency: none (reads only its argument; takes job ids from the sequence).
+-- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is
+--   wrong (_raise_bad_job: "jobs[N] ..." with a HINT naming element N).
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
+                                             OUT parents boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_fields text[] := idemq._enqueue_fields();
+  v_policies text[] := enum_range(NULL::idemq.duplicate_policy)::text[];
+  v_now timestamptz := now();
+  -- The defaults, typed once: read per element (v_defaults->>'priority', then
+  -- numeric_in and enum_in for each element without the field) they cost
+  -- about 8 ms per 20,000 elements (backend CPU, enqueue.bulk's batch).
+  v_payload jsonb := idemq._job_defaults()->'payload';
+  v_queue text := idemq._job_defaults()->>'queue';
+  v_priority int := (idemq._job_defaults()->>'priority')::int;
+  v_max_attempts int := (idemq._job_defaults()->>'max_attempts')::int;
+  v_policy idemq.duplicate_policy := (idemq._job_defaults()->>'duplicate_policy')::idemq.duplicate_policy;
+  v_bad int;
+  v_problem text;
+  v_ord int;
+  v_value_problem text;
+  v_bad_backoffs jsonb[];
+  v_elem jsonb;
+BEGIN
+  IF jobs IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'jobs must not be NULL',
+      HINT = 'Pass a JSON array of job objects, e.g. [{"task": "send_email"}].';
+  END IF;
+  IF jsonb_typeof(jobs) <> 'array' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('jobs must be a JSON array of job objects, not %s', jsonb_typeof(jobs)),
+      HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
+  END IF;
+
+  BEGIN
+    -- One pass in C (jsonb_to_recordset, every field as text or jsonb, which
+    -- any JSON value converts to) and cheap checks that skip absent fields.
+    -- MATERIALIZED: pulled up, the checks would run once per use of `shape`.
+    WITH decoded AS MATERIALIZED (
+      SELECT r.*, CASE
+          WHEN r.v - v_fields <> '{}' THEN
+            format('has an unknown field "%s" (fields: %s)',
+                   (SELECT min(f) FROM jsonb_object_keys(r.v - v_fields) f), array_to_string(v_fields, ', '))
+          WHEN r.task IS NOT NULL AND jsonb_typeof(r.v->'task') <> 'string' THEN
+            format('task must be a string, not %s', r.v->'task')
+          WHEN r.queue IS NOT NULL AND jsonb_typeof(r.v->'queue') <> 'string' THEN
+            format('queue must be a string, not %s', r.v->'queue')
+          WHEN r.run_at IS NOT NULL AND jsonb_typeof(r.v->'run_at') <> 'string' THEN
+            format('run_at must be a timestamp string, not %s', r.v->'run_at')
+          WHEN r.expires_at IS NOT NULL AND jsonb_typeof(r.v->'expires_at') <> 'string' THEN
+            format('expires_at must be a timestamp string, not %s', r.v->'expires_at')
+          WHEN r.priority IS NOT NULL AND (jsonb_typeof(r.v->'priority') <> 'number'
+               OR r.priority::numeric NOT BETWEEN -2147483648 AND 2147483647
+               OR r.priority::numeric <> trunc(r.priority::numeric)) THEN
+            format('priority must be a whole number (higher runs first), not %s', r.v->'priority')
+          WHEN r.max_attempts IS NOT NULL AND (jsonb_typeof(r.v->'max_attempts') <> 'number'
+               OR r.max_attempts::numeric NOT BETWEEN -2147483648 AND 2147483647
+               OR r.max_attempts::numeric <> trunc(r.max_attempts::numeric)) THEN
+            format('max_attempts must be a whole number >= 1, not %s', r.v->'max_attempts')
+          WHEN r.idempotency_key IS NOT NULL AND jsonb_typeof(r.v->'idempotency_key') <> 'string' THEN
+            format('idempotency_key must be a string or null, not %s', r.v->'idempotency_key')
+          WHEN r.duplicate_policy IS NOT NULL AND (jsonb_typeof(r.v->'duplicate_policy') <> 'string'
+               OR r.duplicate_policy <> ALL (v_policies)) THEN
+            format('duplicate_policy must be one of %s, not %s', array_to_string(v_policies, ', '), r.v->'duplicate_policy')
+          WHEN r.after IS NOT NULL AND jsonb_typeof(r.after) <> 'null' AND (jsonb_typeof(r.after) <> 'array'
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(r.after) a
+                          WHERE jsonb_typeof(a) NOT IN ('number', 'null')
+                             OR (jsonb_typeof(a) = 'number' AND (a::numeric NOT BETWEEN 1 AND 9223372036854775807
+                                                                 OR a::numeric <> trunc(a::numeric))))) THEN
+            format('after must be an array of job ids, not %s', r.after)
+        END AS shape
+      FROM ROWS FROM (jsonb_array_elements(jobs),
+                      jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
+                        max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
+                        expires_at text, after jsonb)) WITH ORDINALITY
+           AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
+                backoff, expires_at, after, ord)
+    )
+    -- In element order (the CTE scan keeps its input's order): ids are taken
+    -- in that order, and the array needs no sort.
+    SELECT array_agg(CASE WHEN d.shape IS NULL THEN ROW(
+               d.ord, nextval('idemq.jobs_id_seq'), 'created', NULL,
+               d.task,
+               coalesce(nullif(d.payload, 'null'), v_payload),
+               coalesce(d.queue, v_queue),
+               coalesce(d.run_at::timestamptz, v_now),
+               coalesce(d.priority::numeric::int, v_priority),
+               coalesce(d.max_attempts::numeric::int, v_max_attempts),
+               d.idempotency_key,
+               coalesce(d.duplicate_policy::idemq.duplicate_policy, v_policy),
+               nullif(d.backoff, 'null'),
+               d.expires_at::timestamptz,
+               CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
+                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
+             )::idemq._planned_job END),
+           coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
+           coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
+           min(d.ord) FILTER (WHERE d.shape IS NOT NULL),
+           (array_agg(d.shape ORDER BY d.ord) FILTER (WHERE d.shape IS NOT NULL))[1]
+    FROM decoded d
+    INTO planned, keyed, parents, v_bad, v_problem;
+  EXCEPTION WHEN data_exception THEN
+    -- An element that is not an object, or a timestamp that does not parse,
+    -- fails the statement: find the first such element; an earlier
+    -- element's problem comes first.
+    FOR v_bad, v_elem IN SELECT e.ord, e.v FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(v, ord) LOOP
+      v_problem := CASE WHEN jsonb_typeof(v_elem) <> 'object' THEN format('must be a JSON object, not %s', v_elem) END;
+      IF v_problem IS NULL THEN
+        BEGIN
+          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz;
+        EXCEPTION WHEN data_exception THEN
+          v_problem := format('run_at/expires_at is not a timestamp: %s', SQLERRM);
+        END;
+      END IF;
+      IF v_problem IS NOT NULL THEN
+        IF v_bad > 1 THEN
+          PERFORM idemq._parse_jobs(jsonb_path_query_array(jobs, format('$[0 to %s]', v_bad - 2)::jsonpath));
+        END IF;
+        PERFORM idemq._raise_bad_job(v_problem, v_bad);
+      END IF;
+    END LOOP;
+    RAISE;
+  END;
+  -- The value rules, on the decoded elements before the first that did not
+  -- decode (its own problem comes first otherwise).
+  SELECT p.ordinal, idemq._job_problem(p) INTO v_ord, v_value_problem
+  FROM unnest(planned) p
+  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_problem(p) IS NOT NULL
+  ORDER BY p.ordinal LIMIT 1;
+  IF FOUND THEN
+    v_bad := v_ord;
+    v_problem := v_value_problem;
+  END IF;
+  IF v_bad IS NOT NULL THEN
+    PERFORM idemq._raise_bad_job(v_problem, v_bad);
+  END IF;
+
+  IF jobs @? '$[*].backoff ? (@.type() != "null")' THEN
+    SELECT array_agg(d.spec) INTO v_bad_backoffs
+    FROM (SELECT DISTINCT p.backoff AS spec FROM unnest(planned) p WHERE p.backoff IS NOT NULL) d
+    WHERE idemq._backoff_problem(d.spec) IS NOT NULL;
+    IF v_bad_backoffs IS NOT NULL THEN
+      SELECT p.ordinal, idemq._backoff_problem(p.backoff) INTO v_bad, v_problem
+      FROM unnest(planned) p WHERE p.backoff = ANY (v_bad_backoffs)
+      ORDER BY p.ordinal LIMIT 1;
+      PERFORM idemq._raise_bad_job(v_problem, v_bad);
+    END IF;
+  END IF;
+  planned := coalesce(planned, '{}');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
+  'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';
+
+-- ---- sql/functions/_resolve_keys.sql ----
+-- idemq._resolve_keys(jobs idemq._planned_job[]) RETURNS idemq._planned_job[]
+--
+-- Resolve keys, the second part of an enqueue: decides the outcome of every
+-- element with an idempotency key against the key ledger, writing the key
+-- rows this call wins.
+--
+-- Guarantees:
+--   * Per key, its leader (_key_leaders) decides: a new key is inserted
+--     (`created`, with the leader's planned id); a key whose latest job is
+--     terminal is taken over when _policy_rejects allows (`created`), else
+--     `rejected` (existing_state: how that job ended); a key held by an
+--     active job yields that job: `deduplicated`, or `conflict` when the task
+--     or payload differ (jsonb equality: the md5 of the jsonb text is only a
+--     fast path, since numbers equal as jsonb can print differently, 1 and
+--     1.0).
+--   * Later elements with the key follow: `deduplicated` against the job the
+--     key then holds (or `conflict`), or the leader's rejection.
+--   * Usually one round; another only when a key row changed between two
+--     statements (pruned, or finished, concurrently). All keys new and none
+--     repeated, the common bulk case, is one statement: for a batch of 64
+--     elements or more a plain INSERT in a subtransaction (any key that
+--     exists rolls it back, and the round with ON CONFLICT decides), else
+--     INSERT ... ON CONFLICT DO NOTHING.
+--   * job_id of a decided element: its own planned id when `created`, else
+--     the key's job.
+-- Concurrency: key rows are inserted in key order; N concurrent callers with
+--   one new key create exactly one job: the key row's primary key serialises
+--   them (ON CONFLICT waits for the inserter's transaction); if the inserter
+--   rolls back, a waiter inserts (the plain INSERT of a batch waits alike,
+--   then fails and leaves the key to ON CONFLICT). A batch's attempt holds
+--   one subtransaction id until the caller's transaction ends. A takeover locks the key row, so a
+--   concurrent taker waits, then sees the key active. Under REPEATABLE READ a
+--   concurrent committed duplicate raises 40001: retry.
+-- Errors: 40001 if keys keep changing under the call (pruned and re-created repeatedly).
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts,
+--   test/sql/enqueue-concurrency.test.ts
+CREATE OR REPLACE FUNCTION idemq._resolve_keys(jobs idemq._planned_job[])
+RETURNS idemq._planned_job[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_undecided bigint;
+  v_leaders bigint;
+  v_inserted bigint;
+BEGIN
+  -- A batch whose keys are all new, the common bulk case, first tries a
+  -- plain INSERT of its leaders in a subtransaction: ON CONFLICT DO NOTHING
+  -- checks the index before each insert and confirms each speculative
+  -- insertion in the WAL, which cost 25 ms per 20,000 new keys (backend CPU)
+  -- and 26 bytes of WAL per key (enqueue.bulk-keyed: 536 B/job with the plain
+  -- insert, 562 with ON CONFLICT). A key that exists, or that a concurrent
+  -- inserter commits first (the insert waits for its transaction, as ON
+  -- CONFLICT does), raises unique_violation: the subtransaction rolls back
+  -- and the round below decides with ON CONFLICT. A first key that exists
+  -- (a resubmitted batch) skips the attempt. Only for batches of 64 elements
+  -- or more: each attempt holds a subtransaction id until the caller's
+  -- transaction ends, and a transaction with more than 64 of them slows every
+  -- session's snapshots; below that ON CONFLICT's cost is a few microseconds.
+  IF cardinality(jobs) >= 64
+     AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = (jobs[1]).idempotency_key) THEN
+    BEGIN
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+      SELECT l.key, l.job_id, l.task, l.payload_md5 FROM idemq._key_leaders(jobs, true) l ORDER BY l.key;
+      GET DIAGNOSTICS v_inserted = ROW_COUNT;
+      v_leaders := v_inserted;
+      SELECT count(*) INTO v_undecided FROM unnest(jobs) p WHERE p.idempotency_key IS NOT NULL;
+    EXCEPTION WHEN unique_violation THEN
+      v_inserted := NULL;
+    END;
+  END IF;
+
+  LOOP
+    -- The plan's outcomes start as `created`: in the first round every keyed
+    -- element is undecided, later only those left NULL by the round before.
+    IF v_round > 0 OR v_inserted IS NULL THEN
+      WITH leader AS MATERIALIZED (
+        SELECT * FROM idemq._key_leaders(jobs, v_round = 0)
+      ), ins AS (
+        INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+        SELECT l.key, l.job_id, l.task, l.payload_md5 FROM leader l ORDER BY l.key
+        ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+        RETURNING 1
+      )
+      SELECT (SELECT coalesce(sum(l.elements), 0) FROM leader l), (SELECT count(*) FROM leader),
+             (SELECT count(*) FROM ins)
+      INTO v_undecided, v_leaders, v_inserted;
+    END IF;
+    -- Every undecided element led a new key: all stay created.
+    EXIT WHEN v_inserted = v_undecided;
+
+    v_round := v_round + 1;
+    IF v_round > 10 THEN
+      RAISE EXCEPTION USING ERRCODE = '40001',
+        MESSAGE = 'idempotency keys kept changing during enqueue (pruned and re-created concurrently)',
+        HINT = 'Retry the call.';
+    END IF;
+
+    IF v_inserted < v_leaders THEN
+      UPDATE idemq.keys AS k
+      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5,
+          finished_state = NULL, finished_at = NULL, created_at = now()
+      FROM idemq._key_leaders(jobs, v_round = 1) l
+      WHERE k.key = l.key
+        AND k.finished_state IS NOT NULL
+        AND NOT idemq._policy_rejects(l.duplicate_policy, k.finished_state);
+    END IF;
+
+    -- Decide from the key rows as they now stand (this call's writes
+    -- included). A key held by this call's leader has no job row yet: its
+    -- payload is the leader's. An active key's job exists (purge deletes only
+    -- terminal jobs) and committed with the key row, so its payload settles
+    -- jsonb equality. A key that vanished (pruned) or turned terminal in
+    -- between stays undecided (outcome NULL) for the next round. Named
+    -- fields replace the decided ones (jsonb_populate_record on the row).
+    jobs := ARRAY(
+      SELECT CASE WHEN w.undecided
+                  THEN jsonb_populate_record(w.p, jsonb_build_object(
+                         'outcome', d.outcome,
+                         'job_id', CASE WHEN coalesce(d.outcome, 'created') = 'created' THEN (w.p).job_id
+                                        ELSE w.holder_id END,
+                         'existing_state', CASE WHEN d.outcome = 'rejected' THEN w.holder_finished END))
+                  ELSE w.p END
+      FROM (SELECT p, p.idempotency_key IS NOT NULL AND (v_round = 1 OR p.outcome IS NULL) AS undecided,
+                   h.job_id AS holder_id, h.task AS holder_task, h.payload_md5 AS holder_md5,
+                   h.finished_state AS holder_finished, h.payload AS holder_payload,
+                   first_value(p.ordinal) OVER k AS lead_ordinal, first_value(p.job_id) OVER k AS lead_job_id,
+                   first_value(p.payload) OVER k AS lead_payload,
+                   first_value(p.duplicate_policy) OVER k AS lead_policy
+            FROM unnest(jobs) p
+            LEFT JOIN LATERAL (
+              SELECT hk.job_id, hk.task, hk.payload_md5, hk.finished_state, hj.payload
+              FROM idemq.keys hk
+              LEFT JOIN idemq.jobs hj ON hj.id = hk.job_id AND hk.finished_state IS NULL
+              WHERE hk.key = p.idempotency_key) h ON true
+            WINDOW k AS (PARTITION BY p.idempotency_key ORDER BY p.ordinal)) w
+      CROSS JOIN LATERAL (SELECT CASE
+          WHEN w.holder_id IS NULL THEN NULL
+          WHEN w.holder_id = w.lead_job_id AND (w.p).ordinal = w.lead_ordinal THEN 'created'
+          WHEN w.holder_id = w.lead_job_id OR w.holder_finished IS NULL THEN
+            CASE WHEN (w.p).task = w.holder_task
+                      AND (md5((w.p).payload::text) = w.holder_md5
+                           OR (w.p).payload = coalesce(w.holder_payload, w.lead_payload))
+                 THEN 'deduplicated' ELSE 'conflict' END
+          WHEN idemq._policy_rejects(w.lead_policy, w.holder_finished) THEN 'rejected'
+        END AS outcome) d
+      ORDER BY (w.p).ordinal);
+  END LOOP;
+  RETURN jobs;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._resolve_keys(idemq._planned_job[]) IS
+  'Decide every keyed element of a plan against the key ledger (created, deduplicated, rejected, conflict), writing the key rows it wins.';
+
+-- Down Migration
+
+-- sql/functions/_key_leaders.sql as of 0009_enqueue_pipeline
+-- idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+--   RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+--                 duplicate_policy idemq.duplicate_policy, elements bigint)
+--
+-- The leader of each idempotency key still undecided in a plan: its first
+-- element (by ordinal) with that key, among those `undecided` (all keyed
+-- elements in the first round, then those whose outcome is NULL). Within one
+-- call the leader decides for the key; later elements with it follow
+-- (_resolve_keys).
+--
+-- Guarantees: one row per undecided key, in key order (the order key rows
+--   are written in, so overlapping batches lock them alike); job_id is the
+--   id the plan gave the leader, which its key row names when it wins;
+--   elements: how many undecided elements have the key (the leader included).
+-- Concurrency: none (reads only its argument). Inlined into the statements
+--   of _resolve_keys that insert and take over key rows.
+-- Errors: none.
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts
+CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+              duplicate_policy idemq.duplicate_policy, elements bigint)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements
+  FROM (SELECT DISTINCT ON (p.idempotency_key) p.*, count(*) OVER (PARTITION BY p.idempotency_key) AS elements
+        FROM unnest(jobs) p
+        WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
+        ORDER BY p.idempotency_key, p.ordinal) l
+  ORDER BY l.idempotency_key
+$$;
+
+COMMENT ON FUNCTION idemq._key_leaders(idemq._planned_job[], boolean) IS
+  'The first undecided element of each idempotency key in a plan, in key order: the one that decides for the key.';
+
+-- sql/functions/_parse_jobs.sql as of 0009_enqueue_pipeline
+-- idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean, OUT parents boolean)
+--
+-- Parse and check, the first part of enqueue_many: decodes a JSON array of
+-- jobs into planned jobs (in element order, each with a new job id and
+-- outcome `created` unless it has a key), or raises for the first element
+-- that is wrong. `keyed` / `parents`: some element has a key / parents, so
+-- _enqueue_planned skips the steps with nothing to do.
+-- Longer than the usual 150 lines: it is the JSON decoder, one statement with
+-- each field's decoding rule; split, the rules would be read in several
+-- passes over the array (each pass over 20,000 elements costs 10-20 ms).
+--
+-- Guarantees:
+--   * Decoding rules (what the JSON form needs): each element an object whose
+--     fields are _enqueue_fields() (enqueue()'s parameters); each field of its JSON type (or null, or
+--     absent: _job_defaults, run_at now); priority and max_attempts whole
+--     numbers that fit an int; duplicate_policy a policy's name; after an
+--     array of whole numbers; timestamps that parse.
+--   * Then the value rules every enqueue shares: _job_problem for each
+--     element, _backoff_problem once per distinct backoff (a batch usually
+--     shares one).
+--   * The error names the first element (by position) that breaks a rule,
+--     backoffs last; nothing is written and no row returned then.
+--   * One statement decodes and checks the whole array (jsonb_array_elements,
+--     the rules inlined); the others run only when it found a problem.
+-- Concurrency: none (reads only its argument; takes job ids from the sequence).
+-- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is
+--   wrong (_raise_bad_job: "jobs[N] ..." with a HINT naming element N).
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
+                                             OUT parents boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_fields text[] := idemq._enqueue_fields();
+  v_defaults jsonb := idemq._job_defaults();
+  v_policies text[] := enum_range(NULL::idemq.duplicate_policy)::text[];
+  v_now timestamptz := now();
+  v_bad int;
+  v_problem text;
+  v_ord int;
+  v_value_problem text;
+  v_bad_backoffs jsonb[];
+  v_elem jsonb;
+BEGIN
+  IF jobs IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'jobs must not be NULL',
+      HINT = 'Pass a JSON array of job objects, e.g. [{"task": "send_email"}].';
+  END IF;
+  IF jsonb_typeof(jobs) <> 'array' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('jobs must be a JSON array of job objects, not %s', jsonb_typeof(jobs)),
+      HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
+  END IF;
+
+  BEGIN
+    -- One pass in C (jsonb_to_recordset, every field as text or jsonb, which
+    -- any JSON value converts to) and cheap checks that skip absent fields.
+    -- MATERIALIZED: pulled up, the checks would run once per use of `shape`.
+    WITH decoded AS MATERIALIZED (
+      SELECT r.*, CASE
+          WHEN r.v - v_fields <> '{}' THEN
+            format('has an unknown field "%s" (fields: %s)',
+                   (SELECT min(f) FROM jsonb_object_keys(r.v - v_fields) f), array_to_string(v_fields, ', '))
+          WHEN r.task IS NOT NULL AND jsonb_typeof(r.v->'task') <> 'string' THEN
+            format('task must be a string, not %s', r.v->'task')
+          WHEN r.queue IS NOT NULL AND jsonb_typeof(r.v->'queue') <> 'string' THEN
+            format('queue must be a string, not %s', r.v->'queue')
+          WHEN r.run_at IS NOT NULL AND jsonb_typeof(r.v->'run_at') <> 'string' THEN
+            format('run_at must be a timestamp string, not %s', r.v->'run_at')
+          WHEN r.expires_at IS NOT NULL AND jsonb_typeof(r.v->'expires_at') <> 'string' THEN
+            format('expires_at must be a timestamp string, not %s', r.v->'expires_at')
+          WHEN r.priority IS NOT NULL AND (jsonb_typeof(r.v->'priority') <> 'number'
+               OR r.priority::numeric NOT BETWEEN -2147483648 AND 2147483647
+               OR r.priority::numeric <> trunc(r.priority::numeric)) THEN
+            format('priority must be a whole number (higher runs first), not %s', r.v->'priority')
+          WHEN r.max_attempts IS NOT NULL AND (jsonb_typeof(r.v->'max_attempts') <> 'number'
+               OR r.max_attempts::numeric NOT BETWEEN -2147483648 AND 2147483647
+               OR r.max_attempts::numeric <> trunc(r.max_attempts::numeric)) THEN
+            format('max_attempts must be a whole number >= 1, not %s', r.v->'max_attempts')
+          WHEN r.idempotency_key IS NOT NULL AND jsonb_typeof(r.v->'idempotency_key') <> 'string' THEN
+            format('idempotency_key must be a string or null, not %s', r.v->'idempotency_key')
+          WHEN r.duplicate_policy IS NOT NULL AND (jsonb_typeof(r.v->'duplicate_policy') <> 'string'
+               OR r.duplicate_policy <> ALL (v_policies)) THEN
+            format('duplicate_policy must be one of %s, not %s', array_to_string(v_policies, ', '), r.v->'duplicate_policy')
+          WHEN r.after IS NOT NULL AND jsonb_typeof(r.after) <> 'null' AND (jsonb_typeof(r.after) <> 'array'
+               OR EXISTS (SELECT 1 FROM jsonb_array_elements(r.after) a
+                          WHERE jsonb_typeof(a) NOT IN ('number', 'null')
+                             OR (jsonb_typeof(a) = 'number' AND (a::numeric NOT BETWEEN 1 AND 9223372036854775807
+                                                                 OR a::numeric <> trunc(a::numeric))))) THEN
+            format('after must be an array of job ids, not %s', r.after)
+        END AS shape
+      FROM ROWS FROM (jsonb_array_elements(jobs),
+                      jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
+                        max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
+                        expires_at text, after jsonb)) WITH ORDINALITY
+           AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
+                backoff, expires_at, after, ord)
+    )
+    -- In element order (the CTE scan keeps its input's order): ids are taken
+    -- in that order, and the array needs no sort.
+    SELECT array_agg(CASE WHEN d.shape IS NULL THEN ROW(
+               d.ord, nextval('idemq.jobs_id_seq'), 'created', NULL,
+               d.task,
+               coalesce(nullif(d.payload, 'null'), v_defaults->'payload'),
+               coalesce(d.queue, v_defaults->>'queue'),
+               coalesce(d.run_at::timestamptz, v_now),
+               coalesce(d.priority, v_defaults->>'priority')::numeric::int,
+               coalesce(d.max_attempts, v_defaults->>'max_attempts')::numeric::int,
+               d.idempotency_key,
+               coalesce(d.duplicate_policy, v_defaults->>'duplicate_policy')::idemq.duplicate_policy,
+               nullif(d.backoff, 'null'),
+               d.expires_at::timestamptz,
+               CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
+                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
+             )::idemq._planned_job END),
+           coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
+           coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
+           min(d.ord) FILTER (WHERE d.shape IS NOT NULL),
+           (array_agg(d.shape ORDER BY d.ord) FILTER (WHERE d.shape IS NOT NULL))[1]
+    FROM decoded d
+    INTO planned, keyed, parents, v_bad, v_problem;
+  EXCEPTION WHEN data_exception THEN
+    -- An element that is not an object, or a timestamp that does not parse,
+    -- fails the statement: find the first such element; an earlier
+    -- element's problem comes first.
+    FOR v_bad, v_elem IN SELECT e.ord, e.v FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(v, ord) LOOP
+      v_problem := CASE WHEN jsonb_typeof(v_elem) <> 'object' THEN format('must be a JSON object, not %s', v_elem) END;
+      IF v_problem IS NULL THEN
+        BEGIN
+          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz;
+        EXCEPTION WHEN data_exception THEN
+          v_problem := format('run_at/expires_at is not a timestamp: %s', SQLERRM);
+        END;
+      END IF;
+      IF v_problem IS NOT NULL THEN
+        IF v_bad > 1 THEN
+          PERFORM idemq._parse_jobs(jsonb_path_query_array(jobs, format('$[0 to %s]', v_bad - 2)::jsonpath));
+        END IF;
+        PERFORM idemq._raise_bad_job(v_problem, v_bad);
+      END IF;
+    END LOOP;
+    RAISE;
+  END;
+  -- The value rules, on the decoded elements before the first that did not
+  -- decode (its own problem comes first otherwise).
+  SELECT p.ordinal, idemq._job_problem(p) INTO v_ord, v_value_problem
+  FROM unnest(planned) p
+  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_problem(p) IS NOT NULL
+  ORDER BY p.ordinal LIMIT 1;
+  IF FOUND THEN
+    v_bad := v_ord;
+    v_problem := v_value_problem;
+  END IF;
+  IF v_bad IS NOT NULL THEN
+    PERFORM idemq._raise_bad_job(v_problem, v_bad);
+  END IF;
+
+  IF jobs @? '$[*].backoff ? (@.type() != "null")' THEN
+    SELECT array_agg(d.spec) INTO v_bad_backoffs
+    FROM (SELECT DISTINCT p.backoff AS spec FROM unnest(planned) p WHERE p.backoff IS NOT NULL) d
+    WHERE idemq._backoff_problem(d.spec) IS NOT NULL;
+    IF v_bad_backoffs IS NOT NULL THEN
+      SELECT p.ordinal, idemq._backoff_problem(p.backoff) INTO v_bad, v_problem
+      FROM unnest(planned) p WHERE p.backoff = ANY (v_bad_backoffs)
+      ORDER BY p.ordinal LIMIT 1;
+      PERFORM idemq._raise_bad_job(v_problem, v_bad);
+    END IF;
+  END IF;
+  planned := coalesce(planned, '{}');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
+  'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';
+
+-- sql/functions/_resolve_keys.sql as of 0009_enqueue_pipeline
+-- idemq._resolve_keys(jobs idemq._planned_job[]) RETURNS idemq._planned_job[]
+--
+-- Resolve keys, the second part of an enqueue: decides the outcome of every
+-- element with an idempotency key against the key ledger, writing the key
+-- rows this call wins.
+--
+-- Guarantees:
+--   * Per key, its leader (_key_leaders) decides: a new key is inserted
+--     (`created`, with the leader's planned id); a key whose latest job is
+--     terminal is taken over when _policy_rejects allows (`created`), else
+--     `rejected` (existing_state: how that job ended); a key held by an
+--     active job yields that job: `deduplicated`, or `conflict` when the task
+--     or payload differ (jsonb equality: the md5 of the jsonb text is only a
+--     fast path, since numbers equal as jsonb can print differently, 1 and
+--     1.0).
+--   * Later elements with the key follow: `deduplicated` against the job the
+--     key then holds (or `conflict`), or the leader's rejection.
+--   * Usually one round; another only when a key row changed between two
+--     statements (pruned, or finished, concurrently). All keys new and none
+--     repeated, the common bulk case, is one statement.
+--   * job_id of a decided element: its own planned id when `created`, else
+--     the key's job.
+-- Concurrency: key rows are inserted in key order; N concurrent callers with
+--   one new key create exactly one job: the key row's primary key serialises
+--   them (ON CONFLICT waits for the inserter's transaction); if the inserter
+--   rolls back, a waiter inserts. A takeover locks the key row, so a
+--   concurrent taker waits, then sees the key active. Under REPEATABLE READ a
+--   concurrent committed duplicate raises 40001: retry.
+-- Errors: 40001 if keys keep changing under the call (pruned and re-created repeatedly).
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts,
+--   test/sql/enqueue-concurrency.test.ts
+CREATE OR REPLACE FUNCTION idemq._resolve_keys(jobs idemq._planned_job[])
+RETURNS idemq._planned_job[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_undecided bigint;
+  v_leaders bigint;
+  v_inserted bigint;
+BEGIN
+  LOOP
+    -- The plan's outcomes start as `created`: in the first round every keyed
+    -- element is undecided, later only those left NULL by the round before.
+    WITH leader AS MATERIALIZED (
+      SELECT * FROM idemq._key_leaders(jobs, v_round = 0)
+    ), ins AS (
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+      SELECT l.key, l.job_id, l.task, l.payload_md5 FROM leader l ORDER BY l.key
+      ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+      RETURNING 1
+    )
+    SELECT (SELECT coalesce(sum(l.elements), 0) FROM leader l), (SELECT count(*) FROM leader),
+           (SELECT count(*) FROM ins)
+    INTO v_undecided, v_leaders, v_inserted;
+    -- Every undecided element led a new key: all stay created.
+    EXIT WHEN v_inserted = v_undecided;
+
+    v_round := v_round + 1;
+    IF v_round > 10 THEN
+      RAISE EXCEPTION USING ERRCODE = '40001',
+        MESSAGE = 'idempotency keys kept changing during enqueue (pruned and re-created concurrently)',
+        HINT = 'Retry the call.';
+    END IF;
+
+    IF v_inserted < v_leaders THEN
+      UPDATE idemq.keys AS k
+      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5,
+          finished_state = NULL, finished_at = NULL, created_at = now()
+      FROM idemq._key_leaders(jobs, v_round = 1) l
+      WHERE k.key = l.key
+        AND k.finished_state IS NOT NULL
+        AND NOT idemq._policy_rejects(l.duplicate_policy, k.finished_state);
+    END IF;
+
+    -- Decide from the key rows as they now stand (this call's writes
+    -- included). A key held by this call's leader has no job row yet: its
+    -- payload is the leader's. An active key's job exists (purge deletes only
+    -- terminal jobs) and committed with the key row, so its payload settles
+    -- jsonb equality. A key that vanished (pruned) or turned terminal in
+    -- between stays undecided (outcome NULL) for the next round. Named
+    -- fields replace the decided ones (jsonb_populate_record on the row).
+    jobs := ARRAY(
+      SELECT CASE WHEN w.undecided
+                  THEN jsonb_populate_record(w.p, jsonb_build_object(
+                         'outcome', d.outcome,
+                         'job_id', CASE WHEN coalesce(d.outcome, 'created') = 'created' THEN (w.p).job_id
+                                        ELSE w.holder_id END,
+                         'existing_state', CASE WHEN d.outcome = 'rejected' THEN w.holder_finished END))
+                  ELSE w.p END
+      FROM (SELECT p, p.idempotency_key IS NOT NULL AND (v_round = 1 OR p.outcome IS NULL) AS undecided,
+                   h.job_id AS holder_id, h.task AS holder_task, h.payload_md5 AS holder_md5,
+                   h.finished_state AS holder_finished, h.payload AS holder_payload,
+                   first_value(p.ordinal) OVER k AS lead_ordinal, first_value(p.job_id) OVER k AS lead_job_id,
+                   first_value(p.payload) OVER k AS lead_payload,
+                   first_value(p.duplicate_policy) OVER k AS lead_policy
+            FROM unnest(jobs) p
+            LEFT JOIN LATERAL (
+              SELECT hk.job_id, hk.task, hk.payload_md5, hk.finished_state, hj.payload
+              FROM idemq.keys hk
+              LEFT JOIN idemq.jobs hj ON hj.id = hk.job_id AND hk.finished_state IS NULL
+              WHERE hk.key = p.idempotency_key) h ON true
+            WINDOW k AS (PARTITION BY p.idempotency_key ORDER BY p.ordinal)) w
+      CROSS JOIN LATERAL (SELECT CASE
+          WHEN w.holder_id IS NULL THEN NULL
+          WHEN w.holder_id = w.lead_job_id AND (w.p).ordinal = w.lead_ordinal THEN 'created'
+          WHEN w.holder_id = w.lead_job_id OR w.holder_finished IS NULL THEN
+            CASE WHEN (w.p).task = w.holder_task
+                      AND (md5((w.p).payload::text) = w.holder_md5
+                           OR (w.p).payload = coalesce(w.holder_payload, w.lead_payload))
+                 THEN 'deduplicated' ELSE 'conflict' END
+          WHEN idemq._policy_rejects(w.lead_policy, w.holder_finished) THEN 'rejected'
+        END AS outcome) d
+      ORDER BY (w.p).ordinal);
+  END LOOP;
+  RETURN jobs;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._resolve_keys(idemq._planned_job[]) IS
+  'Decide every keyed element of a plan against the key ledger (created, deduplicated, rejected, conflict), writing the key rows it wins.';
+
+-- Hand-written reversal of the schema changes above goes here, after the functions.
