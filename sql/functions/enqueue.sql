@@ -24,13 +24,15 @@
 --   row's primary key serialises them; see _resolve_keys).
 -- Errors: 22004 a required argument is NULL; 22023 bad argument (empty task,
 --   payload not an object, max_attempts < 1, malformed backoff, a queue name
---   over 1000 characters...);
+--   over 1000 characters, run_at infinite...) or over a limit of
+--   idemq.settings (task_bytes, payload_bytes, key_bytes, parents_per_job:
+--   _enqueue_limits, read once per call);
 --   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"});
 --   IQ422 the key is held by an active job for a different task or payload
 --   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-policies.test.ts,
 --   test/sql/enqueue-concurrency.test.ts, test/sql/continuations.test.ts,
---   test/sql/bad-input.test.ts
+--   test/sql/bad-input.test.ts, test/sql/limits.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
   payload jsonb DEFAULT '{}',
@@ -52,7 +54,7 @@ AS $$
 DECLARE
   v_null text;
   v_job idemq._planned_job;
-  v_problem text;
+  v_problem text[];
   v_key_job bigint;
   v_state idemq.job_state;
 BEGIN
@@ -85,10 +87,12 @@ BEGIN
   v_job.backoff := nullif(enqueue.backoff, 'null');
   v_job.expires_at := enqueue.expires_at;
   v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
-  v_problem := coalesce(idemq._job_problem(v_job),
-                        CASE WHEN v_job.backoff IS NOT NULL THEN idemq._backoff_problem(v_job.backoff) END);
-  IF v_problem IS NOT NULL THEN
-    PERFORM idemq._raise_bad_job(v_problem, NULL);
+  v_problem := idemq._job_problem(v_job, idemq._enqueue_limits());
+  IF v_problem IS NULL AND v_job.backoff IS NOT NULL THEN
+    v_problem := ARRAY[idemq._backoff_problem(v_job.backoff), NULL];
+  END IF;
+  IF v_problem[1] IS NOT NULL THEN
+    PERFORM idemq._raise_bad_job(v_problem[1], NULL, v_problem[2]);
   END IF;
   v_job.job_id := nextval('idemq.jobs_id_seq');
 
