@@ -53,7 +53,7 @@ DECLARE
   v_ord int;
   v_value_problem text[];
   v_hint text;
-  v_limits idemq._enqueue_limits := idemq._enqueue_limits();
+  v_limits idemq._enqueue_limits;
   v_bad_backoffs jsonb[];
   v_elem jsonb;
 BEGIN
@@ -67,6 +67,7 @@ BEGIN
       MESSAGE = format('jobs must be a JSON array of job objects, not %s', jsonb_typeof(jobs)),
       HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
   END IF;
+  SELECT * INTO v_limits FROM idemq._enqueue_limits();
   IF jsonb_array_length(jobs) > v_limits.jobs_per_call THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('jobs has %s elements, over the limit of %s jobs per call (jobs_per_call)',
