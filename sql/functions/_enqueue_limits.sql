@@ -2,7 +2,8 @@
 --
 -- The limits an enqueue checks, read from idemq.settings in one query, once
 -- per enqueue or enqueue_many call: payload_bytes, key_bytes (the
--- idempotency key), task_bytes, parents_per_job (after) and jobs_per_call.
+-- idempotency key), task_bytes, parents_per_job (after), jobs_per_call and
+-- duration_days (key_retention).
 --
 -- Guarantees: exactly one row; every field is the value of the settings row
 --   of its name, as _limit() reads it (so a limit still has one definition:
@@ -27,9 +28,10 @@ BEGIN ATOMIC
          coalesce(max(s.value) FILTER (WHERE s.name = 'key_bytes'), idemq._limit('key_bytes')),
          coalesce(max(s.value) FILTER (WHERE s.name = 'task_bytes'), idemq._limit('task_bytes')),
          coalesce(max(s.value) FILTER (WHERE s.name = 'parents_per_job'), idemq._limit('parents_per_job')),
-         coalesce(max(s.value) FILTER (WHERE s.name = 'jobs_per_call'), idemq._limit('jobs_per_call'))
+         coalesce(max(s.value) FILTER (WHERE s.name = 'jobs_per_call'), idemq._limit('jobs_per_call')),
+         coalesce(max(s.value) FILTER (WHERE s.name = 'duration_days'), idemq._limit('duration_days'))
   FROM idemq.settings s;
 END;
 
 COMMENT ON FUNCTION idemq._enqueue_limits() IS
-  'The limits an enqueue checks (payload_bytes, key_bytes, task_bytes, parents_per_job, jobs_per_call), read once per call.';
+  'The limits an enqueue checks (payload_bytes, key_bytes, task_bytes, parents_per_job, jobs_per_call, duration_days), read once per call.';

@@ -17,7 +17,7 @@
 --     run_at finite (not infinity or -infinity); max_attempts >= 1;
 --     idempotency_key non-empty when given and at most limits.key_bytes
 --     bytes; after at most limits.parents_per_job parents, each a positive
---     id. The backoff is _backoff_problem's (a batch checks each distinct
+--     id; key_retention not negative and at most limits.duration_days days. The backoff is _backoff_problem's (a batch checks each distinct
 --     backoff once instead of once per job, so it is not repeated here);
 --     NULL arguments are the callers' (enqueue raises 22004, enqueue_many
 --     fills defaults), except a NULL task, refused here.
@@ -76,6 +76,12 @@ RETURN CASE
           'an admin can raise parents_per_job in idemq.settings.']
   WHEN array_position(job.after, NULL) IS NOT NULL OR 0 >= ANY (job.after) THEN
     ARRAY[format('after must be an array of job ids, not %s', idemq._excerpt(job.after::text)), NULL]
+  WHEN job.key_retention < interval '0' THEN
+    ARRAY[format('key_retention must not be negative, not %s', job.key_retention),
+          'key_retention is how long a finished job''s key stays held, e.g. ''14 days''.']
+  WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN
+    ARRAY[format('key_retention must be at most %s days (duration_days), not %s', limits.duration_days, job.key_retention),
+          format('Use a retention of at most %s days (duration_days in idemq.settings).', limits.duration_days)]
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS

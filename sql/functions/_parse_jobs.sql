@@ -14,7 +14,8 @@
 --     fields are _enqueue_fields() (enqueue()'s parameters); each field of its JSON type (or null, or
 --     absent: _job_defaults, run_at now); priority and max_attempts whole
 --     numbers that fit an int; duplicate_policy a policy's name; after an
---     array of whole numbers; timestamps that parse.
+--     array of whole numbers; timestamps and key_retention (an interval) that
+--     parse.
 --   * At most jobs_per_call elements (idemq.settings), checked before any
 --     is decoded.
 --   * Then the value rules every enqueue shares: _job_problem for each
@@ -48,6 +49,7 @@ DECLARE
   v_priority int := (idemq._job_defaults()->>'priority')::int;
   v_max_attempts int := (idemq._job_defaults()->>'max_attempts')::int;
   v_policy idemq.duplicate_policy := (idemq._job_defaults()->>'duplicate_policy')::idemq.duplicate_policy;
+  v_key_retention interval := (idemq._job_defaults()->>'key_retention')::interval;
   v_bad int;
   v_problem text;
   v_ord int;
@@ -98,7 +100,8 @@ BEGIN
                nullif(d.backoff, 'null'),
                d.expires_at::timestamptz,
                CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
-                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
+                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
+               coalesce(d.key_retention::interval, v_key_retention)
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -136,26 +139,31 @@ BEGIN
                              OR (jsonb_typeof(a) = 'number' AND (a::numeric NOT BETWEEN 1 AND 9223372036854775807
                                                                  OR a::numeric <> trunc(a::numeric))))) THEN
             format('after must be an array of job ids, not %s', idemq._excerpt(r.after::text))
+          WHEN r.key_retention IS NOT NULL AND jsonb_typeof(r.v->'key_retention') <> 'string' THEN
+            format('key_retention must be an interval string such as "14 days", not %s',
+                   idemq._excerpt((r.v->'key_retention')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(jobs),
                       jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb)) WITH ORDINALITY
+                        expires_at text, after jsonb, key_retention text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, ord)
+                backoff, expires_at, after, key_retention, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
-    -- An element that is not an object, or a timestamp that does not parse,
+    -- An element that is not an object, or a timestamp or interval that does not parse,
     -- fails the statement: find the first such element; an earlier
     -- element's problem comes first.
     FOR v_bad, v_elem IN SELECT e.ord, e.v FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(v, ord) LOOP
       v_problem := CASE WHEN jsonb_typeof(v_elem) <> 'object' THEN format('must be a JSON object, not %s', idemq._excerpt(v_elem::text)) END;
       IF v_problem IS NULL THEN
         BEGIN
-          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz;
+          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz,
+                  (v_elem->>'key_retention')::interval;
         EXCEPTION WHEN data_exception THEN
-          v_problem := format('run_at/expires_at is not a timestamp: %s', idemq._excerpt(SQLERRM));
+          v_problem := format('run_at/expires_at is not a timestamp, or key_retention not an interval: %s',
+                              idemq._excerpt(SQLERRM));
         END;
       END IF;
       IF v_problem IS NOT NULL THEN

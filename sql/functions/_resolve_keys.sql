@@ -6,7 +6,7 @@
 --
 -- Guarantees:
 --   * Per key, its leader (_key_leaders) decides: a new key is inserted
---     (`created`, with the leader's planned id); a key whose latest job is
+--     (`created`, with the leader's planned id and key_retention); a key whose latest job is
 --     terminal is taken over when _policy_rejects allows (`created`), else
 --     `rejected` (existing_state: how that job ended); a key held by an
 --     active job yields that job: `deduplicated`, or `conflict` when the task
@@ -62,8 +62,8 @@ BEGIN
   IF cardinality(jobs) >= 64
      AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = (jobs[1]).idempotency_key) THEN
     BEGIN
-      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-      SELECT l.key, l.job_id, l.task, l.payload_md5 FROM idemq._key_leaders(jobs, true) l ORDER BY l.key;
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+      SELECT l.key, l.job_id, l.task, l.payload_md5, l.retention FROM idemq._key_leaders(jobs, true) l ORDER BY l.key;
       GET DIAGNOSTICS v_inserted = ROW_COUNT;
       v_leaders := v_inserted;
       SELECT count(*) INTO v_undecided FROM unnest(jobs) p WHERE p.idempotency_key IS NOT NULL;
@@ -79,8 +79,8 @@ BEGIN
       WITH leader AS MATERIALIZED (
         SELECT * FROM idemq._key_leaders(jobs, v_round = 0)
       ), ins AS (
-        INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-        SELECT l.key, l.job_id, l.task, l.payload_md5 FROM leader l ORDER BY l.key
+        INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+        SELECT l.key, l.job_id, l.task, l.payload_md5, l.retention FROM leader l ORDER BY l.key
         ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
         RETURNING 1
       )
@@ -100,7 +100,7 @@ BEGIN
 
     IF v_inserted < v_leaders THEN
       UPDATE idemq.keys AS k
-      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5,
+      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5, retention = l.retention,
           finished_state = NULL, finished_at = NULL, created_at = now()
       FROM idemq._key_leaders(jobs, v_round = 1) l
       WHERE k.key = l.key

@@ -32,15 +32,26 @@ CREATE TYPE idemq._enqueue_limits AS (
   key_bytes        bigint,
   task_bytes       bigint,
   parents_per_job  bigint,
-  jobs_per_call    bigint
+  jobs_per_call    bigint,
+  duration_days    bigint
 );
+
+-- Per-key retention (issue 12 item 4): enqueue(key_retention) is stored on the
+-- key row, and prune_keys releases a key only after it. Keys written before
+-- this migration get the retention prune_keys' default gave them.
+ALTER TYPE idemq._planned_job ADD ATTRIBUTE key_retention interval;
+ALTER TABLE idemq.keys ADD COLUMN retention interval;
+UPDATE idemq.keys SET retention = interval '14 days';
+ALTER TABLE idemq.keys ALTER COLUMN retention SET NOT NULL;
+ALTER TABLE idemq.keys ADD CONSTRAINT keys_retention_not_negative CHECK (retention >= interval '0');
 
 -- ---- sql/functions/_enqueue_limits.sql ----
 -- idemq._enqueue_limits() RETURNS SETOF idemq._enqueue_limits
 --
 -- The limits an enqueue checks, read from idemq.settings in one query, once
 -- per enqueue or enqueue_many call: payload_bytes, key_bytes (the
--- idempotency key), task_bytes, parents_per_job (after) and jobs_per_call.
+-- idempotency key), task_bytes, parents_per_job (after), jobs_per_call and
+-- duration_days (key_retention).
 --
 -- Guarantees: exactly one row; every field is the value of the settings row
 --   of its name, as _limit() reads it (so a limit still has one definition:
@@ -65,12 +76,33 @@ BEGIN ATOMIC
          coalesce(max(s.value) FILTER (WHERE s.name = 'key_bytes'), idemq._limit('key_bytes')),
          coalesce(max(s.value) FILTER (WHERE s.name = 'task_bytes'), idemq._limit('task_bytes')),
          coalesce(max(s.value) FILTER (WHERE s.name = 'parents_per_job'), idemq._limit('parents_per_job')),
-         coalesce(max(s.value) FILTER (WHERE s.name = 'jobs_per_call'), idemq._limit('jobs_per_call'))
+         coalesce(max(s.value) FILTER (WHERE s.name = 'jobs_per_call'), idemq._limit('jobs_per_call')),
+         coalesce(max(s.value) FILTER (WHERE s.name = 'duration_days'), idemq._limit('duration_days'))
   FROM idemq.settings s;
 END;
 
 COMMENT ON FUNCTION idemq._enqueue_limits() IS
-  'The limits an enqueue checks (payload_bytes, key_bytes, task_bytes, parents_per_job, jobs_per_call), read once per call.';
+  'The limits an enqueue checks (payload_bytes, key_bytes, task_bytes, parents_per_job, jobs_per_call, duration_days), read once per call.';
+
+-- ---- sql/functions/_job_defaults.sql ----
+-- idemq._job_defaults() RETURNS jsonb
+--
+-- The defaults of a job's optional fields in an enqueue_many element.
+--
+-- Guarantees: the same values as the DEFAULTs in enqueue()'s signature
+--   (test/contract/contract.test.ts compares them), so a job means the same thing
+--   whichever function enqueued it.
+-- Concurrency: none (immutable).
+-- Errors: none.
+-- Tests: test/contract/contract.test.ts
+CREATE OR REPLACE FUNCTION idemq._job_defaults()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '{"payload": {}, "queue": "default", "priority": 0, "max_attempts": 10,
+         "duplicate_policy": "allow_after_failed", "key_retention": "14 days"}'::jsonb;
+
+COMMENT ON FUNCTION idemq._job_defaults() IS
+  'Defaults of optional job fields for enqueue_many; equal to enqueue()''s DEFAULTs.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._job_problem;
@@ -94,7 +126,7 @@ DROP FUNCTION idemq._job_problem;
 --     run_at finite (not infinity or -infinity); max_attempts >= 1;
 --     idempotency_key non-empty when given and at most limits.key_bytes
 --     bytes; after at most limits.parents_per_job parents, each a positive
---     id. The backoff is _backoff_problem's (a batch checks each distinct
+--     id; key_retention not negative and at most limits.duration_days days. The backoff is _backoff_problem's (a batch checks each distinct
 --     backoff once instead of once per job, so it is not repeated here);
 --     NULL arguments are the callers' (enqueue raises 22004, enqueue_many
 --     fills defaults), except a NULL task, refused here.
@@ -153,15 +185,23 @@ RETURN CASE
           'an admin can raise parents_per_job in idemq.settings.']
   WHEN array_position(job.after, NULL) IS NOT NULL OR 0 >= ANY (job.after) THEN
     ARRAY[format('after must be an array of job ids, not %s', idemq._excerpt(job.after::text)), NULL]
+  WHEN job.key_retention < interval '0' THEN
+    ARRAY[format('key_retention must not be negative, not %s', job.key_retention),
+          'key_retention is how long a finished job''s key stays held, e.g. ''14 days''.']
+  WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN
+    ARRAY[format('key_retention must be at most %s days (duration_days), not %s', limits.duration_days, job.key_retention),
+          format('Use a retention of at most %s days (duration_days in idemq.settings).', limits.duration_days)]
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
   'What is wrong with one job to enqueue, and the fix (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq._key_leaders;
 -- ---- sql/functions/_key_leaders.sql ----
 -- idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
 --   RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
---                 duplicate_policy idemq.duplicate_policy, elements bigint)
+--                 duplicate_policy idemq.duplicate_policy, elements bigint, retention interval)
 --
 -- The leader of each idempotency key still undecided in a plan: its first
 -- element (by ordinal) with that key, among those `undecided` (all keyed
@@ -172,7 +212,8 @@ COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits
 -- Guarantees: one row per undecided key, in key order (the order key rows
 --   are written in, so overlapping batches lock them alike); job_id is the
 --   id the plan gave the leader, which its key row names when it wins;
---   elements: how many undecided elements have the key (the leader included).
+--   elements: how many undecided elements have the key (the leader included);
+--   retention: the leader's key_retention, which its key row keeps.
 -- Concurrency: none (reads only its argument). Inlined into the statements
 --   of _resolve_keys that insert and take over key rows: a SQL-standard body
 --   (BEGIN ATOMIC) without SET, since the planner never inlines a function
@@ -186,12 +227,13 @@ COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits
 -- Tests: test/sql/enqueue-many.test.ts, test/sql/enqueue-policies.test.ts
 CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
 RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
-              duplicate_policy idemq.duplicate_policy, elements bigint)
+              duplicate_policy idemq.duplicate_policy, elements bigint, retention interval)
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements,
+         l.key_retention
   FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,
-               count(*) OVER (PARTITION BY p.idempotency_key) AS elements
+               count(*) OVER (PARTITION BY p.idempotency_key) AS elements, p.key_retention
         FROM unnest(jobs) p
         WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
         ORDER BY p.idempotency_key, p.ordinal) l
@@ -253,7 +295,8 @@ COMMENT ON FUNCTION idemq._raise_bad_job(text, int, text) IS
 --     fields are _enqueue_fields() (enqueue()'s parameters); each field of its JSON type (or null, or
 --     absent: _job_defaults, run_at now); priority and max_attempts whole
 --     numbers that fit an int; duplicate_policy a policy's name; after an
---     array of whole numbers; timestamps that parse.
+--     array of whole numbers; timestamps and key_retention (an interval) that
+--     parse.
 --   * At most jobs_per_call elements (idemq.settings), checked before any
 --     is decoded.
 --   * Then the value rules every enqueue shares: _job_problem for each
@@ -287,6 +330,7 @@ DECLARE
   v_priority int := (idemq._job_defaults()->>'priority')::int;
   v_max_attempts int := (idemq._job_defaults()->>'max_attempts')::int;
   v_policy idemq.duplicate_policy := (idemq._job_defaults()->>'duplicate_policy')::idemq.duplicate_policy;
+  v_key_retention interval := (idemq._job_defaults()->>'key_retention')::interval;
   v_bad int;
   v_problem text;
   v_ord int;
@@ -337,7 +381,8 @@ BEGIN
                nullif(d.backoff, 'null'),
                d.expires_at::timestamptz,
                CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
-                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END
+                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
+               coalesce(d.key_retention::interval, v_key_retention)
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -375,26 +420,31 @@ BEGIN
                              OR (jsonb_typeof(a) = 'number' AND (a::numeric NOT BETWEEN 1 AND 9223372036854775807
                                                                  OR a::numeric <> trunc(a::numeric))))) THEN
             format('after must be an array of job ids, not %s', idemq._excerpt(r.after::text))
+          WHEN r.key_retention IS NOT NULL AND jsonb_typeof(r.v->'key_retention') <> 'string' THEN
+            format('key_retention must be an interval string such as "14 days", not %s',
+                   idemq._excerpt((r.v->'key_retention')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(jobs),
                       jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb)) WITH ORDINALITY
+                        expires_at text, after jsonb, key_retention text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, ord)
+                backoff, expires_at, after, key_retention, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
-    -- An element that is not an object, or a timestamp that does not parse,
+    -- An element that is not an object, or a timestamp or interval that does not parse,
     -- fails the statement: find the first such element; an earlier
     -- element's problem comes first.
     FOR v_bad, v_elem IN SELECT e.ord, e.v FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(v, ord) LOOP
       v_problem := CASE WHEN jsonb_typeof(v_elem) <> 'object' THEN format('must be a JSON object, not %s', idemq._excerpt(v_elem::text)) END;
       IF v_problem IS NULL THEN
         BEGIN
-          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz;
+          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz,
+                  (v_elem->>'key_retention')::interval;
         EXCEPTION WHEN data_exception THEN
-          v_problem := format('run_at/expires_at is not a timestamp: %s', idemq._excerpt(SQLERRM));
+          v_problem := format('run_at/expires_at is not a timestamp, or key_retention not an interval: %s',
+                              idemq._excerpt(SQLERRM));
         END;
       END IF;
       IF v_problem IS NOT NULL THEN
@@ -448,7 +498,7 @@ COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
 --
 -- Guarantees:
 --   * Per key, its leader (_key_leaders) decides: a new key is inserted
---     (`created`, with the leader's planned id); a key whose latest job is
+--     (`created`, with the leader's planned id and key_retention); a key whose latest job is
 --     terminal is taken over when _policy_rejects allows (`created`), else
 --     `rejected` (existing_state: how that job ended); a key held by an
 --     active job yields that job: `deduplicated`, or `conflict` when the task
@@ -504,8 +554,8 @@ BEGIN
   IF cardinality(jobs) >= 64
      AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = (jobs[1]).idempotency_key) THEN
     BEGIN
-      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-      SELECT l.key, l.job_id, l.task, l.payload_md5 FROM idemq._key_leaders(jobs, true) l ORDER BY l.key;
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+      SELECT l.key, l.job_id, l.task, l.payload_md5, l.retention FROM idemq._key_leaders(jobs, true) l ORDER BY l.key;
       GET DIAGNOSTICS v_inserted = ROW_COUNT;
       v_leaders := v_inserted;
       SELECT count(*) INTO v_undecided FROM unnest(jobs) p WHERE p.idempotency_key IS NOT NULL;
@@ -521,8 +571,8 @@ BEGIN
       WITH leader AS MATERIALIZED (
         SELECT * FROM idemq._key_leaders(jobs, v_round = 0)
       ), ins AS (
-        INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-        SELECT l.key, l.job_id, l.task, l.payload_md5 FROM leader l ORDER BY l.key
+        INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+        SELECT l.key, l.job_id, l.task, l.payload_md5, l.retention FROM leader l ORDER BY l.key
         ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
         RETURNING 1
       )
@@ -542,7 +592,7 @@ BEGIN
 
     IF v_inserted < v_leaders THEN
       UPDATE idemq.keys AS k
-      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5,
+      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5, retention = l.retention,
           finished_state = NULL, finished_at = NULL, created_at = now()
       FROM idemq._key_leaders(jobs, v_round = 1) l
       WHERE k.key = l.key
@@ -597,12 +647,15 @@ $$;
 COMMENT ON FUNCTION idemq._resolve_keys(idemq._planned_job[]) IS
   'Decide every keyed element of a plan against the key ledger (created, deduplicated, rejected, conflict), writing the key rows it wins.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.enqueue;
 -- ---- sql/functions/enqueue.sql ----
 -- idemq.enqueue(task text, payload jsonb DEFAULT '{}', queue text DEFAULT 'default',
 --   run_at timestamptz DEFAULT NULL, priority int DEFAULT 0, max_attempts int DEFAULT 10,
 --   idempotency_key text DEFAULT NULL,
 --   duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
---   backoff jsonb DEFAULT NULL, expires_at timestamptz DEFAULT NULL, after bigint[] DEFAULT NULL)
+--   backoff jsonb DEFAULT NULL, expires_at timestamptz DEFAULT NULL, after bigint[] DEFAULT NULL,
+--   key_retention interval DEFAULT '14 days')
 --   RETURNS TABLE(job_id bigint, deduplicated boolean)
 --
 -- Adds a job, or returns the active job that already holds its idempotency key.
@@ -617,6 +670,11 @@ COMMENT ON FUNCTION idemq._resolve_keys(idemq._planned_job[]) IS
 --     when a listener waits for its queue (wait_for_jobs; _notify_waiting),
 --     so enqueueing inside the caller's transaction works like an outbox.
 --   * after: the job waits in `awaiting` until every parent succeeded.
+--   * key_retention (with a key): how long the key ledger keeps the key after
+--     its job finished; prune_keys() never releases it sooner, whatever its
+--     own older_than (which can only make it longer). Stored on the key row,
+--     so apps with different retentions share one database. A later job
+--     that takes the key over sets its own.
 --   * expires_at may already be past: the job is never claimed, and rescue()
 --     marks it expired.
 -- Concurrency: N concurrent calls with one key create exactly one job and all
@@ -644,7 +702,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
   backoff jsonb DEFAULT NULL,
   expires_at timestamptz DEFAULT NULL,
-  after bigint[] DEFAULT NULL)
+  after bigint[] DEFAULT NULL,
+  key_retention interval DEFAULT '14 days')
 RETURNS TABLE(job_id bigint, deduplicated boolean)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -666,6 +725,7 @@ BEGIN
     WHEN enqueue.priority IS NULL THEN 'priority'
     WHEN enqueue.max_attempts IS NULL THEN 'max_attempts'
     WHEN enqueue.duplicate_policy IS NULL THEN 'duplicate_policy'
+    WHEN enqueue.key_retention IS NULL THEN 'key_retention'
   END;
   IF v_null IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -688,6 +748,7 @@ BEGIN
   v_job.backoff := nullif(enqueue.backoff, 'null');
   v_job.expires_at := enqueue.expires_at;
   v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
+  v_job.key_retention := enqueue.key_retention;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
   -- passed as _job_problem(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
@@ -713,8 +774,8 @@ BEGIN
     IF v_job.idempotency_key IS NOT NULL THEN
       -- A new key: the key row's primary key serialises concurrent callers
       -- (ON CONFLICT waits for an inserter's transaction).
-      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-      VALUES (v_job.idempotency_key, v_job.job_id, v_job.task, md5(v_job.payload::text))
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+      VALUES (v_job.idempotency_key, v_job.job_id, v_job.task, md5(v_job.payload::text), v_job.key_retention)
       ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
       RETURNING k.job_id INTO v_key_job;
     END IF;
@@ -759,18 +820,190 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[]) IS
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
+
+-- ---- sql/functions/prune_keys.sql ----
+-- idemq.prune_keys(older_than interval DEFAULT '14 days') RETURNS int
+--
+-- Releases idempotency keys whose latest job finished longer ago than both
+-- the key's own retention (enqueue's key_retention, stored on the key row)
+-- and older_than, and guard rows (guard) and finished effect records
+-- (effect_claim) older than older_than. Returns how many keys it released.
+--
+-- Guarantees:
+--   * The only way a key is released: a key whose job is active is never
+--     pruned, and purge() never releases keys. Keep key retentions longer
+--     than any retry or replay horizon: a delivery after its key is pruned
+--     runs again.
+--   * A key is never released before its own retention has passed since its
+--     job finished, whatever older_than says: for keys older_than can only
+--     lengthen the retention (a floor an operator sets for every key), so
+--     apps with different retentions can share one database and either's
+--     prune_keys, with any argument, releases no key of the other early.
+--     older_than 0 releases every key at its own retention.
+--   * Claim records still `claimed` are never pruned (their effect may be in flight).
+--   * Folds the append-only event counters (stats() sums are unchanged).
+-- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
+--   and keeps it.
+-- Errors: 22004 NULL; 22023 negative older_than, or over duration_days (idemq._limit).
+-- Tests: test/sql/retention.test.ts
+CREATE OR REPLACE FUNCTION idemq.prune_keys(older_than interval DEFAULT '14 days')
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_count int;
+BEGIN
+  IF older_than IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'prune_keys: older_than must not be NULL',
+      HINT = 'Leave it out for the default key retention (14 days).';
+  END IF;
+  IF older_than < interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('prune_keys: older_than must not be negative, not %s', older_than),
+      HINT = 'older_than is the key retention, e.g. ''14 days''.';
+  END IF;
+  PERFORM idemq._check_duration('prune_keys', 'older_than', older_than);
+
+  WITH doomed AS MATERIALIZED (
+    SELECT k.key FROM idemq.keys k
+    WHERE k.finished_at < now() - older_than
+      AND k.finished_at < now() - k.retention
+    FOR UPDATE SKIP LOCKED
+  ), gone AS (
+    DELETE FROM idemq.keys AS k USING doomed d WHERE k.key = d.key RETURNING k.key
+  )
+  SELECT count(*) INTO v_count FROM gone;
+
+  DELETE FROM idemq.processed AS p WHERE p.created_at < now() - older_than;
+
+  -- Fold the append-only event counters into one row per (task, event). Rows
+  -- another transaction inserts meanwhile are not seen and stay for next time.
+  WITH folded AS (
+    DELETE FROM idemq.counters AS c RETURNING c.task, c.event, c.n
+  )
+  INSERT INTO idemq.counters (task, event, n)
+  SELECT f.task, f.event, sum(f.n) FROM folded f GROUP BY f.task, f.event;
+  DELETE FROM idemq.effects AS e WHERE e.status = 'done' AND e.done_at < now() - older_than;
+  RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.prune_keys(interval) IS
+  'Release keys finished longer ago than their own retention and older_than (and guard rows, done effect records older than older_than); default 14 days.';
+
+-- ---- sql/functions/retry.sql ----
+-- idemq.retry(job_id bigint) RETURNS idemq.job_state
+--
+-- Runs a failed, cancelled or expired job again: back to `enqueued`, runnable
+-- now, with fresh attempts. Returns `enqueued`.
+--
+-- Guarantees:
+--   * Fresh attempts: the attempts spent so far stop counting against
+--     max_attempts; `attempt` itself keeps growing (it is the fencing token,
+--     so a worker of the old run can never complete the new one).
+--   * The error history is kept. An expired job's expires_at is cleared (so
+--     is any expires_at already past).
+--   * A keyed job takes its key again; if another active job holds the key,
+--     IQ409. The key row keeps its retention (key_retention); one that
+--     prune_keys released meanwhile comes back with the default retention
+--     (_job_defaults: job rows do not store it). Waiting workers are
+--     notified (_notify_waiting).
+--   * An operator's override: a job cancelled because a parent (after) did
+--     not succeed runs now, without waiting on that parent again.
+-- Concurrency: row locks on the job and its key row.
+-- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
+--   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
+--   "existing_state","policy"}, policy null).
+-- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts,
+--   test/sql/retention.test.ts
+CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
+RETURNS idemq.job_state
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_job idemq.jobs;
+  v_holder record;
+BEGIN
+  v_job := idemq._lock_job(retry.job_id, 'retry');
+  IF v_job.state <> ALL (idemq._unsuccessful_states()) THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ412',
+      MESSAGE = format('retry: job %s is %s; only failed, cancelled or expired jobs can be retried', v_job.id, v_job.state),
+      DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,
+      HINT = CASE WHEN v_job.state = 'succeeded' THEN 'A succeeded job''s effect happened; enqueue new work instead.'
+                  ELSE 'The job has not finished; wait for it, or cancel it first.' END;
+  END IF;
+
+  IF v_job.idempotency_key IS NOT NULL THEN
+    SELECT k.job_id, k.finished_state INTO v_holder
+    FROM idemq.keys k WHERE k.key = v_job.idempotency_key FOR NO KEY UPDATE;
+    IF FOUND AND v_holder.job_id <> v_job.id AND v_holder.finished_state IS NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'IQ409',
+        MESSAGE = format('retry: idempotency key "%s" of job %s is held by active job %s',
+                         v_job.idempotency_key, v_job.id, v_holder.job_id),
+        DETAIL = jsonb_build_object('key', v_job.idempotency_key, 'existing_job_id', v_holder.job_id,
+                                    'existing_state', (SELECT j.state FROM idemq.jobs j WHERE j.id = v_holder.job_id),
+                                    'policy', NULL)::text,
+        HINT = format('Job %s already does this work; cancel it first to retry job %s.', v_holder.job_id, v_job.id);
+    END IF;
+    INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+    VALUES (v_job.idempotency_key, v_job.id, v_job.task, md5(v_job.payload::text),
+            (idemq._job_defaults()->>'key_retention')::interval)
+    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+      SET job_id = EXCLUDED.job_id, task = EXCLUDED.task, payload_md5 = EXCLUDED.payload_md5,
+          finished_state = NULL, finished_at = NULL;
+  END IF;
+
+  UPDATE idemq.jobs AS j
+  SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
+      expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
+  WHERE j.id = v_job.id;
+  PERFORM idemq._notify_waiting(v_job.queue);
+  RETURN 'enqueued';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.retry(bigint) IS
+  'Run a failed, cancelled or expired job again with fresh attempts; IQ409 if its key is held by another active job.';
 
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._enqueue_limits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._job_problem FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._key_leaders FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._raise_bad_job FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
 SELECT count(*) FROM idemq._grant_roles();
 
 -- Down Migration
+
+-- sql/functions/_job_defaults.sql as of 0004_test_paths_in_headers
+-- idemq._job_defaults() RETURNS jsonb
+--
+-- The defaults of a job's optional fields in an enqueue_many element.
+--
+-- Guarantees: the same values as the DEFAULTs in enqueue()'s signature
+--   (test/contract/contract.test.ts compares them), so a job means the same thing
+--   whichever function enqueued it.
+-- Concurrency: none (immutable).
+-- Errors: none.
+-- Tests: test/contract/contract.test.ts
+CREATE OR REPLACE FUNCTION idemq._job_defaults()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '{"payload": {}, "queue": "default", "priority": 0, "max_attempts": 10,
+         "duplicate_policy": "allow_after_failed"}'::jsonb;
+
+COMMENT ON FUNCTION idemq._job_defaults() IS
+  'Defaults of optional job fields for enqueue_many; equal to enqueue()''s DEFAULTs.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._job_problem;
@@ -822,6 +1055,8 @@ END;
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job) IS
   'What is wrong with one job to enqueue (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq._key_leaders;
 -- sql/functions/_key_leaders.sql as of 0009_enqueue_pipeline
 -- idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
 --   RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
@@ -1194,6 +1429,8 @@ $$;
 COMMENT ON FUNCTION idemq._resolve_keys(idemq._planned_job[]) IS
   'Decide every keyed element of a plan against the key ledger (created, deduplicated, rejected, conflict), writing the key rows it wins.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.enqueue;
 -- sql/functions/enqueue.sql as of 0009_enqueue_pipeline
 -- idemq.enqueue(task text, payload jsonb DEFAULT '{}', queue text DEFAULT 'default',
 --   run_at timestamptz DEFAULT NULL, priority int DEFAULT 0, max_attempts int DEFAULT 10,
@@ -1348,14 +1585,154 @@ $$;
 COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[]) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
+-- sql/functions/prune_keys.sql as of 0007_limits
+-- idemq.prune_keys(older_than interval DEFAULT '14 days') RETURNS int
+--
+-- Releases idempotency keys whose latest job finished more than older_than
+-- ago, and guard rows (guard) and finished effect records (effect_claim)
+-- older than that. Returns how many keys it released.
+--
+-- Guarantees:
+--   * The only way a key is released: a key whose job is active is never
+--     pruned, and purge() never releases keys. Keep older_than longer than
+--     any retry or replay horizon: a delivery after its key is pruned runs again.
+--   * Claim records still `claimed` are never pruned (their effect may be in flight).
+--   * Folds the append-only event counters (stats() sums are unchanged).
+-- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
+--   and keeps it.
+-- Errors: 22004 NULL; 22023 negative older_than, or over duration_days (idemq._limit).
+-- Tests: test/sql/retention.test.ts
+CREATE OR REPLACE FUNCTION idemq.prune_keys(older_than interval DEFAULT '14 days')
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_count int;
+BEGIN
+  IF older_than IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'prune_keys: older_than must not be NULL',
+      HINT = 'Leave it out for the default key retention (14 days).';
+  END IF;
+  IF older_than < interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('prune_keys: older_than must not be negative, not %s', older_than),
+      HINT = 'older_than is the key retention, e.g. ''14 days''.';
+  END IF;
+  PERFORM idemq._check_duration('prune_keys', 'older_than', older_than);
+
+  WITH doomed AS MATERIALIZED (
+    SELECT k.key FROM idemq.keys k
+    WHERE k.finished_at < now() - older_than
+    FOR UPDATE SKIP LOCKED
+  ), gone AS (
+    DELETE FROM idemq.keys AS k USING doomed d WHERE k.key = d.key RETURNING k.key
+  )
+  SELECT count(*) INTO v_count FROM gone;
+
+  DELETE FROM idemq.processed AS p WHERE p.created_at < now() - older_than;
+
+  -- Fold the append-only event counters into one row per (task, event). Rows
+  -- another transaction inserts meanwhile are not seen and stay for next time.
+  WITH folded AS (
+    DELETE FROM idemq.counters AS c RETURNING c.task, c.event, c.n
+  )
+  INSERT INTO idemq.counters (task, event, n)
+  SELECT f.task, f.event, sum(f.n) FROM folded f GROUP BY f.task, f.event;
+  DELETE FROM idemq.effects AS e WHERE e.status = 'done' AND e.done_at < now() - older_than;
+  RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.prune_keys(interval) IS
+  'Release keys (and guard rows, done effect records) finished more than older_than ago; default 14 days.';
+
+-- sql/functions/retry.sql as of 0005_least_privilege
+-- idemq.retry(job_id bigint) RETURNS idemq.job_state
+--
+-- Runs a failed, cancelled or expired job again: back to `enqueued`, runnable
+-- now, with fresh attempts. Returns `enqueued`.
+--
+-- Guarantees:
+--   * Fresh attempts: the attempts spent so far stop counting against
+--     max_attempts; `attempt` itself keeps growing (it is the fencing token,
+--     so a worker of the old run can never complete the new one).
+--   * The error history is kept. An expired job's expires_at is cleared (so
+--     is any expires_at already past).
+--   * A keyed job takes its key again; if another active job holds the key,
+--     IQ409. Waiting workers are notified (_notify_waiting).
+--   * An operator's override: a job cancelled because a parent (after) did
+--     not succeed runs now, without waiting on that parent again.
+-- Concurrency: row locks on the job and its key row.
+-- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
+--   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
+--   "existing_state","policy"}, policy null).
+-- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
+RETURNS idemq.job_state
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_job idemq.jobs;
+  v_holder record;
+BEGIN
+  v_job := idemq._lock_job(retry.job_id, 'retry');
+  IF v_job.state <> ALL (idemq._unsuccessful_states()) THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ412',
+      MESSAGE = format('retry: job %s is %s; only failed, cancelled or expired jobs can be retried', v_job.id, v_job.state),
+      DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,
+      HINT = CASE WHEN v_job.state = 'succeeded' THEN 'A succeeded job''s effect happened; enqueue new work instead.'
+                  ELSE 'The job has not finished; wait for it, or cancel it first.' END;
+  END IF;
+
+  IF v_job.idempotency_key IS NOT NULL THEN
+    SELECT k.job_id, k.finished_state INTO v_holder
+    FROM idemq.keys k WHERE k.key = v_job.idempotency_key FOR NO KEY UPDATE;
+    IF FOUND AND v_holder.job_id <> v_job.id AND v_holder.finished_state IS NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'IQ409',
+        MESSAGE = format('retry: idempotency key "%s" of job %s is held by active job %s',
+                         v_job.idempotency_key, v_job.id, v_holder.job_id),
+        DETAIL = jsonb_build_object('key', v_job.idempotency_key, 'existing_job_id', v_holder.job_id,
+                                    'existing_state', (SELECT j.state FROM idemq.jobs j WHERE j.id = v_holder.job_id),
+                                    'policy', NULL)::text,
+        HINT = format('Job %s already does this work; cancel it first to retry job %s.', v_holder.job_id, v_job.id);
+    END IF;
+    INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
+    VALUES (v_job.idempotency_key, v_job.id, v_job.task, md5(v_job.payload::text))
+    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
+      SET job_id = EXCLUDED.job_id, task = EXCLUDED.task, payload_md5 = EXCLUDED.payload_md5,
+          finished_state = NULL, finished_at = NULL;
+  END IF;
+
+  UPDATE idemq.jobs AS j
+  SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
+      expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
+  WHERE j.id = v_job.id;
+  PERFORM idemq._notify_waiting(v_job.queue);
+  RETURN 'enqueued';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.retry(bigint) IS
+  'Run a failed, cancelled or expired job again with fresh attempts; IQ409 if its key is held by another active job.';
+
 DROP FUNCTION idemq._enqueue_limits;
 REVOKE EXECUTE ON FUNCTION idemq._job_problem FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._key_leaders FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._raise_bad_job FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
 SELECT count(*) FROM idemq._grant_roles();
 
 -- Hand-written reversal of the schema changes above goes here, after the functions.
+ALTER TABLE idemq.keys DROP COLUMN retention;
+ALTER TYPE idemq._planned_job DROP ATTRIBUTE key_retention;
 DROP TYPE idemq._enqueue_limits;
 DELETE FROM idemq.settings WHERE name IN ('task_bytes', 'jobs_per_call', 'parents_per_job');
 UPDATE idemq.settings SET description = 'longest guard key, effect key and effect owner, in bytes of UTF-8'
