@@ -183,7 +183,10 @@ interface WorkerSettings {
   tickInterval?: Duration | undefined;
   /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
   pruneInterval?: Duration | undefined;
-  /** Key retention passed to prune_keys(); when unset the SQL default applies. */
+  /**
+   * Passed to prune_keys(older_than); when unset the SQL default applies. A floor: a key goes
+   * only once this and its own retention (enqueue's keyRetention) have passed.
+   */
   keyRetention?: Duration | undefined;
   /** Running jobs get this long to finish on stop() before they are handed back (default 25 seconds). */
   shutdownTimeout?: Duration | undefined;
