@@ -63,6 +63,7 @@ export const SQL_FUNCTIONS = {
     "backoff",
     "expires_at",
     "after",
+    "key_retention",
   ],
   enqueue_many: ["jobs"],
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
@@ -264,6 +265,11 @@ export interface EnqueueOptions {
   expiresAt?: Instant | undefined;
   /** Parent jobs: this job waits in `awaiting` until they finish. */
   after?: readonly JobIdInput[] | undefined;
+  /**
+   * With a key: how long the key stays held after its job finished (SQL default 14 days);
+   * prune_keys never releases it sooner, whatever its own olderThan.
+   */
+  keyRetention?: Duration | undefined;
 }
 
 export interface EnqueueResult {
@@ -295,6 +301,7 @@ export async function enqueue(
     backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
     expires_at: instant(opts.expiresAt, "expiresAt"),
     after: optionalJobIds(opts.after, "after"),
+    key_retention: interval(opts.keyRetention),
   });
   const row = rows[0]!;
   return { jobId: row.job_id, deduplicated: row.deduplicated };
@@ -347,6 +354,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
       backoff: job.backoff === undefined ? undefined : toBackoffJson(job.backoff),
       expires_at: instant(job.expiresAt, `${what}.expiresAt`),
       after: optionalJobIds(job.after, `${what}.after`)?.map((id) => marker + id),
+      key_retention: interval(job.keyRetention),
     };
     return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
   });

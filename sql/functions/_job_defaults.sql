@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION idemq._job_defaults()
 RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN '{"payload": {}, "queue": "default", "priority": 0, "max_attempts": 10,
-         "duplicate_policy": "allow_after_failed"}'::jsonb;
+         "duplicate_policy": "allow_after_failed", "key_retention": "14 days"}'::jsonb;
 
 COMMENT ON FUNCTION idemq._job_defaults() IS
   'Defaults of optional job fields for enqueue_many; equal to enqueue()''s DEFAULTs.';

@@ -1,46 +1,88 @@
--- idemq._job_problem(job idemq._planned_job) RETURNS text
+-- idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits) RETURNS text[]
 --
--- Says what is wrong with one job an enqueue asks for, or NULL when nothing
--- is: the value rules of enqueue and enqueue_many, written once.
+-- Says what is wrong with one job an enqueue asks for, and how to fix it, or
+-- NULL when nothing is: the value rules of enqueue and enqueue_many, written
+-- once.
 --
 -- Guarantees:
 --   * The one definition of a valid job, applied to typed values: enqueue()
 --     checks its arguments with it, _parse_jobs every decoded element of
 --     enqueue_many, so a job is refused for the same reason whichever
 --     function, or whichever path inside them, it takes.
---   * Rules: task non-empty; payload a JSON object; queue non-empty and at
---     most _queue_name_limit() characters; max_attempts >= 1;
---     idempotency_key non-empty when given; parents in `after` positive ids.
---     The backoff is _backoff_problem's (a batch checks each distinct
+--   * Returns ARRAY[problem, hint] (hint NULL where the problem says it all):
+--     _raise_bad_job words the 22023 from them.
+--   * Rules: task non-empty and at most limits.task_bytes bytes (UTF-8);
+--     payload a JSON object of at most limits.payload_bytes bytes of JSON
+--     text; queue non-empty and at most _queue_name_limit() characters;
+--     run_at finite (not infinity or -infinity); max_attempts >= 1;
+--     idempotency_key non-empty when given and at most limits.key_bytes
+--     bytes; after at most limits.parents_per_job parents, each a positive
+--     id; key_retention not negative and at most limits.duration_days days. The backoff is _backoff_problem's (a batch checks each distinct
 --     backoff once instead of once per job, so it is not repeated here);
 --     NULL arguments are the callers' (enqueue raises 22004, enqueue_many
 --     fills defaults), except a NULL task, refused here.
+--   * Problems quote at most an excerpt of the input (_excerpt).
+--   * `limits` comes from _enqueue_limits(), read once per call by the
+--     caller: a limit read here would be a query per element.
 --   * A SQL function of one expression, neither STRICT nor plpgsql, without
 --     a sub-SELECT and STABLE like format(), so the planner inlines it into
 --     _parse_jobs' statement: called per element instead, it cost 15 us each,
 --     more than decoding (EXPLAIN VERBOSE shows the call when it is not inlined).
--- Concurrency: none (reads only its argument).
+--     The payload's JSON text is made only for an object (the cost of the
+--     payload_bytes rule: about 2 ms per 20,000 small payloads).
+-- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
--- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts
-CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job)
-RETURNS text
+-- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
+--   test/sql/limits.test.ts
+CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
+RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
 RETURN CASE
   WHEN job.task IS NULL OR job.task = '' THEN
-    'task must be a non-empty string: the name of a task your workers handle'
+    ARRAY['task must be a non-empty string: the name of a task your workers handle', NULL]
+  WHEN octet_length(job.task) > limits.task_bytes THEN
+    ARRAY[format('task is %s bytes, over the limit of %s bytes (task_bytes): %s',
+                 octet_length(job.task), limits.task_bytes, idemq._excerpt(job.task)),
+          'Name tasks briefly, e.g. ''send_email''; an admin can raise task_bytes in idemq.settings.']
   WHEN jsonb_typeof(job.payload) IS DISTINCT FROM 'object' THEN
-    format('payload must be a JSON object, not %s', coalesce(job.payload::text, 'NULL'))
+    ARRAY[format('payload must be a JSON object, not %s', idemq._excerpt(coalesce(job.payload::text, 'NULL'))),
+          'Wrap the value in an object, e.g. {"value": ...}.']
+  WHEN octet_length(job.payload::text) > limits.payload_bytes THEN
+    ARRAY[format('payload is %s bytes of JSON text, over the limit of %s bytes (payload_bytes): %s',
+                 octet_length(job.payload::text), limits.payload_bytes, idemq._excerpt(job.payload::text)),
+          'Store large data elsewhere (a table, object storage) and put its id in the payload; '
+          'an admin can raise payload_bytes in idemq.settings.']
   WHEN job.queue = '' THEN
-    'queue must be a non-empty string'
+    ARRAY['queue must be a non-empty string', 'Leave queue out for the default queue.']
   WHEN length(job.queue) > idemq._queue_name_limit() THEN
-    format('queue must be at most %s characters, not %s', idemq._queue_name_limit(), length(job.queue))
+    ARRAY[format('queue must be at most %s characters, not %s: %s', idemq._queue_name_limit(), length(job.queue),
+                 idemq._excerpt(job.queue)),
+          'Use a short queue name: it travels as the NOTIFY payload.']
+  WHEN NOT isfinite(job.run_at) THEN
+    ARRAY[format('run_at must be a finite time, not %s', job.run_at),
+          'Pass a real time, e.g. now() + interval ''1 hour'', or leave run_at out to run at once.']
   WHEN job.max_attempts < 1 THEN
-    format('max_attempts must be at least 1, not %s', job.max_attempts)
+    ARRAY[format('max_attempts must be at least 1, not %s', job.max_attempts), NULL]
   WHEN job.idempotency_key = '' THEN
-    'idempotency_key must be a non-empty string or null'
+    ARRAY['idempotency_key must be a non-empty string or null', NULL]
+  WHEN octet_length(job.idempotency_key) > limits.key_bytes THEN
+    ARRAY[format('idempotency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
+                 octet_length(job.idempotency_key), limits.key_bytes, idemq._excerpt(job.idempotency_key)),
+          'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''order:'' || md5(...).']
+  WHEN cardinality(job.after) > limits.parents_per_job THEN
+    ARRAY[format('after names %s parents, over the limit of %s (parents_per_job)', cardinality(job.after),
+                 limits.parents_per_job),
+          'Wait for fewer jobs: chain through an intermediate job that waits for a part of them; '
+          'an admin can raise parents_per_job in idemq.settings.']
   WHEN array_position(job.after, NULL) IS NOT NULL OR 0 >= ANY (job.after) THEN
-    format('after must be an array of job ids, not %s', job.after)
+    ARRAY[format('after must be an array of job ids, not %s', idemq._excerpt(job.after::text)), NULL]
+  WHEN job.key_retention < interval '0' THEN
+    ARRAY[format('key_retention must not be negative, not %s', job.key_retention),
+          'key_retention is how long a finished job''s key stays held, e.g. ''14 days''.']
+  WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN
+    ARRAY[format('key_retention must be at most %s days (duration_days), not %s', limits.duration_days, job.key_retention),
+          format('Use a retention of at most %s days (duration_days in idemq.settings).', limits.duration_days)]
 END;
 
-COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job) IS
-  'What is wrong with one job to enqueue (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
+COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
+  'What is wrong with one job to enqueue, and the fix (NULL: nothing): the value rules of enqueue and enqueue_many, once.';

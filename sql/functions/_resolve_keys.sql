@@ -6,7 +6,7 @@
 --
 -- Guarantees:
 --   * Per key, its leader (_key_leaders) decides: a new key is inserted
---     (`created`, with the leader's planned id); a key whose latest job is
+--     (`created`, with the leader's planned id and key_retention); a key whose latest job is
 --     terminal is taken over when _policy_rejects allows (`created`), else
 --     `rejected` (existing_state: how that job ended); a key held by an
 --     active job yields that job: `deduplicated`, or `conflict` when the task
@@ -17,13 +17,18 @@
 --     key then holds (or `conflict`), or the leader's rejection.
 --   * Usually one round; another only when a key row changed between two
 --     statements (pruned, or finished, concurrently). All keys new and none
---     repeated, the common bulk case, is one statement.
+--     repeated, the common bulk case, is one statement: for a batch of 64
+--     elements or more a plain INSERT in a subtransaction (any key that
+--     exists rolls it back, and the round with ON CONFLICT decides), else
+--     INSERT ... ON CONFLICT DO NOTHING.
 --   * job_id of a decided element: its own planned id when `created`, else
 --     the key's job.
 -- Concurrency: key rows are inserted in key order; N concurrent callers with
 --   one new key create exactly one job: the key row's primary key serialises
 --   them (ON CONFLICT waits for the inserter's transaction); if the inserter
---   rolls back, a waiter inserts. A takeover locks the key row, so a
+--   rolls back, a waiter inserts (the plain INSERT of a batch waits alike,
+--   then fails and leaves the key to ON CONFLICT). A batch's attempt holds
+--   one subtransaction id until the caller's transaction ends. A takeover locks the key row, so a
 --   concurrent taker waits, then sees the key active. Under REPEATABLE READ a
 --   concurrent committed duplicate raises 40001: retry.
 -- Errors: 40001 if keys keep changing under the call (pruned and re-created repeatedly).
@@ -41,20 +46,48 @@ DECLARE
   v_leaders bigint;
   v_inserted bigint;
 BEGIN
+  -- A batch whose keys are all new, the common bulk case, first tries a
+  -- plain INSERT of its leaders in a subtransaction: ON CONFLICT DO NOTHING
+  -- checks the index before each insert and confirms each speculative
+  -- insertion in the WAL, which cost 25 ms per 20,000 new keys (backend CPU)
+  -- and 26 bytes of WAL per key (enqueue.bulk-keyed: 536 B/job with the plain
+  -- insert, 562 with ON CONFLICT). A key that exists, or that a concurrent
+  -- inserter commits first (the insert waits for its transaction, as ON
+  -- CONFLICT does), raises unique_violation: the subtransaction rolls back
+  -- and the round below decides with ON CONFLICT. A first key that exists
+  -- (a resubmitted batch) skips the attempt. Only for batches of 64 elements
+  -- or more: each attempt holds a subtransaction id until the caller's
+  -- transaction ends, and a transaction with more than 64 of them slows every
+  -- session's snapshots; below that ON CONFLICT's cost is a few microseconds.
+  IF cardinality(jobs) >= 64
+     AND NOT EXISTS (SELECT 1 FROM idemq.keys k WHERE k.key = (jobs[1]).idempotency_key) THEN
+    BEGIN
+      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+      SELECT l.key, l.job_id, l.task, l.payload_md5, l.retention FROM idemq._key_leaders(jobs, true) l ORDER BY l.key;
+      GET DIAGNOSTICS v_inserted = ROW_COUNT;
+      v_leaders := v_inserted;
+      SELECT count(*) INTO v_undecided FROM unnest(jobs) p WHERE p.idempotency_key IS NOT NULL;
+    EXCEPTION WHEN unique_violation THEN
+      v_inserted := NULL;
+    END;
+  END IF;
+
   LOOP
     -- The plan's outcomes start as `created`: in the first round every keyed
     -- element is undecided, later only those left NULL by the round before.
-    WITH leader AS MATERIALIZED (
-      SELECT * FROM idemq._key_leaders(jobs, v_round = 0)
-    ), ins AS (
-      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-      SELECT l.key, l.job_id, l.task, l.payload_md5 FROM leader l ORDER BY l.key
-      ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
-      RETURNING 1
-    )
-    SELECT (SELECT coalesce(sum(l.elements), 0) FROM leader l), (SELECT count(*) FROM leader),
-           (SELECT count(*) FROM ins)
-    INTO v_undecided, v_leaders, v_inserted;
+    IF v_round > 0 OR v_inserted IS NULL THEN
+      WITH leader AS MATERIALIZED (
+        SELECT * FROM idemq._key_leaders(jobs, v_round = 0)
+      ), ins AS (
+        INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+        SELECT l.key, l.job_id, l.task, l.payload_md5, l.retention FROM leader l ORDER BY l.key
+        ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
+        RETURNING 1
+      )
+      SELECT (SELECT coalesce(sum(l.elements), 0) FROM leader l), (SELECT count(*) FROM leader),
+             (SELECT count(*) FROM ins)
+      INTO v_undecided, v_leaders, v_inserted;
+    END IF;
     -- Every undecided element led a new key: all stay created.
     EXIT WHEN v_inserted = v_undecided;
 
@@ -67,7 +100,7 @@ BEGIN
 
     IF v_inserted < v_leaders THEN
       UPDATE idemq.keys AS k
-      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5,
+      SET job_id = l.job_id, task = l.task, payload_md5 = l.payload_md5, retention = l.retention,
           finished_state = NULL, finished_at = NULL, created_at = now()
       FROM idemq._key_leaders(jobs, v_round = 1) l
       WHERE k.key = l.key

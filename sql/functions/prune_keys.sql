@@ -1,13 +1,21 @@
 -- idemq.prune_keys(older_than interval DEFAULT '14 days') RETURNS int
 --
--- Releases idempotency keys whose latest job finished more than older_than
--- ago, and guard rows (guard) and finished effect records (effect_claim)
--- older than that. Returns how many keys it released.
+-- Releases idempotency keys whose latest job finished longer ago than both
+-- the key's own retention (enqueue's key_retention, stored on the key row)
+-- and older_than, and guard rows (guard) and finished effect records
+-- (effect_claim) older than older_than. Returns how many keys it released.
 --
 -- Guarantees:
 --   * The only way a key is released: a key whose job is active is never
---     pruned, and purge() never releases keys. Keep older_than longer than
---     any retry or replay horizon: a delivery after its key is pruned runs again.
+--     pruned, and purge() never releases keys. Keep key retentions longer
+--     than any retry or replay horizon: a delivery after its key is pruned
+--     runs again.
+--   * A key is never released before its own retention has passed since its
+--     job finished, whatever older_than says: for keys older_than can only
+--     lengthen the retention (a floor an operator sets for every key), so
+--     apps with different retentions can share one database and either's
+--     prune_keys, with any argument, releases no key of the other early.
+--     older_than 0 releases every key at its own retention.
 --   * Claim records still `claimed` are never pruned (their effect may be in flight).
 --   * Folds the append-only event counters (stats() sums are unchanged).
 -- Concurrency: SKIP LOCKED on key rows; an enqueue taking a key over holds it
@@ -39,6 +47,7 @@ BEGIN
   WITH doomed AS MATERIALIZED (
     SELECT k.key FROM idemq.keys k
     WHERE k.finished_at < now() - older_than
+      AND k.finished_at < now() - k.retention
     FOR UPDATE SKIP LOCKED
   ), gone AS (
     DELETE FROM idemq.keys AS k USING doomed d WHERE k.key = d.key RETURNING k.key
@@ -60,4 +69,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.prune_keys(interval) IS
-  'Release keys (and guard rows, done effect records) finished more than older_than ago; default 14 days.';
+  'Release keys finished longer ago than their own retention and older_than (and guard rows, done effect records older than older_than); default 14 days.';

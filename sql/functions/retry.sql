@@ -10,14 +10,18 @@
 --   * The error history is kept. An expired job's expires_at is cleared (so
 --     is any expires_at already past).
 --   * A keyed job takes its key again; if another active job holds the key,
---     IQ409. Waiting workers are notified (_notify_waiting).
+--     IQ409. The key row keeps its retention (key_retention); one that
+--     prune_keys released meanwhile comes back with the default retention
+--     (_job_defaults: job rows do not store it). Waiting workers are
+--     notified (_notify_waiting).
 --   * An operator's override: a job cancelled because a parent (after) did
 --     not succeed runs now, without waiting on that parent again.
 -- Concurrency: row locks on the job and its key row.
 -- Errors: IQ404; IQ412 the job is active or succeeded (DETAIL {"job_id","state"});
 --   IQ409 its key is held by another active job (DETAIL {"key","existing_job_id",
 --   "existing_state","policy"}, policy null).
--- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts
+-- Tests: test/sql/admin.test.ts, test/contract/state-machine.test.ts, test/sql/bad-input.test.ts,
+--   test/sql/retention.test.ts
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
@@ -50,8 +54,9 @@ BEGIN
                                     'policy', NULL)::text,
         HINT = format('Job %s already does this work; cancel it first to retry job %s.', v_holder.job_id, v_job.id);
     END IF;
-    INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5)
-    VALUES (v_job.idempotency_key, v_job.id, v_job.task, md5(v_job.payload::text))
+    INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
+    VALUES (v_job.idempotency_key, v_job.id, v_job.task, md5(v_job.payload::text),
+            (idemq._job_defaults()->>'key_retention')::interval)
     ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
       SET job_id = EXCLUDED.job_id, task = EXCLUDED.task, payload_md5 = EXCLUDED.payload_md5,
           finished_state = NULL, finished_at = NULL;

@@ -35,14 +35,19 @@
 --     timezone: an IANA name; slots are local times there (see _cron_instant
 --     for DST). overlap and misfire: see _tick.
 --   * Every argument is checked before anything is written: an error leaves
---     the schedules table as it was.
+--     the schedules table as it was. The job its slots enqueue is checked by
+--     enqueue's own rules (_job_problem, the limits of idemq.settings: task,
+--     payload, and the slot's idempotency key against key_bytes), so tick()
+--     does not meet a job enqueue refuses (unless an admin lowers a limit
+--     later).
 -- Concurrency: the upsert locks the schedule row; it waits for a tick() that
 --   holds it, and a tick after it sees the new definition.
 -- Errors: 22004 a required argument is NULL; 22023 a bad cron (naming the
 --   field, e.g. cron field 2 (hour) "25" is out of range 0-23), an unknown
 --   time zone, an empty name or task, a name over 200 characters, a payload
 --   that is not an object, a bad queue, max_attempts < 1, misfire_grace
---   outside 1 second..1 day; each with a HINT.
+--   outside 1 second..1 day, a job over a limit (task_bytes, payload_bytes,
+--   key_bytes for the slot key); each with a HINT.
 -- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.schedule(
   name text,
@@ -73,6 +78,9 @@ DECLARE
   v_queue text := coalesce(schedule.queue, v_defaults ->> 'queue');
   v_priority int := coalesce(schedule.priority, (v_defaults ->> 'priority')::int);
   v_max_attempts int := coalesce(schedule.max_attempts, (v_defaults ->> 'max_attempts')::int);
+  v_job idemq._planned_job;
+  v_limits idemq._enqueue_limits;
+  v_job_problem text[];
 BEGIN
   v_null := CASE
     WHEN schedule.name IS NULL THEN 'name'
@@ -103,6 +111,24 @@ BEGIN
   LIMIT 1;
   IF v_problem IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'schedule: ' || v_problem, HINT = v_hint;
+  END IF;
+  -- The job a slot enqueues (_tick: key schedule:<name>:<UTC slot>, its
+  -- timestamp always 20 characters), checked by enqueue's rules.
+  v_job.task := schedule.task;
+  v_job.payload := v_payload;
+  v_job.queue := v_queue;
+  v_job.run_at := now();
+  v_job.priority := v_priority;
+  v_job.max_attempts := v_max_attempts;
+  v_job.idempotency_key := format('schedule:%s:%s', schedule.name, '0000-00-00T00:00:00Z');
+  v_job.duplicate_policy := 'reject_always';
+  v_job.key_retention := (v_defaults ->> 'key_retention')::interval;
+  SELECT * INTO v_limits FROM idemq._enqueue_limits();
+  v_job_problem := idemq._job_problem(v_job, v_limits);
+  IF v_job_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'schedule: its jobs would be refused: ' || v_job_problem[1],
+      HINT = coalesce(v_job_problem[2] || ' ', '') || 'Nothing was scheduled.';
   END IF;
   PERFORM idemq._check_timezone(schedule.timezone, 'schedule');
   v_spec := idemq._cron_parse(schedule.cron);
@@ -141,7 +167,7 @@ COMMENT ON FUNCTION idemq.schedule(text, text, text, jsonb, text, text, idemq.sc
 
 -- Down Migration
 
--- sql/functions/schedule.sql as of 0010_schedules
+-- sql/functions/schedule.sql as of 0011_enqueue_limits
 -- idemq.schedule(name text, cron text, task text, payload jsonb DEFAULT NULL, queue text DEFAULT NULL,
 --   timezone text DEFAULT 'UTC', overlap idemq.schedule_overlap DEFAULT 'skip',
 --   misfire idemq.schedule_misfire DEFAULT 'once', misfire_grace interval DEFAULT '1 minute',
@@ -162,14 +188,19 @@ COMMENT ON FUNCTION idemq.schedule(text, text, text, jsonb, text, text, idemq.sc
 --     timezone: an IANA name; slots are local times there (see _cron_instant
 --     for DST). overlap and misfire: see _tick.
 --   * Every argument is checked before anything is written: an error leaves
---     the schedules table as it was.
+--     the schedules table as it was. The job its slots enqueue is checked by
+--     enqueue's own rules (_job_problem, the limits of idemq.settings: task,
+--     payload, and the slot's idempotency key against key_bytes), so tick()
+--     does not meet a job enqueue refuses (unless an admin lowers a limit
+--     later).
 -- Concurrency: the upsert locks the schedule row; it waits for a tick() that
 --   holds it, and a tick after it sees the new definition.
 -- Errors: 22004 a required argument is NULL; 22023 a bad cron (naming the
 --   field, e.g. cron field 2 (hour) "25" is out of range 0-23), an unknown
 --   time zone, an empty name or task, a name over 200 characters, a payload
 --   that is not an object, a bad queue, max_attempts < 1, misfire_grace
---   outside 1 second..1 day; each with a HINT.
+--   outside 1 second..1 day, a job over a limit (task_bytes, payload_bytes,
+--   key_bytes for the slot key); each with a HINT.
 -- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.schedule(
   name text,
@@ -200,6 +231,9 @@ DECLARE
   v_queue text := coalesce(schedule.queue, v_defaults ->> 'queue');
   v_priority int := coalesce(schedule.priority, (v_defaults ->> 'priority')::int);
   v_max_attempts int := coalesce(schedule.max_attempts, (v_defaults ->> 'max_attempts')::int);
+  v_job idemq._planned_job;
+  v_limits idemq._enqueue_limits;
+  v_job_problem text[];
 BEGIN
   v_null := CASE
     WHEN schedule.name IS NULL THEN 'name'
@@ -230,6 +264,24 @@ BEGIN
   LIMIT 1;
   IF v_problem IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'schedule: ' || v_problem, HINT = v_hint;
+  END IF;
+  -- The job a slot enqueues (_tick: key schedule:<name>:<UTC slot>, its
+  -- timestamp always 20 characters), checked by enqueue's rules.
+  v_job.task := schedule.task;
+  v_job.payload := v_payload;
+  v_job.queue := v_queue;
+  v_job.run_at := now();
+  v_job.priority := v_priority;
+  v_job.max_attempts := v_max_attempts;
+  v_job.idempotency_key := format('schedule:%s:%s', schedule.name, '0000-00-00T00:00:00Z');
+  v_job.duplicate_policy := 'reject_always';
+  v_job.key_retention := (v_defaults ->> 'key_retention')::interval;
+  SELECT * INTO v_limits FROM idemq._enqueue_limits();
+  v_job_problem := idemq._job_problem(v_job, v_limits);
+  IF v_job_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'schedule: its jobs would be refused: ' || v_job_problem[1],
+      HINT = coalesce(v_job_problem[2] || ' ', '') || 'Nothing was scheduled.';
   END IF;
   PERFORM idemq._check_timezone(schedule.timezone, 'schedule');
   v_spec := idemq._cron_parse(schedule.cron);

@@ -209,7 +209,10 @@ interface WorkerSettings {
   retentionInterval?: Duration | undefined;
   /** Jobs one apply_retention() call deletes at most (default 500, 1..10000). */
   retentionBatchSize?: number | undefined;
-  /** Key retention passed to prune_keys(); when unset the SQL default applies. */
+  /**
+   * Passed to prune_keys(older_than); when unset the SQL default applies. A floor: a key goes
+   * only once this and its own retention (enqueue's keyRetention) have passed.
+   */
   keyRetention?: Duration | undefined;
   /** Running jobs get this long to finish on stop() before they are handed back (default 25 seconds). */
   shutdownTimeout?: Duration | undefined;

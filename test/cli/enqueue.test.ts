@@ -174,6 +174,16 @@ describe("idemq enqueue: bad input is one line, exit 2, and changes nothing", ()
     { name: "a parent id that is not an id", args: ["t", "--after", "12,abc"], says: ['a job id is a positive integer such as 42, not "abc"'] },
     { name: "a missing task", args: [], says: ["missing required argument 'task'"] },
     { name: "an empty task name (checked by SQL)", args: [" "], says: ["task"] },
+    {
+      name: "an idempotency key over key_bytes (checked by SQL): its size, the limit, an excerpt and the fix",
+      args: ["t", "--key", "k".repeat(3000)],
+      says: ["idempotency_key is 3000 bytes, over the limit of 512 bytes (key_bytes)", "(3000 characters)", "hash a long business key", "nothing was enqueued"],
+    },
+    {
+      name: "a task name over task_bytes (checked by SQL)",
+      args: ["t".repeat(300)],
+      says: ["task is 300 bytes, over the limit of 256 bytes (task_bytes)", "an admin can raise task_bytes"],
+    },
   ];
   for (const c of cases) {
     it(c.name, async () => {

@@ -132,27 +132,32 @@ describe("idemq prune-keys", () => {
     const result = await cli(["prune-keys"]);
     expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
     expect(result.stdout).toBe(
-      "Released 1 idempotency key(s) whose job finished more than 14 days ago (and guard and effect records as old).\n",
+      "Released 1 idempotency key(s) whose job finished more than 14 days ago and past the key's own retention (and guard and effect records older than that).\n",
     );
     expect(await keyRow(db.pool, oldKey)).toBeUndefined();
     expect(await keyRow(db.pool, newKey)).toBeDefined();
     expect(await keyRow(db.pool, activeKey)).toBeDefined();
   });
 
-  it("--older-than --json: releases keys finished longer ago than that", async () => {
+  // ⚑ --older-than is a floor over each key's own retention: these keys keep theirs 1 day.
+  it("--older-than --json: releases keys finished longer ago than that and than their own retention", async () => {
     const key = unique("key");
     const recentKey = unique("key");
-    await finishedDaysAgo(await jobIn(db.pool, "failed", { idempotency_key: key }), 3);
-    await finishedDaysAgo(await jobIn(db.pool, "failed", { idempotency_key: recentKey }), 1);
-    // Earlier tests of this file left keys too: every key finished over 2 days ago goes.
-    const due = await count(db.pool, "SELECT 1 FROM idemq.keys WHERE finished_at < now() - interval '2 days'");
+    const ownRetention = unique("key");
+    await finishedDaysAgo(await jobIn(db.pool, "failed", { idempotency_key: key, key_retention: "1 day" }), 3);
+    await finishedDaysAgo(await jobIn(db.pool, "failed", { idempotency_key: recentKey, key_retention: "1 day" }), 1);
+    await finishedDaysAgo(await jobIn(db.pool, "failed", { idempotency_key: ownRetention }), 3);
+    // Earlier tests of this file left keys too: every key finished over 2 days and its retention ago goes.
+    const dueKeys = "SELECT 1 FROM idemq.keys WHERE finished_at < now() - interval '2 days' AND finished_at < now() - retention";
+    const due = await count(db.pool, dueKeys);
     expect(due).toBeGreaterThanOrEqual(1);
     const result = await cli(["prune-keys", "--older-than", "2d", "--json"]);
     expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
     expect(JSON.parse(result.stdout)).toEqual({ prunedKeys: due, olderThan: "2 days" });
     expect(await keyRow(db.pool, key)).toBeUndefined();
     expect(await keyRow(db.pool, recentKey)).toBeDefined();
-    expect(await count(db.pool, "SELECT 1 FROM idemq.keys WHERE finished_at < now() - interval '2 days'")).toBe(0);
+    expect(await keyRow(db.pool, ownRetention)).toBeDefined();
+    expect(await count(db.pool, dueKeys)).toBe(0);
   });
 
   it("a bad duration: one line, exit 2, no key released", async () => {

@@ -290,7 +290,7 @@ describe("defaults live once", () => {
       if (value === null) nullDefaults.push(m[1]!);
       else defaults[m[1]!] = value;
     }
-    expect(Object.keys(defaults).sort()).toEqual(["duplicate_policy", "max_attempts", "payload", "priority", "queue"]);
+    expect(Object.keys(defaults).sort()).toEqual(["duplicate_policy", "key_retention", "max_attempts", "payload", "priority", "queue"]);
     expect(rows[0].d).toEqual(defaults);
     for (const name of nullDefaults) expect(rows[0].d, name).not.toHaveProperty(name);
     expect(nullDefaults.sort()).toEqual(["after", "backoff", "expires_at", "idempotency_key", "run_at"]);

@@ -59,6 +59,7 @@ const ENQUEUE_CASTS: Record<string, string> = {
   backoff: "jsonb",
   expires_at: "timestamptz",
   after: "bigint[]",
+  key_retention: "interval",
 };
 
 /** idemq.enqueue's arguments; any of them may be a Sql expression. */
@@ -76,6 +77,7 @@ export interface EnqueueArgs {
   backoff?: unknown;
   expires_at?: string | Date | Sql;
   after?: (string | number)[] | Sql;
+  key_retention?: string | Sql;
 }
 
 export interface Enqueued {

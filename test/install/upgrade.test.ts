@@ -122,7 +122,14 @@ describe("a database at 0001 with jobs in every state, upgraded to the latest ve
     // ---- Upgrade.
     expect(await migrate({ connectionString: db.url })).toEqual(MIGRATION_NAMES.slice(1));
     expect(await applied(db)).toEqual(MIGRATION_NAMES);
-    expect(await snapshot(pool, zoo), "the migration changed no job, key or dependency").toEqual(before.zoo);
+    // The one change: 0011 gives every key the retention prune_keys' default gave it (key_retention).
+    const withRetention = {
+      ...before.zoo,
+      keys: Object.fromEntries(
+        Object.entries(before.zoo.keys).map(([name, row]) => [name, row === undefined ? row : { ...row, retention: "14 days" }]),
+      ) as typeof before.zoo.keys,
+    };
+    expect(await snapshot(pool, zoo), "the migration changed no job, key or dependency").toEqual(withRetention);
     // The live lease is still its holder's: an old worker keeps its attempt across the upgrade.
     const { rows: held } = await pool.query<{ id: string }>(
       "SELECT id::text FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
@@ -231,7 +238,16 @@ describe("a database at 0001 with jobs in every state, upgraded to the latest ve
 
     // Terminal rows from before the upgrade are unchanged; only the active zoo jobs and their keys moved.
     expect(await terminalRows(pool, before.terminal.ids)).toEqual(before.terminal);
-    const diff = changed(before.zoo, after);
+    // Compared without the column 0011 added (changed() compares JSON text, key order included).
+    const without = (keys: typeof after.keys) =>
+      Object.fromEntries(
+        Object.entries(keys).map(([name, row]) => {
+          if (row === undefined) return [name, row];
+          const { retention: _retention, ...rest } = row;
+          return [name, rest];
+        }),
+      ) as typeof after.keys;
+    const diff = changed(before.zoo, { ...after, keys: without(after.keys) });
     const active: ZooName[] = ["scheduled", "enqueued", "processing", "awaiting", "leaseExpired", "lastAttempt", "parent"];
     expect(diff.jobs.sort()).toEqual([...active].sort());
     expect(diff.keys.sort()).toEqual([...active].sort());
@@ -414,7 +430,11 @@ async function terminalRows(pool: pg.Pool, onlyIds?: string[]): Promise<{ ids: s
     onlyIds ? [onlyIds] : [],
   );
   const ids = jobs.map((r) => r.id);
-  const keys = await pool.query("SELECT to_jsonb(k) AS row FROM idemq.keys k WHERE k.job_id = ANY($1::bigint[]) ORDER BY k.key", [ids]);
+  // The columns 0001 has (0011 adds retention, 14 days for these rows: the zoo snapshot checks it).
+  const keys = await pool.query(
+    "SELECT to_jsonb(k) - 'retention' AS row FROM idemq.keys k WHERE k.job_id = ANY($1::bigint[]) ORDER BY k.key",
+    [ids],
+  );
   const processed = await pool.query("SELECT to_jsonb(p) AS row FROM idemq.processed p ORDER BY p.key");
   // The columns 0001 has (later migrations add job_id and attempt, NULL for these rows).
   const effects = await pool.query(

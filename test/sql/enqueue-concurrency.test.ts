@@ -148,12 +148,14 @@ describe("one key whose job is terminal, many connections", () => {
 });
 
 describe("enqueue_many batches with overlapping keys", () => {
-  it("20 concurrent batches over 100 shared keys (each in its own order) make one job per key", async () => {
+  // 60 keys: batches under 64 elements insert keys with ON CONFLICT; 90: a
+  // plain INSERT first, rolled back when a key exists (_resolve_keys).
+  it.each([60, 90])("20 concurrent batches of %i keys over 100 shared keys (each in its own order) make one job per key", async (size) => {
     const prefix = unique("bk");
     const keys = Array.from({ length: 100 }, (_, i) => `${prefix}-${String(i).padStart(3, "0")}`);
     const batches = clients.slice(0, 20).map((c, b) => {
-      // Each batch takes 60 of the keys, rotated and reversed differently, plus unkeyed jobs.
-      const mine = keys.map((_, i) => keys[(i * 7 + b * 13) % keys.length]!).slice(0, 60);
+      // Each batch takes `size` of the keys, rotated and reversed differently, plus unkeyed jobs.
+      const mine = keys.map((_, i) => keys[(i * 7 + b * 13) % keys.length]!).slice(0, size);
       if (b % 2 === 1) mine.reverse();
       const jobs = [
         ...mine.map((k) => ({ task: "sync", payload: { k }, idempotency_key: k, queue: prefix })),
@@ -192,5 +194,41 @@ describe("enqueue_many batches with overlapping keys", () => {
     expect(created).toBe(used.size);
     expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE queue = $1 AND idempotency_key IS NULL", [prefix])).toBe(20);
   });
+
+  // A batch of 64 or more tries a plain INSERT of its keys first: it waits
+  // for an open inserter of one of them like ON CONFLICT does, and then
+  // decides that key from what the inserter did.
+  it.each(["COMMIT", "ROLLBACK"] as const)(
+    "a batch of 100 new keys waits for an open enqueue of its 50th key; that one %ss; one job per key, the batch's outcomes follow",
+    async (ending) => {
+      const [first, second] = clients as [pg.Client, pg.Client];
+      const prefix = unique("wb");
+      const jobs = Array.from({ length: 100 }, (_, i) => ({
+        task: "sync",
+        payload: { i },
+        idempotency_key: `${prefix}-${String(i).padStart(3, "0")}`,
+      }));
+      await first.query("BEGIN");
+      const held = await enqueue(first, jobs[49]!);
+      const batch = enqueueMany(second, jobs).then(
+        (rows) => ({ rows }),
+        (error: unknown) => ({ error }),
+      );
+      expect(await waitUntilBlocked(db.pool, pidOf(second))).toContain(pidOf(first));
+      await first.query(ending);
+      const result = await batch;
+      if ("error" in result) throw result.error;
+      const expected = jobs.map((_, i) => (i === 49 && ending === "COMMIT" ? "deduplicated" : "created"));
+      expect(result.rows.map((r) => r.outcome)).toEqual(expected);
+      if (ending === "COMMIT") expect(result.rows[49]!.job_id).toBe(held.job_id);
+      else expect(result.rows[49]!.job_id).not.toBe(held.job_id);
+      const { rows } = await db.pool.query<{ key: string; job_id: string }>(
+        "SELECT key, job_id::text FROM idemq.keys WHERE starts_with(key, $1) ORDER BY key",
+        [prefix],
+      );
+      expect(rows).toEqual(jobs.map((j, i) => ({ key: j.idempotency_key, job_id: result.rows[i]!.job_id })));
+      expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE starts_with(idempotency_key, $1)", [prefix])).toBe(100);
+    },
+  );
 });
 

@@ -489,6 +489,77 @@ describe("one path: an element is decided alike whatever else the batch holds", 
   });
 });
 
+describe("batches of 64 elements or more: new keys by a plain INSERT first (_resolve_keys)", () => {
+  const filler = (prefix: string, n: number) =>
+    Array.from({ length: n }, (_, i) => ({ task: "t", payload: { i }, idempotency_key: `${prefix}-${i}` }));
+
+  it("a key that exists in the middle of the batch rolls the attempt back: outcomes as usual, every new key written once", async () => {
+    await inRollback(db.pool, async (c) => {
+      const prefix = unique("pf");
+      const held = `${prefix}-m`;
+      const active = await jobIn(c, "enqueued", { task: "t", idempotency_key: held });
+      const jobs = [
+        ...filler(prefix, 40),
+        { task: "t", idempotency_key: held },
+        { task: "t", payload: { other: 1 }, idempotency_key: held },
+        { task: "t" },
+        ...filler(`${prefix}-z`, 40),
+      ];
+      const rows = await enqueueMany(c, jobs);
+      expect(rows.map((r) => r.outcome)).toEqual([
+        ...Array(40).fill("created"),
+        "deduplicated",
+        "conflict",
+        "created",
+        ...Array(40).fill("created"),
+      ]);
+      expect(rows[40]!.job_id).toBe(active);
+      expect(await count(c, "SELECT 1 FROM idemq.keys WHERE starts_with(key, $1)", [prefix])).toBe(81);
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE starts_with(idempotency_key, $1)", [prefix])).toBe(81);
+      const { rows: keyed } = await c.query<{ n: string }>(
+        `SELECT count(*) AS n FROM idemq.keys k JOIN idemq.jobs j ON j.id = k.job_id AND j.idempotency_key = k.key
+         WHERE starts_with(k.key, $1)`,
+        [prefix],
+      );
+      expect(Number(keyed[0]!.n)).toBe(81);
+    });
+  });
+
+  it("a first key that exists (the batch sent again) deduplicates every element", async () => {
+    await inRollback(db.pool, async (c) => {
+      const jobs = filler(unique("again"), 100);
+      const first = await enqueueMany(c, jobs);
+      const again = await enqueueMany(c, jobs);
+      expect(again.map((r) => r.outcome)).toEqual(Array(100).fill("deduplicated"));
+      expect(again.map((r) => r.job_id)).toEqual(first.map((r) => r.job_id));
+    });
+  });
+
+  it("keys repeated within an all-new batch: the leaders are created, later elements deduplicated or in conflict, and counted", async () => {
+    await inRollback(db.pool, async (c) => {
+      const task = unique("task");
+      const prefix = unique("rep");
+      const jobs = [
+        ...filler(prefix, 70).map((j) => ({ ...j, task })),
+        { task, payload: { i: 3 }, idempotency_key: `${prefix}-3` },
+        { task, payload: { i: 999 }, idempotency_key: `${prefix}-4` },
+      ];
+      const rows = await enqueueMany(c, jobs);
+      expect(rows.map((r) => r.outcome)).toEqual([...Array(70).fill("created"), "deduplicated", "conflict"]);
+      expect([rows[70]!.job_id, rows[71]!.job_id]).toEqual([rows[3]!.job_id, rows[4]!.job_id]);
+      expect(await count(c, "SELECT 1 FROM idemq.jobs WHERE task = $1", [task])).toBe(70);
+      const { rows: counted } = await c.query(
+        "SELECT event, sum(n)::int AS n FROM idemq.counters WHERE task = $1 GROUP BY event ORDER BY event",
+        [task],
+      );
+      expect(counted).toEqual([
+        { event: "conflict", n: 1 },
+        { event: "deduplicated", n: 1 },
+      ]);
+    });
+  });
+});
+
 describe("NOTIFY idemq_jobs", () => {
   it("once per queue with a job runnable now, at commit, whichever path ran", async () => {
     const listener = await Listener.start(await db.newClient());

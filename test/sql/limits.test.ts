@@ -5,7 +5,7 @@
 // a two-byte character.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase } from "../helpers/db.ts";
 import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claimJob, claimOne, fail, makeDue } from "../helpers/work.ts";
@@ -31,7 +31,7 @@ async function contents(c: pg.ClientBase): Promise<Record<string, string>> {
 }
 
 /** Runs `statement`, which must raise 22023 with a HINT, and checks it wrote nothing. */
-async function refused(c: pg.ClientBase, statement: string, values: unknown[] = [], message?: RegExp): Promise<Error> {
+async function refused(c: pg.ClientBase, statement: string, values: unknown[] = [], message?: RegExp): Promise<PgError> {
   const before = await contents(c);
   const error = await expectSqlError(
     underSavepoint(c, () => c.query(statement, values)),
@@ -57,12 +57,15 @@ describe("idemq.settings and _limit", () => {
       error_history: 20,
       error_message_chars: 4096,
       error_stack_chars: 16384,
+      jobs_per_call: 50000,
       key_bytes: 512,
+      parents_per_job: 1000,
       payload_bytes: 1048576,
       retention_cancelled_seconds: 2592000,
       retention_expired_seconds: 2592000,
       retention_failed_seconds: 2592000,
       retention_succeeded_seconds: 604800,
+      task_bytes: 256,
       worker_id_bytes: 256,
     });
     // key_bytes cannot be raised to where a btree entry fails (about 2,700 bytes).
@@ -132,6 +135,164 @@ describe("key_bytes: guard and effect keys and owners", () => {
       const error = await refused(c, "SELECT idemq.guard(key => $1)", ["x".repeat(100_000)]);
       expect(error.message.length).toBeLessThan(250);
       expect(error.message).toContain("(100000 characters)");
+    });
+  });
+});
+
+// enqueue() and enqueue_many() check the same rules (_job_problem, the limits
+// read once per call by _enqueue_limits): each limit is crossed by both, an
+// enqueue_many element after a good one (so the message names jobs[2]).
+describe("enqueue limits: enqueue and every enqueue_many element refuse alike", () => {
+  /** enqueue(task => $1, <args>) with `values` after $1. */
+  const one = (args: string) => `SELECT * FROM idemq.enqueue(task => $1${args})`;
+  const many = "SELECT * FROM idemq.enqueue_many($1::jsonb)";
+  const batch = (...jobs: unknown[]) => JSON.stringify([{ task: "t" }, ...jobs]);
+
+  async function createdBoth(c: pg.ClientBase, args: string, values: unknown[], element: Record<string, unknown>): Promise<void> {
+    const { rows } = await c.query(one(args), values);
+    expect(rows).toHaveLength(1);
+    const { rows: made } = await c.query<{ outcome: string }>(many, [batch(element)]);
+    expect(made.map((r) => r.outcome)).toEqual(["created", "created"]);
+  }
+
+  async function refusedBoth(c: pg.ClientBase, args: string, values: unknown[], element: Record<string, unknown>, message: RegExp): Promise<PgError[]> {
+    const single = await refused(c, one(args), values, message);
+    const bulk = await refused(c, many, [batch(element)], new RegExp(`^jobs\\[2\\] ${message.source}`));
+    expect(bulk.hint).toMatch(/element 2 .*nothing was enqueued/);
+    expect(single.hint).toMatch(/nothing was enqueued/);
+    return [single, bulk];
+  }
+
+  it("task_bytes: a task name of task_bytes bytes is enqueued, one byte more is 22023 (also in two-byte characters); nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const max = await limit(c, "task_bytes");
+      expect(max).toBe(256);
+      for (const task of ["t".repeat(max), "é".repeat(max / 2)]) {
+        await createdBoth(c, "", [task], { task });
+      }
+      for (const task of ["t".repeat(max + 1), `${"é".repeat(max / 2)}t`]) {
+        const [single] = await refusedBoth(c, "", [task], { task }, /task is 257 bytes, over the limit of 256 bytes \(task_bytes\)/);
+        expect(single!.hint).toMatch(/task_bytes/);
+      }
+    });
+  });
+
+  it("payload_bytes: a payload of payload_bytes bytes of JSON text is enqueued, one byte more is 22023, quoted by an excerpt; nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const max = await limit(c, "payload_bytes");
+      expect(max).toBe(1048576);
+      // {"s": "..."} is 9 bytes around the string, as jsonb prints it.
+      const payload = (bytes: number) => ({ s: "x".repeat(bytes - 9) });
+      expect(JSON.stringify(payload(max)).length).toBe(max - 1); // JSON.stringify leaves out the space
+      await createdBoth(c, ", payload => $2", ["t", payload(max)], { task: "t", payload: payload(max) });
+      // Counted in bytes: 'é' is two.
+      const wide = { s: `${"é".repeat((max - 10) / 2)}x` };
+      await createdBoth(c, ", payload => $2", ["t", wide], { task: "t", payload: wide });
+      const over = payload(max + 1);
+      const errors = await refusedBoth(c, ", payload => $2", ["t", over], { task: "t", payload: over },
+        /payload is 1048577 bytes of JSON text, over the limit of 1048576 bytes \(payload_bytes\)/);
+      for (const e of errors) {
+        expect(e.message.length).toBeLessThan(250);
+        expect(e.hint).toMatch(/payload_bytes/);
+      }
+    });
+  });
+
+  it("key_bytes: an idempotency key of key_bytes bytes is enqueued, one byte more is 22023 (not btree's 54000); nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const max = await limit(c, "key_bytes");
+      const keys = ["k".repeat(max), `${"é".repeat(max / 2 - 1)}kk`];
+      for (const key of keys) {
+        const { rows } = await c.query(one(", idempotency_key => $2"), ["t", key]);
+        expect(rows).toMatchObject([{ deduplicated: false }]);
+        const { rows: made } = await c.query<{ outcome: string }>(many, [batch({ task: "t", idempotency_key: `${key.slice(1)}z` })]);
+        expect(made.map((r) => r.outcome)).toEqual(["created", "created"]);
+      }
+      for (const key of ["k".repeat(max + 1), `${"é".repeat(max / 2)}k`]) {
+        await refusedBoth(c, ", idempotency_key => $2", ["t", key], { task: "t", idempotency_key: key },
+          /idempotency_key is 513 bytes, over the limit of 512 bytes \(key_bytes\)/);
+      }
+      const [single] = await refusedBoth(c, ", idempotency_key => $2", ["t", "k".repeat(3000)], { task: "t", idempotency_key: "k".repeat(3000) },
+        /idempotency_key is 3000 bytes/);
+      expect(single!.message).toContain("(3000 characters)");
+      expect(single!.message.length).toBeLessThan(250);
+      expect(single!.hint).toMatch(/hash a long business key/);
+    });
+  });
+
+  it("parents_per_job: a job after parents_per_job parents waits for them all; one parent more is 22023; nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const max = await limit(c, "parents_per_job");
+      expect(max).toBe(1000);
+      const { rows } = await c.query<{ job_id: string }>(
+        "SELECT job_id::text FROM idemq.enqueue_many((SELECT jsonb_agg(jsonb_build_object('task', 'parent')) FROM generate_series(1, $1)))",
+        [max],
+      );
+      const parents = rows.map((r) => r.job_id);
+      const { rows: child } = await c.query<{ job_id: string }>(one(", after => $2::bigint[]"), ["t", parents]);
+      expect((await jobRow(c, child[0]!.job_id)).state).toBe("awaiting");
+      const { rows: made } = await c.query<{ job_id: string; outcome: string }>(many, [
+        batch({ task: "t", after: parents.map(Number) }),
+      ]);
+      expect(made.map((r) => r.outcome)).toEqual(["created", "created"]);
+      expect((await jobRow(c, made[1]!.job_id)).state).toBe("awaiting");
+      expect(Number((await c.query("SELECT count(*) AS n FROM idemq.job_dependencies WHERE child_id = $1", [made[1]!.job_id])).rows[0].n)).toBe(max);
+
+      const more = [...parents, parents[0]!];
+      await refusedBoth(c, ", after => $2::bigint[]", ["t", more], { task: "t", after: more.map(Number) },
+        /after names 1001 parents, over the limit of 1000 \(parents_per_job\)/);
+    });
+  });
+
+  it("jobs_per_call: enqueue_many takes jobs_per_call jobs in one call (the bench's 20,000 among them), one more is 22023; nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const max = await limit(c, "jobs_per_call");
+      expect(max).toBe(50000);
+      const jobs = (n: number) => JSON.stringify(Array.from({ length: n }, (_, i) => ({ task: "bulk", payload: { i } })));
+      // Refused first: "nothing written" compares every table, cheaper before 50,000 jobs exist.
+      const error = await refused(c, many, [jobs(max + 1)], /^jobs has 50001 elements, over the limit of 50000 jobs per call \(jobs_per_call\)$/);
+      expect(error.hint).toMatch(/Split the batch into calls of at most 50000 jobs/);
+      const { rows } = await c.query<{ n: string }>(`SELECT count(*) AS n FROM idemq.enqueue_many($1::jsonb)`, [jobs(max)]);
+      expect(Number(rows[0]!.n)).toBe(max);
+      // Lowered by an admin, the limit applies to the next statement.
+      await c.query("UPDATE idemq.settings SET value = 2 WHERE name = 'jobs_per_call'");
+      expect((await c.query(many, [jobs(2)])).rows).toHaveLength(2);
+      await expectSqlError(underSavepoint(c, () => c.query(many, [jobs(3)])), { code: "22023", message: /^jobs has 3 elements, over the limit of 2/ });
+    });
+  });
+
+  it("run_at: a far finite time is enqueued; infinity and -infinity are 22023; nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      for (const far of ["294000-01-01T00:00:00Z", "4713-01-01 00:00:00Z BC"]) {
+        await createdBoth(c, ", run_at => $2::timestamptz", ["t", far], { task: "t", run_at: far });
+      }
+      for (const bad of ["infinity", "-infinity"]) {
+        const [single] = await refusedBoth(c, ", run_at => $2::timestamptz", ["t", bad], { task: "t", run_at: bad },
+          new RegExp(`run_at must be a finite time, not ${bad}`));
+        expect(single!.hint).toMatch(/Pass a real time/);
+      }
+    });
+  });
+
+  it("the limits are read from idemq.settings: an admin's lower value applies to both functions", async () => {
+    await inRollback(db.pool, async (c) => {
+      await c.query("UPDATE idemq.settings SET value = 4 WHERE name IN ('task_bytes', 'key_bytes', 'parents_per_job')");
+      await c.query("UPDATE idemq.settings SET value = 20 WHERE name = 'payload_bytes'");
+      await createdBoth(c, "", ["tttt"], { task: "tttt" });
+      await refusedBoth(c, "", ["ttttt"], { task: "ttttt" }, /task is 5 bytes, over the limit of 4 bytes/);
+      await createdBoth(c, ", payload => $2", ["t", { a: "x".repeat(11) }], { task: "t", payload: { a: "x".repeat(11) } });
+      await refusedBoth(c, ", payload => $2", ["t", { a: "x".repeat(12) }], { task: "t", payload: { a: "x".repeat(12) } },
+        /payload is 21 bytes of JSON text, over the limit of 20 bytes/);
+      await refusedBoth(c, ", idempotency_key => $2", ["t", "kkkkk"], { task: "t", idempotency_key: "kkkkk" }, /idempotency_key is 5 bytes/);
+      await refusedBoth(c, ", after => $2::bigint[]", ["t", [1, 2, 3, 4, 5]], { task: "t", after: [1, 2, 3, 4, 5] }, /after names 5 parents/);
+    });
+  });
+
+  it("a missing limit row raises 42704 for enqueue and enqueue_many, never a silent pass", async () => {
+    await inRollback(db.pool, async (c) => {
+      await c.query("DELETE FROM idemq.settings WHERE name = 'task_bytes'");
+      await expectSqlError(underSavepoint(c, () => c.query(one(""), ["t"])), { code: "42704", message: /task_bytes/ });
+      await expectSqlError(underSavepoint(c, () => c.query(many, [batch()])), { code: "42704", message: /task_bytes/ });
     });
   });
 });

@@ -19,6 +19,7 @@ import {
   enqueue,
   jobRow,
   keyRow,
+  sql,
   TERMINAL_STATES,
   unique,
   type Queryable,
@@ -222,16 +223,22 @@ describe("prune_keys", () => {
     });
   });
 
-  it("uses the given older_than, at its boundary", async () => {
+  // ⚑ For keys older_than is a floor over each key's own retention: these keys
+  // were enqueued with key_retention 1 hour, so older_than decides.
+  it("uses the given older_than, at its boundary, for keys whose own retention is shorter", async () => {
     await inRollback(db.pool, async (c) => {
-      const [old, young] = [unique("k"), unique("k")];
-      const oldJob = await jobIn(c, "failed", { task: "t", idempotency_key: old });
-      const youngJob = await jobIn(c, "cancelled", { task: "t", idempotency_key: young });
+      const [old, young, ownRetention] = [unique("k"), unique("k"), unique("k")];
+      const oldJob = await jobIn(c, "failed", { task: "t", idempotency_key: old, key_retention: "1 hour" });
+      const youngJob = await jobIn(c, "cancelled", { task: "t", idempotency_key: young, key_retention: "1 hour" });
+      const defaultJob = await jobIn(c, "failed", { task: "t", idempotency_key: ownRetention });
       await finishedAgo(c, oldJob, "-1 hour -1 millisecond");
       await finishedAgo(c, youngJob, "-1 hour +1 millisecond");
+      await finishedAgo(c, defaultJob, "-1 hour -1 millisecond");
       expect(await pruneKeys(c, "1 hour")).toBe(1);
       expect(await keyRow(c, old)).toBeUndefined();
       expect(await keyRow(c, young)).toBeDefined();
+      // Its own retention (the default, 14 days) has not passed: kept, whatever older_than says.
+      expect(await keyRow(c, ownRetention)).toBeDefined();
     });
   });
 
@@ -333,6 +340,129 @@ describe("prune_keys", () => {
         code: "22004",
       });
       await expectSqlError(underSavepoint(c, () => pruneKeys(c, "-1 day")), { code: "22023" });
+    });
+  });
+});
+
+describe("per-key retention: enqueue(key_retention), kept on the key row", () => {
+  it("enqueue and enqueue_many store each key's retention (default 14 days); a takeover stores its own", async () => {
+    await inRollback(db.pool, async (c) => {
+      const [a, b, d] = [unique("k"), unique("k"), unique("k")];
+      await enqueue(c, { task: "t", idempotency_key: a, key_retention: "1 day" });
+      const { rows } = await c.query<{ outcome: string }>("SELECT * FROM idemq.enqueue_many($1::jsonb)", [
+        JSON.stringify([
+          { task: "t", idempotency_key: b, key_retention: "30 days" },
+          { task: "t", idempotency_key: d },
+        ]),
+      ]);
+      expect(rows.map((r) => r.outcome)).toEqual(["created", "created"]);
+      const retention = async (key: string) =>
+        (await c.query<{ r: string }>("SELECT retention::text AS r FROM idemq.keys WHERE key = $1", [key])).rows[0]?.r;
+      expect([await retention(a), await retention(b), await retention(d)]).toEqual(["1 day", "30 days", "14 days"]);
+
+      const key = unique("k");
+      await jobIn(c, "failed", { task: "t", idempotency_key: key, key_retention: "2 days" });
+      expect(await retention(key)).toBe("2 days");
+      const taken = await enqueue(c, { task: "t", idempotency_key: key, key_retention: "3 hours" });
+      expect(taken.deduplicated).toBe(false);
+      expect(await keyRow(c, key)).toMatchObject({ job_id: taken.job_id, finished_state: null });
+      expect(await retention(key)).toBe("03:00:00");
+    });
+  });
+
+  it("retry: a job whose key row is still there keeps its retention; one whose key was released takes the default", async () => {
+    await inRollback(db.pool, async (c) => {
+      const retention = async (key: string) =>
+        (await c.query<{ r: string }>("SELECT retention::text AS r FROM idemq.keys WHERE key = $1", [key])).rows[0]?.r;
+      const [kept, released] = [unique("k"), unique("k")];
+      const keptJob = await jobIn(c, "failed", { task: "t", idempotency_key: kept, key_retention: "2 days" });
+      const releasedJob = await jobIn(c, "failed", { task: "t", idempotency_key: released, key_retention: "2 days" });
+      await finishedAgo(c, releasedJob, "-3 days");
+      expect(await pruneKeys(c, "0")).toBe(1);
+      expect(await retention(released)).toBeUndefined();
+      for (const id of [keptJob, releasedJob]) await c.query("SELECT idemq.retry(job_id => $1)", [id]);
+      expect(await retention(kept)).toBe("2 days");
+      expect(await retention(released)).toBe("14 days");
+      expect(await keyRow(c, released)).toMatchObject({ job_id: releasedJob, finished_state: null });
+    });
+  });
+
+  it("two apps with different retentions share one database: neither's prune_keys, with any argument, releases the other's keys early", async () => {
+    await inRollback(db.pool, async (c) => {
+      // App A keeps keys 1 day, app B 30 days; each key finished just inside
+      // or just outside its own retention.
+      const keys = { aInside: unique("a"), aOutside: unique("a"), bInside: unique("b"), bOutside: unique("b") };
+      const finished: Record<string, string> = {
+        aInside: "-1 day +1 millisecond",
+        aOutside: "-1 day -1 millisecond",
+        bInside: "-30 days +1 millisecond",
+        bOutside: "-30 days -1 millisecond",
+      };
+      for (const [name, key] of Object.entries(keys)) {
+        const retention = name.startsWith("a") ? "1 day" : "30 days";
+        const id = await jobIn(c, "succeeded", { task: "t", idempotency_key: key, key_retention: retention });
+        await finishedAgo(c, id, finished[name]!);
+      }
+      const held = async () => {
+        const out: string[] = [];
+        for (const [name, key] of Object.entries(keys)) if (await keyRow(c, key)) out.push(name);
+        return out;
+      };
+      // Any argument (the default of 14 days, 1 day, 1 second, 0), each under a
+      // savepoint (rolled back): inside its own retention no key is ever released.
+      for (const olderThan of [undefined, "1 day", "1 second", "0"]) {
+        await underSavepoint(c, async () => {
+          await pruneKeys(c, olderThan);
+          const kept = await held();
+          expect(kept, `prune_keys(${olderThan ?? ""})`).toEqual(expect.arrayContaining(["aInside", "bInside"]));
+          // Past its own retention a key goes once older_than has passed too (the default 14 days keeps A's).
+          expect(kept.includes("aOutside"), `prune_keys(${olderThan ?? ""})`).toBe(olderThan === undefined);
+          expect(kept.includes("bOutside"), `prune_keys(${olderThan ?? ""})`).toBe(false);
+        });
+      }
+      // A long floor keeps even B's expired key: older_than can only lengthen.
+      expect(await pruneKeys(c, "31 days")).toBe(0);
+      expect(await held()).toEqual(["aInside", "aOutside", "bInside", "bOutside"]);
+      expect(await pruneKeys(c, "0")).toBe(2);
+      expect(await held()).toEqual(["aInside", "bInside"]);
+    });
+  });
+
+  it("key_retention must not be negative nor over duration_days: 22023 for enqueue and for an enqueue_many element; nothing written", async () => {
+    await inRollback(db.pool, async (c) => {
+      const { rows } = await c.query<{ d: string }>("SELECT value AS d FROM idemq.settings WHERE name = 'duration_days'");
+      const days = Number(rows[0]!.d);
+      await enqueue(c, { task: "t", idempotency_key: unique("k"), key_retention: `${days} days` });
+      await enqueue(c, { task: "t", idempotency_key: unique("k"), key_retention: "0" });
+      const before = await count(c, "SELECT 1 FROM idemq.keys");
+      for (const [value, message] of [
+        ["-1 second", /key_retention must not be negative/],
+        [`${days} days 1 second`, /key_retention must be at most 36500 days \(duration_days\)/],
+      ] as const) {
+        const single = await expectSqlError(
+          underSavepoint(c, () => enqueue(c, { task: "t", idempotency_key: unique("k"), key_retention: value })),
+          { code: "22023", message },
+        );
+        expect(single.hint).toMatch(/nothing was enqueued/);
+        await expectSqlError(
+          underSavepoint(c, () =>
+            c.query("SELECT * FROM idemq.enqueue_many($1::jsonb)", [
+              JSON.stringify([{ task: "t" }, { task: "t", idempotency_key: unique("k"), key_retention: value }]),
+            ]),
+          ),
+          { code: "22023", message: new RegExp(`^jobs\\[2\\] ${message.source}`) },
+        );
+      }
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT * FROM idemq.enqueue_many($1::jsonb)", ['[{"task": "t", "key_retention": 5}]'])),
+        { code: "22023", message: /^jobs\[1\] key_retention must be an interval string/ },
+      );
+      await expectSqlError(
+        underSavepoint(c, () => c.query("SELECT * FROM idemq.enqueue_many($1::jsonb)", ['[{"task": "t", "key_retention": "soon"}]'])),
+        { code: "22023", message: /^jobs\[1\] .*not an interval/ },
+      );
+      await expectSqlError(underSavepoint(c, () => enqueue(c, { task: "t", key_retention: sql("NULL") })), { code: "22004", message: /key_retention/ });
+      expect(await count(c, "SELECT 1 FROM idemq.keys")).toBe(before);
     });
   });
 });

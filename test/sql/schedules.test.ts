@@ -150,6 +150,9 @@ describe("schedule: validation (22023 naming the bad field, with a HINT; nothing
     ["max_attempts 0", { max_attempts: 0 }, "22023", /max_attempts must be at least 1/],
     ["misfire_grace under a second", { misfire_grace: "0.5 seconds" }, "22023", /misfire_grace must be between 1 second and 1 day/],
     ["misfire_grace over a day", { misfire_grace: "25 hours" }, "22023", /misfire_grace/],
+    // The job a slot enqueues meets enqueue's limits (_job_problem), so tick() never meets a refused one.
+    ["a task over task_bytes", { task: "t".repeat(257) }, "22023", /its jobs would be refused: task is 257 bytes, over the limit of 256 bytes/],
+    ["a payload over payload_bytes", { payload: { s: "x".repeat(1_048_576) } }, "22023", /its jobs would be refused: payload is 1048585 bytes/],
   ];
   it.each(badArgs)("%s", async (_what, args, code, message) => {
     const name = args.name ?? unique("bad");
@@ -169,6 +172,18 @@ describe("schedule: validation (22023 naming the bad field, with a HINT; nothing
 
   it("an unknown policy is refused by its enum (22P02)", async () => {
     await expectSqlError(schedule(db.pool, { name: unique("p"), cron: "* * * * *", overlap: "never" as "skip" }), { code: "22P02" });
+  });
+
+  it("a name whose slot key (schedule:<name>:<slot>) would be over key_bytes is refused; one byte less is scheduled", async () => {
+    // '€' is 3 bytes: schedule: (9) + 160 x 3 + : (1) + the 20-character slot = 510 bytes; 161 of them, 513.
+    await schedule(db.pool, { name: "€".repeat(160), cron: "* * * * *" });
+    const name = "€".repeat(161);
+    await expectSqlError(schedule(db.pool, { name, cron: "* * * * *" }), {
+      code: "22023",
+      message: /its jobs would be refused: idempotency_key is 513 bytes, over the limit of 512 bytes \(key_bytes\)/,
+      hint: /key_bytes/,
+    });
+    expect(await count(db.pool, "SELECT 1 FROM idemq.schedules WHERE name = $1", [name])).toBe(0);
   });
 
   it("a bad redefinition leaves the existing schedule as it was", async () => {

@@ -31,8 +31,12 @@ function worker(keyRetention?: string): Worker {
 }
 
 /** A succeeded job with this key, its key finished `ago` ago. */
-async function finishedKey(key: string, ago: string): Promise<void> {
-  const { jobId } = await client.enqueue("noop", {}, { idempotencyKey: key, queue: "maintenance" });
+async function finishedKey(key: string, ago: string, keyRetention?: string): Promise<void> {
+  const { jobId } = await client.enqueue("noop", {}, {
+    idempotencyKey: key,
+    queue: "maintenance",
+    ...(keyRetention === undefined ? {} : { keyRetention }),
+  });
   await db.pool.query("SELECT idemq.claim(worker_id => 'w', queues => ARRAY['maintenance'])");
   await db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [jobId]);
   await db.pool.query("UPDATE idemq.keys SET finished_at = now() - $2::interval WHERE key = $1", [key, ago]);
@@ -54,12 +58,15 @@ describe("rescuer.runOnce()", () => {
 });
 
 describe("keyPruner.runOnce()", () => {
-  it("with keyRetention 1 hour: releases a key finished 2 hours ago, keeps one finished 30 minutes ago", async () => {
-    await finishedKey("retention:old", "2 hours");
-    await finishedKey("retention:recent", "30 minutes");
+  // ⚑ keyRetention is a floor over each key's own retention (enqueue's keyRetention).
+  it("with keyRetention 1 hour: releases a key of 1-hour retention finished 2 hours ago, keeps one finished 30 minutes ago and one of the default retention", async () => {
+    await finishedKey("retention:old", "2 hours", "1 hour");
+    await finishedKey("retention:recent", "30 minutes", "1 hour");
+    await finishedKey("retention:own-default", "2 hours");
     expect(await worker("1 hour").keyPruner.runOnce()).toBe(1);
     expect(await keyExists("retention:old")).toBe(false);
     expect(await keyExists("retention:recent")).toBe(true);
+    expect(await keyExists("retention:own-default")).toBe(true);
   });
 
   it("without keyRetention the SQL default applies: a key finished 13 days ago stays, one finished 15 days ago goes", async () => {

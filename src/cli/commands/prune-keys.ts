@@ -1,6 +1,7 @@
 // idemq prune-keys [--older-than 14d]: releases idempotency keys whose job
-// finished more than that long ago (and old guard and effect records). Without
-// --older-than, prune_keys' own default applies (it lives in SQL only).
+// finished more than that long ago and more than the key's own retention
+// (enqueue's key_retention: never sooner), and old guard and effect records.
+// Without --older-than, prune_keys' own default applies (it lives in SQL only).
 import type { Command } from "commander";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
@@ -17,7 +18,11 @@ export function registerPruneKeysCommand(program: Command): void {
   const command = program
     .command("prune-keys")
     .description("release idempotency keys whose job finished long ago (a later enqueue with the key makes a new job)")
-    .option("--older-than <duration>", "key retention: finished more than this long ago (default: prune_keys' default, 14 days)", parseDuration)
+    .option(
+      "--older-than <duration>",
+      "finished more than this long ago, and than each key's own retention (default: prune_keys' default, 14 days)",
+      parseDuration,
+    )
     .action(
       action(async (_options: Options, cmd: Command) => {
         const options = cmd.optsWithGlobals<Options>();
@@ -30,7 +35,7 @@ export function registerPruneKeysCommand(program: Command): void {
             options,
             { prunedKeys: released, olderThan },
             `Released ${released} idempotency key(s) whose job finished more than ${olderThan} ago ` +
-              "(and guard and effect records as old).",
+              "and past the key's own retention (and guard and effect records older than that).",
           );
         });
       }),
