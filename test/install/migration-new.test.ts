@@ -86,10 +86,10 @@ describe("migration:check and migration:new", () => {
     const purgeFile = join(functions, "purge.sql");
     const purge = await readFile(purgeFile, "utf8");
     const resigned = purge
-      .replaceAll("DEFAULT idemq.terminal_states())", "DEFAULT idemq.terminal_states(), note text DEFAULT NULL)")
-      .replace("COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[])", "COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[], text)");
+      .replaceAll("batch_size int DEFAULT NULL)", "batch_size int DEFAULT NULL, note text DEFAULT NULL)")
+      .replace("COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[], int)", "COMMENT ON FUNCTION idemq.purge(interval, idemq.job_state[], int, text)");
     // The header's signature line, the CREATE line and the COMMENT.
-    expect(resigned.match(/note text|job_state\[\], text\)/g)).toHaveLength(3);
+    expect(resigned.match(/note text|job_state\[\], int, text\)/g)).toHaveLength(3);
     await writeFile(purgeFile, resigned);
     const pruneKeys = await readFile(join(functions, "prune_keys.sql"), "utf8");
     await unlink(join(functions, "prune_keys.sql"));
@@ -153,7 +153,7 @@ describe("migration:check and migration:new", () => {
       helper_public: false,
       prune_keys: null,
       stats_comment: expect.stringMatching(/^\(probe\) /),
-      purge_signatures: ["older_than interval, states idemq.job_state[], note text"],
+      purge_signatures: ["older_than interval, states idemq.job_state[], batch_size integer, note text"],
     });
     const installed = await db.pool.query<{ name: string }>("SELECT proname AS name FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace ORDER BY 1");
     const files = (await readdir(functions)).filter((f) => f.endsWith(".sql")).map((f) => f.slice(0, -4)).sort();
