@@ -45,14 +45,54 @@ describe("idemq jobs (list)", () => {
 
     const both = await jobs(["--queue", queue, "--task", "import", "--state", "failed,cancelled", "--json"]);
     expect(both).toMatchObject({ code: EXIT.OK, stderr: "" });
-    expect(JSON.parse(both.stdout).map((j: { id: string }) => j.id)).toEqual([c, b, a]);
+    expect(JSON.parse(both.stdout).jobs.map((j: { id: string }) => j.id)).toEqual([c, b, a]);
 
-    const limited = JSON.parse((await jobs(["--queue", queue, "--task", "import", "--limit", "2", "--json"])).stdout);
+    const limited = JSON.parse((await jobs(["--queue", queue, "--task", "import", "--limit", "2", "--json"])).stdout).jobs;
     expect(limited.map((j: { id: string }) => j.id)).toEqual([c, b]);
 
-    const byKey = JSON.parse((await jobs(["--key", (await jobRow(db.pool, b)).idempotency_key!, "--json"])).stdout);
+    const byKey = JSON.parse((await jobs(["--key", (await jobRow(db.pool, b)).idempotency_key!, "--json"])).stdout).jobs;
     expect(byKey).toHaveLength(1);
     expect(byKey[0]).toMatchObject({ id: b, state: "failed", queue, task: "import", attempt: 1, maxAttempts: 10 });
+  });
+
+  it("says when it stopped at --limit and how many more match (--json: limit, more, moreExact)", async () => {
+    const queue = unique("q");
+    const ids = [];
+    for (let i = 0; i < 5; i++) ids.push(await jobIn(db.pool, "enqueued", { queue, task: "many" }));
+    const limited = await jobs(["--queue", queue, "--limit", "2", "--json"]);
+    expect(limited).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(limited.stdout)).toEqual({
+      jobs: [expect.objectContaining({ id: ids[4] }), expect.objectContaining({ id: ids[3] })],
+      limit: 2,
+      more: 3,
+      moreExact: true,
+    });
+    const human = await jobs(["--queue", queue, "--limit", "2"]);
+    expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = human.stdout.trimEnd().split("\n");
+    expect(lines).toHaveLength(4);
+    expect(lines[3]).toBe("Stopped at --limit 2: 3 more match; raise --limit or narrow the filters.");
+    // Exactly at the limit: nothing more, and no line says otherwise.
+    const all = await jobs(["--queue", queue, "--limit", "5", "--json"]);
+    expect(JSON.parse(all.stdout)).toMatchObject({ limit: 5, more: 0, moreExact: true });
+    expect((await jobs(["--queue", queue, "--limit", "5"])).stdout).not.toContain("Stopped at");
+  });
+
+  it("counts no further than 10,000 past --limit: 10,000+ more", async () => {
+    const queue = unique("q");
+    // limit 1 + 10,000 counted + 1 that proves the count stopped.
+    await db.pool.query(
+      `SELECT idemq.enqueue_many(jobs => (SELECT jsonb_agg(jsonb_build_object('task', 'bulk', 'queue', $1::text)) FROM generate_series(1, 10002)))`,
+      [queue],
+    );
+    const json = JSON.parse((await jobs(["--queue", queue, "--limit", "1", "--json"])).stdout);
+    expect(json).toMatchObject({ limit: 1, more: 10000, moreExact: false });
+    expect(json.jobs).toHaveLength(1);
+    const human = await jobs(["--queue", queue, "--limit", "1"]);
+    expect(human.stdout.trimEnd().split("\n").at(-1)).toBe("Stopped at --limit 1: 10,000+ more match; raise --limit or narrow the filters.");
+    // One job fewer and the count is exact.
+    await db.pool.query("DELETE FROM idemq.jobs WHERE id = (SELECT min(id) FROM idemq.jobs WHERE queue = $1)", [queue]);
+    expect(JSON.parse((await jobs(["--queue", queue, "--limit", "1", "--json"])).stdout)).toMatchObject({ more: 10000, moreExact: true });
   });
 
   it("prints an aligned table with a header, and says when nothing matches", async () => {

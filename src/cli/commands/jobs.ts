@@ -6,6 +6,7 @@ import { type Command, Option } from "commander";
 import { CLIENT_DEFAULTS, JOB_STATES, type JobState } from "../../contract.ts";
 import { DuplicateJobError, JobNotFoundError } from "../../errors.ts";
 import type { Client } from "../../client.ts";
+import { countJobs, type ListJobsFilter } from "../../job-reads.ts";
 import { runQuery } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
@@ -47,19 +48,19 @@ export function registerJobsCommands(program: Command): void {
         }
         const options = cmd.optsWithGlobals<ListOptions>();
         await withClient(options, async (client) => {
-          const found = await client.listJobs({
+          const filter = {
             ...(options.state === undefined ? {} : { state: options.state }),
             ...(options.queue === undefined ? {} : { queue: options.queue }),
             ...(options.task === undefined ? {} : { task: options.task }),
             ...(options.key === undefined ? {} : { key: options.key }),
-            ...(options.limit === undefined ? {} : { limit: options.limit }),
-          });
+          };
+          const limit = options.limit ?? CLIENT_DEFAULTS.listLimit;
+          const found = await client.listJobs({ ...filter, limit });
+          const beyond = found.length < limit ? { count: 0, exact: true } : await countBeyond(client, filter, limit);
           const now = Date.now();
-          emit(
-            options,
-            found,
-            found.length === 0 ? "No jobs match." : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]),
-          );
+          const rows = found.length === 0 ? ["No jobs match."] : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]);
+          if (beyond.count > 0) rows.push(moreLine(limit, beyond));
+          emit(options, { jobs: found, limit, more: beyond.count, moreExact: beyond.exact }, rows);
         });
       }),
     );
@@ -96,7 +97,7 @@ export function registerJobsCommands(program: Command): void {
         await forEachJob(cmd.optsWithGlobals<CommonOptions>(), parseJobIds(ids), "retried", (client, id) => client.retry(id));
       }),
     );
-  databaseCommand(retry, ["idemq jobs retry 42", "idemq jobs retry $(idemq jobs --state failed --json | jq -r '.[].id')"]);
+  databaseCommand(retry, ["idemq jobs retry 42", "idemq jobs retry $(idemq jobs --state failed --json | jq -r '.jobs[].id')"]);
 
   const cancel = jobs
     .command("cancel")
@@ -191,6 +192,24 @@ function keyHolder(error: unknown): string {
 async function databaseTimeIn(client: Client, interval: string): Promise<Date> {
   const rows = await runQuery<{ at: Date }>(client.pool, "SELECT statement_timestamp() + $1::interval AS at", [interval]);
   return rows[0]!.at;
+}
+
+/**
+ * How many more jobs match than the `limit` shown, counted up to
+ * MORE_COUNT_CAP past it: a filter matching a million finished jobs reads
+ * limit + MORE_COUNT_CAP + 1 rows, never all of them.
+ */
+export const MORE_COUNT_CAP = 10_000;
+
+async function countBeyond(client: Client, filter: ListJobsFilter, limit: number): Promise<{ count: number; exact: boolean }> {
+  const { count, exact } = await countJobs(client.pool, filter, limit + MORE_COUNT_CAP);
+  return { count: count - limit, exact };
+}
+
+/** "Stopped at --limit 100: 37 more match; ..." (or "10,000+ more"). */
+function moreLine(limit: number, beyond: { count: number; exact: boolean }): string {
+  const more = `${beyond.count.toLocaleString("en-US")}${beyond.exact ? "" : "+"}`;
+  return `Stopped at --limit ${limit}: ${more} more match; raise --limit or narrow the filters.`;
 }
 
 /** locked_at: when the last attempt was claimed (Job leaves it out). An admin read, like job-reads.ts. */
