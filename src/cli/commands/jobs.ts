@@ -11,7 +11,7 @@ import { runQuery } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";
-import { JOB_COLUMNS, jobRow, renderJob, table, timeline } from "../format.ts";
+import { attemptCount, type JobExtras, JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
 import { action, emit, errorLine, UsageError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
@@ -22,6 +22,10 @@ interface ListOptions extends CommonOptions {
   task?: string;
   key?: string;
   limit?: number;
+}
+
+interface ShowOptions extends CommonOptions {
+  stack?: boolean;
 }
 
 interface RescheduleOptions extends CommonOptions {
@@ -75,18 +79,26 @@ export function registerJobsCommands(program: Command): void {
     .command("show")
     .description("show a job and the timeline of its attempts: claimed when, by which worker, how it ended, the error")
     .argument("<id>", "job id", parseJobId)
+    .option("--stack", "print each failed attempt's stack trace under it (--json always has them, in errors)")
     .action(
-      action(async (id: string, _options: CommonOptions, cmd: Command) => {
-        const options = cmd.optsWithGlobals<CommonOptions>();
+      action(async (id: string, _options: ShowOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<ShowOptions>();
         await withClient(options, async (client) => {
           const job = await client.getJob(id);
           if (job === null) throw new JobNotFoundError(`no job ${id}`, { hint: "idemq jobs lists the jobs there are" });
-          const attempts = timeline(job, await jobExtras(client, id));
-          emit(options, { ...job, timeline: attempts }, renderJob(job, attempts));
+          const extras = await jobExtras(client, id);
+          const attempts = timeline(job, extras);
+          const count = attemptCount(job, extras);
+          const retried = retries(job);
+          emit(
+            options,
+            { ...job, countedAttempts: count.counted, attemptLimit: count.limit, retries: retried, timeline: attempts },
+            renderJob(job, attempts, { count, retries: retried, stack: options.stack === true }),
+          );
         });
       }),
     );
-  databaseCommand(show, ["idemq jobs show 42", "idemq jobs show 42 --json | jq '.timeline[-1].error'"]);
+  databaseCommand(show, ["idemq jobs show 42", "idemq jobs show 42 --stack", "idemq jobs show 42 --json | jq '.timeline[-1].error'"]);
 
   const retry = jobs
     .command("retry")
@@ -212,8 +224,12 @@ function moreLine(limit: number, beyond: { count: number; exact: boolean }): str
   return `Stopped at --limit ${limit}: ${more} more match; raise --limit or narrow the filters.`;
 }
 
-/** locked_at: when the last attempt was claimed (Job leaves it out). An admin read, like job-reads.ts. */
-async function jobExtras(client: Client, id: string): Promise<{ lockedAt: Date | null }> {
-  const rows = await runQuery<{ locked_at: Date | null }>(client.pool, "SELECT j.locked_at FROM idemq.jobs j WHERE j.id = $1", [id]);
-  return { lockedAt: rows[0]?.locked_at ?? null };
+/** locked_at (when the last attempt was claimed) and uncounted, which Job leaves out. An admin read, like job-reads.ts. */
+async function jobExtras(client: Client, id: string): Promise<JobExtras> {
+  const rows = await runQuery<{ locked_at: Date | null; uncounted: number }>(
+    client.pool,
+    "SELECT j.locked_at, j.uncounted FROM idemq.jobs j WHERE j.id = $1",
+    [id],
+  );
+  return { lockedAt: rows[0]?.locked_at ?? null, uncounted: rows[0]?.uncounted ?? 0 };
 }
