@@ -308,8 +308,17 @@ describe("idemq jobs retry | cancel | reschedule", () => {
     expect(JSON.parse(result.stdout)).toEqual({
       results: [
         { id: failed, ok: true, state: "enqueued" },
-        { id: succeeded, ok: false, code: "IQ412", message: expect.stringContaining(`retry: job ${succeeded} is succeeded`) },
-        { id: "999999998", ok: false, code: "IQ404", message: expect.stringContaining("does not exist") },
+        {
+          id: succeeded,
+          ok: false,
+          error: {
+            code: "IQ412",
+            message: expect.stringContaining(`retry: job ${succeeded} is succeeded`),
+            hint: expect.any(String),
+            detail: { jobId: succeeded, state: "succeeded" },
+          },
+        },
+        { id: "999999998", ok: false, error: { code: "IQ404", message: expect.stringContaining("does not exist"), hint: expect.any(String) } },
         { id: cancelled, ok: true, state: "enqueued" },
       ],
     });
@@ -342,7 +351,9 @@ describe("idemq jobs retry | cancel | reschedule", () => {
 
     const again = await jobs(["cancel", enqueued, "--json"]);
     expect(again.code).toBe(EXIT.INVALID_STATE);
-    expect(JSON.parse(again.stdout).results).toEqual([{ id: enqueued, ok: false, code: "IQ412", message: expect.stringContaining("already finished") }]);
+    expect(JSON.parse(again.stdout).results).toEqual([
+      { id: enqueued, ok: false, error: expect.objectContaining({ code: "IQ412", message: expect.stringContaining("already finished") }) },
+    ]);
   });
 
   it("reschedule --delay uses the database clock; --run-at sets the time; a running job is exit 6", async () => {

@@ -63,14 +63,14 @@ describe("idemq stats", () => {
       failed: 1,
       expired: 0,
       cancelled: 0,
-      lease_expired: 1,
-      oldest_runnable_seconds: expect.any(Number),
+      leaseExpired: 1,
+      oldestRunnableSeconds: expect.any(Number),
     });
-    expect(row.oldest_runnable_seconds).toBeGreaterThanOrEqual(3600);
-    expect(row.oldest_runnable_seconds).toBeLessThan(3600 + 60);
-    expect(report.events).toContainEqual({ task, deduplicated: 2, rejected: 1, conflict: 0, guard_duplicate: 1 });
-    expect(report.totals).toMatchObject({ enqueued: 3, scheduled: 1, processing: 1, failed: 1, succeeded: 1, lease_expired: 1 });
-    expect(report.totals.oldest_runnable_seconds).toBe(row.oldest_runnable_seconds);
+    expect(row.oldestRunnableSeconds).toBeGreaterThanOrEqual(3600);
+    expect(row.oldestRunnableSeconds).toBeLessThan(3600 + 60);
+    expect(report.events).toContainEqual({ task, deduplicated: 2, rejected: 1, conflict: 0, guardDuplicate: 1 });
+    expect(report.totals).toMatchObject({ enqueued: 3, scheduled: 1, processing: 1, failed: 1, succeeded: 1, leaseExpired: 1 });
+    expect(report.totals.oldestRunnableSeconds).toBe(row.oldestRunnableSeconds);
     expect(Date.parse(report.at)).not.toBeNaN();
   });
 
@@ -98,7 +98,7 @@ describe("idemq stats", () => {
     const human = await runCli(["stats", "--database-url", empty.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stdout: "No jobs yet.\n", stderr: "" });
     const json = JSON.parse((await runCli(["stats", "--json", "--database-url", empty.url])).stdout);
-    expect(json).toMatchObject({ jobs: [], events: [], totals: { enqueued: 0, oldest_runnable_seconds: null } });
+    expect(json).toMatchObject({ jobs: [], events: [], totals: { enqueued: 0, oldestRunnableSeconds: null } });
   });
 
   it("--watch --json prints a report per interval until SIGINT, then exits 0", async () => {

@@ -12,7 +12,7 @@ import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";
 import { attemptCount, type JobExtras, JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
-import { action, emit, errorLine, UsageError } from "../output.ts";
+import { action, emit, type ErrorJson, errorJson, errorLine, UsageError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
 
@@ -149,8 +149,8 @@ interface JobResult {
   id: string;
   ok: boolean;
   state?: JobState;
-  code?: string;
-  message?: string;
+  /** Why this id failed, in the shape of every --json error (errorJson). */
+  error?: ErrorJson["error"];
 }
 
 /**
@@ -176,7 +176,7 @@ async function forEachJob(
         if (typeof code !== "string" || (!code.startsWith("IQ") && !code.startsWith("22"))) throw error;
         firstFailure ??= error;
         const detail = code === "IQ409" ? keyHolder(error) : "";
-        results.push({ id, ok: false, code, message: errorLine(error) + detail });
+        results.push({ id, ok: false, error: errorJson(error).error });
         process.stderr.write(`idemq: job ${id}: ${printable(errorLine(error) + detail)}\n`);
       }
     }

@@ -12,7 +12,7 @@ import type { StatsRow } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { age, table } from "../format.ts";
-import { action, emit } from "../output.ts";
+import { action, camelCase, emit } from "../output.ts";
 
 interface Options extends CommonOptions {
   watch?: true | number;
@@ -20,17 +20,19 @@ interface Options extends CommonOptions {
 
 const DEFAULT_WATCH_SECONDS = 2;
 const EVENT_METRICS = ["deduplicated", "rejected", "conflict", "guard_duplicate"] as const;
+type EventMetric = (typeof EVENT_METRICS)[number];
 
-type JobCounts = { queue: string; task: string } & Record<JobState | "lease_expired", number> & {
-    oldest_runnable_seconds: number | null;
-  };
-type EventCounts = { task: string } & Record<(typeof EVENT_METRICS)[number], number>;
+// The report's keys are camelCase, as every command's --json (stats() names
+// its metrics in snake_case: camelCase() maps them).
+type Counts = Record<JobState | "leaseExpired", number> & { oldestRunnableSeconds: number | null };
+type JobCounts = { queue: string; task: string } & Counts;
+type EventCounts = { task: string } & Record<"deduplicated" | "rejected" | "conflict" | "guardDuplicate", number>;
 
 export interface StatsReport {
   at: string;
   jobs: JobCounts[];
   events: EventCounts[];
-  totals: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null };
+  totals: Counts;
 }
 
 export function registerStatsCommand(program: Command): void {
@@ -75,36 +77,36 @@ async function statsReport(client: Client): Promise<StatsReport> {
   return toReport(await client.stats());
 }
 
-function zeroStates(): Record<JobState | "lease_expired", number> {
-  return Object.fromEntries([...JOB_STATES, "lease_expired"].map((metric) => [metric, 0])) as Record<
-    JobState | "lease_expired",
-    number
-  >;
+function zeroStates(): Record<JobState | "leaseExpired", number> {
+  return Object.fromEntries([...JOB_STATES, "leaseExpired"].map((metric) => [metric, 0])) as Record<JobState | "leaseExpired", number>;
 }
 
 function toReport(rows: readonly StatsRow[]): StatsReport {
   const jobs = new Map<string, JobCounts>();
   const events = new Map<string, EventCounts>();
-  const totals = { ...zeroStates(), oldest_runnable_seconds: null as number | null };
+  const totals: Counts = { ...zeroStates(), oldestRunnableSeconds: null };
   for (const row of rows) {
     if (row.queue === null) {
       if (!(EVENT_METRICS as readonly string[]).includes(row.metric) || row.task === null) continue;
       const entry =
         events.get(row.task) ??
-        ({ task: row.task, ...Object.fromEntries(EVENT_METRICS.map((m) => [m, 0])) } as EventCounts);
-      entry[row.metric as (typeof EVENT_METRICS)[number]] += row.value;
+        ({ task: row.task, ...Object.fromEntries(EVENT_METRICS.map((m) => [camelCase(m), 0])) } as EventCounts);
+      entry[camelCase(row.metric as EventMetric) as keyof Omit<EventCounts, "task">] += row.value;
       events.set(row.task, entry);
       continue;
     }
     const id = JSON.stringify([row.queue, row.task]);
     const entry =
-      jobs.get(id) ?? ({ queue: row.queue, task: row.task ?? "", ...zeroStates(), oldest_runnable_seconds: null } as JobCounts);
+      jobs.get(id) ?? ({ queue: row.queue, task: row.task ?? "", ...zeroStates(), oldestRunnableSeconds: null } as JobCounts);
     // StatsMetric (contract.ts) lacks oldest_runnable_seconds, which stats() also returns.
     const metric = row.metric as string;
     if (metric === "oldest_runnable_seconds") {
-      entry.oldest_runnable_seconds = row.value;
-      totals.oldest_runnable_seconds = Math.max(totals.oldest_runnable_seconds ?? 0, row.value);
-    } else if (metric === "lease_expired" || isJobState(metric)) {
+      entry.oldestRunnableSeconds = row.value;
+      totals.oldestRunnableSeconds = Math.max(totals.oldestRunnableSeconds ?? 0, row.value);
+    } else if (metric === "lease_expired") {
+      entry.leaseExpired += row.value;
+      totals.leaseExpired += row.value;
+    } else if (isJobState(metric)) {
       entry[metric] += row.value;
       totals[metric] += row.value;
     }
@@ -117,10 +119,10 @@ const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED
 
 function renderStats(report: StatsReport): string[] {
   if (report.jobs.length === 0 && report.events.length === 0) return ["No jobs yet."];
-  const numbers = (counts: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null }) => [
+  const numbers = (counts: Counts) => [
     ...JOB_STATES.map((state) => String(counts[state])),
-    String(counts.lease_expired),
-    counts.oldest_runnable_seconds === null ? "-" : age(counts.oldest_runnable_seconds * 1000),
+    String(counts.leaseExpired),
+    counts.oldestRunnableSeconds === null ? "-" : age(counts.oldestRunnableSeconds * 1000),
   ];
   const numeric = STATE_HEADERS.map((_, i) => i + 2);
   const lines = table(
@@ -133,13 +135,13 @@ function renderStats(report: StatsReport): string[] {
       "",
       ...table(
         ["TASK", "DEDUPLICATED", "REJECTED", "CONFLICT", "GUARD DUPLICATE"],
-        report.events.map((e) => [e.task, String(e.deduplicated), String(e.rejected), String(e.conflict), String(e.guard_duplicate)]),
+        report.events.map((e) => [e.task, String(e.deduplicated), String(e.rejected), String(e.conflict), String(e.guardDuplicate)]),
         [1, 2, 3, 4],
       ),
     );
   }
-  if (report.totals.lease_expired > 0) {
-    lines.push("", `${report.totals.lease_expired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
+  if (report.totals.leaseExpired > 0) {
+    lines.push("", `${report.totals.leaseExpired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
   }
   return lines;
 }
