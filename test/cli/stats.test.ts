@@ -92,6 +92,27 @@ describe("idemq stats", () => {
     expect(lines.at(-1)).toBe("1 job(s) hold an expired lease: run `idemq rescue` or start a worker.");
   });
 
+  it("--queue and --task keep only their rows, and the totals are theirs; events (per task) go with --task only", async () => {
+    const byQueue = await runCli(["stats", "--queue", queue, "--json", "--database-url", db.url]);
+    expect(byQueue).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const report = JSON.parse(byQueue.stdout);
+    expect(report.jobs.map((j: { queue: string; task: string }) => [j.queue, j.task])).toEqual([[queue, task]]);
+    expect(report.events).toEqual([]);
+    // The succeeded job of this task is in another queue: not counted.
+    expect(report.totals).toMatchObject({ scheduled: 1, enqueued: 3, processing: 1, failed: 1, succeeded: 0, leaseExpired: 1 });
+
+    const byTask = JSON.parse((await runCli(["stats", "--task", task, "--json", "--database-url", db.url])).stdout);
+    expect(new Set(byTask.jobs.map((j: { task: string }) => j.task))).toEqual(new Set([task]));
+    expect(byTask.jobs).toHaveLength(2);
+    expect(byTask.events).toEqual([{ task, deduplicated: 2, rejected: 1, conflict: 0, guardDuplicate: 1 }]);
+    expect(byTask.totals).toMatchObject({ enqueued: 3, succeeded: 1 });
+
+    const human = await runCli(["stats", "--queue", queue, "--task", task, "--database-url", db.url]);
+    const lines = human.stdout.trimEnd().split("\n");
+    expect(lines.filter((line) => line.startsWith(`${queue} `))).toHaveLength(1);
+    expect(lines.some((line) => line.startsWith("TASK "))).toBe(false);
+  });
+
   it("an empty queue says so", async () => {
     const empty = await freshDatabase();
     databases.push(empty);

@@ -1,4 +1,4 @@
-// idemq stats [--watch [seconds]]
+// idemq stats [--queue Q] [--task T] [--watch [seconds]]
 //
 // Counts per queue, task and state, expired leases and the age of the oldest
 // runnable job (per queue and task), and duplicate and rejection events per
@@ -16,6 +16,14 @@ import { action, camelCase, emit } from "../output.ts";
 
 interface Options extends CommonOptions {
   watch?: true | number;
+  queue?: string;
+  task?: string;
+}
+
+/** Which rows of stats() a report keeps. */
+interface Filter {
+  queue?: string | undefined;
+  task?: string | undefined;
 }
 
 const DEFAULT_WATCH_SECONDS = 2;
@@ -40,13 +48,15 @@ export function registerStatsCommand(program: Command): void {
     .command("stats")
     .description("counts per queue, task and state; expired leases; oldest runnable job; duplicates and rejections per task")
     .option("--watch [seconds]", `redraw every few seconds (default ${DEFAULT_WATCH_SECONDS}) until Ctrl-C`, parseSeconds)
+    .option("--queue <queue>", "only this queue (events are per task, so none are shown)")
+    .option("--task <task>", "only this task")
     .action(
       action(async (_options: Options, cmd: Command) => {
         const options = cmd.optsWithGlobals<Options>();
         // --watch runs until stopped: other commands may use its embedded server meanwhile.
         await withClient({ ...options, share: options.watch !== undefined }, async (client) => {
           if (options.watch === undefined) {
-            const report = await statsReport(client);
+            const report = await statsReport(client, options);
             emit(options, report, renderStats(report));
             return;
           }
@@ -58,6 +68,7 @@ export function registerStatsCommand(program: Command): void {
     "idemq stats",
     "idemq stats --watch 5",
     "idemq stats --json | jq '.totals.failed'",
+    "idemq stats --queue emails --task send_invoice",
     "",
     "Events count deduplicated enqueues, bulk rejections, key conflicts and guard",
     "duplicates since install; a rejection raised by a single enqueue rolls back",
@@ -73,8 +84,17 @@ function parseSeconds(value: string): number {
   return n;
 }
 
-async function statsReport(client: Client): Promise<StatsReport> {
-  return toReport(await client.stats());
+/**
+ * stats() with --queue and --task applied to its rows: stats() takes no
+ * filter, so the database counts every queue either way (one grouped scan).
+ */
+async function statsReport(client: Client, filter: Filter): Promise<StatsReport> {
+  const rows = (await client.stats()).filter(
+    (row) =>
+      (filter.task === undefined || row.task === filter.task) &&
+      (filter.queue === undefined || row.queue === filter.queue),
+  );
+  return toReport(rows);
 }
 
 function zeroStates(): Record<JobState | "leaseExpired", number> {
@@ -159,7 +179,7 @@ async function watch(client: Client, options: Options, seconds: number): Promise
   try {
     const tty = process.stdout.isTTY === true && !options.json;
     while (!stopped) {
-      const report = await statsReport(client);
+      const report = await statsReport(client, options);
       if (stopped) break;
       if (options.json) {
         emit(options, report, "");
