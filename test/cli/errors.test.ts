@@ -4,7 +4,9 @@
 // database without the schema) as one line naming what was wrong and the fix,
 // never a stack trace, changing nothing.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Command } from "commander";
 import { EXIT, EXIT_CODES_HELP } from "../../src/cli/exit-codes.ts";
+import { buildProgram } from "../../src/cli/main.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 
@@ -80,6 +82,36 @@ describe("help", () => {
       expect(result.stdout).toContain("--json");
       expect(result.stdout).toContain("--database-url <url>");
       expect(result.stdout).toMatch(new RegExp(`\\nExamples:\\n {2}idemq ${command[0]}`));
+    });
+  }
+});
+
+describe("every --help has examples", () => {
+  /** Every command of the CLI's tree ("migrate status", "worker", ...), the program itself left out. */
+  const everyCommand = (): string[][] => {
+    const found: string[][] = [];
+    const walk = (command: Command, path: string[]): void => {
+      for (const sub of command.commands) {
+        if (sub.name() === "help") continue;
+        found.push([...path, sub.name()]);
+        walk(sub, [...path, sub.name()]);
+      }
+    };
+    walk(buildProgram(), []);
+    return found;
+  };
+
+  it("the tree has the commands this file checks by name, and more", () => {
+    const names = everyCommand().map((c) => c.join(" "));
+    for (const command of COMMANDS) expect(names).toContain(command.join(" "));
+    for (const name of ["migrate", "migrate status", "migrate sql", "worker", "roles", "demo"]) expect(names).toContain(name);
+  });
+
+  for (const command of everyCommand()) {
+    it(`idemq ${command.join(" ")} --help ends with an Examples: section of idemq (or npm) command lines`, async () => {
+      const result = await runCli([...command, "--help"]);
+      expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+      expect(result.stdout).toMatch(/\nExamples:\n {2}(idemq|npm) /);
     });
   }
 });

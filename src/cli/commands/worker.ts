@@ -70,7 +70,7 @@ export function registerWorkerCommand(program: Command): void {
     .addHelpText(
       "after",
       `
-Example:
+Examples:
   idemq worker --tasks ./tasks.js --database-url postgres://app@db:5432/app --wait-for-database 2m
 
 Once started, the worker rides through its database restarting: it reports
