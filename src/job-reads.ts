@@ -19,7 +19,7 @@ export interface Job {
   idempotencyKey: string | null;
   lockedBy: string | null;
   leaseExpiresAt: Date | null;
-  /** One entry per failed attempt (attempt, started_at, failed_at, error class, message). */
+  /** One entry per failed attempt (attempt, started_at, failed_at, worker, max_attempts, error class, message), and one per operator retry (class "Retried"); as SQL stores them. */
   errors: unknown[];
   result: unknown;
   createdAt: Date;
