@@ -84,6 +84,23 @@ export class DuplicateJobError extends IdemqError {
  */
 export class LeaseLostError extends IdemqError {
   static override readonly defaultCode: string = "IQ410";
+
+  /**
+   * The job's state when the database refused the call (DETAIL
+   * `current_state`): `cancelled` when an operator cancelled the job while
+   * this attempt ran. Undefined when the DETAIL names none (an effect claim
+   * lost, or an error the worker made itself when a heartbeat found the lease
+   * gone: heartbeat() says which leases it kept, not why the others went).
+   */
+  get currentState(): string | undefined {
+    if (this.detail === undefined) return undefined;
+    try {
+      const state: unknown = (JSON.parse(this.detail) as { current_state?: unknown }).current_state;
+      return typeof state === "string" ? state : undefined;
+    } catch {
+      return undefined;
+    }
+  }
 }
 
 /**

@@ -19,7 +19,7 @@ export interface Job {
   idempotencyKey: string | null;
   lockedBy: string | null;
   leaseExpiresAt: Date | null;
-  /** One entry per failed attempt (attempt, started_at, failed_at, error class, message). */
+  /** One entry per failed attempt (attempt, started_at, failed_at, worker, max_attempts, error class, message), and one per operator retry (class "Retried"); as SQL stores them. */
   errors: unknown[];
   result: unknown;
   createdAt: Date;
@@ -88,28 +88,48 @@ export async function getJob(db: Queryable, jobId: JobIdInput): Promise<Job | nu
   return rows[0] === undefined ? null : toJob(rows[0]);
 }
 
-/** Newest first. One static statement: an unset filter is a NULL parameter. */
-export async function listJobs(db: Queryable, filter: ListJobsFilter = {}): Promise<Job[]> {
+/** The WHERE clause of listJobs and countJobs: an unset filter is a NULL parameter ($1..$4). */
+const FILTER_WHERE = `($1::idemq.job_state[] IS NULL OR j.state = ANY ($1::idemq.job_state[]))
+        AND ($2::text IS NULL OR j.queue = $2::text)
+        AND ($3::text IS NULL OR j.task = $3::text)
+        AND ($4::text IS NULL OR j.idempotency_key = $4::text)`;
+
+function filterParameters(filter: ListJobsFilter): unknown[] {
   const stateList =
     filter.state === undefined ? undefined : states(typeof filter.state === "string" ? [filter.state] : filter.state);
+  return [stateList ?? null, text(filter.queue, "queue") ?? null, text(filter.task, "task") ?? null, text(filter.key, "key") ?? null];
+}
+
+/** Newest first. One static statement: an unset filter is a NULL parameter. */
+export async function listJobs(db: Queryable, filter: ListJobsFilter = {}): Promise<Job[]> {
+  const parameters = filterParameters(filter);
   const limit = integer(filter.limit, "limit") ?? CLIENT_DEFAULTS.listLimit;
   if (limit < 1) throw bad(`limit must be at least 1, got ${limit}`);
   const rows = await runQuery<JobRow>(
     db,
     `SELECT ${JOB_COLUMNS} FROM idemq.jobs j
-      WHERE ($1::idemq.job_state[] IS NULL OR j.state = ANY ($1::idemq.job_state[]))
-        AND ($2::text IS NULL OR j.queue = $2::text)
-        AND ($3::text IS NULL OR j.task = $3::text)
-        AND ($4::text IS NULL OR j.idempotency_key = $4::text)
+      WHERE ${FILTER_WHERE}
       ORDER BY j.id DESC
       LIMIT $5`,
-    [
-      stateList ?? null,
-      text(filter.queue, "queue") ?? null,
-      text(filter.task, "task") ?? null,
-      text(filter.key, "key") ?? null,
-      limit,
-    ],
+    [...parameters, limit],
   );
   return rows.map(toJob);
+}
+
+/**
+ * How many jobs match the filter (its limit is ignored), counting no further
+ * than `atMost`: `exact` is false when there are more. The cap keeps it cheap
+ * on a table of millions of finished jobs: it reads at most atMost + 1 rows,
+ * unsorted.
+ */
+export async function countJobs(db: Queryable, filter: ListJobsFilter, atMost: number): Promise<{ count: number; exact: boolean }> {
+  const cap = integer(atMost, "atMost")!;
+  if (cap < 0) throw bad(`atMost must be at least 0, got ${cap}`);
+  const rows = await runQuery<{ n: number }>(
+    db,
+    `SELECT count(*)::int AS n FROM (SELECT FROM idemq.jobs j WHERE ${FILTER_WHERE} LIMIT $5) s`,
+    [...filterParameters(filter), cap + 1],
+  );
+  const n = rows[0]!.n;
+  return n > cap ? { count: cap, exact: false } : { count: n, exact: true };
 }

@@ -11,8 +11,9 @@
 --   * Appends to errors one entry: the fields of `error` (by convention
 --     class, message and stack; a JSON string is taken as the message, with
 --     class "Error"), cut to their limits (_error_entry), with
---     attempt, started_at (the claim), failed_at and worker set by fail()
---     over any fields of the same names. The history keeps the latest
+--     attempt, started_at (the claim), failed_at, worker and max_attempts
+--     (the limit this attempt counted against: the lower of the job's and
+--     the argument) set by fail() over any fields of the same names. The history keeps the latest
 --     error_history entries (_append_error), so a failure can always be
 --     recorded, whatever the size of the errors before it.
 --   * The job goes to `scheduled` at retry_at, or after the job's backoff
@@ -108,7 +109,8 @@ BEGIN
       uncounted = j.uncounted + CASE WHEN fail.counted THEN 0 ELSE 1 END,
       finished_at = CASE WHEN v_state = 'failed' THEN now() END,
       errors = idemq._append_error(j.errors, v_error || jsonb_build_object(
-        'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by)),
+        'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,
+        'max_attempts', least(v_job.max_attempts, fail.max_attempts))),
       locked_by = NULL, lease_expires_at = NULL
   WHERE j.id = fail.job_id
   RETURNING j.run_at, j.queue INTO v_due;

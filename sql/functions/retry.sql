@@ -7,8 +7,12 @@
 --   * Fresh attempts: the attempts spent so far stop counting against
 --     max_attempts; `attempt` itself keeps growing (it is the fencing token,
 --     so a worker of the old run can never complete the new one).
---   * The error history is kept. An expired job's expires_at is cleared (so
---     is any expires_at already past).
+--   * The error history is kept, and records the retry: an entry {"attempt"
+--     (the last attempt before it), "class": "Retried", "message",
+--     "previous_state", "finished_at" (when that run ended), "retried_at"},
+--     so a job's timeline shows the operator's retry and what it undid (a
+--     cancel included). An expired job's expires_at is cleared (so is any
+--     expires_at already past).
 --   * A keyed job takes its key again; if another active job holds the key,
 --     IQ409. The key row keeps its retention (key_retention); one that
 --     prune_keys released meanwhile comes back with the default retention
@@ -64,6 +68,10 @@ BEGIN
 
   UPDATE idemq.jobs AS j
   SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
+      errors = idemq._append_error(j.errors, jsonb_build_object(
+        'attempt', j.attempt, 'class', 'Retried',
+        'message', format('retried by an operator after the job was %s', j.state),
+        'previous_state', j.state, 'finished_at', j.finished_at, 'retried_at', now())),
       expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
   WHERE j.id = v_job.id;
   PERFORM idemq._notify_waiting(v_job.queue);

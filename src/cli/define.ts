@@ -10,5 +10,10 @@ export type CommonOptions = DatabaseOption & JsonOption;
 export function databaseCommand(command: Command, examples: readonly string[]): Command {
   addDatabaseOption(command);
   addJsonOption(command);
+  return addExamples(command, examples);
+}
+
+/** The "Examples:" section every command's --help ends with (test/cli/errors.test.ts checks each one has it); "" is a blank line. */
+export function addExamples(command: Command, examples: readonly string[]): Command {
   return command.addHelpText("after", `\nExamples:\n${examples.map((line) => (line === "" ? "" : `  ${line}`)).join("\n")}\n`);
 }

@@ -56,6 +56,7 @@ export function exitCodeFor(error: unknown): number {
   // Class 22 / IQ400 from SQL, or a client-side check: the input was wrong.
   if (error instanceof BadArgumentError) return EXIT.USAGE;
   if (error instanceof Error && error.name === "UsageError") return EXIT.USAGE;
+  if (error instanceof Error && error.name === "NotFoundError") return EXIT.NOT_FOUND;
   // A plain IdemqError of a known code: fromPgError gives one when the error's
   // DETAIL breaks the contract, so its class could not read it.
   if (error instanceof IdemqError) return BY_SQLSTATE[error.code] ?? (error.code.startsWith("22") ? EXIT.USAGE : EXIT.FAILURE);

@@ -80,9 +80,31 @@ export function jobLine(job: Job): string {
 
 // ------------------------------------------------------------- timeline
 
-/** What the job's row keeps that Job leaves out: when the last attempt was claimed. */
+/** What the job's row keeps that Job leaves out: when the last attempt was claimed, and the claims that do not count. */
 export interface JobExtras {
   lockedAt: Date | null;
+  /** Claims that do not count against the limit: snoozes, hand-backs, the attempts before an operator's retry. */
+  uncounted: number;
+}
+
+/** An operator's retry, from the entry retry() records (class "Retried"). */
+export interface RetryEntry {
+  /** The last attempt before the retry. */
+  afterAttempt: number;
+  /** failed, cancelled or expired: how that run had ended. */
+  previousState: string | null;
+  /** When that run had ended. */
+  finishedAt: string | null;
+  retriedAt: string | null;
+}
+
+/** Counted attempts against the limit they count against. */
+export interface AttemptCount {
+  counted: number;
+  /** The lowest max_attempts fail() recorded (a task's own limit), else the job's. */
+  limit: number;
+  /** Where the limit comes from: "task" when fail() recorded one lower than the job's. */
+  limitFrom: "job" | "task";
 }
 
 export interface AttemptEntry {
@@ -103,7 +125,15 @@ interface ErrorEntry {
   worker?: unknown;
   class?: unknown;
   message?: unknown;
+  stack?: unknown;
+  max_attempts?: unknown;
+  previous_state?: unknown;
+  finished_at?: unknown;
+  retried_at?: unknown;
 }
+
+/** The class of the entry retry() records: an operator's action, not an attempt's end. */
+const RETRIED = "Retried";
 
 const str = (value: unknown): string | null => (typeof value === "string" ? value : value == null ? null : String(value));
 const iso = (date: Date | null): string | null => (date === null ? null : date.toISOString());
@@ -127,6 +157,7 @@ export function timeline(job: Job, extras: JobExtras): AttemptEntry[] {
     const attempt = Number(raw?.attempt);
     if (!Number.isInteger(attempt)) continue;
     const errorClass = str(raw.class);
+    if (errorClass === RETRIED) continue;
     byAttempt.set(attempt, {
       attempt,
       claimedAt: isoText(raw.started_at),
@@ -167,6 +198,43 @@ export function timeline(job: Job, extras: JobExtras): AttemptEntry[] {
   return entries;
 }
 
+/** The operator's retries the error history records, oldest first. */
+export function retries(job: Job): RetryEntry[] {
+  return (job.errors as ErrorEntry[])
+    .filter((raw) => str(raw?.class) === RETRIED && Number.isInteger(Number(raw.attempt)))
+    .map((raw) => ({
+      afterAttempt: Number(raw.attempt),
+      previousState: str(raw.previous_state),
+      finishedAt: isoText(raw.finished_at),
+      retriedAt: isoText(raw.retried_at),
+    }));
+}
+
+/**
+ * The counted attempts (claims less snoozes, hand-backs and those before a
+ * retry), against the limit fail() applied: the lowest max_attempts it
+ * recorded (a worker's task may allow fewer than the job's max_attempts),
+ * else the job's own. A task's limit is known only once an attempt failed.
+ */
+export function attemptCount(job: Job, extras: JobExtras): AttemptCount {
+  let limit = job.maxAttempts;
+  for (const raw of job.errors as ErrorEntry[]) {
+    const recorded = Number(raw?.max_attempts);
+    if (raw?.max_attempts != null && Number.isInteger(recorded) && recorded >= 1 && recorded < limit) limit = recorded;
+  }
+  return { counted: job.attempt - extras.uncounted, limit, limitFrom: limit < job.maxAttempts ? "task" : "job" };
+}
+
+/** Each attempt's recorded stack trace, by attempt number. */
+function stacks(job: Job): Map<number, string> {
+  const byAttempt = new Map<number, string>();
+  for (const raw of job.errors as ErrorEntry[]) {
+    const stack = str(raw?.stack);
+    if (stack !== null && str(raw.class) !== RETRIED) byAttempt.set(Number(raw.attempt), stack);
+  }
+  return byAttempt;
+}
+
 const OUTCOME_WORDS: Record<string, string> = {
   failed: "failed",
   lease_expired: "lost its lease",
@@ -177,11 +245,31 @@ const OUTCOME_WORDS: Record<string, string> = {
   unrecorded: "ended without a record",
 };
 
-export function renderJob(job: Job, attempts: readonly AttemptEntry[], now = Date.now()): string[] {
+export interface RenderJobOptions {
+  count: AttemptCount;
+  retries: readonly RetryEntry[];
+  /** Print each failed attempt's stack trace under it. */
+  stack?: boolean;
+  now?: number;
+}
+
+/** "2 of 10", "3 of 3 (the task's limit; the job's own is 10)", "1 of 10 (3 claims; 2 not counted: ...)". */
+function attemptsLine(job: Job, count: AttemptCount): string {
+  const notes: string[] = [];
+  if (count.limitFrom === "task") notes.push(`the task's limit; the job's own is ${job.maxAttempts}`);
+  if (count.counted !== job.attempt) {
+    notes.push(`${job.attempt} claims; ${job.attempt - count.counted} not counted: snoozes, hand-backs, attempts before a retry`);
+  }
+  return `${count.counted} of ${count.limit}${notes.length === 0 ? "" : ` (${notes.join("; ")})`}`;
+}
+
+export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: RenderJobOptions): string[] {
+  const now = options.now ?? Date.now();
+  const stackOf = options.stack ? stacks(job) : new Map<number, string>();
   const lines = [
     `job ${job.id}  ${printable(job.task)}  (queue ${printable(job.queue)})`,
     `  state      ${job.state}${job.finishedAt ? ` since ${instant(job.finishedAt)}` : ""}`,
-    `  attempts   ${job.attempt} of ${job.maxAttempts}`,
+    `  attempts   ${attemptsLine(job, options.count)}`,
     `  key        ${printable(job.idempotencyKey ?? "-")}`,
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
@@ -197,6 +285,14 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], now = Dat
     "timeline",
     `  ${instant(job.createdAt)}  enqueued`,
   );
+  // How each run an operator retried had ended (a cancel included), and the retry.
+  const retryLines = (afterAttempt: number): void => {
+    for (const retry of options.retries.filter((r) => r.afterAttempt === afterAttempt)) {
+      if (retry.finishedAt !== null) lines.push(`  ${instant(retry.finishedAt)}  ${printable(retry.previousState ?? "finished")}`);
+      lines.push(`  ${instant(retry.retriedAt)}  retried by an operator (fresh attempts)`);
+    }
+  };
+  retryLines(0); // a job cancelled before it ever ran, then retried
   for (const entry of attempts) {
     const claimed = entry.claimedAt === null ? "" : `claimed ${instant(entry.claimedAt)}`;
     const by = entry.worker === null ? "" : ` by ${printable(entry.worker)}`;
@@ -208,6 +304,10 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], now = Dat
       entry.error === null ? "" : `: ${truncate(entry.error.class ?? "Error", 80)}: ${truncate((entry.error.message ?? "").replace(/\s+/g, " "), 160)}`;
     const head = `  #${entry.attempt}`;
     lines.push(`${head}  ${[claimed + by, `${OUTCOME_WORDS[entry.outcome] ?? entry.outcome}${took}${error}`].filter((part) => part !== "").join(", ")}`);
+    const stack = stackOf.get(entry.attempt);
+    // Each line of the trace escaped on its own (printable), indented under its attempt.
+    if (stack !== undefined) for (const line of stack.split(/\r?\n/)) if (line.trim() !== "") lines.push(`      ${printable(line.trimEnd())}`);
+    retryLines(entry.attempt);
   }
   if (job.finishedAt !== null) lines.push(`  ${instant(job.finishedAt)}  ${job.state}`);
   return lines;

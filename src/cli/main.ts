@@ -19,7 +19,8 @@ import { registerWorkerCommand } from "./commands/worker.ts";
 import { ENVIRONMENT_HELP, EXIT, EXIT_CODES_HELP } from "./exit-codes.ts";
 import { oneLineCommanderErrors } from "./output.ts";
 
-function buildProgram(): Command {
+/** The whole command tree (tests walk it: every command, its options and help). */
+export function buildProgram(): Command {
   const program = new Command("idemq")
     .description("PostgreSQL-native background-job queue")
     // An option after a subcommand belongs to that subcommand.

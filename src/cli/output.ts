@@ -1,8 +1,12 @@
-// Shared CLI plumbing: --json output, one-line errors, exit codes.
+// Shared CLI plumbing: --json output, one-line errors, exit codes. Under
+// --json, stdout carries one JSON object (camelCase keys) per result, and an
+// error is one object too, `{ "error": { code, message, hint } }` (errorJson,
+// written by reportError, the only place errors are reported); stderr still
+// gets the error's one line for whoever watches.
 // Exit codes are defined in exit-codes.ts: 0 success, 1 failure, 2 usage error
 // (bad or missing arguments), and codes for the idemq errors (IQ409 -> 3...).
-import { type Command, Option } from "commander";
-import { IdemqError } from "../errors.ts";
+import { Command, Option } from "commander";
+import { IdemqError, isConnectionFailure } from "../errors.ts";
 import { exitCodeFor } from "./exit-codes.ts";
 import { printable, printableLines } from "./terminal-text.ts";
 
@@ -16,6 +20,87 @@ process.stdout.on("error", (error: NodeJS.ErrnoException) => {
 /** A mistake in how the CLI was called: exit code 2. */
 export class UsageError extends Error {
   override name = "UsageError";
+}
+
+/** A name the CLI looked up and did not find (a schedule): exit code 5. Job ids are IQ404 from SQL. */
+export class NotFoundError extends Error {
+  override name = "NotFoundError";
+}
+
+/**
+ * The `code` of an error that carries no SQLSTATE. A SQLSTATE is five
+ * characters, digits and capitals ("IQ404", "22023", "3D000"); these are
+ * lower-case words, so the two can never be confused.
+ */
+export const CLI_ERROR_CODES = {
+  /** Bad invocation: unknown command or option, bad value (exit 2). */
+  usage: "usage",
+  /** A name with nothing behind it, e.g. `schedules remove` of no schedule (exit 5). */
+  notFound: "not_found",
+  /** The database cannot be reached (exit 1). */
+  connection: "connection",
+  /** Anything else (exit 1). */
+  failure: "failure",
+} as const;
+
+/**
+ * What a command prints on stdout for an error under --json: one object,
+ * whatever the command, `{ "error": { code, message, hint, ...details } }`.
+ * code is the SQLSTATE when PostgreSQL or idemq raised one, else one of
+ * CLI_ERROR_CODES; message has neither the code nor the hint; hint says how
+ * to fix it (null when the message already does); `detail` carries the
+ * fields of an idemq error's DETAIL, camelCased (see design.md "Error codes").
+ */
+export interface ErrorJson {
+  error: { code: string; message: string; hint: string | null; [detail: string]: unknown };
+}
+
+export function errorJson(error: unknown, details: Record<string, unknown> = {}): ErrorJson {
+  const { message, hint } = errorParts(error);
+  const fields = detailFields(error);
+  return {
+    error: { code: errorCode(error), message, hint, ...(fields === undefined ? {} : { detail: fields }), ...details },
+  };
+}
+
+function sqlState(error: unknown): string | undefined {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const { code } = e as { code?: unknown };
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return code;
+  }
+  return undefined;
+}
+
+function errorCode(error: unknown): string {
+  if (error instanceof Error && error.name === "UsageError") return CLI_ERROR_CODES.usage;
+  if (error instanceof Error && error.name === "NotFoundError") return CLI_ERROR_CODES.notFound;
+  const state = sqlState(error);
+  if (state !== undefined) return state;
+  if (isConnectionFailure(error) || (error instanceof Error && error.message.startsWith("cannot connect to the database"))) {
+    return CLI_ERROR_CODES.connection;
+  }
+  return CLI_ERROR_CODES.failure;
+}
+
+/**
+ * An idemq error's DETAIL object with camelCase keys, job ids as strings like
+ * every id the CLI prints (exact: quoted before parsing, never a float):
+ * {"existing_job_id": 7} -> { existingJobId: "7" }.
+ */
+function detailFields(error: unknown): Record<string, unknown> | undefined {
+  if (!(error instanceof IdemqError) || error.detail === undefined) return undefined;
+  try {
+    const parsed: unknown = JSON.parse(error.detail.replace(/("(?:\w+_)?job_id"\s*:\s*)(-?\d+)/g, '$1"$2"'));
+    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return undefined;
+    return Object.fromEntries(Object.entries(parsed).map(([key, value]) => [camelCase(key), value]));
+  } catch {
+    return undefined;
+  }
+}
+
+/** "existing_job_id" -> "existingJobId": the one casing of the CLI's JSON. */
+export function camelCase(key: string): string {
+  return key.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 }
 
 export interface JsonOption {
@@ -43,7 +128,8 @@ export function emit(options: JsonOption, value: unknown, human: string | string
 
 /**
  * Wraps a command's action: any error becomes one line on stderr (no stack
- * trace) and exit code 1, or 2 for a UsageError.
+ * trace), and under --json also errorJson on stdout; exit code 1, or 2 for a
+ * UsageError (exitCodeFor).
  */
 export function action<Args extends unknown[]>(
   run: (...args: Args) => Promise<void> | void,
@@ -52,15 +138,29 @@ export function action<Args extends unknown[]>(
     try {
       await run(...args);
     } catch (error) {
-      reportError(error);
+      const cmd = args.at(-1);
+      const json = cmd instanceof Command ? cmd.optsWithGlobals<JsonOption>().json : jsonRequested();
+      reportError(error, { json });
     }
   };
 }
 
-export function reportError(error: unknown): void {
+/**
+ * The one way a command reports an error: one line on stderr, and with --json
+ * also one errorJson object on stdout (with `details`, e.g. the job holding a
+ * key); sets the exit code.
+ */
+export function reportError(error: unknown, options: JsonOption = {}, details: Record<string, unknown> = {}): void {
   // An error may quote a task name or key.
   process.stderr.write(`idemq: ${printable(errorLine(error))}\n`);
+  if (options.json) process.stdout.write(`${JSON.stringify(errorJson(error, details))}\n`);
   process.exitCode = exitCodeFor(error);
+}
+
+/** --json on the command line (before a lone --): for errors commander raises before any option is read. */
+function jsonRequested(argv: readonly string[] = process.argv): boolean {
+  const end = argv.indexOf("--");
+  return (end === -1 ? argv : argv.slice(0, end)).includes("--json");
 }
 
 /**
@@ -79,6 +179,10 @@ export function oneLineCommanderErrors(command: Command): void {
         .replace(/\.$/, "");
       // It may quote an argument: escaped, like every line a terminal shows.
       write(`idemq: ${printable(message)}; see \`${path} --help\`\n`);
+      if (jsonRequested()) {
+        const json: ErrorJson = { error: { code: CLI_ERROR_CODES.usage, message, hint: `see \`${path} --help\`` } };
+        process.stdout.write(`${JSON.stringify(json)}\n`);
+      }
     },
   });
   for (const sub of command.commands) oneLineCommanderErrors(sub);
@@ -97,7 +201,18 @@ function commandPath(command: Command): string {
 
 /** One line describing an error, with the SQLSTATE of a PostgreSQL error (raw: wrap it in printable() for a terminal). */
 export function errorLine(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
+  const { message, hint } = errorParts(error);
+  const state = error instanceof Error ? (error as { code?: unknown }).code : undefined;
+  let line = message;
+  if (typeof state === "string" && /^[0-9A-Z]{5}$/.test(state)) line += ` (SQLSTATE ${state})`;
+  // idemq's SQL errors carry the fix in their HINT.
+  if (hint !== null) line += `; ${lowerFirst(hint.replace(/\.$/, ""))}`;
+  return line;
+}
+
+/** An error's one-line message (without its SQLSTATE) and an idemq error's HINT, apart. */
+function errorParts(error: unknown): { message: string; hint: string | null } {
+  if (!(error instanceof Error)) return { message: String(error), hint: null };
   let message = error.message;
   // A refused connection to a host with several addresses is an AggregateError with an empty message.
   if (message === "" && error instanceof AggregateError) {
@@ -106,9 +221,8 @@ export function errorLine(error: unknown): string {
   const { code } = error as { code?: unknown };
   if (message === "" && typeof code === "string") message = code;
   if (message === "") message = error.name;
-  if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) message += ` (SQLSTATE ${code})`;
   if (/ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH/.test(message)) message = `cannot connect to the database: ${message}`;
-  // idemq's SQL errors carry the fix in their HINT.
-  if (error instanceof IdemqError && error.hint) message += `; ${lowerFirst(error.hint.replace(/\.$/, ""))}`;
-  return message.replace(/\s*\n\s*/g, " ").trim();
+  const oneLine = (text: string): string => text.replace(/\s*\n\s*/g, " ").trim();
+  const hint = error instanceof IdemqError && error.hint ? oneLine(error.hint) : null;
+  return { message: oneLine(message), hint };
 }

@@ -1,6 +1,8 @@
 // The worker's events, for logs and metrics. Every job event carries the job
 // id, task, queue and attempt; events that end an attempt carry its duration.
 
+import type { LeaseLostError } from "../errors.ts";
+
 /** An error as recorded in the job's errors list and in events. */
 export interface ErrorInfo {
   /** The error's class (constructor name), e.g. "TypeError". */
@@ -41,8 +43,14 @@ export interface WorkerEvents {
   "job:failed": [JobEndEvent & { error: ErrorInfo; permanent: boolean }];
   /** A transactional task's guard key was already taken: completed without running the handler. */
   "job:duplicate": [JobEndEvent & { guardKey: string }];
-  /** This attempt no longer holds the job: its result was discarded and its transaction rolled back. */
-  "job:lease-lost": [JobEndEvent & { reason: string }];
+  /**
+   * This attempt no longer holds the job: its result was discarded and its
+   * transaction rolled back. currentState is the job's state when the
+   * database said so (complete, fail or snooze refused): "cancelled" for a job
+   * an operator cancelled while it ran. Absent when a heartbeat (or
+   * complete_many) found the lease gone: neither says why.
+   */
+  "job:lease-lost": [JobEndEvent & { reason: string; currentState?: string }];
   /** Back to `scheduled` without spending an attempt. */
   "job:snoozed": [JobEndEvent & { delay: string }];
   /**
@@ -65,6 +73,13 @@ export interface WorkerEvents {
   "worker:stopped": [{ workerId: string }];
   /** ctx.log lines, and the worker's own notices. */
   log: [LogEntry];
+}
+
+/** job:lease-lost's reason and currentState, from the IQ410 the database raised. */
+export function leaseLostFields(error: LeaseLostError): { reason: string; currentState?: string } {
+  const currentState = error.currentState;
+  if (currentState === undefined) return { reason: error.message };
+  return { reason: currentState === "cancelled" ? `cancelled while this attempt ran (${error.message})` : error.message, currentState };
 }
 
 /** What the job's errors list records for a thrown value. */

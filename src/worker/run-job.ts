@@ -20,7 +20,7 @@ import { EffectClaimLostError, JobNotFoundError, LeaseLostError, PermanentError 
 import * as sql from "../sql-api.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
-import { asError, errorInfo } from "./events.ts";
+import { asError, errorInfo, leaseLostFields } from "./events.ts";
 import { isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
 import { jitter } from "./timers.ts";
@@ -61,7 +61,8 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
   if (isReleased(held)) return; // handed back at shutdown; the attempt is already recorded
   if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
   if (!outcome.ok) return failJob(state, held, outcome.error);
-  if (held.fencedOut) return leaseLost(state, held, "the lease was lost while the handler ran; its result is discarded");
+  // A heartbeat found the lease gone (held.fencedOut): complete anyway. It is
+  // fenced, so it changes nothing, and its IQ410 says why (a cancel included).
   const result = storable(state, held, outcome.result);
   if (result === undefined) {
     completer.add(held);
@@ -72,7 +73,7 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
     state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
     const error = asLost(caught);
-    if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
+    if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
     // The lease runs out and rescue() hands the job back: at least once.
     state.report(`complete of job ${held.job.id}`, error);
   } finally {
@@ -189,9 +190,9 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
  */
 async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promise<void> {
   if (error instanceof LeaseLostError && !(error instanceof EffectClaimLostError)) {
-    return leaseLost(state, held, error.message);
+    return leaseLost(state, held, leaseLostFields(error));
   }
-  if (held.fencedOut) return leaseLost(state, held, "the lease was lost while the handler ran; its error is discarded");
+  if (held.fencedOut) return leaseLost(state, held, { reason: "the lease was lost while the handler ran; its error is discarded" });
   if (error instanceof EffectBusyError) {
     // "Not yet" is no failure: the job waits for the other run without spending an attempt.
     held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
@@ -218,7 +219,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     }
   } catch (caught) {
     const failError = asLost(caught);
-    if (failError instanceof LeaseLostError) return leaseLost(state, held, failError.message);
+    if (failError instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(failError));
     state.report(`fail of job ${held.job.id}`, failError);
   } finally {
     state.held.remove(held);
@@ -261,7 +262,7 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
     if (ms !== undefined) state.wakeAt(Date.now() + ms);
   } catch (caught) {
     const error = asLost(caught);
-    if (error instanceof LeaseLostError) return leaseLost(state, held, error.message);
+    if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
     state.report(`snooze of job ${held.job.id}`, error);
   } finally {
     state.held.remove(held);
@@ -279,8 +280,8 @@ function asLost(error: unknown): unknown {
   return new LeaseLostError(`lease lost: the job is gone (${error.message})`, { code: "IQ410" }, { cause: error });
 }
 
-function leaseLost(state: WorkerState, held: HeldJob, reason: string): void {
-  state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), reason });
+function leaseLost(state: WorkerState, held: HeldJob, why: { reason: string; currentState?: string }): void {
+  state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), ...why });
   state.held.remove(held);
 }
 

@@ -3,7 +3,7 @@
 import { constants } from "node:os";
 import * as sql from "../sql-api.ts";
 import { LeaseLostError } from "../errors.ts";
-import { errorInfo } from "./events.ts";
+import { errorInfo, leaseLostFields } from "./events.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
@@ -117,7 +117,7 @@ export async function handBack(state: WorkerState, held: HeldJob): Promise<void>
     else state.emit("job:retry", { ...event, retryAt: runAt });
   } catch (error) {
     if (error instanceof LeaseLostError) {
-      state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), reason: error.message });
+      state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), ...leaseLostFields(error) });
     } else {
       state.report(`handing back job ${held.job.id}`, error);
     }

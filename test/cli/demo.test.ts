@@ -11,6 +11,7 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { CLI, runCli } from "../helpers/cli.ts";
+import { badKeys } from "../helpers/json-keys.ts";
 import { Progress } from "../../src/demo/progress.ts";
 import { summaryTable } from "../../src/demo/summary-table.ts";
 import { databaseUrl } from "../../src/embedded/server.ts";
@@ -94,7 +95,9 @@ afterAll(async () => {
 function parseDemoJson(stdout: string): DemoJson {
   const lines = stdout.trim().split("\n");
   expect(lines, "stdout is one JSON line").toHaveLength(1);
-  return JSON.parse(lines[0]!) as DemoJson;
+  const parsed: unknown = JSON.parse(lines[0]!);
+  expect(badKeys(parsed), "camelCase keys, as every command's --json").toEqual([]);
+  return parsed as DemoJson;
 }
 
 /** Asserts every figure the demo promises, from the numbers themselves. */

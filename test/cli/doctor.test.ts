@@ -34,7 +34,7 @@ async function doctor(db: TestDatabase, args: string[] = []): Promise<{ code: nu
   const result = await runCli(["doctor", "--json", "--database-url", db.url, ...args]);
   expect(result.stderr).toBe("");
   const out = JSON.parse(result.stdout) as { status: string; checks: Finding[] };
-  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "bloat", "transactions"]);
+  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "backlog", "schedules", "bloat", "transactions"]);
   return { code: result.code, status: out.status, checks: Object.fromEntries(out.checks.map((c) => [c.check, c])) };
 }
 
@@ -52,11 +52,13 @@ describe("idemq doctor", () => {
     const human = await runCli(["doctor", "--database-url", db.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines.slice(0, 6).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
+    expect(lines.slice(0, 8).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
       "ok server",
       "ok schema",
       "ok keys",
       "ok leases",
+      "ok backlog",
+      "ok schedules",
       "ok bloat",
       "ok transactions",
     ]);
@@ -87,7 +89,7 @@ describe("idemq doctor", () => {
       applied: [],
       pending: [...MIGRATION_NAMES],
     });
-    for (const check of ["keys", "leases", "bloat"]) expect(checks[check]!.status).toBe("skipped");
+    for (const check of ["keys", "leases", "backlog", "schedules", "bloat"]) expect(checks[check]!.status).toBe("skipped");
     expect(checks.server!.status).toBe("ok");
     const { rows } = await db.pool.query("SELECT to_regnamespace('idemq') AS ns, to_regnamespace('idemq_meta') AS meta");
     expect(rows[0]).toEqual({ ns: null, meta: null });
@@ -121,6 +123,43 @@ describe("idemq doctor", () => {
     expect(human.stdout).toMatch(/^WARNING +leases +1 job\(s\) in processing whose lease expired more than 1 minute ago/m);
     expect(human.stdout).toMatch(/^ +fix: run `idemq rescue` or start a worker/m);
     expect(human.stdout.trimEnd().split("\n").at(-1)).toBe("0 problem(s), 1 warning(s).");
+  });
+
+  it("a queue whose oldest runnable job waited longer than --max-wait is a warning naming queue and task; just under it is not", async () => {
+    const db = await database();
+    const queue = unique("q");
+    const { job_id: id } = await enqueue(db.pool, { task: "orphan", queue });
+    // 20 minutes against the 10-minute default; then --max-wait 30m (a wide margin each side for a loaded machine).
+    await db.pool.query("UPDATE idemq.jobs SET run_at = now() - interval '20 minutes' WHERE id = $1", [id]);
+    const late = await doctor(db);
+    expect({ code: late.code, status: late.status }).toEqual({ code: EXIT.DOCTOR_WARNINGS, status: "warning" });
+    expect(late.checks.backlog).toMatchObject({
+      status: "warning",
+      maxWait: "10 minutes",
+      waiting: [{ queue, task: "orphan", waitedSeconds: expect.any(Number) }],
+      message: expect.stringMatching(new RegExp(`^1 queue\\(s\\) with runnable jobs waiting longer than 10 minutes: ${queue} \\(oldest: task orphan in queue ${queue}, 20m`)),
+      fix: expect.stringContaining("start a worker with that queue and task"),
+    });
+    const within = await doctor(db, ["--max-wait", "30m"]);
+    expect(within.code).toBe(EXIT.OK);
+    expect(within.checks.backlog).toMatchObject({ status: "ok", waiting: [] });
+  });
+
+  it("a schedule overdue by more than --max-wait (no worker ticks) is a warning; a due one within it is not", async () => {
+    const db = await database();
+    const name = unique("nightly");
+    await db.pool.query("SELECT idemq.schedule(name => $1, cron => '@daily', task => 'report')", [name]);
+    expect((await doctor(db)).checks.schedules).toMatchObject({ status: "ok", overdue: [] });
+    await db.pool.query("UPDATE idemq.schedules SET next_at = now() - interval '20 minutes' WHERE name = $1", [name]);
+    const late = await doctor(db);
+    expect(late.code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(late.checks.schedules).toMatchObject({
+      status: "warning",
+      overdue: [{ name, nextAt: expect.any(String), lateSeconds: expect.any(Number) }],
+      message: expect.stringContaining(`1 schedule(s) have not fired when due, by more than 10 minutes (${name}: due `),
+      fix: expect.stringContaining("idemq.tick()"),
+    });
+    expect((await doctor(db, ["--max-wait", "30m"])).checks.schedules).toMatchObject({ status: "ok" });
   });
 
   it("key retention shorter than the longest retry horizon of an active keyed job is a warning, at the exact boundary", async () => {

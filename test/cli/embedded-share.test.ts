@@ -161,7 +161,7 @@ describe("one embedded server per directory, shared by a worker", () => {
 
     const listed = await runCli(["jobs", "--json"], { env });
     expect(listed).toMatchObject({ code: EXIT.OK, stderr: "" });
-    expect(JSON.parse(listed.stdout)).toMatchObject([{ id: jobId, task: "noop", state: "succeeded" }]);
+    expect(JSON.parse(listed.stdout).jobs).toMatchObject([{ id: jobId, task: "noop", state: "succeeded" }]);
     // Readable output says whose server it used.
     const shown = await runCli(["jobs", "show", jobId], { env });
     expect(shown.code).toBe(EXIT.OK);

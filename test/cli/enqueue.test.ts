@@ -129,13 +129,13 @@ describe("idemq enqueue", () => {
     const result = await enqueue(["send_invoice", '{"orderId": 2}', "--key", key, "--policy", "reject_always", "--json"]);
     expect(result.code).toBe(EXIT.REJECTED);
     expect(JSON.parse(result.stdout)).toMatchObject({
-      rejected: true,
-      code: "IQ409",
-      key,
-      policy: "reject_always",
-      existingJobId: existing,
-      existingState: "succeeded",
-      existingJob: { id: existing, state: "succeeded", idempotencyKey: key },
+      error: {
+        code: "IQ409",
+        message: expect.stringContaining(key),
+        hint: expect.any(String),
+        detail: { key, policy: "reject_always", existingJobId: existing, existingState: "succeeded" },
+        existingJob: { id: existing, state: "succeeded", idempotencyKey: key },
+      },
     });
     expect(oneErrorLine(result)).toContain("SQLSTATE IQ409");
     expect(await jobCount()).toBe(before);
@@ -151,7 +151,7 @@ describe("idemq enqueue", () => {
     const before = await jobCount();
     const result = await enqueue(["send_invoice", '{"orderId": 4}', "--key", key, "--json"]);
     expect(result.code).toBe(EXIT.KEY_CONFLICT);
-    expect(JSON.parse(result.stdout)).toMatchObject({ conflict: true, code: "IQ422", key, existingJobId: holder, existingJob: { id: holder } });
+    expect(JSON.parse(result.stdout)).toMatchObject({ error: { code: "IQ422", detail: { key, existingJobId: holder }, existingJob: { id: holder } } });
     expect(oneErrorLine(result)).toContain("SQLSTATE IQ422");
     expect(await jobCount()).toBe(before);
   });

@@ -4,7 +4,9 @@
 // database without the schema) as one line naming what was wrong and the fix,
 // never a stack trace, changing nothing.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Command } from "commander";
 import { EXIT, EXIT_CODES_HELP } from "../../src/cli/exit-codes.ts";
+import { buildProgram } from "../../src/cli/main.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 
@@ -84,6 +86,36 @@ describe("help", () => {
   }
 });
 
+describe("every --help has examples", () => {
+  /** Every command of the CLI's tree ("migrate status", "worker", ...), the program itself left out. */
+  const everyCommand = (): string[][] => {
+    const found: string[][] = [];
+    const walk = (command: Command, path: string[]): void => {
+      for (const sub of command.commands) {
+        if (sub.name() === "help") continue;
+        found.push([...path, sub.name()]);
+        walk(sub, [...path, sub.name()]);
+      }
+    };
+    walk(buildProgram(), []);
+    return found;
+  };
+
+  it("the tree has the commands this file checks by name, and more", () => {
+    const names = everyCommand().map((c) => c.join(" "));
+    for (const command of COMMANDS) expect(names).toContain(command.join(" "));
+    for (const name of ["migrate", "migrate status", "migrate sql", "worker", "roles", "demo"]) expect(names).toContain(name);
+  });
+
+  for (const command of everyCommand()) {
+    it(`idemq ${command.join(" ")} --help ends with an Examples: section of idemq (or npm) command lines`, async () => {
+      const result = await runCli([...command, "--help"]);
+      expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+      expect(result.stdout).toMatch(/\nExamples:\n {2}(idemq|npm) /);
+    });
+  }
+});
+
 describe("bad input: one line, the fix, no stack trace", () => {
   it("an unknown command names the closest one and the help (exit 2)", async () => {
     const result = await runCli(["jbos"]);
@@ -132,7 +164,10 @@ describe("bad input: one line, the fix, no stack trace", () => {
   it("a database without the idemq schema: exit 1 naming `idemq migrate`, and nothing is created", async () => {
     for (const args of [["stats"], ["enqueue", "t", "{}"], ["jobs", "--json"], ["schedules", "add", "n", "--cron", "@daily", "--task", "t"]]) {
       const result = await runCli([...args, "--database-url", empty.url]);
-      expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
+      expect(result.code).toBe(EXIT.FAILURE);
+      // Under --json the same message is the error object on stdout.
+      if (args.includes("--json")) expect(JSON.parse(result.stdout).error.message).toBe(oneLine(result).replace(/^idemq: /, ""));
+      else expect(result.stdout).toBe("");
       expect(oneLine(result)).toBe(
         `idemq: database ${empty.name} at 127.0.0.1:${new URL(empty.url).port || "5432"} has no idemq schema ` +
           "(or it is older than this version of idemq): " +
@@ -143,9 +178,43 @@ describe("bad input: one line, the fix, no stack trace", () => {
     expect(rows[0]).toEqual({ ns: null, meta: null });
   });
 
-  it("with --json, a failure still writes nothing on stdout and one line on stderr", async () => {
+  it("with --json, a failure writes one error object on stdout and still one line on stderr", async () => {
     const result = await runCli(["jobs", "show", "1", "--json", "--database-url", "postgres://postgres@127.0.0.1:1/x"]);
-    expect(result).toMatchObject({ code: EXIT.FAILURE, stdout: "" });
+    expect(result.code).toBe(EXIT.FAILURE);
+    expect(result.stdout.trimEnd().split("\n")).toHaveLength(1);
+    expect(JSON.parse(result.stdout)).toEqual({
+      error: { code: "connection", message: expect.stringContaining("cannot connect to the database at 127.0.0.1:1"), hint: null },
+    });
     oneLine(result);
+  });
+
+  for (const args of INVOCATIONS) {
+    it(`--json: idemq ${args.join(" ")} reports an unreachable database as one { error: { code, message, hint } } on stdout`, async () => {
+      const result = await runCli([...args, "--json", "--database-url", "postgres://postgres@127.0.0.1:1/idemq"]);
+      expect(result.code).toBe(EXIT.FAILURE);
+      const lines = result.stdout.trimEnd().split("\n");
+      expect(lines).toHaveLength(1);
+      const shown = JSON.parse(lines[0]!);
+      expect(Object.keys(shown)).toEqual(["error"]);
+      expect(shown.error).toEqual({ code: "connection", message: expect.stringMatching(/^cannot connect to the database at 127\.0\.0\.1:1: /), hint: null });
+      expect(oneLine(result)).toBe(`idemq: ${shown.error.message}`);
+    });
+  }
+
+  it("--json: commander's own errors (unknown option, missing argument) are the same object, code usage", async () => {
+    const unknown = await runCli(["stats", "--wacth", "--json"]);
+    expect(unknown.code).toBe(EXIT.USAGE);
+    expect(JSON.parse(unknown.stdout)).toEqual({
+      error: { code: "usage", message: "unknown option '--wacth' (Did you mean --watch?)", hint: "see `idemq stats --help`" },
+    });
+    oneLine(unknown);
+    const missing = await runCli(["jobs", "cancel", "--json"]);
+    expect(missing.code).toBe(EXIT.USAGE);
+    expect(JSON.parse(missing.stdout)).toEqual({
+      error: { code: "usage", message: "missing required argument 'ids'", hint: "see `idemq jobs cancel --help`" },
+    });
+    const bad = await runCli(["jobs", "show", "42abc", "--json", "--database-url", "postgres://postgres@127.0.0.1:1/x"]);
+    expect(bad.code).toBe(EXIT.USAGE);
+    expect(JSON.parse(bad.stdout).error).toMatchObject({ code: "usage", message: expect.stringContaining('not "42abc"') });
   });
 });

@@ -45,14 +45,54 @@ describe("idemq jobs (list)", () => {
 
     const both = await jobs(["--queue", queue, "--task", "import", "--state", "failed,cancelled", "--json"]);
     expect(both).toMatchObject({ code: EXIT.OK, stderr: "" });
-    expect(JSON.parse(both.stdout).map((j: { id: string }) => j.id)).toEqual([c, b, a]);
+    expect(JSON.parse(both.stdout).jobs.map((j: { id: string }) => j.id)).toEqual([c, b, a]);
 
-    const limited = JSON.parse((await jobs(["--queue", queue, "--task", "import", "--limit", "2", "--json"])).stdout);
+    const limited = JSON.parse((await jobs(["--queue", queue, "--task", "import", "--limit", "2", "--json"])).stdout).jobs;
     expect(limited.map((j: { id: string }) => j.id)).toEqual([c, b]);
 
-    const byKey = JSON.parse((await jobs(["--key", (await jobRow(db.pool, b)).idempotency_key!, "--json"])).stdout);
+    const byKey = JSON.parse((await jobs(["--key", (await jobRow(db.pool, b)).idempotency_key!, "--json"])).stdout).jobs;
     expect(byKey).toHaveLength(1);
     expect(byKey[0]).toMatchObject({ id: b, state: "failed", queue, task: "import", attempt: 1, maxAttempts: 10 });
+  });
+
+  it("says when it stopped at --limit and how many more match (--json: limit, more, moreExact)", async () => {
+    const queue = unique("q");
+    const ids = [];
+    for (let i = 0; i < 5; i++) ids.push(await jobIn(db.pool, "enqueued", { queue, task: "many" }));
+    const limited = await jobs(["--queue", queue, "--limit", "2", "--json"]);
+    expect(limited).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(limited.stdout)).toEqual({
+      jobs: [expect.objectContaining({ id: ids[4] }), expect.objectContaining({ id: ids[3] })],
+      limit: 2,
+      more: 3,
+      moreExact: true,
+    });
+    const human = await jobs(["--queue", queue, "--limit", "2"]);
+    expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = human.stdout.trimEnd().split("\n");
+    expect(lines).toHaveLength(4);
+    expect(lines[3]).toBe("Stopped at --limit 2: 3 more match; raise --limit or narrow the filters.");
+    // Exactly at the limit: nothing more, and no line says otherwise.
+    const all = await jobs(["--queue", queue, "--limit", "5", "--json"]);
+    expect(JSON.parse(all.stdout)).toMatchObject({ limit: 5, more: 0, moreExact: true });
+    expect((await jobs(["--queue", queue, "--limit", "5"])).stdout).not.toContain("Stopped at");
+  });
+
+  it("counts no further than 10,000 past --limit: 10,000+ more", async () => {
+    const queue = unique("q");
+    // limit 1 + 10,000 counted + 1 that proves the count stopped.
+    await db.pool.query(
+      `SELECT idemq.enqueue_many(jobs => (SELECT jsonb_agg(jsonb_build_object('task', 'bulk', 'queue', $1::text)) FROM generate_series(1, 10002)))`,
+      [queue],
+    );
+    const json = JSON.parse((await jobs(["--queue", queue, "--limit", "1", "--json"])).stdout);
+    expect(json).toMatchObject({ limit: 1, more: 10000, moreExact: false });
+    expect(json.jobs).toHaveLength(1);
+    const human = await jobs(["--queue", queue, "--limit", "1"]);
+    expect(human.stdout.trimEnd().split("\n").at(-1)).toBe("Stopped at --limit 1: 10,000+ more match; raise --limit or narrow the filters.");
+    // One job fewer and the count is exact.
+    await db.pool.query("DELETE FROM idemq.jobs WHERE id = (SELECT min(id) FROM idemq.jobs WHERE queue = $1)", [queue]);
+    expect(JSON.parse((await jobs(["--queue", queue, "--limit", "1", "--json"])).stdout)).toMatchObject({ more: 10000, moreExact: true });
   });
 
   it("prints an aligned table with a header, and says when nothing matches", async () => {
@@ -166,6 +206,86 @@ describe("idemq jobs show", () => {
     expect(timeline[3]).toMatch(/^ {2}\S+Z {2}succeeded$/);
   });
 
+  it("counts attempts against the task's own limit that fail() recorded, not the job's default of 10", async () => {
+    const queue = unique("q");
+    const { job_id: id } = await enqueue(db.pool, { task: "capped", queue });
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      await db.pool.query("UPDATE idemq.jobs SET run_at = now() WHERE id = $1", [id]);
+      await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [queue]);
+      await db.pool.query(
+        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "no"}', max_attempts => 3)`,
+        [id, attempt],
+      );
+    }
+    expect(await stateOf(db.pool, id)).toBe("failed");
+    const shown = await jobs(["show", id]);
+    expect(shown).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(shown.stdout.split("\n")).toContain("  attempts   3 of 3 (the task's limit; the job's own is 10)");
+    const json = JSON.parse((await jobs(["show", id, "--json"])).stdout);
+    expect(json).toMatchObject({ attempt: 3, maxAttempts: 10, countedAttempts: 3, attemptLimit: 3, retries: [] });
+  });
+
+  it("shows an operator's retries and cancels in the timeline, and counts only the attempts since the retry", async () => {
+    const queue = unique("q");
+    const { job_id: id } = await enqueue(db.pool, { task: "flaky", queue, max_attempts: 1 });
+    await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-a', queues => ARRAY[$1])", [queue]);
+    await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "first"}')`, [id]);
+    expect((await jobs(["retry", id])).code).toBe(EXIT.OK);
+    await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-b', queues => ARRAY[$1])", [queue]);
+    expect((await jobs(["cancel", id])).code).toBe(EXIT.OK); // while attempt 2 runs
+    expect((await jobs(["retry", id])).code).toBe(EXIT.OK);
+
+    const result = await jobs(["show", id]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = result.stdout.trimEnd().split("\n");
+    expect(lines).toContain("  attempts   0 of 1 (2 claims; 2 not counted: snoozes, hand-backs, attempts before a retry)");
+    const timeline = lines.slice(lines.indexOf("timeline") + 1);
+    expect(timeline).toEqual([
+      expect.stringMatching(/^ {2}\S+Z {2}enqueued$/),
+      expect.stringMatching(/^ {2}#1 {2}claimed \S+Z by worker-a, failed after \d+s: E: first$/),
+      expect.stringMatching(/^ {2}\S+Z {2}failed$/),
+      expect.stringMatching(/^ {2}\S+Z {2}retried by an operator \(fresh attempts\)$/),
+      expect.stringMatching(/^ {2}#2 {2}claimed \S+Z by worker-b, cancelled while running after \d+s: Cancelled: cancelled by an operator while this attempt ran$/),
+      expect.stringMatching(/^ {2}\S+Z {2}cancelled$/),
+      expect.stringMatching(/^ {2}\S+Z {2}retried by an operator \(fresh attempts\)$/),
+    ]);
+    const json = JSON.parse((await jobs(["show", id, "--json"])).stdout);
+    expect(json).toMatchObject({ state: "enqueued", attempt: 2, countedAttempts: 0, attemptLimit: 1 });
+    expect(json.retries).toEqual([
+      { afterAttempt: 1, previousState: "failed", finishedAt: expect.any(String), retriedAt: expect.any(String) },
+      { afterAttempt: 2, previousState: "cancelled", finishedAt: expect.any(String), retriedAt: expect.any(String) },
+    ]);
+    // The timeline stays one entry per attempt: the retries are not attempts.
+    expect(json.timeline.map((e: { attempt: number; outcome: string }) => [e.attempt, e.outcome])).toEqual([
+      [1, "failed"],
+      [2, "cancelled"],
+    ]);
+  });
+
+  it("--stack prints each failed attempt's stack trace under it; without it, none", async () => {
+    const id = await jobIn(db.pool, "enqueued", { task: "traced" });
+    const attempt = await claimJob(db.pool, id);
+    const stack = "TypeError: x is undefined\n    at run (tasks.ts:3:9)\n    at step (worker.ts:10:2)";
+    await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb)", [
+      id,
+      attempt,
+      JSON.stringify({ class: "TypeError", message: "x is undefined", stack }),
+    ]);
+    const plain = (await jobs(["show", id])).stdout.trimEnd().split("\n");
+    expect(plain.some((line) => line.includes("at run (tasks.ts:3:9)"))).toBe(false);
+    const traced = await jobs(["show", id, "--stack"]);
+    expect(traced).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = traced.stdout.trimEnd().split("\n");
+    const at = lines.findIndex((line) => /^ {2}#1 {2}claimed .*: TypeError: x is undefined$/.test(line));
+    expect(at).toBeGreaterThan(0);
+    expect(lines.slice(at + 1, at + 4)).toEqual([
+      "      TypeError: x is undefined",
+      "          at run (tasks.ts:3:9)",
+      "          at step (worker.ts:10:2)",
+    ]);
+    expect(lines.length).toBe(plain.length + 3);
+  });
+
   it("an unknown id: exit 5 (IQ404), one line; a malformed id: exit 2", async () => {
     const missing = await jobs(["show", "999999999"]);
     expect(missing).toMatchObject({ code: EXIT.NOT_FOUND, stdout: "" });
@@ -188,8 +308,17 @@ describe("idemq jobs retry | cancel | reschedule", () => {
     expect(JSON.parse(result.stdout)).toEqual({
       results: [
         { id: failed, ok: true, state: "enqueued" },
-        { id: succeeded, ok: false, code: "IQ412", message: expect.stringContaining(`retry: job ${succeeded} is succeeded`) },
-        { id: "999999998", ok: false, code: "IQ404", message: expect.stringContaining("does not exist") },
+        {
+          id: succeeded,
+          ok: false,
+          error: {
+            code: "IQ412",
+            message: expect.stringContaining(`retry: job ${succeeded} is succeeded`),
+            hint: expect.any(String),
+            detail: { jobId: succeeded, state: "succeeded" },
+          },
+        },
+        { id: "999999998", ok: false, error: { code: "IQ404", message: expect.stringContaining("does not exist"), hint: expect.any(String) } },
         { id: cancelled, ok: true, state: "enqueued" },
       ],
     });
@@ -222,7 +351,9 @@ describe("idemq jobs retry | cancel | reschedule", () => {
 
     const again = await jobs(["cancel", enqueued, "--json"]);
     expect(again.code).toBe(EXIT.INVALID_STATE);
-    expect(JSON.parse(again.stdout).results).toEqual([{ id: enqueued, ok: false, code: "IQ412", message: expect.stringContaining("already finished") }]);
+    expect(JSON.parse(again.stdout).results).toEqual([
+      { id: enqueued, ok: false, error: expect.objectContaining({ code: "IQ412", message: expect.stringContaining("already finished") }) },
+    ]);
   });
 
   it("reschedule --delay uses the database clock; --run-at sets the time; a running job is exit 6", async () => {

@@ -170,7 +170,9 @@ describe("idemq schedules remove", () => {
 
     const again = await schedules(["remove", name, "--json"]);
     expect(again.code).toBe(EXIT.NOT_FOUND);
-    expect(JSON.parse(again.stdout)).toEqual({ name, removed: false });
+    expect(JSON.parse(again.stdout)).toEqual({
+      error: { code: "not_found", message: `no schedule named "${name}"; nothing removed (\`idemq schedules list\` shows them)`, hint: null },
+    });
     expect(again.stderr).toBe(`idemq: no schedule named "${name}"; nothing removed (\`idemq schedules list\` shows them)\n`);
 
     const human = await schedules(["remove", unique("never")]);

@@ -63,14 +63,14 @@ describe("idemq stats", () => {
       failed: 1,
       expired: 0,
       cancelled: 0,
-      lease_expired: 1,
-      oldest_runnable_seconds: expect.any(Number),
+      leaseExpired: 1,
+      oldestRunnableSeconds: expect.any(Number),
     });
-    expect(row.oldest_runnable_seconds).toBeGreaterThanOrEqual(3600);
-    expect(row.oldest_runnable_seconds).toBeLessThan(3600 + 60);
-    expect(report.events).toContainEqual({ task, deduplicated: 2, rejected: 1, conflict: 0, guard_duplicate: 1 });
-    expect(report.totals).toMatchObject({ enqueued: 3, scheduled: 1, processing: 1, failed: 1, succeeded: 1, lease_expired: 1 });
-    expect(report.totals.oldest_runnable_seconds).toBe(row.oldest_runnable_seconds);
+    expect(row.oldestRunnableSeconds).toBeGreaterThanOrEqual(3600);
+    expect(row.oldestRunnableSeconds).toBeLessThan(3600 + 60);
+    expect(report.events).toContainEqual({ task, deduplicated: 2, rejected: 1, conflict: 0, guardDuplicate: 1 });
+    expect(report.totals).toMatchObject({ enqueued: 3, scheduled: 1, processing: 1, failed: 1, succeeded: 1, leaseExpired: 1 });
+    expect(report.totals.oldestRunnableSeconds).toBe(row.oldestRunnableSeconds);
     expect(Date.parse(report.at)).not.toBeNaN();
   });
 
@@ -92,13 +92,34 @@ describe("idemq stats", () => {
     expect(lines.at(-1)).toBe("1 job(s) hold an expired lease: run `idemq rescue` or start a worker.");
   });
 
+  it("--queue and --task keep only their rows, and the totals are theirs; events (per task) go with --task only", async () => {
+    const byQueue = await runCli(["stats", "--queue", queue, "--json", "--database-url", db.url]);
+    expect(byQueue).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const report = JSON.parse(byQueue.stdout);
+    expect(report.jobs.map((j: { queue: string; task: string }) => [j.queue, j.task])).toEqual([[queue, task]]);
+    expect(report.events).toEqual([]);
+    // The succeeded job of this task is in another queue: not counted.
+    expect(report.totals).toMatchObject({ scheduled: 1, enqueued: 3, processing: 1, failed: 1, succeeded: 0, leaseExpired: 1 });
+
+    const byTask = JSON.parse((await runCli(["stats", "--task", task, "--json", "--database-url", db.url])).stdout);
+    expect(new Set(byTask.jobs.map((j: { task: string }) => j.task))).toEqual(new Set([task]));
+    expect(byTask.jobs).toHaveLength(2);
+    expect(byTask.events).toEqual([{ task, deduplicated: 2, rejected: 1, conflict: 0, guardDuplicate: 1 }]);
+    expect(byTask.totals).toMatchObject({ enqueued: 3, succeeded: 1 });
+
+    const human = await runCli(["stats", "--queue", queue, "--task", task, "--database-url", db.url]);
+    const lines = human.stdout.trimEnd().split("\n");
+    expect(lines.filter((line) => line.startsWith(`${queue} `))).toHaveLength(1);
+    expect(lines.some((line) => line.startsWith("TASK "))).toBe(false);
+  });
+
   it("an empty queue says so", async () => {
     const empty = await freshDatabase();
     databases.push(empty);
     const human = await runCli(["stats", "--database-url", empty.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stdout: "No jobs yet.\n", stderr: "" });
     const json = JSON.parse((await runCli(["stats", "--json", "--database-url", empty.url])).stdout);
-    expect(json).toMatchObject({ jobs: [], events: [], totals: { enqueued: 0, oldest_runnable_seconds: null } });
+    expect(json).toMatchObject({ jobs: [], events: [], totals: { enqueued: 0, oldestRunnableSeconds: null } });
   });
 
   it("--watch --json prints a report per interval until SIGINT, then exits 0", async () => {

@@ -90,7 +90,7 @@ describe("human output escapes what anyone enqueued; --json keeps it exact", () 
     expectPrintable(list);
     expect(list.stdout).toContain(SHOWN_TASK);
     expect(list.stdout).toContain(printable(queue));
-    const listed = JSON.parse((await cli(["jobs", "--queue", queue, "--json"])).stdout);
+    const listed = JSON.parse((await cli(["jobs", "--queue", queue, "--json"])).stdout).jobs;
     expect(listed).toMatchObject([{ id: jobId, task: TASK, queue, idempotencyKey: key, payload }]);
 
     const show = await cli(["jobs", "show", jobId]);

@@ -203,11 +203,12 @@ describe("retry", () => {
   const retryable: ZooName[] = ["failed", "cancelled", "expired"];
 
   it.each(retryable)(
-    "retry of the %s job -> enqueued now, attempts fresh (attempt kept, uncounted = attempt), errors kept; only its row and key change",
+    "retry of the %s job -> enqueued now, attempts fresh (attempt kept, uncounted = attempt), errors kept and the retry recorded; only its row and key change",
     async (name) => {
       await withZoo(async (c, zoo) => {
         const before = await snapshot(c, zoo);
         const old = await facts(c, zoo[name].id);
+        const { rows: ended } = await c.query<{ finished_at: Date }>("SELECT finished_at FROM idemq.jobs WHERE id = $1", [zoo[name].id]);
         expect(await call(c, "retry", zoo[name].id)).toBe("enqueued");
         expect(await facts(c, zoo[name].id)).toEqual({
           ...old,
@@ -216,7 +217,23 @@ describe("retry", () => {
           run_at_now: true,
           uncounted: old.attempt,
           expires_at: null,
+          errors: old.errors + 1,
         });
+        const { rows: last } = await c.query(
+          "SELECT (errors->-1) - 'retried_at' AS entry, (errors->-1->>'retried_at')::timestamptz = now() AS retried_now FROM idemq.jobs WHERE id = $1",
+          [zoo[name].id],
+        );
+        expect(last[0]).toEqual({
+          entry: {
+            attempt: old.attempt,
+            class: "Retried",
+            message: `retried by an operator after the job was ${name}`,
+            previous_state: name,
+            finished_at: expect.any(String),
+          },
+          retried_now: true,
+        });
+        expect(new Date(last[0].entry.finished_at).getTime()).toBe(ended[0]!.finished_at.getTime());
         expect(await keyState(c, zoo[name].key)).toEqual({ job_id: zoo[name].id, finished_state: null });
         expectOnlyChanged(before, await snapshot(c, zoo), { jobs: [name], keys: [name] });
       });
@@ -238,7 +255,8 @@ describe("retry", () => {
         [id],
       );
       expect(failed.rows[0].s).toBe("failed");
-      expect(await facts(c, id)).toMatchObject({ errors: 2 });
+      // The first failure, the retry, the second failure.
+      expect(await facts(c, id)).toMatchObject({ errors: 3 });
     });
   });
 

@@ -146,7 +146,7 @@ describe("fail", () => {
     });
   });
 
-  it("keeps every failed attempt's error: attempt, started_at, failed_at, worker, class, message and extra fields", async () => {
+  it("keeps every failed attempt's error: attempt, started_at, failed_at, worker, max_attempts, class, message and extra fields", async () => {
     await inRollback(db.pool, async (c) => {
       const id = await makeJob(c, { backoff: FIXED, max_attempts: 2 });
       await claimOne(c, { worker_id: "host-a:1" });
@@ -168,13 +168,13 @@ describe("fail", () => {
       );
       expect(rows).toEqual([
         {
-          entry: { attempt: 1, worker: "host-a:1", class: "TimeoutError", message: "took too long", stack: "at x()" },
+          entry: { attempt: 1, worker: "host-a:1", class: "TimeoutError", message: "took too long", stack: "at x()", max_attempts: 2 },
           started_5_min_ago: true,
           started_now: false,
           failed_now: true,
         },
         {
-          entry: { attempt: 2, worker: "host-b:2", class: "HttpError", message: "503", status: 503 },
+          entry: { attempt: 2, worker: "host-b:2", class: "HttpError", message: "503", status: 503, max_attempts: 2 },
           started_5_min_ago: false,
           started_now: true,
           failed_now: true,

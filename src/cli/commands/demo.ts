@@ -29,7 +29,7 @@ export function registerDemoCommand(program: Command): void {
     .addHelpText(
       "after",
       `
-Example:
+Examples:
   npm start                          # = idemq demo, on the embedded PostgreSQL in ${DEFAULT_DATA_DIR}
   idemq demo --json | jq .figures    # the results as one JSON object
   idemq demo --database-url postgres://postgres@127.0.0.1:5432/postgres --keep

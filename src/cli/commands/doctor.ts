@@ -1,5 +1,8 @@
 // idemq doctor [--key-retention 14d] [--long-transaction 5m]
 //
+// Over 400 lines for a reason: one function per check, each with its own
+// query, message and fix; split up, one report would live in several files.
+//
 // Checks, each with what to do about a finding:
 //   server       PostgreSQL 15 or later
 //   schema       the migrations applied match this package's (none pending, none unknown)
@@ -7,6 +10,10 @@
 //                active keyed jobs (the sum of their remaining backoff delays,
 //                worst case), so a retried or replayed enqueue still finds its key
 //   leases       no job in processing whose lease expired more than a minute ago
+//   backlog      no queue whose oldest runnable job has waited longer than --max-wait
+//                (the age idemq.stats() reports: no worker takes that queue or task)
+//   schedules    no schedule whose next slot is overdue by more than --max-wait
+//                (no worker runs tick(): schedules fire only while one does)
 //   bloat        dead rows in idemq.jobs do not outnumber live ones
 //   transactions no transaction open longer than --long-transaction holding back
 //                VACUUM's horizon (xmin) in this database
@@ -30,12 +37,13 @@ import { parseDuration } from "../parse.ts";
 interface Options extends CommonOptions {
   keyRetention?: string;
   longTransaction: string;
+  maxWait: string;
 }
 
 type Status = "ok" | "warning" | "problem" | "skipped";
 
 export interface Finding {
-  check: "server" | "schema" | "keys" | "leases" | "bloat" | "transactions";
+  check: "server" | "schema" | "keys" | "leases" | "backlog" | "schedules" | "bloat" | "transactions";
   status: Status;
   message: string;
   fix?: string;
@@ -65,6 +73,12 @@ export function registerDoctorCommand(program: Command): void {
       parseDuration,
       "5 minutes",
     )
+    .option(
+      "--max-wait <duration>",
+      "report queues whose oldest runnable job has waited longer than this, and schedules overdue by more (default 10m)",
+      parseDuration,
+      "10 minutes",
+    )
     .action(
       action(async (_options: Options, cmd: Command) => {
         const options = cmd.optsWithGlobals<Options>();
@@ -84,6 +98,7 @@ export function registerDoctorCommand(program: Command): void {
   databaseCommand(command, [
     "idemq doctor",
     "idemq doctor --key-retention 30d --json",
+    "idemq doctor --max-wait 2m",
     "",
     "Exit codes: 0 healthy, 7 warnings, 8 problems (1 when the database cannot be reached).",
   ]);
@@ -97,14 +112,15 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
     const findings: Finding[] = [await checkServer(client)];
     const schema = await checkSchema(db.url);
     findings.push(schema);
-    const installed = await runQuery<{ installed: boolean; horizon: boolean }>(
+    const installed = await runQuery<{ installed: boolean; horizon: boolean; schedules: boolean }>(
       client,
       `SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed,
-              to_regprocedure('idemq.retry_horizon(jsonb, int, int)') IS NOT NULL AS horizon`,
+              to_regprocedure('idemq.retry_horizon(jsonb, int, int)') IS NOT NULL AS horizon,
+              to_regprocedure('idemq.schedules()') IS NOT NULL AS schedules`,
       [],
     );
     if (!installed[0]?.installed) {
-      for (const check of ["keys", "leases", "bloat"] as const) {
+      for (const check of ["keys", "leases", "backlog", "schedules", "bloat"] as const) {
         findings.push({ check, status: "skipped", message: "needs the idemq schema (see schema)" });
       }
     } else {
@@ -115,6 +131,12 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
           : { check: "keys", status: "skipped", message: "needs idemq.retry_horizon(), added by migration 0003 (see schema)" },
       );
       findings.push(await checkLeases(client));
+      findings.push(await checkBacklog(client, options.maxWait));
+      findings.push(
+        installed[0].schedules
+          ? await checkSchedules(client, options.maxWait)
+          : { check: "schedules", status: "skipped", message: "needs idemq.schedules(), added by migration 0010 (see schema)" },
+      );
       findings.push(await checkBloat(client));
     }
     findings.push(await checkTransactions(client, options.longTransaction));
@@ -301,6 +323,66 @@ async function checkLeases(client: pg.Client): Promise<Finding> {
         : `${expired} lease(s) expired within the last minute (a worker's rescuer takes them back)`,
     stuck,
     expired,
+  };
+}
+
+/**
+ * Queues whose oldest runnable job has waited longer than maxWait, from
+ * idemq.stats()'s oldest_runnable_seconds (per queue and task), so "runnable"
+ * is defined once, in SQL.
+ */
+async function checkBacklog(client: pg.Client, maxWait: string): Promise<Finding> {
+  const rows = await runQuery<{ queue: string; task: string; waited_s: number; max_s: number }>(
+    client,
+    `SELECT s.queue, s.task, s.value::float8 AS waited_s, extract(epoch FROM $1::interval)::float8 AS max_s
+       FROM idemq.stats() s
+      WHERE s.metric = 'oldest_runnable_seconds' AND s.queue IS NOT NULL
+      ORDER BY s.value DESC, s.queue, s.task`,
+    [maxWait],
+  );
+  const late = rows.filter((r) => r.waited_s > r.max_s);
+  const waiting = late.map((r) => ({ queue: r.queue, task: r.task, waitedSeconds: r.waited_s }));
+  if (late.length === 0) {
+    return { check: "backlog", status: "ok", message: `no runnable job has waited longer than ${maxWait}`, maxWait, waiting };
+  }
+  const oldest = late[0]!;
+  const queues = [...new Set(late.map((r) => r.queue))];
+  return {
+    check: "backlog",
+    status: "warning",
+    message:
+      `${queues.length} queue(s) with runnable jobs waiting longer than ${maxWait}: ${queues.slice(0, 5).join(", ")}${queues.length > 5 ? ", ..." : ""} ` +
+      `(oldest: task ${oldest.task} in queue ${oldest.queue}, ${age(oldest.waited_s * 1000)})`,
+    fix: "start a worker with that queue and task (`idemq worker --queues <queue>`; a worker claims only the tasks it has), or add workers if they cannot keep up",
+    maxWait,
+    waiting,
+  };
+}
+
+/** Schedules whose next slot is overdue by more than maxWait: nothing runs tick() (workers do, on a timer). */
+async function checkSchedules(client: pg.Client, maxWait: string): Promise<Finding> {
+  const rows = await runQuery<{ name: string; next_at: Date; late_s: number }>(
+    client,
+    `SELECT s.name, s.next_at, extract(epoch FROM now() - s.next_at)::float8 AS late_s
+       FROM idemq.schedules() s
+      WHERE s.next_at < now() - $1::interval
+      ORDER BY s.next_at, s.name`,
+    [maxWait],
+  );
+  const overdue = rows.map((r) => ({ name: r.name, nextAt: r.next_at.toISOString(), lateSeconds: r.late_s }));
+  if (overdue.length === 0) {
+    return { check: "schedules", status: "ok", message: `no schedule overdue by more than ${maxWait}`, maxWait, overdue };
+  }
+  const first = overdue[0]!;
+  return {
+    check: "schedules",
+    status: "warning",
+    message:
+      `${overdue.length} schedule(s) have not fired when due, by more than ${maxWait} ` +
+      `(${first.name}: due ${first.nextAt.replace(/\.\d{3}Z$/, "Z")}, ${age(first.lateSeconds * 1000)} ago)`,
+    fix: "start a worker (workers fire schedules on a timer), or call `SELECT idemq.tick()` from pg_cron",
+    maxWait,
+    overdue,
   };
 }
 

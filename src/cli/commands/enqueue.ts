@@ -11,7 +11,7 @@ import type { EnqueueOptions } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { jobLine, relative } from "../format.ts";
-import { action, emit } from "../output.ts";
+import { action, emit, reportError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobIdList, readPayload } from "../parse.ts";
 
@@ -71,23 +71,13 @@ export function registerEnqueueCommand(program: Command): void {
                 : `enqueued ${job ? jobLine(job) : `job ${result.jobId}`}${when ?? ""}`,
             );
           } catch (error) {
-            if (error instanceof DuplicateJobError || error instanceof KeyReuseError) {
-              const existing = await client.getJob(error.existingJobId);
-              const rejected = error instanceof DuplicateJobError;
-              emit(
-                options,
-                {
-                  [rejected ? "rejected" : "conflict"]: true,
-                  code: error.code,
-                  key: error.key,
-                  ...(rejected ? { policy: error.policy, existingState: error.existingState } : {}),
-                  existingJobId: error.existingJobId,
-                  existingJob: existing,
-                },
-                existing ? jobLine(existing) : `job ${error.existingJobId} (purged; its key is kept until prune-keys)`,
-              );
+            if (!(error instanceof DuplicateJobError || error instanceof KeyReuseError)) throw error;
+            // The job holding the key: on stdout as a line, or in the --json error object.
+            const existing = await client.getJob(error.existingJobId);
+            if (!options.json) {
+              emit(options, null, existing ? jobLine(existing) : `job ${error.existingJobId} (purged; its key is kept until prune-keys)`);
             }
-            throw error;
+            reportError(error, options, { existingJob: existing });
           }
         });
       }),

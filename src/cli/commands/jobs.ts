@@ -6,12 +6,13 @@ import { type Command, Option } from "commander";
 import { CLIENT_DEFAULTS, JOB_STATES, type JobState } from "../../contract.ts";
 import { DuplicateJobError, JobNotFoundError } from "../../errors.ts";
 import type { Client } from "../../client.ts";
+import { countJobs, type ListJobsFilter } from "../../job-reads.ts";
 import { runQuery } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";
-import { JOB_COLUMNS, jobRow, renderJob, table, timeline } from "../format.ts";
-import { action, emit, errorLine, UsageError } from "../output.ts";
+import { attemptCount, type JobExtras, JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
+import { action, emit, type ErrorJson, errorJson, errorLine, UsageError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
 
@@ -21,6 +22,10 @@ interface ListOptions extends CommonOptions {
   task?: string;
   key?: string;
   limit?: number;
+}
+
+interface ShowOptions extends CommonOptions {
+  stack?: boolean;
 }
 
 interface RescheduleOptions extends CommonOptions {
@@ -47,19 +52,19 @@ export function registerJobsCommands(program: Command): void {
         }
         const options = cmd.optsWithGlobals<ListOptions>();
         await withClient(options, async (client) => {
-          const found = await client.listJobs({
+          const filter = {
             ...(options.state === undefined ? {} : { state: options.state }),
             ...(options.queue === undefined ? {} : { queue: options.queue }),
             ...(options.task === undefined ? {} : { task: options.task }),
             ...(options.key === undefined ? {} : { key: options.key }),
-            ...(options.limit === undefined ? {} : { limit: options.limit }),
-          });
+          };
+          const limit = options.limit ?? CLIENT_DEFAULTS.listLimit;
+          const found = await client.listJobs({ ...filter, limit });
+          const beyond = found.length < limit ? { count: 0, exact: true } : await countBeyond(client, filter, limit);
           const now = Date.now();
-          emit(
-            options,
-            found,
-            found.length === 0 ? "No jobs match." : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]),
-          );
+          const rows = found.length === 0 ? ["No jobs match."] : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]);
+          if (beyond.count > 0) rows.push(moreLine(limit, beyond));
+          emit(options, { jobs: found, limit, more: beyond.count, moreExact: beyond.exact }, rows);
         });
       }),
     );
@@ -74,18 +79,26 @@ export function registerJobsCommands(program: Command): void {
     .command("show")
     .description("show a job and the timeline of its attempts: claimed when, by which worker, how it ended, the error")
     .argument("<id>", "job id", parseJobId)
+    .option("--stack", "print each failed attempt's stack trace under it (--json always has them, in errors)")
     .action(
-      action(async (id: string, _options: CommonOptions, cmd: Command) => {
-        const options = cmd.optsWithGlobals<CommonOptions>();
+      action(async (id: string, _options: ShowOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<ShowOptions>();
         await withClient(options, async (client) => {
           const job = await client.getJob(id);
           if (job === null) throw new JobNotFoundError(`no job ${id}`, { hint: "idemq jobs lists the jobs there are" });
-          const attempts = timeline(job, await jobExtras(client, id));
-          emit(options, { ...job, timeline: attempts }, renderJob(job, attempts));
+          const extras = await jobExtras(client, id);
+          const attempts = timeline(job, extras);
+          const count = attemptCount(job, extras);
+          const retried = retries(job);
+          emit(
+            options,
+            { ...job, countedAttempts: count.counted, attemptLimit: count.limit, retries: retried, timeline: attempts },
+            renderJob(job, attempts, { count, retries: retried, stack: options.stack === true }),
+          );
         });
       }),
     );
-  databaseCommand(show, ["idemq jobs show 42", "idemq jobs show 42 --json | jq '.timeline[-1].error'"]);
+  databaseCommand(show, ["idemq jobs show 42", "idemq jobs show 42 --stack", "idemq jobs show 42 --json | jq '.timeline[-1].error'"]);
 
   const retry = jobs
     .command("retry")
@@ -96,7 +109,7 @@ export function registerJobsCommands(program: Command): void {
         await forEachJob(cmd.optsWithGlobals<CommonOptions>(), parseJobIds(ids), "retried", (client, id) => client.retry(id));
       }),
     );
-  databaseCommand(retry, ["idemq jobs retry 42", "idemq jobs retry $(idemq jobs --state failed --json | jq -r '.[].id')"]);
+  databaseCommand(retry, ["idemq jobs retry 42", "idemq jobs retry $(idemq jobs --state failed --json | jq -r '.jobs[].id')"]);
 
   const cancel = jobs
     .command("cancel")
@@ -136,8 +149,8 @@ interface JobResult {
   id: string;
   ok: boolean;
   state?: JobState;
-  code?: string;
-  message?: string;
+  /** Why this id failed, in the shape of every --json error (errorJson). */
+  error?: ErrorJson["error"];
 }
 
 /**
@@ -163,7 +176,7 @@ async function forEachJob(
         if (typeof code !== "string" || (!code.startsWith("IQ") && !code.startsWith("22"))) throw error;
         firstFailure ??= error;
         const detail = code === "IQ409" ? keyHolder(error) : "";
-        results.push({ id, ok: false, code, message: errorLine(error) + detail });
+        results.push({ id, ok: false, error: errorJson(error).error });
         process.stderr.write(`idemq: job ${id}: ${printable(errorLine(error) + detail)}\n`);
       }
     }
@@ -193,8 +206,30 @@ async function databaseTimeIn(client: Client, interval: string): Promise<Date> {
   return rows[0]!.at;
 }
 
-/** locked_at: when the last attempt was claimed (Job leaves it out). An admin read, like job-reads.ts. */
-async function jobExtras(client: Client, id: string): Promise<{ lockedAt: Date | null }> {
-  const rows = await runQuery<{ locked_at: Date | null }>(client.pool, "SELECT j.locked_at FROM idemq.jobs j WHERE j.id = $1", [id]);
-  return { lockedAt: rows[0]?.locked_at ?? null };
+/**
+ * How many more jobs match than the `limit` shown, counted up to
+ * MORE_COUNT_CAP past it: a filter matching a million finished jobs reads
+ * limit + MORE_COUNT_CAP + 1 rows, never all of them.
+ */
+export const MORE_COUNT_CAP = 10_000;
+
+async function countBeyond(client: Client, filter: ListJobsFilter, limit: number): Promise<{ count: number; exact: boolean }> {
+  const { count, exact } = await countJobs(client.pool, filter, limit + MORE_COUNT_CAP);
+  return { count: count - limit, exact };
+}
+
+/** "Stopped at --limit 100: 37 more match; ..." (or "10,000+ more"). */
+function moreLine(limit: number, beyond: { count: number; exact: boolean }): string {
+  const more = `${beyond.count.toLocaleString("en-US")}${beyond.exact ? "" : "+"}`;
+  return `Stopped at --limit ${limit}: ${more} more match; raise --limit or narrow the filters.`;
+}
+
+/** locked_at (when the last attempt was claimed) and uncounted, which Job leaves out. An admin read, like job-reads.ts. */
+async function jobExtras(client: Client, id: string): Promise<JobExtras> {
+  const rows = await runQuery<{ locked_at: Date | null; uncounted: number }>(
+    client.pool,
+    "SELECT j.locked_at, j.uncounted FROM idemq.jobs j WHERE j.id = $1",
+    [id],
+  );
+  return { lockedAt: rows[0]?.locked_at ?? null, uncounted: rows[0]?.uncounted ?? 0 };
 }

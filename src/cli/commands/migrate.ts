@@ -12,6 +12,7 @@ import { migrate, migrationStatus, pendingSql } from "../../migrate.ts";
 import { openDatabase } from "../connect.ts";
 import { DEFAULT_DATA_DIR } from "../data-dir.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
+import { addExamples } from "../define.ts";
 import { action, addJsonOption, emit, type JsonOption, UsageError } from "../output.ts";
 
 type Options = DatabaseOption & JsonOption;
@@ -39,6 +40,12 @@ export function registerMigrateCommands(program: Command): void {
     );
   addDatabaseOption(migrateCommand);
   addJsonOption(migrateCommand);
+  addExamples(migrateCommand, [
+    "idemq migrate                     # the embedded PostgreSQL in this directory",
+    "idemq migrate --database-url postgres://app@db:5432/app --json",
+    "idemq migrate status",
+    "idemq migrate sql --database-url postgres://app@db:5432/app > idemq.sql   # for a DBA",
+  ]);
 
   const status = migrateCommand
     .command("status")
@@ -57,6 +64,7 @@ export function registerMigrateCommands(program: Command): void {
     );
   addDatabaseOption(status);
   addJsonOption(status);
+  addExamples(status, ["idemq migrate status", "idemq migrate status --json | jq '.pending'"]);
 
   const sql = migrateCommand
     .command("sql")
@@ -75,6 +83,10 @@ export function registerMigrateCommands(program: Command): void {
       }),
     );
   addDatabaseOption(sql);
+  addExamples(sql, [
+    "idemq migrate sql --database-url postgres://app@db:5432/app > idemq.sql",
+    'psql -v ON_ERROR_STOP=1 "$ADMIN_URL" -f idemq.sql',
+  ]);
 }
 
 /**

@@ -8,7 +8,7 @@ import type { Command } from "commander";
 import pg from "pg";
 import { grantRole, type RoleKind, ROLES, rolesScript } from "../../roles.ts";
 import { openDatabase } from "../connect.ts";
-import { type CommonOptions, databaseCommand } from "../define.ts";
+import { addExamples, type CommonOptions, databaseCommand } from "../define.ts";
 import { action, emit, UsageError } from "../output.ts";
 
 interface GrantOptions extends CommonOptions {
@@ -21,6 +21,7 @@ export function registerRolesCommands(program: Command): void {
   const roles = program
     .command("roles")
     .description("the idemq roles: idemq_producer (enqueue), idemq_worker (run jobs), idemq_admin (everything)");
+  addExamples(roles, ["idemq roles sql > idemq-roles.sql", "idemq roles grant app_web --producer"]);
 
   roles
     .command("sql")

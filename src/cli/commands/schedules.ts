@@ -20,9 +20,8 @@ import type { Schedule, ScheduleDefinition } from "../../sql-api.ts";
 import { WORKER_DEFAULTS } from "../../worker/defaults.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
-import { EXIT } from "../exit-codes.ts";
 import { instant, relative, table } from "../format.ts";
-import { action, emit, UsageError } from "../output.ts";
+import { action, emit, NotFoundError, UsageError } from "../output.ts";
 import { integerParser, parseDuration, parseInstant, readPayload } from "../parse.ts";
 import { printable } from "../terminal-text.ts";
 
@@ -149,8 +148,8 @@ Workers tick every ${WORKER_DEFAULTS.tickInterval} by default (tickInterval): ea
         const options = cmd.optsWithGlobals<CommonOptions>();
         await withClient(options, async (client) => {
           const removed = await client.unschedule(name);
-          emit(options, { name, removed }, removed ? `removed schedule ${printable(name)}` : "");
-          if (!removed) noSuchSchedule(name, "nothing removed");
+          if (!removed) return noSuchSchedule(name, "nothing removed");
+          emit(options, { name, removed }, `removed schedule ${printable(name)}`);
         });
       }),
     );
@@ -208,10 +207,9 @@ Workers tick every ${WORKER_DEFAULTS.tickInterval} by default (tickInterval): ea
   ]);
 }
 
-/** One line on stderr, exit 5: scripts tell a missing schedule from a failure. */
-function noSuchSchedule(name: string, consequence: string): void {
-  process.stderr.write(`idemq: no schedule named ${printable(JSON.stringify(name))}; ${consequence} (\`idemq schedules list\` shows them)\n`);
-  process.exitCode = EXIT.NOT_FOUND;
+/** Exit 5 (NotFoundError): scripts tell a missing schedule from a failure. */
+function noSuchSchedule(name: string, consequence: string): never {
+  throw new NotFoundError(`no schedule named ${JSON.stringify(name)}; ${consequence} (\`idemq schedules list\` shows them)`);
 }
 
 const LIST_COLUMNS = ["NAME", "CRON", "TIMEZONE", "TASK", "QUEUE", "NEXT", "LAST JOB", "SKIPPED"] as const;

@@ -1,4 +1,4 @@
-// idemq stats [--watch [seconds]]
+// idemq stats [--queue Q] [--task T] [--watch [seconds]]
 //
 // Counts per queue, task and state, expired leases and the age of the oldest
 // runnable job (per queue and task), and duplicate and rejection events per
@@ -12,25 +12,35 @@ import type { StatsRow } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { age, table } from "../format.ts";
-import { action, emit } from "../output.ts";
+import { action, camelCase, emit } from "../output.ts";
 
 interface Options extends CommonOptions {
   watch?: true | number;
+  queue?: string;
+  task?: string;
+}
+
+/** Which rows of stats() a report keeps. */
+interface Filter {
+  queue?: string | undefined;
+  task?: string | undefined;
 }
 
 const DEFAULT_WATCH_SECONDS = 2;
 const EVENT_METRICS = ["deduplicated", "rejected", "conflict", "guard_duplicate"] as const;
+type EventMetric = (typeof EVENT_METRICS)[number];
 
-type JobCounts = { queue: string; task: string } & Record<JobState | "lease_expired", number> & {
-    oldest_runnable_seconds: number | null;
-  };
-type EventCounts = { task: string } & Record<(typeof EVENT_METRICS)[number], number>;
+// The report's keys are camelCase, as every command's --json (stats() names
+// its metrics in snake_case: camelCase() maps them).
+type Counts = Record<JobState | "leaseExpired", number> & { oldestRunnableSeconds: number | null };
+type JobCounts = { queue: string; task: string } & Counts;
+type EventCounts = { task: string } & Record<"deduplicated" | "rejected" | "conflict" | "guardDuplicate", number>;
 
 export interface StatsReport {
   at: string;
   jobs: JobCounts[];
   events: EventCounts[];
-  totals: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null };
+  totals: Counts;
 }
 
 export function registerStatsCommand(program: Command): void {
@@ -38,13 +48,15 @@ export function registerStatsCommand(program: Command): void {
     .command("stats")
     .description("counts per queue, task and state; expired leases; oldest runnable job; duplicates and rejections per task")
     .option("--watch [seconds]", `redraw every few seconds (default ${DEFAULT_WATCH_SECONDS}) until Ctrl-C`, parseSeconds)
+    .option("--queue <queue>", "only this queue (events are per task, so none are shown)")
+    .option("--task <task>", "only this task")
     .action(
       action(async (_options: Options, cmd: Command) => {
         const options = cmd.optsWithGlobals<Options>();
         // --watch runs until stopped: other commands may use its embedded server meanwhile.
         await withClient({ ...options, share: options.watch !== undefined }, async (client) => {
           if (options.watch === undefined) {
-            const report = await statsReport(client);
+            const report = await statsReport(client, options);
             emit(options, report, renderStats(report));
             return;
           }
@@ -56,6 +68,7 @@ export function registerStatsCommand(program: Command): void {
     "idemq stats",
     "idemq stats --watch 5",
     "idemq stats --json | jq '.totals.failed'",
+    "idemq stats --queue emails --task send_invoice",
     "",
     "Events count deduplicated enqueues, bulk rejections, key conflicts and guard",
     "duplicates since install; a rejection raised by a single enqueue rolls back",
@@ -71,40 +84,49 @@ function parseSeconds(value: string): number {
   return n;
 }
 
-async function statsReport(client: Client): Promise<StatsReport> {
-  return toReport(await client.stats());
+/**
+ * stats() with --queue and --task applied to its rows: stats() takes no
+ * filter, so the database counts every queue either way (one grouped scan).
+ */
+async function statsReport(client: Client, filter: Filter): Promise<StatsReport> {
+  const rows = (await client.stats()).filter(
+    (row) =>
+      (filter.task === undefined || row.task === filter.task) &&
+      (filter.queue === undefined || row.queue === filter.queue),
+  );
+  return toReport(rows);
 }
 
-function zeroStates(): Record<JobState | "lease_expired", number> {
-  return Object.fromEntries([...JOB_STATES, "lease_expired"].map((metric) => [metric, 0])) as Record<
-    JobState | "lease_expired",
-    number
-  >;
+function zeroStates(): Record<JobState | "leaseExpired", number> {
+  return Object.fromEntries([...JOB_STATES, "leaseExpired"].map((metric) => [metric, 0])) as Record<JobState | "leaseExpired", number>;
 }
 
 function toReport(rows: readonly StatsRow[]): StatsReport {
   const jobs = new Map<string, JobCounts>();
   const events = new Map<string, EventCounts>();
-  const totals = { ...zeroStates(), oldest_runnable_seconds: null as number | null };
+  const totals: Counts = { ...zeroStates(), oldestRunnableSeconds: null };
   for (const row of rows) {
     if (row.queue === null) {
       if (!(EVENT_METRICS as readonly string[]).includes(row.metric) || row.task === null) continue;
       const entry =
         events.get(row.task) ??
-        ({ task: row.task, ...Object.fromEntries(EVENT_METRICS.map((m) => [m, 0])) } as EventCounts);
-      entry[row.metric as (typeof EVENT_METRICS)[number]] += row.value;
+        ({ task: row.task, ...Object.fromEntries(EVENT_METRICS.map((m) => [camelCase(m), 0])) } as EventCounts);
+      entry[camelCase(row.metric as EventMetric) as keyof Omit<EventCounts, "task">] += row.value;
       events.set(row.task, entry);
       continue;
     }
     const id = JSON.stringify([row.queue, row.task]);
     const entry =
-      jobs.get(id) ?? ({ queue: row.queue, task: row.task ?? "", ...zeroStates(), oldest_runnable_seconds: null } as JobCounts);
+      jobs.get(id) ?? ({ queue: row.queue, task: row.task ?? "", ...zeroStates(), oldestRunnableSeconds: null } as JobCounts);
     // StatsMetric (contract.ts) lacks oldest_runnable_seconds, which stats() also returns.
     const metric = row.metric as string;
     if (metric === "oldest_runnable_seconds") {
-      entry.oldest_runnable_seconds = row.value;
-      totals.oldest_runnable_seconds = Math.max(totals.oldest_runnable_seconds ?? 0, row.value);
-    } else if (metric === "lease_expired" || isJobState(metric)) {
+      entry.oldestRunnableSeconds = row.value;
+      totals.oldestRunnableSeconds = Math.max(totals.oldestRunnableSeconds ?? 0, row.value);
+    } else if (metric === "lease_expired") {
+      entry.leaseExpired += row.value;
+      totals.leaseExpired += row.value;
+    } else if (isJobState(metric)) {
       entry[metric] += row.value;
       totals[metric] += row.value;
     }
@@ -117,10 +139,10 @@ const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED
 
 function renderStats(report: StatsReport): string[] {
   if (report.jobs.length === 0 && report.events.length === 0) return ["No jobs yet."];
-  const numbers = (counts: Record<JobState | "lease_expired", number> & { oldest_runnable_seconds: number | null }) => [
+  const numbers = (counts: Counts) => [
     ...JOB_STATES.map((state) => String(counts[state])),
-    String(counts.lease_expired),
-    counts.oldest_runnable_seconds === null ? "-" : age(counts.oldest_runnable_seconds * 1000),
+    String(counts.leaseExpired),
+    counts.oldestRunnableSeconds === null ? "-" : age(counts.oldestRunnableSeconds * 1000),
   ];
   const numeric = STATE_HEADERS.map((_, i) => i + 2);
   const lines = table(
@@ -133,13 +155,13 @@ function renderStats(report: StatsReport): string[] {
       "",
       ...table(
         ["TASK", "DEDUPLICATED", "REJECTED", "CONFLICT", "GUARD DUPLICATE"],
-        report.events.map((e) => [e.task, String(e.deduplicated), String(e.rejected), String(e.conflict), String(e.guard_duplicate)]),
+        report.events.map((e) => [e.task, String(e.deduplicated), String(e.rejected), String(e.conflict), String(e.guardDuplicate)]),
         [1, 2, 3, 4],
       ),
     );
   }
-  if (report.totals.lease_expired > 0) {
-    lines.push("", `${report.totals.lease_expired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
+  if (report.totals.leaseExpired > 0) {
+    lines.push("", `${report.totals.leaseExpired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
   }
   return lines;
 }
@@ -157,7 +179,7 @@ async function watch(client: Client, options: Options, seconds: number): Promise
   try {
     const tty = process.stdout.isTTY === true && !options.json;
     while (!stopped) {
-      const report = await statsReport(client);
+      const report = await statsReport(client, options);
       if (stopped) break;
       if (options.json) {
         emit(options, report, "");
