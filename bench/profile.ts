@@ -32,8 +32,8 @@ const task = args.task === LEDGER_TASK ? LEDGER_TASK : NOOP_TASK;
 const DB = "bench_profile";
 
 const server = serverUrl();
+const releaseLock = await lockBenchRuns(server, (line) => process.stderr.write(line + "\n"));
 const admin = await adminClient(server);
-await lockBenchRuns(admin);
 await createDatabase(admin, DB);
 const url = databaseUrl(server, DB);
 const idemq = SYSTEMS.idemq;
@@ -156,4 +156,5 @@ try {
 } finally {
   await dropDatabase(admin, DB);
   await admin.end();
+  await releaseLock();
 }

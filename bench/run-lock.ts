@@ -1,16 +1,39 @@
 // One bench run per server at a time: runs reuse database names
-// (bench_<system>_r<round>) and would drop each other's, and would measure
-// each other's load. A session advisory lock, held by the admin connection
-// until it closes.
+// (bench_<system>_r<round>) on the whole server, whatever database the URL
+// names, and would drop each other's, and would measure each other's load.
+// Advisory locks are scoped to one database, so the lock is always taken in
+// the server's maintenance database (`postgres`), by a connection of its own
+// that holds it until the process exits. A second run waits for the first
+// (saying so) rather than failing: parallel sessions serialize their runs.
 
-import type pg from "pg";
+import pg from "pg";
 
 /** An arbitrary constant: "idemq-bench". */
 const LOCK_KEY = 7_193_451_802;
+/** How often a waiting run says it is still waiting. */
+const WAIT_NOTICE_MS = 30_000;
 
-export async function lockBenchRuns(admin: pg.ClientBase): Promise<void> {
-  const { rows } = await admin.query("SELECT pg_try_advisory_lock($1::bigint) AS ok", [LOCK_KEY]);
-  if (!(rows[0] as { ok: boolean }).ok) {
-    throw new Error("another bench run is using this server (advisory lock held); wait for it to finish");
+/** Resolves holding the lock; call the returned function at the end of the run to release it (it closes the lock's connection, which would otherwise keep the process alive). */
+export async function lockBenchRuns(server: string, log: (line: string) => void): Promise<() => Promise<void>> {
+  const url = new URL(server);
+  url.pathname = "/postgres";
+  const client = new pg.Client({ connectionString: url.toString() });
+  client.on("error", () => {});
+  await client.connect();
+  const { rows } = await client.query("SELECT pg_try_advisory_lock($1::bigint) AS ok", [LOCK_KEY]);
+  const release = () => client.end();
+  if ((rows[0] as { ok: boolean }).ok) return release;
+  log("another bench run is using this server (advisory lock held): waiting for it to finish");
+  const started = Date.now();
+  const notice = setInterval(() => log(`still waiting for the other bench run (${Math.round((Date.now() - started) / 1000)} s)`), WAIT_NOTICE_MS);
+  try {
+    await client.query("SELECT pg_advisory_lock($1::bigint)", [LOCK_KEY]);
+  } catch (error) {
+    await client.end();
+    throw error;
+  } finally {
+    clearInterval(notice);
   }
+  log(`got the bench lock after ${Math.round((Date.now() - started) / 1000)} s`);
+  return release;
 }

@@ -56,8 +56,8 @@ if (workloads.length === 0) throw new Error(`--only ${args.only} matches no work
 
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 const server = serverUrl();
+const releaseLock = await lockBenchRuns(server, log);
 const admin = await adminClient(server);
-await lockBenchRuns(admin);
 const names = Object.keys(SYSTEMS) as SystemName[];
 const templateName = (system: SystemName) => `bench_tpl_${system}`;
 const scaleTemplates = new Map<SystemName, Promise<string>>();
@@ -137,6 +137,7 @@ try {
 
 const facts = await serverFacts(admin);
 await admin.end();
+await releaseLock();
 const cpus = os.cpus();
 const meta = {
   date: started.toISOString(),
