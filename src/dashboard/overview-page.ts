@@ -58,7 +58,7 @@ function totalsTable(totals: readonly OverviewRow[]): Html {
       ? html`more than ${number(EXACT_UP_TO)}`
       : html`<span title="estimate from the planner's statistics">≈ ${number(row.value)} (estimate)</span>`;
   };
-  return html`<table><tr>${TERMINAL_STATES.map((s) => html`<th>${stateBadge(s)}</th>`)}</tr>
+  return html`<table id="totals"><tr>${TERMINAL_STATES.map((s) => html`<th>${stateBadge(s)}</th>`)}</tr>
 <tr>${TERMINAL_STATES.map((s) => html`<td class="n"><a href="/jobs${query({ state: s })}">${shown(s)}</a></td>`)}</tr></table>
 <p class="muted">All finished jobs still retained: exact up to ${number(EXACT_UP_TO)}, estimated above.</p>`;
 }
@@ -66,7 +66,7 @@ function totalsTable(totals: readonly OverviewRow[]): Html {
 function queueTable(lines: readonly Line[], minutes: number): Html {
   if (lines.length === 0) return html`<p class="muted">No active jobs and nothing finished in the last ${minutes} minutes.</p>`;
   const v = (line: Line, metric: string) => line.values.get(metric) ?? 0;
-  return html`<table><tr><th>queue</th><th>task</th>${ACTIVE_STATES.map((s) => html`<th>${stateBadge(s)}</th>`)}
+  return html`<table id="queues"><tr><th>queue</th><th>task</th>${ACTIVE_STATES.map((s) => html`<th>${stateBadge(s)}</th>`)}
 <th>lease expired</th><th>oldest runnable</th><th>succeeded (${minutes} min)</th><th>failed (${minutes} min)</th>
 <th>throughput /min</th><th>failure rate</th></tr>
 ${lines.map((line) => {
