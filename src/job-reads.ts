@@ -94,12 +94,21 @@ export async function getJob(db: Queryable, jobId: JobIdInput): Promise<Job | nu
   return rows[0] === undefined ? null : toJob(rows[0]);
 }
 
-/** The WHERE clause of listJobs and countJobs: an unset filter is a NULL parameter ($1..$5). */
+/**
+ * The WHERE clause of listJobs and countJobs: an unset filter is a NULL
+ * parameter ($1..$5). pg plans an unnamed statement with its parameters'
+ * values, so an unset filter's `IS NULL` folds away; the error filter names
+ * `errors <> '[]'` so the plan can use the partial index jobs_with_errors,
+ * and finished states imply `finished_at IS NOT NULL` (a CHECK says so; the
+ * planner cannot see it) so a count of failed jobs reads jobs_by_finish:
+ * 20 ms instead of a 376 ms scan at 1,000,000 finished jobs.
+ */
 const FILTER_WHERE = `($1::idemq.job_state[] IS NULL OR j.state = ANY ($1::idemq.job_state[]))
         AND ($2::text IS NULL OR j.queue = $2::text)
         AND ($3::text IS NULL OR j.task = $3::text)
         AND ($4::text IS NULL OR j.idempotency_key = $4::text)
-        AND ($5::text IS NULL OR strpos(lower(j.errors::text), lower($5::text)) > 0)`;
+        AND ($5::text IS NULL OR (j.errors <> '[]'::jsonb AND strpos(lower(j.errors::text), lower($5::text)) > 0))
+        AND (NOT coalesce($1::idemq.job_state[] <@ idemq.terminal_states(), false) OR j.finished_at IS NOT NULL)`;
 
 function filterParameters(filter: ListJobsFilter): unknown[] {
   const stateList =

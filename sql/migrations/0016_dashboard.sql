@@ -15,6 +15,12 @@
 -- them, or listing them on the dashboard, read every finished row. Partial,
 -- so it holds only the awaiting rows.
 CREATE INDEX jobs_awaiting ON idemq.jobs (id) WHERE state = 'awaiting';
+-- Jobs with an error history, newest first: the dashboard's "text in error"
+-- filter reads these instead of every row (4 s with no match at 1,000,000
+-- finished jobs). Only failed attempts and retries add entries, and the
+-- updates that write errors (fail, rescue, cancel, retry) change state too,
+-- which is indexed already, so no update that was HOT stops being HOT.
+CREATE INDEX jobs_with_errors ON idemq.jobs (id) WHERE errors <> '[]'::jsonb;
 
 -- ---- sql/functions/overview.sql ----
 -- idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000) RETURNS TABLE(queue text, task text, metric text, value bigint, exact boolean)
@@ -151,4 +157,5 @@ SELECT count(*) FROM idemq._grant_roles();
 DROP FUNCTION idemq.overview;
 
 -- Hand-written reversal of the schema changes above goes here, after the functions.
+DROP INDEX idemq.jobs_with_errors;
 DROP INDEX idemq.jobs_awaiting;
