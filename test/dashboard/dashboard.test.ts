@@ -144,6 +144,35 @@ describe("dashboard pages", () => {
     await screenshot(page, "dashboard-schedules");
   });
 
+  it("cancel and reschedule, each confirmed, act through their SQL functions", async () => {
+    await page.goto(`${dashboard.url}jobs/${zoo.processing.id}`);
+    await page.click("text=cancel…");
+    await page.click("#confirm");
+    expect(await page.locator("#notice").textContent()).toBe("cancelled: now cancelled");
+    expect(await stateOf(db.pool, zoo.processing.id)).toBe("cancelled");
+
+    await page.goto(`${dashboard.url}jobs/${zoo.scheduled.id}/reschedule`);
+    await page.fill("input[name=run_at]", "2030-01-01T00:00:00Z");
+    await page.click("#confirm");
+    expect(await page.locator("#notice").textContent()).toBe("rescheduled to 2030-01-01T00:00:00.000Z: now scheduled");
+    const { rows } = await db.pool.query<{ run_at: Date }>("SELECT run_at FROM idemq.jobs WHERE id = $1", [zoo.scheduled.id]);
+    expect(rows[0]!.run_at.toISOString()).toBe("2030-01-01T00:00:00.000Z");
+  });
+
+  it("purge shows what it will delete, and deletes only once confirmed", async () => {
+    await page.goto(`${dashboard.url}purge`);
+    await page.uncheck("input[name=state][value=succeeded]");
+    await page.check("input[name=state][value=expired]");
+    await page.fill("input[name=amount]", "0");
+    await page.selectOption("select[name=unit]", "minutes");
+    await page.click("text=Review…");
+    expect(await page.locator("main p").first().textContent()).toContain("finished more than 0 minutes ago");
+    expect(await stateOf(db.pool, zoo.expired.id)).toBe("expired"); // the review changes nothing
+    await page.click("#confirm");
+    expect(await page.locator("#notice").textContent()).toBe("purged 1 job(s)");
+    expect(await stateOf(db.pool, zoo.expired.id)).toBeUndefined();
+  });
+
   it("a POST without the page's CSRF token is refused and changes nothing", async () => {
     const response = await fetch(`${dashboard.url}jobs/${zoo.enqueued.id}/cancel`, {
       method: "POST",
