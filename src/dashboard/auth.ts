@@ -55,6 +55,19 @@ export function cookie(req: IncomingMessage, name: string): string | undefined {
   return undefined;
 }
 
+/**
+ * Without a token the dashboard trusts loopback, so it must also refuse a
+ * request whose Host is a name other than a loopback one: a web page whose
+ * domain was made to resolve to 127.0.0.1 (DNS rebinding) would otherwise
+ * read the pages from the user's browser.
+ */
+export function hostAllowed(req: IncomingMessage, token: string | undefined): boolean {
+  if (token !== undefined) return true;
+  const header = req.headers.host ?? "";
+  const name = header.startsWith("[") ? header.slice(0, header.indexOf("]") + 1) : header.replace(/:\d+$/, "");
+  return isLoopback(name);
+}
+
 export type Access = { ok: true; setCookie?: string } | { ok: false };
 
 /** Whether `req` carries the token (none needed when there is none); a ?token= that matches sets the cookie. */

@@ -8,7 +8,7 @@ import type pg from "pg";
 import type { MetricsRegistry } from "../metrics/registry.ts";
 import { respondWithMetrics } from "../metrics/serve.ts";
 import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runPurge } from "./actions.ts";
-import { access, checkBind, newSecret, sameSecret } from "./auth.ts";
+import { access, checkBind, hostAllowed, newSecret, sameSecret } from "./auth.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
 import { jobId, jobPage, JOB_ACTIONS, type JobAction } from "./job-page.ts";
@@ -89,6 +89,10 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
 
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://dashboard");
+    if (!hostAllowed(req, options.token)) {
+      send(res, 421, errorPage("Wrong host", "Without a token this dashboard answers only to a loopback address (127.0.0.1, localhost, [::1]): open it by one, or start it with --token."));
+      return;
+    }
     const granted = access(req, url, options.token);
     if (!granted.ok) {
       send(res, 401, errorPage("Token needed", "This dashboard needs its token: open it with ?token=TOKEN (then a cookie keeps it) or send Authorization: Bearer TOKEN."));

@@ -3,6 +3,7 @@
 // list filtered, a job's timeline, a retry that a worker then runs, a task
 // name with <script> shown as text, actions refused to a non-admin role, and
 // the token rules. Each page is saved as a screenshot in test-artifacts/.
+import { get } from "node:http";
 import pg from "pg";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -219,6 +220,19 @@ describe("dashboard security", () => {
     } finally {
       await guarded.close();
     }
+  });
+
+  it("without a token, a request naming another host (DNS rebinding) gets 421", async () => {
+    const status = (host: string) =>
+      new Promise<number>((resolve, reject) => {
+        get({ hostname: "127.0.0.1", port: dashboard.port, path: "/", headers: { host } }, (res) => {
+          res.resume();
+          resolve(res.statusCode!);
+        }).on("error", reject);
+      });
+    expect(await status(`evil.example:${dashboard.port}`)).toBe(421);
+    expect(await status(`localhost:${dashboard.port}`)).toBe(200);
+    expect(await status(`127.0.0.1:${dashboard.port}`)).toBe(200);
   });
 
   it("a bind beyond loopback without a token is refused before listening", async () => {
