@@ -18,6 +18,8 @@ export interface Job {
   maxAttempts: number;
   idempotencyKey: string | null;
   lockedBy: string | null;
+  /** When the latest attempt was claimed (kept after it finished, for the job's timeline). */
+  lockedAt: Date | null;
   leaseExpiresAt: Date | null;
   /** One entry per failed attempt (attempt, started_at, failed_at, worker, max_attempts, error class, message), and one per operator retry (class "Retried"); as SQL stores them. */
   errors: unknown[];
@@ -33,13 +35,15 @@ export interface ListJobsFilter {
   task?: string | undefined;
   /** Idempotency key. */
   key?: string | undefined;
+  /** Text anywhere in the job's error history (case-insensitive). */
+  errorText?: string | undefined;
   /** Default CLIENT_DEFAULTS.listLimit. */
   limit?: number | undefined;
 }
 
 const JOB_COLUMNS =
   "j.id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, " +
-  "j.idempotency_key, j.locked_by, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at";
+  "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at";
 
 interface JobRow {
   id: string;
@@ -53,6 +57,7 @@ interface JobRow {
   max_attempts: number;
   idempotency_key: string | null;
   locked_by: string | null;
+  locked_at: Date | null;
   lease_expires_at: Date | null;
   errors: unknown[] | null;
   result: unknown;
@@ -74,6 +79,7 @@ function toJob(r: JobRow): Job {
     maxAttempts: r.max_attempts,
     idempotencyKey: r.idempotency_key,
     lockedBy: r.locked_by,
+    lockedAt: r.locked_at,
     leaseExpiresAt: r.lease_expires_at,
     errors: r.errors ?? [],
     result: r.result,
@@ -88,30 +94,52 @@ export async function getJob(db: Queryable, jobId: JobIdInput): Promise<Job | nu
   return rows[0] === undefined ? null : toJob(rows[0]);
 }
 
-/** The WHERE clause of listJobs and countJobs: an unset filter is a NULL parameter ($1..$4). */
+/**
+ * The WHERE clause of listJobs and countJobs: an unset filter is a NULL
+ * parameter ($1..$5). pg plans an unnamed statement with its parameters'
+ * values, so an unset filter's `IS NULL` folds away; the error filter names
+ * `errors <> '[]'` so the plan can use the partial index jobs_with_errors,
+ * and finished states imply `finished_at IS NOT NULL` (a CHECK says so; the
+ * planner cannot see it) so a count of failed jobs reads jobs_by_finish:
+ * 20 ms instead of a 376 ms scan at 1,000,000 finished jobs.
+ */
 const FILTER_WHERE = `($1::idemq.job_state[] IS NULL OR j.state = ANY ($1::idemq.job_state[]))
         AND ($2::text IS NULL OR j.queue = $2::text)
         AND ($3::text IS NULL OR j.task = $3::text)
-        AND ($4::text IS NULL OR j.idempotency_key = $4::text)`;
+        AND ($4::text IS NULL OR j.idempotency_key = $4::text)
+        AND ($5::text IS NULL OR (j.errors <> '[]'::jsonb AND strpos(lower(j.errors::text), lower($5::text)) > 0))
+        AND (NOT coalesce($1::idemq.job_state[] <@ idemq.terminal_states(), false) OR j.finished_at IS NOT NULL)`;
 
 function filterParameters(filter: ListJobsFilter): unknown[] {
   const stateList =
     filter.state === undefined ? undefined : states(typeof filter.state === "string" ? [filter.state] : filter.state);
-  return [stateList ?? null, text(filter.queue, "queue") ?? null, text(filter.task, "task") ?? null, text(filter.key, "key") ?? null];
+  return [
+    stateList ?? null,
+    text(filter.queue, "queue") ?? null,
+    text(filter.task, "task") ?? null,
+    text(filter.key, "key") ?? null,
+    text(filter.errorText, "errorText") ?? null,
+  ];
 }
 
-/** Newest first. One static statement: an unset filter is a NULL parameter. */
-export async function listJobs(db: Queryable, filter: ListJobsFilter = {}): Promise<Job[]> {
+/**
+ * Newest first; `beforeId` pages on (jobs with a smaller id), so a page costs
+ * the same however deep it is. One static statement: an unset filter is a
+ * NULL parameter.
+ */
+export async function listJobs(db: Queryable, filter: ListJobsFilter & { beforeId?: JobIdInput | undefined } = {}): Promise<Job[]> {
   const parameters = filterParameters(filter);
   const limit = integer(filter.limit, "limit") ?? CLIENT_DEFAULTS.listLimit;
   if (limit < 1) throw bad(`limit must be at least 1, got ${limit}`);
+  const before = filter.beforeId === undefined ? null : toJobId(filter.beforeId, "beforeId");
   const rows = await runQuery<JobRow>(
     db,
     `SELECT ${JOB_COLUMNS} FROM idemq.jobs j
       WHERE ${FILTER_WHERE}
+        AND ($7::bigint IS NULL OR j.id < $7::bigint)
       ORDER BY j.id DESC
-      LIMIT $5`,
-    [...parameters, limit],
+      LIMIT $6`,
+    [...parameters, limit, before],
   );
   return rows.map(toJob);
 }
@@ -127,9 +155,56 @@ export async function countJobs(db: Queryable, filter: ListJobsFilter, atMost: n
   if (cap < 0) throw bad(`atMost must be at least 0, got ${cap}`);
   const rows = await runQuery<{ n: number }>(
     db,
-    `SELECT count(*)::int AS n FROM (SELECT FROM idemq.jobs j WHERE ${FILTER_WHERE} LIMIT $5) s`,
+    `SELECT count(*)::int AS n FROM (SELECT FROM idemq.jobs j WHERE ${FILTER_WHERE} LIMIT $6) s`,
     [...filterParameters(filter), cap + 1],
   );
   const n = rows[0]!.n;
   return n > cap ? { count: cap, exact: false } : { count: n, exact: true };
+}
+
+export interface LinkedJob {
+  id: string;
+  task: string;
+  state: JobState;
+}
+
+/**
+ * The jobs this one waits on (parents) and those waiting on it (children).
+ * A dependency is deleted when its parent succeeds, so only pending ones show.
+ */
+export async function jobLinks(db: Queryable, jobId: JobIdInput): Promise<{ parents: LinkedJob[]; children: LinkedJob[] }> {
+  const id = toJobId(jobId);
+  const rows = await runQuery<LinkedJob & { side: "parent" | "child" }>(
+    db,
+    `SELECT 'parent' AS side, j.id, j.task, j.state FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.parent_id WHERE d.child_id = $1
+     UNION ALL
+     SELECT 'child', j.id, j.task, j.state FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.child_id WHERE d.parent_id = $1
+     ORDER BY 1, 2`,
+    [id],
+  );
+  const linked = (side: string) => rows.filter((r) => r.side === side).map(({ id, task, state }) => ({ id, task, state }));
+  return { parents: linked("parent"), children: linked("child") };
+}
+
+export interface KeyEntry {
+  key: string;
+  /** The latest job that used the key (enqueue's duplicate policy is judged against it). */
+  jobId: string;
+  /** Null while that job is active. */
+  finishedState: JobState | null;
+  finishedAt: Date | null;
+  createdAt: Date;
+}
+
+/** The idempotency-key ledger's entry for `key` (kept after its job is purged, until prune_keys). */
+export async function keyEntry(db: Queryable, key: string): Promise<KeyEntry | null> {
+  const rows = await runQuery<{ key: string; job_id: string; finished_state: JobState | null; finished_at: Date | null; created_at: Date }>(
+    db,
+    "SELECT k.key, k.job_id, k.finished_state, k.finished_at, k.created_at FROM idemq.keys k WHERE k.key = $1",
+    [key],
+  );
+  const r = rows[0];
+  return r === undefined
+    ? null
+    : { key: r.key, jobId: r.job_id, finishedState: r.finished_state, finishedAt: r.finished_at, createdAt: r.created_at };
 }

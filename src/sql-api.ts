@@ -85,6 +85,7 @@ export const SQL_FUNCTIONS = {
   apply_retention: ["batch_size"],
   set_retention: ["state", "keep", "queue", "task"],
   stats: [],
+  overview: ["recent", "exact_up_to"],
   retry_horizon: ["backoff", "counted_attempts", "max_attempts"],
   wait_for_jobs: ["queues"],
   stop_waiting: ["queues"],
@@ -902,6 +903,29 @@ export interface StatsRow {
   task: string | null;
   metric: StatsMetric;
   value: number;
+}
+
+export interface OverviewRow {
+  queue: string | null;
+  task: string | null;
+  /** An active state, lease_expired, oldest_runnable_seconds, <terminal state>_recent, a terminal state (the totals: queue and task null) or an event. */
+  metric: string;
+  value: number;
+  /** False for a total over exact_up_to: value is then an estimate (at least exact_up_to + 1). */
+  exact: boolean;
+}
+
+/** overview(): the dashboard's read, fast with millions of finished jobs (see sql/functions/overview.sql). */
+export async function overview(
+  db: Queryable,
+  opts: { recent?: Duration | undefined; exactUpTo?: number | undefined } = {},
+): Promise<OverviewRow[]> {
+  const rows = await call<"overview", { queue: string | null; task: string | null; metric: string; value: string; exact: boolean }>(
+    db,
+    "overview",
+    { recent: interval(opts.recent), exact_up_to: integer(opts.exactUpTo, "exactUpTo") },
+  );
+  return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value), exact: r.exact }));
 }
 
 export async function stats(db: Queryable): Promise<StatsRow[]> {

@@ -3,6 +3,7 @@
 import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
+import { registerDashboardCommand } from "./commands/dashboard.ts";
 import { registerDemoCommand } from "./commands/demo.ts";
 import { registerDoctorCommand } from "./commands/doctor.ts";
 import { registerEnqueueCommand } from "./commands/enqueue.ts";
@@ -34,6 +35,7 @@ export function buildProgram(): Command {
   registerSchedulesCommands(program);
   registerStatsCommand(program);
   registerMetricsCommand(program);
+  registerDashboardCommand(program);
   registerRescueCommand(program);
   registerPurgeCommand(program);
   registerPruneKeysCommand(program);

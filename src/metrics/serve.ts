@@ -1,7 +1,7 @@
 // serveMetrics(): GET /metrics over HTTP, in the text exposition format (the
 // registry's content type). Loopback unless a host is given: exposing the
 // figures beyond this machine is a choice the caller makes explicitly.
-import { createServer } from "node:http";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { METRICS_DEFAULTS } from "./defaults.ts";
 import type { MetricsRegistry } from "./registry.ts";
@@ -20,6 +20,19 @@ export interface ServeMetricsOptions {
   host?: string;
 }
 
+/** Answers one request for the metrics (GET or HEAD): the same response on the metrics server and the dashboard. */
+export function respondWithMetrics(registry: MetricsRegistry, req: IncomingMessage, res: ServerResponse): void {
+  if (req.method !== "GET" && req.method !== "HEAD") {
+    res.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain; charset=utf-8" }).end("use GET\n");
+    return;
+  }
+  registry.metrics().then(
+    (text) => res.writeHead(200, { "content-type": registry.contentType }).end(req.method === "HEAD" ? undefined : text),
+    (error: unknown) =>
+      res.writeHead(500, { "content-type": "text/plain; charset=utf-8" }).end(`metrics failed: ${error instanceof Error ? error.message : String(error)}\n`),
+  );
+}
+
 /** Serves `registry` on GET /metrics; resolves once listening, rejects when the port cannot be bound. */
 export async function serveMetrics(registry: MetricsRegistry, options: ServeMetricsOptions): Promise<MetricsServer> {
   const host = options.host ?? METRICS_DEFAULTS.host;
@@ -29,15 +42,7 @@ export async function serveMetrics(registry: MetricsRegistry, options: ServeMetr
       res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end(`not found: the metrics are at ${METRICS_DEFAULTS.path}\n`);
       return;
     }
-    if (req.method !== "GET" && req.method !== "HEAD") {
-      res.writeHead(405, { allow: "GET, HEAD", "content-type": "text/plain; charset=utf-8" }).end("use GET\n");
-      return;
-    }
-    registry.metrics().then(
-      (text) => res.writeHead(200, { "content-type": registry.contentType }).end(req.method === "HEAD" ? undefined : text),
-      (error: unknown) =>
-        res.writeHead(500, { "content-type": "text/plain; charset=utf-8" }).end(`metrics failed: ${error instanceof Error ? error.message : String(error)}\n`),
-    );
+    respondWithMetrics(registry, req, res);
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);

@@ -201,6 +201,7 @@ function adminCalls(queue: string): [string, Call][] {
     ["set_retention (a default)", (s) => s.query("SELECT idemq.set_retention(state => 'expired', keep => '30 days')")],
     ["set_retention (an override removed)", (s) => s.query("SELECT idemq.set_retention(state => 'failed', keep => NULL, task => 'hj-admin')")],
     ["stats", (s) => s.query("SELECT * FROM idemq.stats()")],
+    ["overview", (s) => s.query("SELECT * FROM idemq.overview(exact_up_to => 0)")],
     ["retry_horizon", (s) => s.query(`SELECT idemq.retry_horizon(backoff => '{"kind": "exponential", "initial": "1 second", "max": "1 hour"}', counted_attempts => 1, max_attempts => 5)`)],
   ];
 }

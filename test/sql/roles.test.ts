@@ -114,6 +114,7 @@ const OPERATIONS: Operation[] = [
   },
   { name: "purge", sql: () => ["SELECT idemq.purge(older_than => '1 day') AS n", []] },
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
+  { name: "overview", sql: () => ["SELECT * FROM idemq.overview()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "retry_horizon", sql: () => [`SELECT idemq.retry_horizon(backoff => '{"kind": "polynomial"}', counted_attempts => 1, max_attempts => 3) AS h`, []] },
   { name: "tick", sql: () => ["SELECT * FROM idemq.tick()", []] },
   {
