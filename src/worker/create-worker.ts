@@ -69,6 +69,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
   );
   private stopping: Promise<void> | undefined;
+  /** start()'s worker_seen(): a stop() during start waits for it before worker_stopped(), so no row is left behind. */
+  private registered: Promise<unknown> = Promise.resolve();
   private removeSignalHandlers: (() => void) | undefined;
   private readonly stoppedPromise: Promise<void>;
   private resolveStopped!: () => void;
@@ -157,7 +159,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (this.settings.wakeUp === "listen") await this.checkListenConnection();
       await this.wakeUps.start();
       // Registered before the first claim: a doctor run now already sees this worker.
-      await this.presence.runOnce();
+      if (this.lifecycle === "starting") {
+        this.registered = this.presence.runOnce();
+        await this.registered;
+      }
     } catch (error) {
       await this.wakeUps.stop();
       await this.closePool();
@@ -275,6 +280,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.heartbeat.stop();
     // Present until its last job is recorded; then gone at once, not stale.
     await this.presence.stop();
+    await this.registered;
     await this.presence.stopped();
   }
 
