@@ -10,7 +10,9 @@
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
---     apply_retention (and deletes finished jobs past their retention).
+--     apply_retention (and deletes finished jobs past their retention),
+--     worker_seen and worker_stopped (its presence), stats (counts only, no
+--     payload: a worker's --metrics-port serves them).
 --     idemq_admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). All three: USAGE on schema idemq and the
@@ -39,7 +41,8 @@ DECLARE
   v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
   v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
-                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention'];
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
+                           'worker_seen', 'worker_stopped', 'stats'];
 BEGIN
   FOR v_fn IN
     SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace

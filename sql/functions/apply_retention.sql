@@ -14,8 +14,11 @@
 --     retention); dependency rows of deleted parents go with them.
 --   * Each call is one short transaction: at most batch_size row locks and
 --     deletions, oldest first within each rule.
+--   * It also deletes up to batch_size rows of idemq.workers not seen
+--     (worker_seen) for worker_retention_seconds (default a day: a worker
+--     that crashed never said it stopped); they are not in the count.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows a concurrent transaction holds
---   (a retry, a purge, another worker's apply_retention) are left for the
+--   (a retry, a purge, another worker's apply_retention, a worker_seen) are left for the
 --   next call; concurrent callers never wait for each other.
 -- Errors: 22004 NULL batch_size; 22023 batch_size outside 1..10000.
 -- Tests: test/sql/retention-policy.test.ts, test/worker/retention.test.ts
@@ -34,6 +37,13 @@ DECLARE
   v_cutoff timestamptz;
 BEGIN
   PERFORM idemq._check_delete_batch('apply_retention', batch_size);
+
+  DELETE FROM idemq.workers w
+  WHERE w.worker_id IN (
+    SELECT s.worker_id FROM idemq.workers s
+    WHERE s.last_seen_at < now() - make_interval(secs => idemq._limit('worker_retention_seconds'))
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED);
 
   -- One rule at a time: the overrides of tasks, of queues, then each state's
   -- default, each rule excluding the rows a more specific one governs. Each

@@ -4,7 +4,7 @@
 --   metric = a job state: jobs in that state (only non-zero rows);
 --   metric = 'lease_expired': processing jobs whose lease ran out, not yet rescued;
 --   metric = 'oldest_runnable_seconds': age of the oldest runnable job (run_at passed,
---     not past expires_at: what claim() would hand out);
+--     not past expires_at: what claim() would hand out; idemq._runnable_jobs());
 --   metric = 'deduplicated' | 'rejected' | 'conflict' | 'guard_duplicate'
 --     (queue NULL): events counted per task since install. A rejection raised
 --     by enqueue() rolls back with the caller's statement and is not counted
@@ -13,6 +13,8 @@
 -- Guarantees: a consistent snapshot of the jobs table (one statement). No
 --   stored value makes it fail: a run_at of -infinity (stored before the
 --   functions refused it) counts as the largest age a bigint holds.
+--   It reveals counts, names of queues and tasks, never a payload: the
+--   worker role may call it too (its metrics).
 -- Concurrency: plain reads; no locks beyond the snapshot.
 -- Errors: none.
 -- Tests: test/sql/stats.test.ts, test/contract/examples.test.ts
@@ -34,16 +36,8 @@ BEGIN
   WHERE j.state = 'processing' AND j.lease_expires_at < now()
   GROUP BY j.queue, j.task
   UNION ALL
-  -- Epoch seconds as numeric, capped: now() - min(run_at) fails (22008) for a
-  -- run_at of -infinity or one far in the past, and one bad row must not
-  -- take every count away.
-  SELECT j.queue, j.task, 'oldest_runnable_seconds',
-         least(floor(extract(epoch FROM now()) - extract(epoch FROM min(j.run_at))),
-               9223372036854775807)::bigint
-  FROM idemq.jobs j
-  WHERE j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
-    AND (j.expires_at IS NULL OR j.expires_at > now())
-  GROUP BY j.queue, j.task
+  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds
+  FROM idemq._runnable_jobs() r
   UNION ALL
   SELECT NULL, c.task, c.event, sum(c.n)::bigint
   FROM idemq.counters c

@@ -53,7 +53,8 @@ function truncate(text: string, max: number): string {
 /** The job row for `idemq jobs`. */
 export const JOB_COLUMNS = ["ID", "STATE", "QUEUE", "TASK", "ATTEMPT", "RUN AT", "KEY", "CREATED"] as const;
 
-export function jobRow(job: Job, now = Date.now()): string[] {
+/** A table row of `idemq jobs`; ATTEMPT is the counted attempts of their limit (attemptCount), as `jobs show` counts them. */
+export function jobRow(job: Job, count: AttemptCount, now = Date.now()): string[] {
   const runAt =
     job.state === "scheduled" || job.state === "enqueued" || job.state === "awaiting"
       ? relative(job.runAt, now)
@@ -65,7 +66,7 @@ export function jobRow(job: Job, now = Date.now()): string[] {
     job.state,
     truncate(job.queue, 24),
     truncate(job.task, 32),
-    `${job.attempt}/${job.maxAttempts}`,
+    `${count.counted}/${count.limit}`,
     runAt,
     truncate(job.idempotencyKey ?? "-", 32),
     relative(job.createdAt, now),

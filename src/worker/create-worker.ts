@@ -26,6 +26,7 @@ import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
 import { safeEmit, timedCalls, type WorkerState } from "./worker-state.ts";
 import { Outage } from "./outage.ts";
+import { Presence } from "./presence.ts";
 
 type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
 
@@ -45,6 +46,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly keyPruner: KeyPruner;
   /** apply_retention() on a timer, in batches; `runOnce()` runs it now and returns how many it deleted. */
   readonly retainer: Retainer;
+  /** worker_seen() on a timer (the worker's row in idemq.workers); `runOnce()` refreshes it now. */
+  readonly presence: Presence;
 
   private lifecycle: Lifecycle = "new";
   private readonly pool: pg.Pool;
@@ -66,6 +69,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
   );
   private stopping: Promise<void> | undefined;
+  /** start()'s worker_seen(): a stop() during start waits for it before worker_stopped(), so no row is left behind. */
+  private registered: Promise<unknown> = Promise.resolve();
   private removeSignalHandlers: (() => void) | undefined;
   private readonly stoppedPromise: Promise<void>;
   private resolveStopped!: () => void;
@@ -135,6 +140,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.ticker = new Ticker(this.state);
     this.keyPruner = new KeyPruner(this.state);
     this.retainer = new Retainer(this.state);
+    this.presence = new Presence(this.state);
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
   }
 
@@ -152,6 +158,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
       if (this.settings.wakeUp === "listen") await this.checkListenConnection();
       await this.wakeUps.start();
+      // Registered before the first claim: a doctor run now already sees this worker.
+      if (this.lifecycle === "starting") {
+        this.registered = this.presence.runOnce();
+        await this.registered;
+      }
     } catch (error) {
       await this.wakeUps.stop();
       await this.closePool();
@@ -166,6 +177,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.lifecycle = "running";
     this.heartbeat.start();
+    this.presence.start();
     this.rescuer.start();
     this.ticker.start();
     this.keyPruner.start();
@@ -266,6 +278,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     await this.completer.drain();
     await this.heartbeat.stop();
+    // Present until its last job is recorded; then gone at once, not stale.
+    await this.presence.stop();
+    await this.registered;
+    await this.presence.stopped();
   }
 
   private room(): number {

@@ -36,6 +36,12 @@ export const WORKER_DEFAULTS = {
   tickInterval: "10 seconds",
   /** prune_keys() on a slower jittered timer. */
   pruneInterval: "1 hour",
+  /**
+   * worker_seen() on a jittered timer: the worker's row in idemq.workers says
+   * it is there (idemq doctor's workers check counts a worker seen within
+   * --worker-timeout, 2 minutes by default, so several refreshes may fail).
+   */
+  presenceInterval: "15 seconds",
   /** apply_retention() on a jittered timer: finished jobs past their retention are deleted. */
   retentionInterval: "1 minute",
   /**

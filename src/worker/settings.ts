@@ -24,6 +24,8 @@ export interface Settings {
   tickMs: number;
   pruneMs: number;
   retentionMs: number;
+  /** worker_seen() refreshes (presence.ts); always on. */
+  presenceMs: number;
   retentionBatchSize: number;
   retentionTickBudgetMs: number;
   /** Interval text for prune_keys(older_than); undefined: left out, the SQL default applies. */
@@ -111,6 +113,7 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     tickMs: durationMs(options.tickInterval ?? WORKER_DEFAULTS.tickInterval, "tickInterval"),
     pruneMs: durationMs(options.pruneInterval ?? WORKER_DEFAULTS.pruneInterval, "pruneInterval"),
     retentionMs: durationMs(options.retentionInterval ?? WORKER_DEFAULTS.retentionInterval, "retentionInterval"),
+    presenceMs: positive(options.presenceInterval ?? WORKER_DEFAULTS.presenceInterval, "presenceInterval"),
     retentionBatchSize,
     retentionTickBudgetMs: durationMs(WORKER_DEFAULTS.retentionTickBudget, "retentionTickBudget"),
     keyRetention,

@@ -199,6 +199,13 @@ interface WorkerSettings {
   rescueInterval?: Duration | undefined;
   /** tick() timer for schedules (default 10 seconds, jittered); 0 disables it. */
   tickInterval?: Duration | undefined;
+  /**
+   * How often the worker refreshes its row in idemq.workers (worker_seen():
+   * its queues and task names, last seen now; default 15 seconds, jittered),
+   * read by `idemq doctor` to find jobs no live worker claims. Must be more
+   * than 0: a worker that never says it is there looks gone.
+   */
+  presenceInterval?: Duration | undefined;
   /** prune_keys() timer (default 1 hour, jittered); 0 disables it. */
   pruneInterval?: Duration | undefined;
   /**

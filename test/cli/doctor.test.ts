@@ -10,6 +10,8 @@ import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
+import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 const databases: TestDatabase[] = [];
 afterAll(async () => {
@@ -34,7 +36,7 @@ async function doctor(db: TestDatabase, args: string[] = []): Promise<{ code: nu
   const result = await runCli(["doctor", "--json", "--database-url", db.url, ...args]);
   expect(result.stderr).toBe("");
   const out = JSON.parse(result.stdout) as { status: string; checks: Finding[] };
-  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "backlog", "schedules", "bloat", "transactions"]);
+  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "backlog", "schedules", "workers", "bloat", "transactions"]);
   return { code: result.code, status: out.status, checks: Object.fromEntries(out.checks.map((c) => [c.check, c])) };
 }
 
@@ -52,13 +54,14 @@ describe("idemq doctor", () => {
     const human = await runCli(["doctor", "--database-url", db.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines.slice(0, 8).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
+    expect(lines.slice(0, 9).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
       "ok server",
       "ok schema",
       "ok keys",
       "ok leases",
       "ok backlog",
       "ok schedules",
+      "ok workers",
       "ok bloat",
       "ok transactions",
     ]);
@@ -89,7 +92,7 @@ describe("idemq doctor", () => {
       applied: [],
       pending: [...MIGRATION_NAMES],
     });
-    for (const check of ["keys", "leases", "backlog", "schedules", "bloat"]) expect(checks[check]!.status).toBe("skipped");
+    for (const check of ["keys", "leases", "backlog", "schedules", "workers", "bloat"]) expect(checks[check]!.status).toBe("skipped");
     expect(checks.server!.status).toBe("ok");
     const { rows } = await db.pool.query("SELECT to_regnamespace('idemq') AS ns, to_regnamespace('idemq_meta') AS meta");
     expect(rows[0]).toEqual({ ns: null, meta: null });
@@ -129,6 +132,8 @@ describe("idemq doctor", () => {
     const db = await database();
     const queue = unique("q");
     const { job_id: id } = await enqueue(db.pool, { task: "orphan", queue });
+    // A live worker has it (the workers check is ok): it is only slow.
+    await db.pool.query("SELECT idemq.worker_seen(worker_id => 'slow', queues => ARRAY[$1], tasks => '{orphan}')", [queue]);
     // 20 minutes against the 10-minute default; then --max-wait 30m (a wide margin each side for a loaded machine).
     await db.pool.query("UPDATE idemq.jobs SET run_at = now() - interval '20 minutes' WHERE id = $1", [id]);
     const late = await doctor(db);
@@ -162,8 +167,83 @@ describe("idemq doctor", () => {
     expect((await doctor(db, ["--max-wait", "30m"])).checks.schedules).toMatchObject({ status: "ok" });
   });
 
+  it("a runnable job of a task no worker has is a warning naming the task, queue, count, age and the worker to start", async () => {
+    const db = await database();
+    const queue = unique("q");
+    await enqueue(db.pool, { task: "orphan", queue });
+    const { job_id: old } = await enqueue(db.pool, { task: "orphan", queue });
+    await db.pool.query("UPDATE idemq.jobs SET run_at = now() - interval '48 minutes' WHERE id = $1", [old]);
+    // A live worker with other tasks does not count.
+    await db.pool.query("SELECT idemq.worker_seen(worker_id => 'other', tasks => '{mail}')");
+    const found = await doctor(db);
+    expect({ code: found.code, status: found.status }).toEqual({ code: EXIT.DOCTOR_WARNINGS, status: "warning" });
+    expect(found.checks.workers).toEqual({
+      check: "workers",
+      status: "warning",
+      message: expect.stringMatching(
+        new RegExp(`^2 runnable job\\(s\\) that no worker seen within 2 minutes claims: task orphan in queue ${queue} \\(2 job\\(s\\), oldest 48m \\d+s; no worker with it has registered\\)$`),
+      ),
+      fix: `start a worker with task orphan on queue ${queue} (\`idemq worker --tasks <module with orphan> --queues ${queue}\`; a worker without --queues takes every queue)`,
+      workerTimeout: "2 minutes",
+      liveWorkers: 1,
+      unserved: [{ queue, task: "orphan", jobs: 2, oldestRunnableSeconds: expect.any(Number), lastSeenAt: null }],
+    });
+    const human = await runCli(["doctor", "--database-url", db.url]);
+    expect(human.stdout).toMatch(/^WARNING +workers +2 runnable job\(s\) that no worker seen within 2 minutes claims: task orphan/m);
+    expect(human.stdout).toMatch(/^ +fix: start a worker with task orphan on queue /m);
+  });
+
+  it("a running worker with the task clears the finding; once it stopped, the job is reported again", async () => {
+    const db = await database();
+    const queue = unique("q");
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    // One slot, no prefetch: the first job runs (held), the second stays runnable while the worker is there.
+    const { worker } = await startTestWorker(db.url, { orphan: () => held }, { queues: [queue], concurrency: 1, prefetch: 0 });
+    try {
+      await enqueue(db.pool, { task: "orphan", queue });
+      await waitFor(async () => (await db.pool.query("SELECT 1 FROM idemq.jobs WHERE queue = $1 AND state = 'processing'", [queue])).rowCount === 1, {
+        what: "the first job running",
+      });
+      await enqueue(db.pool, { task: "orphan", queue });
+      const covered = await doctor(db);
+      expect(covered.checks.workers).toMatchObject({ status: "ok", liveWorkers: 1, unserved: [] });
+      expect(covered.checks.workers!.message).toBe("every runnable job has a worker for its queue and task (1 worker(s) seen within 2 minutes)");
+    } finally {
+      // Stopping first (it claims nothing more), then the held job finishes: the second stays runnable.
+      const stopping = worker.stop();
+      release();
+      await stopping;
+      await stopWorkers();
+    }
+    // Stopped cleanly: its row is gone at once, so the job it left runnable is reported.
+    expect((await doctor(db)).checks.workers).toMatchObject({ status: "warning", liveWorkers: 0, unserved: [{ queue, task: "orphan", jobs: 1 }] });
+  });
+
+  it("a stale worker row (not seen within --worker-timeout) does not count: the finding says when it was last seen", async () => {
+    const db = await database();
+    const queue = unique("q");
+    await enqueue(db.pool, { task: "orphan", queue });
+    await db.pool.query("SELECT idemq.worker_seen(worker_id => 'crashed', queues => ARRAY[$1], tasks => '{orphan}')", [queue]);
+    // 10 minutes against the 2-minute default; then --worker-timeout 30m (a wide margin each side for a loaded machine).
+    await db.pool.query("UPDATE idemq.workers SET last_seen_at = now() - interval '10 minutes'");
+    const stale = await doctor(db);
+    expect(stale.code).toBe(EXIT.DOCTOR_WARNINGS);
+    expect(stale.checks.workers).toMatchObject({
+      status: "warning",
+      liveWorkers: 0,
+      message: expect.stringMatching(/; the last worker with it was seen 10m \d+s ago\)$/),
+      unserved: [{ queue, task: "orphan", jobs: 1, lastSeenAt: expect.any(String) }],
+    });
+    const within = await doctor(db, ["--worker-timeout", "30m"]);
+    expect(within.code).toBe(EXIT.OK);
+    expect(within.checks.workers).toMatchObject({ status: "ok", workerTimeout: "30 minutes", liveWorkers: 1, unserved: [] });
+  });
+
   it("key retention shorter than the longest retry horizon of an active keyed job is a warning, at the exact boundary", async () => {
     const db = await database();
+    // A live worker of every queue and task: only the keys check speaks here.
+    await db.pool.query("SELECT idemq.worker_seen(worker_id => 'any')");
     // Unkeyed jobs do not count, however long their retries.
     await enqueue(db.pool, { task: "unkeyed", max_attempts: 1000 });
     expect((await doctor(db)).checks.keys).toMatchObject({ status: "ok", message: expect.stringContaining("no active keyed jobs") });
@@ -245,9 +325,9 @@ describe("idemq doctor", () => {
     await holder.query("ROLLBACK");
   });
 
-  it("a bad --key-retention or --long-transaction: one line, exit 2", async () => {
+  it("a bad --key-retention, --long-transaction or --worker-timeout: one line, exit 2", async () => {
     const db = await database();
-    for (const args of [["--key-retention", "forever"], ["--long-transaction", "5 parsecs"]]) {
+    for (const args of [["--key-retention", "forever"], ["--long-transaction", "5 parsecs"], ["--worker-timeout", "soon"]]) {
       const result = await runCli(["doctor", "--database-url", db.url, ...args]);
       expect(result).toMatchObject({ code: EXIT.USAGE, stdout: "" });
       expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);

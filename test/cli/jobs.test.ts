@@ -223,6 +223,12 @@ describe("idemq jobs show", () => {
     expect(shown.stdout.split("\n")).toContain("  attempts   3 of 3 (the task's limit; the job's own is 10)");
     const json = JSON.parse((await jobs(["show", id, "--json"])).stdout);
     expect(json).toMatchObject({ attempt: 3, maxAttempts: 10, countedAttempts: 3, attemptLimit: 3, retries: [] });
+    // The list counts the same way: its ATTEMPT column and each job of its --json.
+    const listed = (await jobs(["--queue", queue])).stdout.trimEnd().split("\n");
+    expect(listed[1]!.slice(listed[0]!.indexOf("ATTEMPT")).split(/\s+/)[0]).toBe("3/3");
+    expect(JSON.parse((await jobs(["--queue", queue, "--json"])).stdout).jobs).toMatchObject([
+      { id, attempt: 3, maxAttempts: 10, countedAttempts: 3, attemptLimit: 3 },
+    ]);
   });
 
   it("shows an operator's retries and cancels in the timeline, and counts only the attempts since the retry", async () => {
@@ -251,6 +257,10 @@ describe("idemq jobs show", () => {
     ]);
     const json = JSON.parse((await jobs(["show", id, "--json"])).stdout);
     expect(json).toMatchObject({ state: "enqueued", attempt: 2, countedAttempts: 0, attemptLimit: 1 });
+    // The list's ATTEMPT column counts only the attempts since the retry too (not 2/1).
+    const listed = (await jobs(["--queue", queue])).stdout.trimEnd().split("\n");
+    expect(listed[1]!.slice(listed[0]!.indexOf("ATTEMPT")).split(/\s+/)[0]).toBe("0/1");
+    expect(JSON.parse((await jobs(["--queue", queue, "--json"])).stdout).jobs).toMatchObject([{ id, countedAttempts: 0, attemptLimit: 1 }]);
     expect(json.retries).toEqual([
       { afterAttempt: 1, previousState: "failed", finishedAt: expect.any(String), retriedAt: expect.any(String) },
       { afterAttempt: 2, previousState: "cancelled", finishedAt: expect.any(String), retriedAt: expect.any(String) },

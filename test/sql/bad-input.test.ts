@@ -199,6 +199,13 @@ const CASES: Case[] = [
   c("apply_retention", "batch_size 0", "SELECT idemq.apply_retention(batch_size => 0)", "22023"),
   c("apply_retention", "negative batch_size", "SELECT idemq.apply_retention(batch_size => -1)", "22023"),
   c("apply_retention", "batch_size over 10000", "SELECT idemq.apply_retention(batch_size => 10001)", "22023"),
+  c("worker_seen", "NULL worker_id", "SELECT idemq.worker_seen(worker_id => NULL)", "22004"),
+  c("worker_seen", "empty worker_id", "SELECT idemq.worker_seen(worker_id => '')", "22023"),
+  c("worker_seen", "an empty queue list", "SELECT idemq.worker_seen(worker_id => 'w', queues => '{}')", "22023"),
+  c("worker_seen", "an empty task name", "SELECT idemq.worker_seen(worker_id => 'w', tasks => '{\"\"}')", "22023"),
+  c("worker_stopped", "NULL worker_id", "SELECT idemq.worker_stopped(worker_id => NULL)", "22004"),
+  c("unserved_jobs", "NULL seen_within", "SELECT * FROM idemq.unserved_jobs(seen_within => NULL)", "22004"),
+  c("unserved_jobs", "zero seen_within", "SELECT * FROM idemq.unserved_jobs(seen_within => '0')", "22023"),
   c("set_retention", "NULL state", "SELECT idemq.set_retention(state => NULL, keep => '1 day')", "22004"),
   c("set_retention", "NULL keep for a default", "SELECT idemq.set_retention(state => 'failed', keep => NULL)", "22004"),
   c("set_retention", "negative keep", "SELECT idemq.set_retention(state => 'failed', keep => '-1 day')", "22023"),
@@ -231,7 +238,7 @@ const CASES: Case[] = [
   c("schedule_next", "count 0", "SELECT * FROM idemq.schedule_next(cron => '* * * * *', count => 0)", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(
@@ -279,6 +286,7 @@ describe("bad input", () => {
       "stats",
       "terminal_states",
       "tick",
+      "workers",
     ]);
   });
 

@@ -175,6 +175,10 @@ function workerCalls(queue: string): [string, Call][] {
     ["rescue", (s) => s.query("SELECT idemq.rescue()")],
     ["prune_keys", (s) => s.query("SELECT idemq.prune_keys(older_than => '0 seconds')")],
     ["apply_retention", (s) => s.query("SELECT idemq.apply_retention(batch_size => 10)")],
+    ["worker_seen", (s) => s.query("SELECT idemq.worker_seen(worker_id => $1, queues => ARRAY[$1], tasks => '{hj,hj}')", [`${queue}-w`])],
+    ["worker_seen (a refresh)", (s) => s.query("SELECT idemq.worker_seen(worker_id => $1)", [`${queue}-w`])],
+    ["worker_stopped", (s) => s.query("SELECT idemq.worker_stopped(worker_id => $1)", [`${queue}-w`])],
+    ["stats (the worker's metrics)", (s) => s.query("SELECT * FROM idemq.stats()")],
   ];
 }
 
@@ -202,6 +206,8 @@ function adminCalls(queue: string): [string, Call][] {
     ["set_retention (an override removed)", (s) => s.query("SELECT idemq.set_retention(state => 'failed', keep => NULL, task => 'hj-admin')")],
     ["stats", (s) => s.query("SELECT * FROM idemq.stats()")],
     ["overview", (s) => s.query("SELECT * FROM idemq.overview(exact_up_to => 0)")],
+    ["workers", (s) => s.query("SELECT * FROM idemq.workers()")],
+    ["unserved_jobs", (s) => s.query("SELECT * FROM idemq.unserved_jobs(seen_within => '1 minute')")],
     ["retry_horizon", (s) => s.query(`SELECT idemq.retry_horizon(backoff => '{"kind": "exponential", "initial": "1 second", "max": "1 hour"}', counted_attempts => 1, max_attempts => 5)`)],
   ];
 }

@@ -115,6 +115,18 @@ const OPERATIONS: Operation[] = [
   { name: "purge", sql: () => ["SELECT idemq.purge(older_than => '1 day') AS n", []] },
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "overview", sql: () => ["SELECT * FROM idemq.overview()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
+  {
+    name: "worker_seen",
+    sql: () => ["SELECT idemq.worker_seen(worker_id => 'roles-w', queues => ARRAY[$1::text], tasks => '{report}')", [fx.queue]],
+  },
+  { name: "worker_stopped", sql: () => ["SELECT idemq.worker_stopped(worker_id => 'roles-w') AS gone", []], check: (r) => expect(r).toEqual([{ gone: false }]) },
+  { name: "workers", sql: () => ["SELECT * FROM idemq.workers()", []] },
+  {
+    name: "unserved_jobs",
+    sql: () => ["SELECT * FROM idemq.unserved_jobs(seen_within => '2 minutes') WHERE queue = $1", [fx.queue]],
+    check: (r) => expect(r).toMatchObject([{ queue: fx.queue, jobs: "1" }]),
+  },
+  { name: "write idemq.workers directly", sql: () => ["INSERT INTO idemq.workers (worker_id) VALUES ('roles-direct')", []] },
   { name: "retry_horizon", sql: () => [`SELECT idemq.retry_horizon(backoff => '{"kind": "polynomial"}', counted_attempts => 1, max_attempts => 3) AS h`, []] },
   { name: "tick", sql: () => ["SELECT * FROM idemq.tick()", []] },
   {
@@ -144,6 +156,7 @@ const CONSTANTS = ["active_states", "terminal_states"];
 const WORKER_OPS = [
   "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
+  "worker_seen", "worker_stopped", "stats",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {

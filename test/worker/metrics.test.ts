@@ -12,6 +12,7 @@ import { Client, collectDatabaseMetrics, collectWorkerMetrics, createWorker, ser
 import { CLI, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { parsePrometheusText, sampleValue, type Family } from "../helpers/prometheus-text.ts";
+import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
@@ -27,6 +28,7 @@ afterEach(async () => {
 });
 afterAll(async () => {
   await db?.drop();
+  await dropLoginRoles();
 });
 
 async function scrape(url: string): Promise<{ families: Map<string, Family>; contentType: string | null }> {
@@ -145,6 +147,24 @@ describe("idemq worker --metrics-port", () => {
       await killAllWorkers();
       await other.drop();
     }
+  });
+
+  it("as a non-superuser login in idemq_worker only, serves the database's metrics too (stats() is the worker role's)", async () => {
+    const login = await createLoginRole("metrics_worker", { memberOf: ["idemq_worker"] });
+    await client.enqueue("parked", {}, { queue: "nobody-works-this" });
+    const worker = await startedWorker({
+      tasks: "metrics-tasks.ts",
+      databaseUrl: login.urlFor(db.name),
+      args: ["--metrics-port", "0", "--queues", "metrics-role"],
+    });
+    const url = String(worker.events.find((e) => e.event === "worker:started")!.metricsUrl);
+    const { families } = await scrape(url);
+    expect(sampleValue(families, "idemq_database_up")).toBe(1);
+    expect(sampleValue(families, "idemq_jobs", { queue: "nobody-works-this", task: "parked", state: "enqueued" })).toBe(1);
+    expect(worker.count("worker:error")).toBe(0);
+    // Still least privilege: the same login reads no payload.
+    const session = await login.connect(db.name);
+    await expect(session.query("SELECT payload FROM idemq.jobs LIMIT 1")).rejects.toMatchObject({ code: "42501" });
   });
 
   it("refuses --metrics-host without --metrics-port, a bad port, and a port in use", async () => {

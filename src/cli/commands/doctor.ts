@@ -14,6 +14,9 @@
 //                (the age idemq.stats() reports: no worker takes that queue or task)
 //   schedules    no schedule whose next slot is overdue by more than --max-wait
 //                (no worker runs tick(): schedules fire only while one does)
+//   workers      no runnable job whose queue and task no worker seen within
+//                --worker-timeout claims (idemq.unserved_jobs(): workers
+//                refresh their row in idemq.workers every 15 seconds)
 //   bloat        dead rows in idemq.jobs do not outnumber live ones
 //   transactions no transaction open longer than --long-transaction holding back
 //                VACUUM's horizon (xmin) in this database
@@ -26,6 +29,7 @@ import { readdir } from "node:fs/promises";
 import type { Command } from "commander";
 import pg from "pg";
 import { DEFAULT_MIGRATIONS_DIR, migrationStatus } from "../../migrate.ts";
+import * as sql from "../../sql-api.ts";
 import { runQuery, type Queryable } from "../../sql-api.ts";
 import { openDatabase, type OpenDatabase } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
@@ -38,12 +42,13 @@ interface Options extends CommonOptions {
   keyRetention?: string;
   longTransaction: string;
   maxWait: string;
+  workerTimeout: string;
 }
 
 type Status = "ok" | "warning" | "problem" | "skipped";
 
 export interface Finding {
-  check: "server" | "schema" | "keys" | "leases" | "backlog" | "schedules" | "bloat" | "transactions";
+  check: "server" | "schema" | "keys" | "leases" | "backlog" | "schedules" | "workers" | "bloat" | "transactions";
   status: Status;
   message: string;
   fix?: string;
@@ -61,7 +66,9 @@ export const HORIZON_CAP_SECONDS = 36500 * 86400;
 export function registerDoctorCommand(program: Command): void {
   const command = program
     .command("doctor")
-    .description("check the server, schema, key retention, leases, table bloat and long transactions; say what to do")
+    .description(
+      "check the server, schema, key retention, leases, backlog, schedules, jobs no worker claims, table bloat and long transactions; say what to do",
+    )
     .option(
       "--key-retention <duration>",
       "the key retention your workers and prune-keys use (default: prune_keys' default, 14 days)",
@@ -78,6 +85,12 @@ export function registerDoctorCommand(program: Command): void {
       "report queues whose oldest runnable job has waited longer than this, and schedules overdue by more (default 10m)",
       parseDuration,
       "10 minutes",
+    )
+    .option(
+      "--worker-timeout <duration>",
+      "count a worker as gone when it has not refreshed its presence for this long (default 2m; workers refresh every 15s)",
+      parseDuration,
+      "2 minutes",
     )
     .action(
       action(async (_options: Options, cmd: Command) => {
@@ -99,6 +112,7 @@ export function registerDoctorCommand(program: Command): void {
     "idemq doctor",
     "idemq doctor --key-retention 30d --json",
     "idemq doctor --max-wait 2m",
+    "idemq doctor --worker-timeout 5m",
     "",
     "Exit codes: 0 healthy, 7 warnings, 8 problems (1 when the database cannot be reached).",
   ]);
@@ -112,15 +126,16 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
     const findings: Finding[] = [await checkServer(client)];
     const schema = await checkSchema(db.url);
     findings.push(schema);
-    const installed = await runQuery<{ installed: boolean; horizon: boolean; schedules: boolean }>(
+    const installed = await runQuery<{ installed: boolean; horizon: boolean; schedules: boolean; workers: boolean }>(
       client,
       `SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed,
               to_regprocedure('idemq.retry_horizon(jsonb, int, int)') IS NOT NULL AS horizon,
-              to_regprocedure('idemq.schedules()') IS NOT NULL AS schedules`,
+              to_regprocedure('idemq.schedules()') IS NOT NULL AS schedules,
+              to_regprocedure('idemq.unserved_jobs(interval)') IS NOT NULL AS workers`,
       [],
     );
     if (!installed[0]?.installed) {
-      for (const check of ["keys", "leases", "backlog", "schedules", "bloat"] as const) {
+      for (const check of ["keys", "leases", "backlog", "schedules", "workers", "bloat"] as const) {
         findings.push({ check, status: "skipped", message: "needs the idemq schema (see schema)" });
       }
     } else {
@@ -136,6 +151,11 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
         installed[0].schedules
           ? await checkSchedules(client, options.maxWait)
           : { check: "schedules", status: "skipped", message: "needs idemq.schedules(), added by migration 0010 (see schema)" },
+      );
+      findings.push(
+        installed[0].workers
+          ? await checkWorkers(client, options.workerTimeout)
+          : { check: "workers", status: "skipped", message: "needs idemq.unserved_jobs(), added by migration 0017 (see schema)" },
       );
       findings.push(await checkBloat(client));
     }
@@ -383,6 +403,60 @@ async function checkSchedules(client: pg.Client, maxWait: string): Promise<Findi
     fix: "start a worker (workers fire schedules on a timer), or call `SELECT idemq.tick()` from pg_cron",
     maxWait,
     overdue,
+  };
+}
+
+/**
+ * Runnable jobs whose queue and task no live worker claims, from
+ * idemq.unserved_jobs() (runnable as stats() counts it; a worker covers a job
+ * as claim() would hand it the job): the case the backlog check sees only
+ * once --max-wait has passed, and cannot tell from slow workers.
+ */
+async function checkWorkers(client: pg.Client, workerTimeout: string): Promise<Finding> {
+  const [unserved, live] = await Promise.all([
+    sql.unservedJobs(client, workerTimeout),
+    runQuery<{ n: number }>(client, "SELECT count(*)::int AS n FROM idemq.workers() w WHERE w.last_seen_at >= now() - $1::interval", [
+      workerTimeout,
+    ]),
+  ]);
+  const liveWorkers = live[0]!.n;
+  const groups = unserved.map((u) => ({
+    queue: u.queue,
+    task: u.task,
+    jobs: u.jobs,
+    oldestRunnableSeconds: u.oldestRunnableSeconds,
+    lastSeenAt: u.lastSeenAt?.toISOString() ?? null,
+  }));
+  if (groups.length === 0) {
+    return {
+      check: "workers",
+      status: "ok",
+      message: `every runnable job has a worker for its queue and task (${liveWorkers} worker(s) seen within ${workerTimeout})`,
+      workerTimeout,
+      liveWorkers,
+      unserved: groups,
+    };
+  }
+  const jobs = groups.reduce((sum, g) => sum + g.jobs, 0);
+  const first = unserved[0]!;
+  const seen =
+    first.lastSeenAt === null
+      ? "no worker with it has registered"
+      : `the last worker with it was seen ${age(Date.now() - first.lastSeenAt.getTime())} ago`;
+  const others = groups.length > 1 ? `; and ${groups.length - 1} more queue/task pair(s)` : "";
+  return {
+    check: "workers",
+    status: "warning",
+    message:
+      `${jobs} runnable job(s) that no worker seen within ${workerTimeout} claims: ` +
+      `task ${first.task} in queue ${first.queue} (${first.jobs} job(s), oldest ${age(first.oldestRunnableSeconds * 1000)}; ${seen})${others}`,
+    fix:
+      `start a worker with task ${first.task} on queue ${first.queue} ` +
+      `(\`idemq worker --tasks <module with ${first.task}> --queues ${first.queue}\`; a worker without --queues takes every queue)` +
+      (groups.length > 1 ? ", and likewise for each pair listed in --json's unserved" : ""),
+    workerTimeout,
+    liveWorkers,
+    unserved: groups,
   };
 }
 

@@ -61,10 +61,15 @@ export function registerJobsCommands(program: Command): void {
           const limit = options.limit ?? CLIENT_DEFAULTS.listLimit;
           const found = await client.listJobs({ ...filter, limit });
           const beyond = found.length < limit ? { count: 0, exact: true } : await countBeyond(client, filter, limit);
+          // Attempts counted as jobs show counts them (snoozes and retried-over attempts left out, against the task's own limit).
+          const extras = await jobsExtras(client, found.map((job) => job.id));
+          const counts = found.map((job) => attemptCount(job, extras.get(job.id) ?? { lockedAt: null, uncounted: 0 }));
           const now = Date.now();
-          const rows = found.length === 0 ? ["No jobs match."] : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]);
+          const rows =
+            found.length === 0 ? ["No jobs match."] : table(JOB_COLUMNS, found.map((job, i) => jobRow(job, counts[i]!, now)), [0]);
           if (beyond.count > 0) rows.push(moreLine(limit, beyond));
-          emit(options, { jobs: found, limit, more: beyond.count, moreExact: beyond.exact }, rows);
+          const listed = found.map((job, i) => ({ ...job, countedAttempts: counts[i]!.counted, attemptLimit: counts[i]!.limit }));
+          emit(options, { jobs: listed, limit, more: beyond.count, moreExact: beyond.exact }, rows);
         });
       }),
     );
@@ -86,7 +91,7 @@ export function registerJobsCommands(program: Command): void {
         await withClient(options, async (client) => {
           const job = await client.getJob(id);
           if (job === null) throw new JobNotFoundError(`no job ${id}`, { hint: "idemq jobs lists the jobs there are" });
-          const extras = await jobExtras(client, id);
+          const extras = (await jobsExtras(client, [id])).get(id) ?? { lockedAt: null, uncounted: 0 };
           const attempts = timeline(job, extras);
           const count = attemptCount(job, extras);
           const retried = retries(job);
@@ -224,12 +229,13 @@ function moreLine(limit: number, beyond: { count: number; exact: boolean }): str
   return `Stopped at --limit ${limit}: ${more} more match; raise --limit or narrow the filters.`;
 }
 
-/** locked_at (when the last attempt was claimed) and uncounted, which Job leaves out. An admin read, like job-reads.ts. */
-async function jobExtras(client: Client, id: string): Promise<JobExtras> {
-  const rows = await runQuery<{ locked_at: Date | null; uncounted: number }>(
+/** locked_at (when the last attempt was claimed) and uncounted, which Job leaves out, by job id. An admin read, like job-reads.ts. */
+async function jobsExtras(client: Client, ids: readonly string[]): Promise<Map<string, JobExtras>> {
+  if (ids.length === 0) return new Map();
+  const rows = await runQuery<{ id: string; locked_at: Date | null; uncounted: number }>(
     client.pool,
-    "SELECT j.locked_at, j.uncounted FROM idemq.jobs j WHERE j.id = $1",
-    [id],
+    "SELECT j.id::text AS id, j.locked_at, j.uncounted FROM idemq.jobs j WHERE j.id = ANY ($1::bigint[])",
+    [ids],
   );
-  return { lockedAt: rows[0]?.locked_at ?? null, uncounted: rows[0]?.uncounted ?? 0 };
+  return new Map(rows.map((r) => [r.id, { lockedAt: r.locked_at, uncounted: r.uncounted }]));
 }

@@ -1,0 +1,123 @@
+// Worker presence (presence.ts): a worker registers its row in idemq.workers
+// at start (its queues and task names), refreshes it on its presence timer,
+// and removes it at a clean stop. On a private cluster behind a
+// transaction-pooling PgBouncer (poll mode: no session state), the refreshes
+// go through the pooler and resume after the server restarts; a row deleted
+// while the server was down (as apply_retention would delete a stale one) is
+// registered again.
+import pg from "pg";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { migrate } from "../../src/migrate.ts";
+import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { type PgBouncer, startPgBouncer } from "../helpers/pgbouncer.ts";
+import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
+import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
+
+const tasks = { bill: async () => {}, send: async () => {} };
+
+interface Row {
+  worker_id: string;
+  queues: string[] | null;
+  tasks: string[] | null;
+  last_seen_at: Date;
+}
+
+async function workerRows(db: pg.Pool): Promise<Row[]> {
+  return (await db.query<Row>("SELECT worker_id, queues, tasks, last_seen_at FROM idemq.workers() ORDER BY worker_id")).rows;
+}
+
+describe("presence on a direct connection", () => {
+  let db: TestDatabase;
+  beforeAll(async () => {
+    db = await freshDatabase({ poolSize: 2 });
+  });
+  afterEach(async () => {
+    await stopWorkers();
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  it("registered at start with its queues and tasks, refreshed by runOnce(), removed at stop", async () => {
+    const { worker } = await startTestWorker(db.url, tasks, { workerId: "presence-1", queues: ["emails", "bills"], presenceInterval: "1 hour" });
+    const [row] = await workerRows(db.pool);
+    expect(row).toMatchObject({ worker_id: "presence-1", queues: ["bills", "emails"], tasks: ["bill", "send"] });
+
+    await db.pool.query("UPDATE idemq.workers SET last_seen_at = now() - interval '10 minutes' WHERE worker_id = 'presence-1'");
+    expect(await worker.presence.runOnce()).toBe(1);
+    const { rows } = await db.pool.query("SELECT extract(epoch FROM now() - last_seen_at) < 5 AS fresh FROM idemq.workers");
+    expect(rows).toEqual([{ fresh: true }]);
+
+    await worker.stop();
+    expect(await workerRows(db.pool)).toEqual([]);
+  });
+
+  it("a worker of every queue registers queues NULL; its timer refreshes the row on its own", async () => {
+    await startTestWorker(db.url, tasks, { workerId: "presence-2", presenceInterval: "100ms" });
+    const [first] = await workerRows(db.pool);
+    expect(first).toMatchObject({ queues: null, tasks: ["bill", "send"] });
+    await waitFor(async () => (await workerRows(db.pool))[0]!.last_seen_at > first!.last_seen_at, { what: "a refresh by the timer" });
+  });
+
+  it("refuses a presenceInterval of 0: a worker that never says it is there looks gone", async () => {
+    await expect(startTestWorker(db.url, tasks, { presenceInterval: 0 })).rejects.toThrow(/presenceInterval must be more than 0/);
+  });
+});
+
+describe("presence through a transaction pooler, across a server restart", () => {
+  let cluster: PrivateCluster;
+  let bouncer: PgBouncer;
+  let direct: pg.Pool;
+
+  beforeAll(async () => {
+    cluster = await startPrivateCluster();
+    const admin = new pg.Client({ connectionString: cluster.url() });
+    await admin.connect();
+    await admin.query("CREATE DATABASE idemq");
+    await admin.end();
+    await migrate({ connectionString: cluster.url("idemq") });
+    direct = new pg.Pool({ connectionString: cluster.url("idemq"), max: 2 });
+    direct.on("error", () => {});
+    bouncer = await startPgBouncer({ serverPort: cluster.port, poolMode: "transaction", poolSize: 10, ignoreStartupParameters: [] });
+  }, 120_000);
+
+  afterAll(async () => {
+    await stopWorkers();
+    await direct?.end().catch(() => {});
+    await bouncer?.stop();
+    await cluster?.destroy();
+  });
+
+  it("refreshes through PgBouncer, registers again after a restart that lost its row, and leaves at stop", async () => {
+    const { worker } = await startTestWorker(bouncer.url("idemq"), tasks, {
+      workerId: "pooled-1",
+      wakeUp: "poll",
+      presenceInterval: "200ms",
+    });
+    expect(await workerRows(direct)).toMatchObject([{ worker_id: "pooled-1", tasks: ["bill", "send"] }]);
+
+    await cluster.stop("fast");
+    await cluster.start();
+    // The row a long outage would have let apply_retention delete.
+    const { rowCount } = await waitFor(
+      async () => {
+        try {
+          return await direct.query("DELETE FROM idemq.workers WHERE worker_id = 'pooled-1'");
+        } catch {
+          return undefined; // the pool's connection died with the server; the next one reaches it
+        }
+      },
+      { what: "the restarted server answering" },
+    );
+    expect(rowCount).toBe(1); // the row outlived the restart (it is a table row); deleted here, it must come back
+    const [back] = await waitFor(async () => {
+      const rows = await workerRows(direct);
+      return rows.length === 1 ? rows : undefined;
+    }, { what: "the worker registering again after the restart" });
+    expect(back).toMatchObject({ worker_id: "pooled-1", queues: null, tasks: ["bill", "send"] });
+
+    await worker.stop();
+    expect(await workerRows(direct)).toEqual([]);
+  });
+});
