@@ -17,9 +17,8 @@ import type { ClaimedJob } from "../sql-api.ts";
 import { MESSAGING_SYSTEM, OPERATIONS, spanName, TRACE_ATTRIBUTES as A, TRACER_NAME } from "./attributes.ts";
 import type { OtelApi } from "./otel-api.ts";
 import { formatTraceparent, parseTraceparent } from "./traceparent.ts";
+import type { AttemptOutcome, AttemptTrace, AttemptTracer } from "./types.ts";
 
-/** How an attempt ended, as the span's idemq.outcome says. */
-export type AttemptOutcome = "succeeded" | "retry" | "failed" | "snoozed" | "lease-lost" | "duplicate" | "released";
 
 function recordError(api: OtelApi, span: Span, error: unknown): void {
   span.setAttribute(A.errorType, error instanceof Error ? error.constructor.name : "_OTHER");
@@ -114,7 +113,7 @@ export class ProducerTracing {
 }
 
 /** What run-job tells an attempt's span: how the attempt ended. */
-export class AttemptSpan {
+class AttemptSpan implements AttemptTrace {
   private noted = false;
 
   constructor(
@@ -122,13 +121,11 @@ export class AttemptSpan {
     private readonly span: Span,
   ) {}
 
-  /** The guard row says the effect was committed already: the handler does not run. */
   duplicate(): void {
     this.span.setAttribute(A.duplicate, true);
     this.end("duplicate");
   }
 
-  /** The attempt ended; `error` (a handler's, or why the lease was lost) marks the span as an error. */
   end(outcome: AttemptOutcome, error?: unknown): void {
     if (this.noted) return;
     this.noted = true;
@@ -143,7 +140,7 @@ export class AttemptSpan {
   }
 }
 
-export class AttemptTracing {
+export class AttemptTracing implements AttemptTracer {
   private readonly tracer: Tracer;
 
   constructor(
@@ -158,7 +155,7 @@ export class AttemptTracing {
    * producer's stored context; `run` (the handler included) runs in the
    * span's context, so spans the handler makes are its children.
    */
-  async run(job: ClaimedJob, run: (span: AttemptSpan) => Promise<void>): Promise<void> {
+  async run(job: ClaimedJob, run: (trace: AttemptTrace) => Promise<void>): Promise<void> {
     const api = this.api;
     const producer = parseTraceparent(api, job.traceparent);
     const parent = producer === undefined ? api.ROOT_CONTEXT : api.trace.setSpanContext(api.ROOT_CONTEXT, producer);

@@ -51,7 +51,7 @@ import type pg from "pg";
 import type { Duration } from "../contract.ts";
 import { LeaseLostError } from "../errors.ts";
 import type { ClaimedJob } from "../sql-api.ts";
-import type { AttemptSpan } from "../tracing/spans.ts";
+import type { AttemptTrace } from "../tracing/types.ts";
 import type { NormalizedTask } from "./task-config.ts";
 
 export type Phase = "claimed" | "started" | "finished" | "released";
@@ -78,7 +78,7 @@ export interface HeldJob {
   /** The job's transaction, for a transactional task. */
   tx: pg.PoolClient | undefined;
   /** The attempt's span, while tracing is on (run-job tells it how the attempt ended). */
-  trace: AttemptSpan | undefined;
+  trace: AttemptTrace | undefined;
 }
 
 /** Handed back at shutdown: whatever its handler does from now on is ignored. */
