@@ -8,6 +8,8 @@ import type { Duration, JobState } from "./contract.ts";
 import { DuplicateJobError } from "./errors.ts";
 import { getJob, listJobs, type Job, type ListJobsFilter } from "./job-reads.ts";
 import * as sql from "./sql-api.ts";
+import { loadOtelApi, otelApiIfLoaded } from "./tracing/otel-api.ts";
+import { ProducerTracing } from "./tracing/spans.ts";
 import type {
   EnqueueManyJob,
   EnqueueManyResult,
@@ -24,18 +26,27 @@ import type {
 } from "./sql-api.ts";
 import type { TaskPayloads, Tasks } from "./worker/types.ts";
 
+interface CommonClientOptions {
+  onError?: ((err: Error) => void) | undefined;
+  /**
+   * OpenTelemetry traces (default true): when @opentelemetry/api is
+   * installed, each enqueue runs in a PRODUCER span and stores its
+   * traceparent on the job, which the worker's attempt spans continue.
+   * Without the API, or with false, nothing is loaded and nothing stored.
+   */
+  tracing?: boolean | undefined;
+}
+
 export type ClientOptions =
-  | {
+  | ({
       /** A pool you own: the Client never ends it. */
       pool: pg.Pool;
-      onError?: ((err: Error) => void) | undefined;
-    }
-  | {
+    } & CommonClientOptions)
+  | ({
       connectionString: string;
       /** Further settings for the pool the Client creates (and ends in close()). */
       poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
-      onError?: ((err: Error) => void) | undefined;
-    };
+    } & CommonClientOptions);
 
 /** Run on your own transaction's client instead of the pool (an outbox-style enqueue). */
 export interface InTransaction {
@@ -81,6 +92,8 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
   private readonly ownsPool: boolean;
   private readonly onPoolError: (err: Error) => void;
   private closed = false;
+  /** null: tracing off (disabled, or @opentelemetry/api absent); undefined: not known until the API's import settles. */
+  private producer: ProducerTracing | null | undefined;
 
   constructor(options: ClientOptions | pg.Pool) {
     super();
@@ -97,6 +110,11 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
       throw new TypeError("new Client() needs { connectionString }, { pool } or a pg.Pool");
     }
     const onError = isPool(options) ? undefined : options.onError;
+    const tracing = isPool(options) ? undefined : options.tracing;
+    if (tracing !== undefined && typeof tracing !== "boolean") {
+      throw new TypeError(`new Client(): tracing must be true or false, not ${JSON.stringify(tracing)}`);
+    }
+    if (tracing === false) this.producer = null;
     // Without a listener, an idle client's error would crash the process.
     this.onPoolError = (err) => {
       if (onError !== undefined) onError(err);
@@ -104,6 +122,15 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
       else console.warn("[idemq] idle PostgreSQL connection error:", err.message);
     };
     this.pool.on("error", this.onPoolError);
+  }
+
+  /** The producer spans, once known; a promise only until the first import of @opentelemetry/api settles. */
+  private tracing(): ProducerTracing | null | Promise<ProducerTracing | null> {
+    if (this.producer !== undefined) return this.producer;
+    const settle = (api: ReturnType<typeof otelApiIfLoaded>): ProducerTracing | null =>
+      (this.producer = api === null || api === undefined ? null : new ProducerTracing(api));
+    const api = otelApiIfLoaded();
+    return api !== undefined ? settle(api) : loadOtelApi().then(settle);
   }
 
   private db(opts?: InTransaction): Queryable {
@@ -115,8 +142,15 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
   async enqueue<K extends TaskName<T>>(task: K, ...args: EnqueueArgs<ClientPayloads<T>[K]>): Promise<EnqueueResult> {
     const [payload, opts = {}] = args as [unknown?, (EnqueueOptions & InTransaction)?];
     const { client, ...options } = opts;
+    const db = this.db({ client });
     try {
-      return await sql.enqueue(this.db({ client }), task, payload, options);
+      let tracing = this.tracing();
+      if (tracing instanceof Promise) tracing = await tracing;
+      if (tracing === null) return await sql.enqueue(db, task, payload, options);
+      const { jobId, deduplicated } = await tracing.enqueue(task, options.queue, options.traceparent, (traceparent) =>
+        sql.enqueueTraced(db, task, payload, { ...options, traceparent }),
+      );
+      return { jobId, deduplicated };
     } catch (err) {
       if (err instanceof DuplicateJobError) this.emit("enqueue:rejected", { task, error: err });
       throw err;
@@ -124,8 +158,19 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
   }
 
   /** Bulk enqueue: rejections and conflicts are row outcomes, never raised. */
-  enqueueMany(jobs: readonly EnqueueManyJob<ClientPayloads<T>>[], opts: InTransaction = {}): Promise<EnqueueManyResult[]> {
-    return sql.enqueueMany(this.db(opts), jobs);
+  async enqueueMany(jobs: readonly EnqueueManyJob<ClientPayloads<T>>[], opts: InTransaction = {}): Promise<EnqueueManyResult[]> {
+    const db = this.db(opts);
+    let tracing = this.tracing();
+    if (tracing instanceof Promise) tracing = await tracing;
+    if (tracing === null || !Array.isArray(jobs)) return sql.enqueueMany(db, jobs);
+    return tracing.enqueueMany(jobs.length, (traceparent) =>
+      sql.enqueueMany(
+        db,
+        traceparent === undefined
+          ? jobs
+          : jobs.map((job) => (job !== null && typeof job === "object" && job.traceparent === undefined ? { ...job, traceparent } : job)),
+      ),
+    );
   }
 
   /** Returns the job's new state. */

@@ -64,6 +64,7 @@ export const SQL_FUNCTIONS = {
     "expires_at",
     "after",
     "key_retention",
+    "traceparent",
   ],
   enqueue_many: ["jobs"],
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
@@ -275,6 +276,13 @@ export interface EnqueueOptions {
    * prune_keys never releases it sooner, whatever its own olderThan.
    */
   keyRetention?: Duration | undefined;
+  /**
+   * The W3C traceparent to store on the job (the worker's attempt spans
+   * continue its trace). With tracing on (@opentelemetry/api installed, the
+   * Client's default) the enqueue span's own is stored, a child of this one
+   * when given, else of the active context; leave it out.
+   */
+  traceparent?: string | undefined;
 }
 
 export interface EnqueueResult {
@@ -288,9 +296,20 @@ export async function enqueue(
   payload?: unknown,
   opts: EnqueueOptions = {},
 ): Promise<EnqueueResult> {
+  const { jobId, deduplicated } = await enqueueTraced(db, task, payload, opts);
+  return { jobId, deduplicated };
+}
+
+/** enqueue(), with the trace context stored on the job returned (a duplicate's: the existing job's). */
+export async function enqueueTraced(
+  db: Queryable,
+  task: string,
+  payload?: unknown,
+  opts: EnqueueOptions = {},
+): Promise<EnqueueResult & { jobTraceparent: string | null }> {
   if (opts.runAt !== undefined && opts.delay !== undefined) throw bad("give either runAt or delay, not both");
   const delay = interval(opts.delay);
-  const rows = await call<"enqueue", { job_id: string; deduplicated: boolean }>(db, "enqueue", {
+  const rows = await call<"enqueue", { job_id: string; deduplicated: boolean; job_traceparent: string | null }>(db, "enqueue", {
     task: requiredText(task, "task"),
     payload: jsonb(payload, "payload"),
     queue: text(opts.queue, "queue"),
@@ -307,9 +326,10 @@ export async function enqueue(
     expires_at: instant(opts.expiresAt, "expiresAt"),
     after: optionalJobIds(opts.after, "after"),
     key_retention: interval(opts.keyRetention),
+    traceparent: text(opts.traceparent, "traceparent"),
   });
   const row = rows[0]!;
-  return { jobId: row.job_id, deduplicated: row.deduplicated };
+  return { jobId: row.job_id, deduplicated: row.deduplicated, jobTraceparent: row.job_traceparent };
 }
 
 /**
@@ -360,6 +380,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
       expires_at: instant(job.expiresAt, `${what}.expiresAt`),
       after: optionalJobIds(job.after, `${what}.after`)?.map((id) => marker + id),
       key_retention: interval(job.keyRetention),
+      traceparent: text(job.traceparent, `${what}.traceparent`),
     };
     return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
   });
@@ -395,6 +416,8 @@ export interface ClaimedJob {
   leaseExpiresAt: Date;
   /** The previous attempt lost its lease: its effect may have happened. */
   reclaimed: boolean;
+  /** The W3C traceparent the enqueue stored (null without one): the attempt span's parent. */
+  traceparent: string | null;
   /** The size of the payload as it arrived: bytes of UTF-8 of its JSON text (the worker's prefetch budget counts these). */
   payloadBytes: number;
 }
@@ -439,6 +462,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     idempotencyKey: r.idempotency_key,
     leaseExpiresAt: r.lease_expires_at,
     reclaimed: r.reclaimed,
+    traceparent: r.traceparent,
   }));
 }
 
@@ -469,6 +493,7 @@ interface ClaimedJobRow {
   idempotency_key: string | null;
   lease_expires_at: Date;
   reclaimed: boolean;
+  traceparent: string | null;
 }
 
 function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attempts: number[] } {

@@ -17,8 +17,10 @@
 --     run_at finite (not infinity or -infinity); max_attempts >= 1;
 --     idempotency_key non-empty when given and at most limits.key_bytes
 --     bytes; after at most limits.parents_per_job parents, each a positive
---     id; key_retention not negative and at most limits.duration_days days. The backoff is _backoff_problem's (a batch checks each distinct
---     backoff once instead of once per job, so it is not repeated here);
+--     id; key_retention not negative and at most limits.duration_days days;
+--     traceparent a W3C traceparent of version 00 (_is_traceparent). The
+--     backoff is _backoff_problem's (a batch checks each distinct backoff
+--     once instead of once per job, so it is not repeated here);
 --     NULL arguments are the callers' (enqueue raises 22004, enqueue_many
 --     fills defaults), except a NULL task, refused here.
 --   * Problems quote at most an excerpt of the input (_excerpt).
@@ -33,7 +35,7 @@
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
---   test/sql/limits.test.ts
+--   test/sql/limits.test.ts, test/sql/traceparent.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -82,6 +84,11 @@ RETURN CASE
   WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN
     ARRAY[format('key_retention must be at most %s days (duration_days), not %s', limits.duration_days, job.key_retention),
           format('Use a retention of at most %s days (duration_days in idemq.settings).', limits.duration_days)]
+  WHEN NOT idemq._is_traceparent(job.traceparent) THEN
+    ARRAY[format('traceparent must be a W3C traceparent (00-<32 hex digits>-<16 hex digits>-<2 hex digits>, '
+                 'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
+          'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '
+          'e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave traceparent out.']
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS

@@ -15,7 +15,7 @@
 --     absent: _job_defaults, run_at now); priority and max_attempts whole
 --     numbers that fit an int; duplicate_policy a policy's name; after an
 --     array of whole numbers; timestamps and key_retention (an interval) that
---     parse.
+--     parse; traceparent a string.
 --   * At most jobs_per_call elements (idemq.settings), checked before any
 --     is decoded.
 --   * Then the value rules every enqueue shares: _job_problem for each
@@ -101,7 +101,8 @@ BEGIN
                d.expires_at::timestamptz,
                CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
                     THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
-               coalesce(d.key_retention::interval, v_key_retention)
+               coalesce(d.key_retention::interval, v_key_retention),
+               d.traceparent
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -142,13 +143,16 @@ BEGIN
           WHEN r.key_retention IS NOT NULL AND jsonb_typeof(r.v->'key_retention') <> 'string' THEN
             format('key_retention must be an interval string such as "14 days", not %s',
                    idemq._excerpt((r.v->'key_retention')::text))
+          WHEN r.traceparent IS NOT NULL AND jsonb_typeof(r.v->'traceparent') <> 'string' THEN
+            format('traceparent must be a string (a W3C traceparent) or null, not %s',
+                   idemq._excerpt((r.v->'traceparent')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(jobs),
                       jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb, key_retention text)) WITH ORDINALITY
+                        expires_at text, after jsonb, key_retention text, traceparent text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, ord)
+                backoff, expires_at, after, key_retention, traceparent, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN

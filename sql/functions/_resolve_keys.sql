@@ -22,7 +22,10 @@
 --     exists rolls it back, and the round with ON CONFLICT decides), else
 --     INSERT ... ON CONFLICT DO NOTHING.
 --   * job_id of a decided element: its own planned id when `created`, else
---     the key's job.
+--     the key's job; traceparent likewise: its own when `created`, else the
+--     trace context stored on the active job holding the key (NULL when it
+--     has none, or for a rejection), so a duplicate's enqueue span can link
+--     to the trace that created the job.
 -- Concurrency: key rows are inserted in key order; N concurrent callers with
 --   one new key create exactly one job: the key row's primary key serialises
 --   them (ON CONFLICT waits for the inserter's transaction); if the inserter
@@ -121,17 +124,21 @@ BEGIN
                          'outcome', d.outcome,
                          'job_id', CASE WHEN coalesce(d.outcome, 'created') = 'created' THEN (w.p).job_id
                                         ELSE w.holder_id END,
-                         'existing_state', CASE WHEN d.outcome = 'rejected' THEN w.holder_finished END))
+                         'existing_state', CASE WHEN d.outcome = 'rejected' THEN w.holder_finished END,
+                         'traceparent', CASE WHEN coalesce(d.outcome, 'created') = 'created' THEN (w.p).traceparent
+                                             WHEN w.holder_id = w.lead_job_id THEN w.lead_traceparent
+                                             ELSE w.holder_traceparent END))
                   ELSE w.p END
       FROM (SELECT p, p.idempotency_key IS NOT NULL AND (v_round = 1 OR p.outcome IS NULL) AS undecided,
                    h.job_id AS holder_id, h.task AS holder_task, h.payload_md5 AS holder_md5,
                    h.finished_state AS holder_finished, h.payload AS holder_payload,
+                   h.traceparent AS holder_traceparent, first_value(p.traceparent) OVER k AS lead_traceparent,
                    first_value(p.ordinal) OVER k AS lead_ordinal, first_value(p.job_id) OVER k AS lead_job_id,
                    first_value(p.payload) OVER k AS lead_payload,
                    first_value(p.duplicate_policy) OVER k AS lead_policy
             FROM unnest(jobs) p
             LEFT JOIN LATERAL (
-              SELECT hk.job_id, hk.task, hk.payload_md5, hk.finished_state, hj.payload
+              SELECT hk.job_id, hk.task, hk.payload_md5, hk.finished_state, hj.payload, hj.traceparent
               FROM idemq.keys hk
               LEFT JOIN idemq.jobs hj ON hj.id = hk.job_id AND hk.finished_state IS NULL
               WHERE hk.key = p.idempotency_key) h ON true

@@ -16,6 +16,8 @@
 --     fencing token for complete, fail, snooze and heartbeat.
 --   * reclaimed is true when the previous attempt lost its lease (its effect
 --     may have happened: reconcile first).
+--   * traceparent: the trace context enqueue stored (NULL without one), so
+--     the worker's attempt span continues the producer's trace.
 --   * Never takes a job in processing: a lease that ran out is taken away
 --     only by rescue().
 -- Concurrency: FOR UPDATE SKIP LOCKED over the jobs_runnable partial index:
@@ -25,7 +27,8 @@
 -- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, worker_id over
 --   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
 --   queue or task name, bad lease.
--- Tests: test/sql/claim.test.ts, test/sql/claim-concurrency.test.ts, test/sql/fencing.test.ts
+-- Tests: test/sql/claim.test.ts, test/sql/claim-concurrency.test.ts, test/sql/fencing.test.ts,
+--   test/sql/traceparent.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
@@ -122,10 +125,10 @@ BEGIN
     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
               j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.priority, j.run_at
+              j.traceparent, j.priority, j.run_at
   )
   SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
   FROM claimed c
   ORDER BY c.priority DESC, c.run_at, c.id;
 END;

@@ -3,7 +3,8 @@
 -- Adds many jobs in one statement: the fast path. `jobs` is a JSON array of
 -- objects with enqueue()'s fields (task required; payload, queue, run_at,
 -- priority, max_attempts, idempotency_key, duplicate_policy, backoff,
--- expires_at, after optional, with enqueue()'s defaults).
+-- expires_at, after, key_retention, traceparent optional, with enqueue()'s
+-- defaults).
 --
 -- Guarantees:
 --   * One row per element, in order (`ordinal` is 1-based). outcome:
@@ -19,6 +20,8 @@
 --   * Set-based: a constant number of statements whatever the batch size.
 --   * The pipeline: parse and check (_parse_jobs), then resolve keys, lock
 --     parents and insert (_enqueue_planned), as enqueue() does.
+--   * traceparent (per element): stored on a created job, as enqueue() does;
+--     the result does not return the existing jobs' trace contexts.
 -- Concurrency: as enqueue(); keys are taken in key order.
 -- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is malformed (the message
 --   names the element as jobs[N]); IQ404 a parent in `after` does not exist.

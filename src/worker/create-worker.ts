@@ -18,6 +18,8 @@ import { Rescuer } from "./rescuer.ts";
 import { Retainer } from "./retainer.ts";
 import { Ticker } from "./ticker.ts";
 import { runJob } from "./run-job.ts";
+import { loadOtelApi } from "../tracing/otel-api.ts";
+import { AttemptTracing } from "../tracing/spans.ts";
 import { declareSchedules } from "./schedules.ts";
 import { normalizeSettings, type Settings } from "./settings.ts";
 import { handBack, installSignalHandlers, releaseClaimed, releaseOverBudget } from "./shutdown.ts";
@@ -126,6 +128,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       settings: this.settings,
       tasks,
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
+      tracing: undefined,
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
       report: (during, error) => this.report(during, error),
       reached: () => this.outage.reached(),
@@ -155,6 +158,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.lifecycle = "starting";
     try {
       await checkSchema(this.pool);
+      if (this.settings.tracing) {
+        const api = await loadOtelApi();
+        if (api !== null) this.state.tracing = new AttemptTracing(api, this.workerId);
+      }
       await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
       if (this.settings.wakeUp === "listen") await this.checkListenConnection();
       await this.wakeUps.start();

@@ -51,6 +51,7 @@ import type pg from "pg";
 import type { Duration } from "../contract.ts";
 import { LeaseLostError } from "../errors.ts";
 import type { ClaimedJob } from "../sql-api.ts";
+import type { AttemptTrace } from "../tracing/types.ts";
 import type { NormalizedTask } from "./task-config.ts";
 
 export type Phase = "claimed" | "started" | "finished" | "released";
@@ -76,6 +77,8 @@ export interface HeldJob {
   snoozeDelay: Duration | undefined;
   /** The job's transaction, for a transactional task. */
   tx: pg.PoolClient | undefined;
+  /** The attempt's span, while tracing is on (run-job tells it how the attempt ended). */
+  trace: AttemptTrace | undefined;
 }
 
 /** Handed back at shutdown: whatever its handler does from now on is ignored. */
@@ -158,6 +161,7 @@ export class HeldJobs {
         startedAt: performance.now(),
         endedAt: undefined,
         snoozeDelay: undefined,
+        trace: undefined,
         tx: undefined,
       };
       this.byId.set(job.id, held);

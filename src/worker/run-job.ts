@@ -14,6 +14,8 @@
 // exceptOn/onlyOn; the task's own maxAttempts and backoff, when it has them,
 // go to fail(), which applies them to the counted attempts (snoozes do not
 // count) on the database clock (else the job's own, in SQL).
+// With tracing on, the whole attempt runs in its span (src/tracing/spans.ts),
+// and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
 import { EffectClaimLostError, JobNotFoundError, LeaseLostError, PermanentError } from "../errors.ts";
@@ -43,7 +45,16 @@ type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
  * resolves when its attempt is recorded (a plain success is then queued in
  * the Completer).
  */
-export async function runJob(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
+export function runJob(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
+  const tracing = state.tracing;
+  if (tracing === undefined) return runAttempt(state, held, completer);
+  return tracing.run(held.job, (span) => {
+    held.trace = span;
+    return runAttempt(state, held, completer);
+  });
+}
+
+async function runAttempt(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
   state.emit("job:start", { ...jobEvent(state, held), reclaimed: held.job.reclaimed });
   if (held.task?.transactional) {
     await runTransactional(state, held, held.task);
@@ -58,18 +69,20 @@ export async function runJob(state: WorkerState, held: HeldJob, completer: Compl
     outcome = { ok: false, error };
   }
   handlerOver(state, held);
-  if (isReleased(held)) return; // handed back at shutdown; the attempt is already recorded
+  if (isReleased(held)) return held.trace?.end("released"); // handed back at shutdown; the attempt is already recorded
   if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
   if (!outcome.ok) return failJob(state, held, outcome.error);
   // A heartbeat found the lease gone (held.fencedOut): complete anyway. It is
   // fenced, so it changes nothing, and its IQ410 says why (a cancel included).
   const result = storable(state, held, outcome.result);
   if (result === undefined) {
+    held.trace?.end("succeeded"); // complete_many follows in a batch, after the span
     completer.add(held);
     return;
   }
   try {
     await sql.complete(state.calls, held.job.id, held.job.attempt, result);
+    held.trace?.end("succeeded");
     state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
     const error = asLost(caught);
@@ -169,11 +182,13 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     }
     handlerOver(state, held);
   }
-  if (isReleased(held)) return;
+  if (isReleased(held)) return held.trace?.end("released");
   if (outcome.ok) {
     if (duplicateOf !== undefined) {
+      held.trace?.duplicate();
       state.emit("job:duplicate", { ...jobEvent(state, held), durationMs: durationOf(held), guardKey: duplicateOf });
     } else {
+      held.trace?.end("succeeded");
       state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
     }
     state.held.remove(held);
@@ -211,6 +226,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
       ...(task?.backoff === undefined ? {} : { backoff: task.backoff }),
       ...(task?.maxAttempts === undefined ? {} : { maxAttempts: task.maxAttempts }),
     });
+    held.trace?.end(jobState === "failed" ? "failed" : "retry", error);
     if (jobState === "failed") {
       state.emit("job:failed", { ...jobEvent(state, held), durationMs: durationOf(held), error: info, permanent });
     } else {
@@ -220,6 +236,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   } catch (caught) {
     const failError = asLost(caught);
     if (failError instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(failError));
+    held.trace?.end("retry", error); // not recorded: rescue() hands the job back when its lease runs out
     state.report(`fail of job ${held.job.id}`, failError);
   } finally {
     state.held.remove(held);
@@ -252,6 +269,7 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
   const delay = held.snoozeDelay!;
   try {
     await sql.snooze(state.calls, held.job.id, held.job.attempt, { delay });
+    held.trace?.end("snoozed");
     state.emit("job:snoozed", { ...jobEvent(state, held), durationMs: durationOf(held), delay: String(delay) });
     let ms: number | undefined;
     try {
@@ -281,6 +299,7 @@ function asLost(error: unknown): unknown {
 }
 
 function leaseLost(state: WorkerState, held: HeldJob, why: { reason: string; currentState?: string }): void {
+  held.trace?.end("lease-lost", new LeaseLostError(why.reason, { code: "IQ410" }));
   state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), ...why });
   state.held.remove(held);
 }

@@ -32,6 +32,7 @@ export interface Settings {
   keyRetention: string | undefined;
   shutdownTimeoutMs: number;
   handleSignals: boolean;
+  tracing: boolean;
   errorBackoffMs: number;
   callTimeoutMs: number;
   markerCallTimeoutMs: number;
@@ -119,6 +120,7 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     keyRetention,
     shutdownTimeoutMs: durationMs(options.shutdownTimeout ?? WORKER_DEFAULTS.shutdownTimeout, "shutdownTimeout"),
     handleSignals: options.handleSignals ?? true,
+    tracing: flag(options.tracing, "tracing"),
     errorBackoffMs: durationMs(WORKER_DEFAULTS.errorBackoff, "errorBackoff"),
     callTimeoutMs: durationMs(WORKER_DEFAULTS.callTimeout, "callTimeout"),
     markerCallTimeoutMs: durationMs(WORKER_DEFAULTS.markerCallTimeout, "markerCallTimeout"),
@@ -128,6 +130,11 @@ export function normalizeSettings(options: WorkerOptions): Settings {
     effectBusySnoozeMs: durationMs(WORKER_DEFAULTS.effectBusySnooze, "effectBusySnooze"),
     schedules: normalizeSchedules(options.schedules),
   };
+}
+
+function flag(value: boolean | undefined, what: string): boolean {
+  if (value !== undefined && typeof value !== "boolean") throw new WorkerConfigError(`${what} must be true or false, not ${JSON.stringify(value)}`);
+  return value ?? true;
 }
 
 function positive(value: Duration, what: string): number {

@@ -226,6 +226,13 @@ interface WorkerSettings {
   /** Install SIGTERM/SIGINT handlers that stop the worker (default true). */
   handleSignals?: boolean | undefined;
   /**
+   * OpenTelemetry traces (default true): when @opentelemetry/api is
+   * installed, each attempt runs in a CONSUMER span whose parent is the
+   * enqueue span the job stored (docs/worker.md, "Tracing"). Without the
+   * API, or with false, nothing is loaded and a job costs one null check.
+   */
+  tracing?: boolean | undefined;
+  /**
    * Recurring schedules this worker declares: each is upserted by name
    * (client.schedule) at start(), in one transaction, before claiming. An
    * unchanged definition keeps its next slot, so restarts and many workers

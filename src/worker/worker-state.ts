@@ -4,6 +4,7 @@
 import type { EventEmitter } from "node:events";
 import type pg from "pg";
 import type { Queryable } from "../sql-api.ts";
+import type { AttemptTracer } from "../tracing/types.ts";
 import { asError, type JobEvent, type WorkerEvents } from "./events.ts";
 import type { HeldJob, HeldJobs } from "./held-jobs.ts";
 import type { Settings } from "./settings.ts";
@@ -17,6 +18,8 @@ export interface WorkerState {
   readonly tasks: ReadonlyMap<string, NormalizedTask>;
   /** Every job this worker holds a lease on. */
   readonly held: HeldJobs;
+  /** Attempt spans; undefined while tracing is off (disabled, @opentelemetry/api absent, or before start()). */
+  tracing: AttemptTracer | undefined;
   emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void;
   /** worker:error for a failure outside a job (once per outage for connection failures: outage.ts). */
   report(during: string, error: unknown): void;

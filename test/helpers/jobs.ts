@@ -60,6 +60,7 @@ const ENQUEUE_CASTS: Record<string, string> = {
   expires_at: "timestamptz",
   after: "bigint[]",
   key_retention: "interval",
+  traceparent: "text",
 };
 
 /** idemq.enqueue's arguments; any of them may be a Sql expression. */
@@ -78,6 +79,7 @@ export interface EnqueueArgs {
   expires_at?: string | Date | Sql;
   after?: (string | number)[] | Sql;
   key_retention?: string | Sql;
+  traceparent?: string | Sql;
 }
 
 export interface Enqueued {
@@ -85,7 +87,7 @@ export interface Enqueued {
   deduplicated: boolean;
 }
 
-/** SELECT * FROM idemq.enqueue(...) with only the given arguments, by name (task "test_task" unless given). */
+/** SELECT job_id, deduplicated FROM idemq.enqueue(...) with only the given arguments, by name (task "test_task" unless given). */
 export async function enqueue(db: Queryable, args: EnqueueArgs = {}): Promise<Enqueued> {
   const { payloadText, ...named } = args;
   const values: unknown[] = [];
@@ -94,7 +96,8 @@ export async function enqueue(db: Queryable, args: EnqueueArgs = {}): Promise<En
     values.push(payloadText);
     list += `, payload => $${values.length}::jsonb`;
   }
-  const { rows } = await db.query<Enqueued>(`SELECT * FROM idemq.enqueue(${list})`, values);
+  // The two columns every test compares; job_traceparent has its own tests (test/sql/traceparent.test.ts).
+  const { rows } = await db.query<Enqueued>(`SELECT job_id, deduplicated FROM idemq.enqueue(${list})`, values);
   expect(rows).toHaveLength(1);
   return rows[0]!;
 }
@@ -148,6 +151,7 @@ export interface JobRow {
   created_at: Date;
   finished_at: Date | null;
   expires_at: Date | null;
+  traceparent: string | null;
   /** run_at - now() in seconds (now() of the reading transaction). */
   run_in: number;
   /** lease_expires_at - now() in seconds, or null without a lease. */

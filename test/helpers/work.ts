@@ -29,6 +29,7 @@ export interface ClaimedJob {
   idempotency_key: string | null;
   lease_expires_at: Date;
   reclaimed: boolean;
+  traceparent: string | null;
 }
 
 /** claim() arguments; a Sql value (e.g. sql("NULL")) is inlined. */

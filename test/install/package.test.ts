@@ -109,7 +109,8 @@ describe("the installed package, from plain Node", () => {
     expect(result.stdout).toMatch(/^Usage: idemq /);
   });
 
-  it("npx idemq migrate installs the schema; ESM code enqueues a job and a worker completes it", async () => {
+  it("npx idemq migrate installs the schema; ESM code enqueues a job and a worker completes it (without @opentelemetry/api: no trace context stored, no error)", async () => {
+    expect(existsSync(join(app, "node_modules", "@opentelemetry", "api")), "@opentelemetry/api installed").toBe(false);
     const migrated = await run("npx", ["--no", "--", "idemq", "migrate", "--database-url", db.url], app);
     expect(migrated.code, migrated.stderr).toBe(0);
     await writeFile(
@@ -126,12 +127,13 @@ const done = new Promise((resolve) => {
 });
 await done;
 const job = await client.getJob(jobId);
+const { rows } = await client.pool.query("SELECT traceparent FROM idemq.jobs WHERE id = $1", [jobId]);
 await client.close();
-console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt }));
+console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt, traceparent: rows[0].traceparent }));
 `,
     );
     const out = await ok(process.execPath, ["main.js"], app, { DATABASE_URL: db.url });
-    expect(JSON.parse(out)).toEqual({ greeted: ["Ada"], state: "succeeded", attempt: 1 });
+    expect(JSON.parse(out)).toEqual({ greeted: ["Ada"], state: "succeeded", attempt: 1, traceparent: null });
   });
 
   it("CommonJS gets the same API through require (Node >= 20.19 loads ES modules with require)", async () => {

@@ -31,10 +31,11 @@ describe("enqueue: new jobs", () => {
     });
   });
 
-  it("returns exactly the columns (job_id, deduplicated); the id is the job's, deduplicated false when created", async () => {
+  it("returns exactly the columns (job_id, deduplicated, job_traceparent); the id is the job's, deduplicated false when created", async () => {
     await inRollback(db.pool, async (c) => {
       const { rows, fields } = await c.query("SELECT * FROM idemq.enqueue(task => 'ret')");
-      expect(fields.map((f) => f.name)).toEqual(["job_id", "deduplicated"]);
+      expect(fields.map((f) => f.name)).toEqual(["job_id", "deduplicated", "job_traceparent"]);
+      expect(rows[0].job_traceparent).toBeNull();
       expect(rows).toHaveLength(1);
       expect(rows[0].deduplicated).toBe(false);
       expect((await jobRow(c, rows[0].job_id)).task).toBe("ret");
