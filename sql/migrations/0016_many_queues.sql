@@ -60,7 +60,8 @@ ALTER TABLE idemq.jobs
 -- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, worker_id over
 --   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
 --   queue or task name, bad lease.
--- Tests: test/sql/claim.test.ts, test/sql/claim-concurrency.test.ts, test/sql/fencing.test.ts
+-- Tests: test/sql/claim.test.ts, test/sql/claim-keys.test.ts, test/sql/claim-concurrency.test.ts,
+--   test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
