@@ -147,7 +147,9 @@ BEGIN
     -- So a filtered claim walks jobs_runnable_by_task_queue (task, queue,
     -- priority DESC, run_at, id) one (task, queue) key at a time, where an
     -- equality on both leading columns leaves exactly that key's jobs, already
-    -- in claim order: 0 rows removed, 3 buffers, 0.03 ms in the same database.
+    -- in claim order: 0 rows removed, 3 buffers; claim(queues => '{B}',
+    -- tasks => '{t}') 0.36-0.49 ms a call (500 calls, one session, a loaded
+    -- machine) in the same database, where main's took 54-59 ms.
     -- The keys: the listed tasks crossed with the listed queues; for a list
     -- that is NULL, the values present among runnable jobs, read by a loose
     -- index scan (one index descent per value: "next value after this one"),
