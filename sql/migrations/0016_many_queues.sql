@@ -47,10 +47,10 @@ ALTER TABLE idemq.jobs
 --     may have happened: reconcile first).
 --   * Never takes a job in processing: a lease that ran out is taken away
 --     only by rescue().
---   * Cost: a claim filtered by queues or tasks reads only the runnable jobs
---     of its own (task, queue) keys, plus one index descent per key and per
---     distinct task or queue present: a backlog in another queue or of
---     another task does not slow it.
+--   * Cost: a claim filtered by queues or tasks reads at most batch_size
+--     runnable jobs of each of its own (task, queue) keys, plus one index
+--     descent per key and per distinct task or queue present: a backlog in
+--     another queue or of another task does not slow it.
 -- Concurrency: FOR UPDATE SKIP LOCKED over the partial indexes jobs_runnable
 --   (no filter) and jobs_runnable_by_task_queue (a queue or task filter):
 --   concurrent claimers never block each other and never get the same job.
