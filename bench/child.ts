@@ -15,6 +15,8 @@ export interface ChildConfig {
   expect: number;
   kind: "throughput" | "latency";
   notify: boolean;
+  /** The worker claims from these queues only, and the run ends when they are empty (process.many-queues; idemq). */
+  queues?: string[];
 }
 
 export interface ChildResult {

@@ -29,6 +29,8 @@ const METRICS: Record<string, { label: string; digits: number }> = {
   rss_mb: { label: "peak RSS MB", digits: 1 },
   statements_per_job: { label: "worker round trips/job", digits: 3 },
   dead_tuples: { label: "dead tuples", digits: 0 },
+  claim_empty_queue_ms: { label: "claim on an empty queue ms", digits: 2 },
+  claim_other_task_ms: { label: "claim of an absent task ms", digits: 2 },
 };
 
 export interface Summary {
@@ -91,9 +93,11 @@ export function buildReport(workloads: Workload[], samples: Sample[], rounds: nu
     return { id: w.id, title: w.title, subject, primary: w.primary, higherIsBetter: w.higherIsBetter, variants, ratios: peerRatios };
   });
   const ran = new Set(workloads.map((w) => w.id));
-  const targets = TARGETS.filter((t) => ran.has(t.num.workload) && ran.has(t.den.workload)).map((t) => {
-    const r = ratios(samples, t.num, t.den, rounds);
-    return { row: t.row, target: `${t.op} ${t.bound}x`, ratio: r, met: r === null ? null : t.op === ">=" ? r.median >= t.bound : r.median <= t.bound };
+  const targets = TARGETS.filter((t) => ran.has(t.num.workload) && (!t.den || ran.has(t.den.workload))).map((t) => {
+    // A row without a denominator bounds the value itself (e.g. a latency in ms).
+    const r = t.den ? ratios(samples, t.num, t.den, rounds) : summarize(valuesOf(samples, t.num, rounds));
+    const unit = t.den ? "x" : ` ${METRICS[t.num.metric]?.label.split(" ").pop() ?? ""}`;
+    return { row: t.row, target: `${t.op} ${t.bound}${unit}`, ratio: r, met: r === null ? null : t.op === ">=" ? r.median >= t.bound : r.median <= t.bound };
   });
   const errors = samples.filter((s) => s.error).map((s) => ({ workload: s.workload, variant: s.variant, round: s.round, error: s.error! }));
   return { meta, workloads: workloadReports, targets, errors };
@@ -122,7 +126,7 @@ export function toMarkdown(report: Report): string {
   out.push("", "Cells: median (min–max) over the rounds. Ratios: subject/peer in each round, **median** first.", "");
 
   if (report.targets.length > 0) {
-    out.push("## Targets", "", "| row | target | ratio: median (per round) | met |", "|---|---|---|---|");
+    out.push("## Targets", "", "| row | target | ratio (or value): median (per round) | met |", "|---|---|---|---|");
     for (const t of report.targets) {
       out.push(`| ${t.row} | ${t.target} | ${ratioCell(t.ratio)} | ${t.met === null ? "—" : t.met ? "yes" : "**no**"} |`);
     }

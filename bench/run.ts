@@ -18,6 +18,7 @@ import type { SystemName } from "./systems/types.ts";
 import { FULL_SIZES, QUICK_SIZES, type Context, type Workload } from "./workloads/common.ts";
 import { enqueueWorkloads } from "./workloads/enqueue.ts";
 import { latencyWorkload } from "./workloads/latency.ts";
+import { manyQueuesWorkload } from "./workloads/many-queues.ts";
 import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
 
@@ -50,7 +51,13 @@ if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a
 const sizes = args.quick ? QUICK_SIZES : FULL_SIZES;
 const only = args.only?.split(",").map((s) => s.trim()).filter(Boolean);
 
-let workloads: Workload[] = [...enqueueWorkloads, ...processWorkloads, latencyWorkload, ...(args.scale ? scaleWorkloads : [])];
+let workloads: Workload[] = [
+  ...enqueueWorkloads,
+  ...processWorkloads,
+  manyQueuesWorkload,
+  latencyWorkload,
+  ...(args.scale ? scaleWorkloads : []),
+];
 if (only) workloads = workloads.filter((w) => only.some((prefix) => w.id.startsWith(prefix)));
 if (workloads.length === 0) throw new Error(`--only ${args.only} matches no workload`);
 

@@ -1,5 +1,6 @@
-// The target rows of issue 5: each a ratio of two measurements taken in the
-// same round, and the bound its median must meet.
+// The target rows of issue 5 (and issue 15's many queues): each a ratio of two
+// measurements taken in the same round, or one measurement, and the bound its
+// median must meet.
 
 export interface Ref {
   workload: string;
@@ -10,7 +11,8 @@ export interface Ref {
 export interface Target {
   row: string;
   num: Ref;
-  den: Ref;
+  /** Absent: the bound applies to num's value itself, in its metric's unit. */
+  den?: Ref;
   op: ">=" | "<=";
   bound: number;
 }
@@ -36,4 +38,7 @@ export const TARGETS: Target[] = [
   { row: "finished jobs + keys retained vs empty table", num: ref("scale.retained", "idemq:retained", JPS), den: ref("scale.retained", "idemq:empty", JPS), op: ">=", bound: 0.8 },
   { row: "held xmin for the whole run vs clean run", num: ref("scale.held-xmin", "idemq:held", JPS), den: ref("scale.held-xmin", "idemq:clean", JPS), op: ">=", bound: 0.5 },
   { row: "worker peak RSS at C=50 vs Graphile batched", num: ref("process.c50", "idemq", "rss_mb"), den: ref("process.c50", "graphile:batched", "rss_mb"), op: "<=", bound: 1 },
+  { row: "worker of one queue, 200,000 runnable in another vs other queues empty", num: ref("process.many-queues", "idemq:crowded", JPS), den: ref("process.many-queues", "idemq:alone", JPS), op: ">=", bound: 0.9 },
+  { row: "claim on an empty queue, 200,000 runnable elsewhere (ms)", num: ref("process.many-queues", "idemq:crowded", "claim_empty_queue_ms"), op: "<=", bound: 2 },
+  { row: "claim of a task no job has, 200,000 runnable of another (ms)", num: ref("process.many-queues", "idemq:crowded", "claim_other_task_ms"), op: "<=", bound: 2 },
 ];

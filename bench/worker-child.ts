@@ -65,7 +65,7 @@ function onJob(payload: BenchPayload): void {
 }
 
 async function finish(): Promise<void> {
-  while ((await system.remaining(monitor)) > 0) await new Promise((r) => setTimeout(r, 2));
+  while ((await system.remaining(monitor, config.queues)) > 0) await new Promise((r) => setTimeout(r, 2));
   const workerStatements = statements - statements0;
   const seconds = (performance.now() - started) / 1000;
   const machine = machineCpuSeconds(cpu0!, readMachineCpu());
@@ -104,5 +104,6 @@ const worker = await system.startWorker({
   mode: config.mode,
   notify: config.notify,
   onJob,
+  ...(config.queues ? { queues: config.queues } : {}),
 });
 send({ type: "ready" });

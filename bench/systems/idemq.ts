@@ -71,13 +71,24 @@ export const idemq: System = {
   // parallel sequential scan (~125 ms on three processes), polled every 2 ms
   // until the last completions landed, inside the measured window. The bench
   // enqueues no continuations, so no job is ever `awaiting`.
-  async remaining(db) {
-    const { rows } = await db.query(
-      `SELECT ((SELECT count(*) FROM idemq.jobs WHERE state IN ('enqueued', 'scheduled'))
-             + (SELECT count(*) FROM idemq.jobs WHERE state = 'processing'))::int AS n`,
-    );
+  // With queues (process.many-queues), by (task, queue) through
+  // jobs_runnable_by_task_queue: the other queues' backlog is not counted, nor
+  // read (every job of that row is a no-op job).
+  async remaining(db, queues) {
+    const { rows } = queues
+      ? await db.query(
+          `SELECT ((SELECT count(*) FROM idemq.jobs
+                     WHERE state IN ('enqueued', 'scheduled') AND task = $2 AND queue = ANY ($1::text[]))
+                 + (SELECT count(*) FROM idemq.jobs WHERE state = 'processing' AND queue = ANY ($1::text[])))::int AS n`,
+          [queues, NOOP_TASK],
+        )
+      : await db.query(
+          `SELECT ((SELECT count(*) FROM idemq.jobs WHERE state IN ('enqueued', 'scheduled'))
+                 + (SELECT count(*) FROM idemq.jobs WHERE state = 'processing'))::int AS n`,
+        );
     return (rows[0] as { n: number }).n;
   },
+  queueFilter: true,
 
   async startWorker(spec) {
     const worker = createWorker({
@@ -85,6 +96,7 @@ export const idemq: System = {
       concurrency: spec.concurrency,
       handleSignals: false,
       ...(prefetch() === undefined ? {} : { prefetch: prefetch() }),
+      ...(spec.queues ? { queues: spec.queues } : {}),
       tasks: {
         [NOOP_TASK]: async (payload: BenchPayload) => spec.onJob(payload),
         [LEDGER_TASK]: {

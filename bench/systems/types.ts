@@ -63,6 +63,8 @@ export interface WorkerSpec {
   notify: boolean;
   /** Called once per handler invocation, before the handler returns. */
   onJob(payload: BenchPayload): void;
+  /** Claim from these queues only (systems with `queueFilter`). */
+  queues?: string[];
 }
 
 export interface RunningWorker {
@@ -78,8 +80,10 @@ export interface System {
   /** Installs the system's schema (and the ledger table) into an empty database. */
   setup(url: string): Promise<void>;
   producer(url: string, options: ProducerOptions): Promise<Producer>;
-  /** Jobs not finished yet (enqueued, scheduled, running). */
-  remaining(db: pg.ClientBase): Promise<number>;
+  /** Jobs not finished yet (enqueued, scheduled, running); only those of `queues` when given (systems with `queueFilter`). */
+  remaining(db: pg.ClientBase, queues?: string[]): Promise<number>;
+  /** Its worker can be limited to some queues (WorkerSpec.queues). */
+  queueFilter?: boolean;
   /** The system's job tables, for dead-tuple counts. */
   tables: readonly string[];
   startWorker(spec: WorkerSpec): Promise<RunningWorker>;

@@ -14,6 +14,10 @@ export interface Sizes {
   latencyGapMs: number;
   scaleFinished: number;
   scaleKeys: number;
+  /** process.many-queues: runnable jobs in the one busy queue among the worker's 49 others. */
+  otherBacklog: number;
+  /** process.many-queues: claims timed on an empty queue after the run. */
+  claimProbes: number;
 }
 
 export const FULL_SIZES: Sizes = {
@@ -25,6 +29,8 @@ export const FULL_SIZES: Sizes = {
   latencyGapMs: 20,
   scaleFinished: 1_000_000,
   scaleKeys: 100_000,
+  otherBacklog: 200_000,
+  claimProbes: 200,
 };
 
 export const QUICK_SIZES: Sizes = {
@@ -36,6 +42,8 @@ export const QUICK_SIZES: Sizes = {
   latencyGapMs: 20,
   scaleFinished: 20_000,
   scaleKeys: 2_000,
+  otherBacklog: 5_000,
+  claimProbes: 20,
 };
 
 export interface Context {

@@ -9,7 +9,16 @@ import { checkpoint, deadTuples } from "../db.ts";
 import { closeWalWindow, openWalWindow } from "../measure.ts";
 import { SYSTEMS } from "../systems/index.ts";
 import { LEDGER_TASK, NOOP_TASK, type BenchJob } from "../systems/types.ts";
-import { variant, withFreshDatabase, type Context, type Measured, type Variant, type Workload } from "./common.ts";
+import {
+  variant,
+  withFreshDatabase,
+  type Context,
+  type FreshDatabase,
+  type Measured,
+  type Metrics,
+  type Variant,
+  type Workload,
+} from "./common.ts";
 
 const ENQUEUE_CHUNK = 20_000;
 
@@ -20,23 +29,34 @@ export interface ProcessOptions {
   template?: string;
   /** Another session holds a transaction (and so the xmin horizon) open for the whole run. */
   holdXmin?: boolean;
+  /** Enqueues the run's jobs (ctx.sizes.process of them for the worker) instead of the system's producer. */
+  seed?: (db: FreshDatabase) => Promise<void>;
+  /** The worker claims from these queues only; the run ends when they are empty. */
+  queues?: string[];
+  /** Measured on the run's database once the worker is done; merged into the metrics. */
+  after?: (db: FreshDatabase) => Promise<Metrics>;
 }
 
 export async function runProcessing(ctx: Context, v: Variant, round: number, options: ProcessOptions): Promise<Measured> {
   const system = SYSTEMS[v.system];
   const count = ctx.sizes.process;
-  const run = async (db: { url: string; client: pg.Client }): Promise<Measured> => {
-    const producer = await system.producer(db.url, { connections: 1 });
-    try {
-      for (let start = 0; start < count; start += ENQUEUE_CHUNK) {
-        const chunk: BenchJob[] = [];
-        for (let i = start; i < Math.min(count, start + ENQUEUE_CHUNK); i++) {
-          chunk.push({ task: options.task, payload: { i } });
+  if (options.queues && !system.queueFilter) throw new Error(`${v.system}: its worker cannot be limited to some queues`);
+  const run = async (db: FreshDatabase): Promise<Measured> => {
+    if (options.seed) {
+      await options.seed(db);
+    } else {
+      const producer = await system.producer(db.url, { connections: 1 });
+      try {
+        for (let start = 0; start < count; start += ENQUEUE_CHUNK) {
+          const chunk: BenchJob[] = [];
+          for (let i = start; i < Math.min(count, start + ENQUEUE_CHUNK); i++) {
+            chunk.push({ task: options.task, payload: { i } });
+          }
+          await producer.enqueueBulk(chunk);
         }
-        await producer.enqueueBulk(chunk);
+      } finally {
+        await producer.close();
       }
-    } finally {
-      await producer.close();
     }
     if (v.setupSql !== undefined) await db.client.query(v.setupSql);
     // As autovacuum would have by now (this machine's server runs with it off).
@@ -53,7 +73,16 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
       if (ctx.checkpoints) await checkpoint(db.client);
       const walWindow = await openWalWindow(db.client);
       const child = spawnWorker(
-        { system: v.system, mode: v.mode, concurrency: options.concurrency, url: db.url, expect: count, kind: "throughput", notify: false },
+        {
+          system: v.system,
+          mode: v.mode,
+          concurrency: options.concurrency,
+          url: db.url,
+          expect: count,
+          kind: "throughput",
+          notify: false,
+          ...(options.queues ? { queues: options.queues } : {}),
+        },
         ctx.timeoutMs,
       );
       let result;
@@ -65,6 +94,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
       }
       const wal = await closeWalWindow(db.client, walWindow);
       const dead = await deadTuples(db.client, system.tables);
+      const extra = options.after ? await options.after(db) : {};
       return {
         metrics: {
           jobs_per_s: count / result.seconds,
@@ -76,6 +106,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
           rss_mb: result.maxRssKb / 1024,
           statements_per_job: result.statements / count,
           dead_tuples: dead,
+          ...extra,
         },
       };
     } finally {

@@ -31,12 +31,14 @@ const QUERIES: Record<keyof CatalogSnapshot, string> = {
      WHERE n.nspname = $1
      ORDER BY 1`,
   columns: `
+    -- n_distinct: the planner's override of sampled statistics (jobs' task and queue, migration
+    -- 0016); only those column options, as servers may keep others of their own there.
     -- position: the column's place among the live ones (a dropped column leaves a gap in attnum,
     -- so a Down that drops and an Up that re-adds a column would otherwise differ from a straight migrate).
     SELECT c.relname AS relation, row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum)::int AS position, a.attname AS name,
            format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS not_null,
            pg_get_expr(d.adbin, d.adrelid) AS "default", a.attidentity AS identity,
-           a.attgenerated AS generated, col_description(c.oid, a.attnum) AS comment
+           a.attgenerated AS generated, (SELECT array_agg(o ORDER BY o) FROM unnest(a.attoptions) o WHERE starts_with(o, 'n_distinct='))::text AS n_distinct, col_description(c.oid, a.attnum) AS comment
       FROM pg_class c
       JOIN pg_namespace n ON n.oid = c.relnamespace
       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped

@@ -38,12 +38,13 @@ export interface ClaimArgs {
   queues?: string[] | null | Sql;
   batch_size?: number | Sql;
   lease?: string | Sql;
+  tasks?: string[] | null | Sql;
 }
 
 /** idemq.claim(...) as worker "w1" unless given, rows in the order claim returns them. */
 export async function claim(db: Queryable, args: ClaimArgs = {}): Promise<ClaimedJob[]> {
   const values: unknown[] = [];
-  const list = namedArgs({ worker_id: "w1", ...args }, { worker_id: "text", queues: "text[]", batch_size: "int", lease: "interval" }, values);
+  const list = namedArgs({ worker_id: "w1", ...args }, { worker_id: "text", queues: "text[]", batch_size: "int", lease: "interval", tasks: "text[]" }, values);
   const { rows } = await db.query<ClaimedJob>(`SELECT * FROM idemq.claim(${list})`, values);
   return rows;
 }

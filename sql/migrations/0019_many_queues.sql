@@ -1,0 +1,445 @@
+-- Migration 0019_many_queues (issue 15): a claim filtered by queue or task walks the new index jobs_runnable_by_task_queue one (task, queue) key at a time, instead of every runnable job of the other queues and tasks (an empty queue's claim took 54 ms with 200,000 runnable jobs elsewhere).
+-- Written by `npm run migration:new`; the function texts below are copies of
+-- sql/functions/ (npm run migration:check compares them). Once released (listed
+-- in sql/released.sha256) this file never changes again.
+-- Up Migration
+
+-- Hand-written schema changes (tables, columns, indexes) go here, before the
+-- functions that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes
+-- in a migration of its own: PostgreSQL refuses to use a new value before its
+-- transaction commits ("unsafe use of new value"), in a CHECK, an index
+-- predicate or a SQL-language function body alike, and each migration commits
+-- on its own, so the next migration can use it.
+
+-- Claim order within one (task, queue) key, for claims filtered by queue or
+-- task (claim.sql says why). Partial like jobs_runnable: a claim or completion
+-- moves the row out of it without an entry, so it costs each enqueued job one
+-- index entry. Built without CONCURRENTLY (migrations run in a transaction):
+-- enqueues wait for the build.
+CREATE INDEX jobs_runnable_by_task_queue ON idemq.jobs (task, queue, priority DESC, run_at, id)
+  WHERE state IN ('enqueued', 'scheduled');
+-- Sampled statistics that saw one queue (or one task) make an equality on it
+-- look like it keeps every row, and the planner then ties this index with
+-- jobs_runnable for a filtered claim and may walk jobs_runnable (claim.sql):
+-- assume many distinct values, whatever the sample saw.
+ALTER TABLE idemq.jobs
+  ALTER COLUMN task SET (n_distinct = 100),
+  ALTER COLUMN queue SET (n_distinct = 100);
+
+-- ---- sql/functions/claim.sql ----
+-- idemq.claim(worker_id text, queues text[] DEFAULT NULL, batch_size int DEFAULT 1,
+--   lease interval DEFAULT '30 seconds', tasks text[] DEFAULT NULL)
+--   RETURNS SETOF idemq.claimed_job
+--
+-- Hands up to batch_size runnable jobs to a worker, each under a lease.
+--
+-- Guarantees:
+--   * Runnable: state enqueued or scheduled with run_at <= now() (a due
+--     scheduled job needs no promoter), and not past expires_at.
+--   * Order: priority desc, then run_at, then id.
+--   * tasks: only jobs of these tasks (NULL: any task). A worker passes the
+--     tasks it has, so a job of a task it lacks is left to a worker that has
+--     it instead of spending an attempt.
+--   * Each claimed job moves to processing with attempt + 1, locked_by =
+--     worker_id, lease_expires_at = now() + lease. (id, attempt) is the
+--     fencing token for complete, fail, snooze and heartbeat.
+--   * reclaimed is true when the previous attempt lost its lease (its effect
+--     may have happened: reconcile first).
+--   * traceparent: the trace context enqueue stored (NULL without one), so
+--     the worker's attempt span continues the producer's trace.
+--   * Never takes a job in processing: a lease that ran out is taken away
+--     only by rescue().
+--   * Cost: a claim filtered by queues or tasks reads at most batch_size
+--     runnable jobs of each of its own (task, queue) keys, plus one index
+--     descent per key and per distinct task or queue present: a backlog in
+--     another queue or of another task does not slow it.
+-- Concurrency: FOR UPDATE SKIP LOCKED over the partial indexes jobs_runnable
+--   (no filter) and jobs_runnable_by_task_queue (a queue or task filter):
+--   concurrent claimers never block each other and never get the same job.
+--   Jobs locked by another transaction (being claimed, cancelled...) are
+--   skipped, not waited for. A claim of several keys locks only the jobs it
+--   takes.
+-- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, worker_id over
+--   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
+--   queue or task name, bad lease.
+-- Tests: test/sql/claim.test.ts, test/sql/claim-keys.test.ts, test/sql/claim-concurrency.test.ts,
+--   test/sql/fencing.test.ts, test/sql/traceparent.test.ts
+CREATE OR REPLACE FUNCTION idemq.claim(
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  batch_size int DEFAULT 1,
+  lease interval DEFAULT '30 seconds',
+  tasks text[] DEFAULT NULL)
+RETURNS SETOF idemq.claimed_job
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Generic plans, planned once per session: with custom plans (the first five
+-- calls, and then whenever a custom plan's estimate beats the generic one, as
+-- it does for the key lookups below, which know the array lengths) PL/pgSQL
+-- planned the key statements at every call: claim(tasks => '{x}') 2.2 ms a
+-- call against 0.65 ms generic (500 calls, same session, loaded machine).
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_lost bigint[];
+  v_key_tasks text[];
+  v_key_queues text[];
+  v_seen bigint[];
+  v_candidates bigint[];
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'claim: worker_id must be a non-empty string',
+      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
+  END IF;
+  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
+      HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
+  END IF;
+  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s',
+                       idemq._excerpt(queues::text)),
+      HINT = 'Pass NULL to claim from every queue.';
+  END IF;
+  IF tasks IS NOT NULL AND (cardinality(tasks) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(tasks) t WHERE t IS NULL OR t = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('claim: tasks must be NULL (any task) or a non-empty list of task names, not %s',
+                       idemq._excerpt(tasks::text)),
+      HINT = 'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.';
+  END IF;
+  PERFORM idemq._check_lease(lease, 'claim');
+
+  -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
+  -- update them by primary key. One UPDATE joined to the locking subquery let
+  -- the planner hash the whole jobs table for claims of a few hundred (seen in
+  -- EXPLAIN: a sequential scan of every row, finished ones included, per
+  -- claim); "id = ANY (array)" is an index probe per job whatever the table
+  -- holds. The jobs whose previous attempt lost its lease are noted before the
+  -- update resets the flag.
+  IF queues IS NULL AND tasks IS NULL THEN
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
+    FROM (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND j.run_at <= now()
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    ) p;
+  ELSE
+    -- Planner trap: a filter on queue or task checked on the rows of a walk
+    -- over jobs_runnable (priority DESC, run_at, id) reads every runnable job
+    -- of the other queues and tasks before it finds none of its own. EXPLAIN
+    -- (ANALYZE, BUFFERS) of the queue-filtered walk, generic plan (PG15),
+    -- 200,000 runnable jobs in queue A, a claim on the empty queue B: Index
+    -- Scan using jobs_runnable, Rows Removed by Filter: 200000, 6,394 buffers,
+    -- 138-166 ms; claim(queues => '{B}') 54-59 ms, claim(tasks => '{x}') 53 ms.
+    -- So a filtered claim walks jobs_runnable_by_task_queue (task, queue,
+    -- priority DESC, run_at, id) one (task, queue) key at a time, where an
+    -- equality on both leading columns leaves exactly that key's jobs, already
+    -- in claim order: 0 rows removed, 3 buffers; claim(queues => '{B}',
+    -- tasks => '{t}') 0.36-0.49 ms a call (500 calls, one session, a loaded
+    -- machine) in the same database, where main's took 54-59 ms.
+    -- The keys: the listed tasks crossed with the listed queues; for a list
+    -- that is NULL, the values present among runnable jobs, read by a loose
+    -- index scan (one index descent per value: "next value after this one"),
+    -- so its cost is the number of distinct tasks or queues, not backlogs.
+    -- Second trap: jobs_runnable serves "ORDER BY priority DESC, run_at, id"
+    -- as well, and with statistics that saw one queue and one task, an
+    -- equality on either looks like it keeps every row, so a generic plan (and
+    -- every per-key walk below, whose key comes from the outer row) tied the
+    -- two indexes and walked jobs_runnable with the filter again (Rows Removed
+    -- by Filter: 100000 per key, 201 ms). The base schema tells the planner
+    -- to assume many distinct queues and tasks (n_distinct on both columns),
+    -- and the new index wins: 0 rows removed, 7 buffers, 0.1 ms.
+    IF tasks IS NULL THEN
+      WITH RECURSIVE present(task) AS (
+        SELECT (SELECT j.task FROM idemq.jobs j
+                WHERE j.state IN ('enqueued', 'scheduled')
+                ORDER BY j.task LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.task FROM idemq.jobs j
+                WHERE j.state IN ('enqueued', 'scheduled') AND j.task > t.task
+                ORDER BY j.task LIMIT 1)
+        FROM present t WHERE t.task IS NOT NULL
+      )
+      SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
+             coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
+      INTO v_key_tasks, v_key_queues
+      FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q
+      WHERE t.task IS NOT NULL;
+    ELSIF queues IS NULL THEN
+      WITH RECURSIVE present(task, queue) AS (
+        SELECT u.task, (SELECT j.queue FROM idemq.jobs j
+                        WHERE j.state IN ('enqueued', 'scheduled') AND j.task = u.task
+                        ORDER BY j.queue LIMIT 1)
+        FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
+        UNION ALL
+        SELECT k.task, (SELECT j.queue FROM idemq.jobs j
+                        WHERE j.state IN ('enqueued', 'scheduled') AND j.task = k.task AND j.queue > k.queue
+                        ORDER BY j.queue LIMIT 1)
+        FROM present k WHERE k.queue IS NOT NULL
+      )
+      SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+      INTO v_key_tasks, v_key_queues
+      FROM present k WHERE k.queue IS NOT NULL;
+    ELSE
+      SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
+      INTO v_key_tasks, v_key_queues
+      FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) t
+      CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
+    END IF;
+
+    IF cardinality(v_key_tasks) = 1 THEN
+      -- One key (a worker of one task, or of one queue and one task): its
+      -- walk is the claim order itself, locked as it goes.
+      SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+      INTO v_ids, v_lost
+      FROM (
+        SELECT j.id, j.lease_lost
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND j.task = v_key_tasks[1]
+          AND j.queue = v_key_queues[1]
+          AND j.run_at <= now()
+          AND (j.expires_at IS NULL OR j.expires_at > now())
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT batch_size
+        FOR UPDATE SKIP LOCKED
+      ) p;
+    ELSE
+      -- Several keys: the first jobs of each key, merged into claim order, are
+      -- the candidates; they are locked in that order, SKIP LOCKED. Locking
+      -- inside each key's walk would lock up to batch_size jobs per key (a row
+      -- lock is a WAL record, and other claimers skip those jobs) to keep
+      -- batch_size of them. A candidate another claimer holds, or that stopped
+      -- being runnable, is skipped and the next round looks past it. Each
+      -- key's walk reads up to batch_size jobs (which key holds the next job
+      -- is known only after the merge), so k keys with backlogs cost up to
+      -- k x batch_size index entries and rows, whatever the backlogs' size.
+      v_ids := '{}';
+      v_lost := '{}';
+      v_seen := '{}';
+      LOOP
+        SELECT coalesce(array_agg(c.id), '{}')
+        INTO v_candidates
+        FROM (
+          SELECT w.id
+          FROM unnest(v_key_tasks, v_key_queues) AS k(task, queue)
+          CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at
+            FROM idemq.jobs j
+            WHERE j.state IN ('enqueued', 'scheduled')
+              AND j.task = k.task
+              AND j.queue = k.queue
+              AND j.run_at <= now()
+              AND (j.expires_at IS NULL OR j.expires_at > now())
+              AND j.id <> ALL (v_seen)
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT batch_size - cardinality(v_ids)
+          ) w
+          ORDER BY w.priority DESC, w.run_at, w.id
+          LIMIT batch_size - cardinality(v_ids)
+        ) c;
+        EXIT WHEN cardinality(v_candidates) = 0;
+        SELECT v_ids || coalesce(array_agg(p.id), '{}'),
+               v_lost || coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+        INTO v_ids, v_lost
+        FROM (
+          SELECT j.id, j.lease_lost
+          FROM idemq.jobs j
+          WHERE j.id = ANY (v_candidates)
+            AND j.state IN ('enqueued', 'scheduled')
+            AND j.run_at <= now()
+            AND (j.expires_at IS NULL OR j.expires_at > now())
+          ORDER BY j.priority DESC, j.run_at, j.id
+          FOR UPDATE SKIP LOCKED
+        ) p;
+        EXIT WHEN cardinality(v_ids) = batch_size;
+        v_seen := v_seen || v_candidates;
+      END LOOP;
+    END IF;
+  END IF;
+  IF cardinality(v_ids) = 0 THEN
+    RETURN;
+  END IF;
+
+  RETURN QUERY
+  WITH claimed AS (
+    UPDATE idemq.jobs AS j
+    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+    WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+              j.traceparent, j.priority, j.run_at
+  )
+  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
+  FROM claimed c
+  ORDER BY c.priority DESC, c.run_at, c.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[]) IS
+  'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
+
+-- Down Migration
+
+-- sql/functions/claim.sql as of 0018_traces
+-- idemq.claim(worker_id text, queues text[] DEFAULT NULL, batch_size int DEFAULT 1,
+--   lease interval DEFAULT '30 seconds', tasks text[] DEFAULT NULL)
+--   RETURNS SETOF idemq.claimed_job
+--
+-- Hands up to batch_size runnable jobs to a worker, each under a lease.
+--
+-- Guarantees:
+--   * Runnable: state enqueued or scheduled with run_at <= now() (a due
+--     scheduled job needs no promoter), and not past expires_at.
+--   * Order: priority desc, then run_at, then id.
+--   * tasks: only jobs of these tasks (NULL: any task). A worker passes the
+--     tasks it has, so a job of a task it lacks is left to a worker that has
+--     it instead of spending an attempt.
+--   * Each claimed job moves to processing with attempt + 1, locked_by =
+--     worker_id, lease_expires_at = now() + lease. (id, attempt) is the
+--     fencing token for complete, fail, snooze and heartbeat.
+--   * reclaimed is true when the previous attempt lost its lease (its effect
+--     may have happened: reconcile first).
+--   * traceparent: the trace context enqueue stored (NULL without one), so
+--     the worker's attempt span continues the producer's trace.
+--   * Never takes a job in processing: a lease that ran out is taken away
+--     only by rescue().
+-- Concurrency: FOR UPDATE SKIP LOCKED over the jobs_runnable partial index:
+--   concurrent claimers never block each other and never get the same job.
+--   Jobs locked by another transaction (being claimed, cancelled...) are
+--   skipped, not waited for.
+-- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, worker_id over
+--   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
+--   queue or task name, bad lease.
+-- Tests: test/sql/claim.test.ts, test/sql/claim-concurrency.test.ts, test/sql/fencing.test.ts,
+--   test/sql/traceparent.test.ts
+CREATE OR REPLACE FUNCTION idemq.claim(
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  batch_size int DEFAULT 1,
+  lease interval DEFAULT '30 seconds',
+  tasks text[] DEFAULT NULL)
+RETURNS SETOF idemq.claimed_job
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_lost bigint[];
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'claim: worker_id must be a non-empty string',
+      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
+  END IF;
+  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
+      HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
+  END IF;
+  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s',
+                       idemq._excerpt(queues::text)),
+      HINT = 'Pass NULL to claim from every queue.';
+  END IF;
+  IF tasks IS NOT NULL AND (cardinality(tasks) = 0 OR EXISTS (
+       SELECT 1 FROM unnest(tasks) t WHERE t IS NULL OR t = '')) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('claim: tasks must be NULL (any task) or a non-empty list of task names, not %s',
+                       idemq._excerpt(tasks::text)),
+      HINT = 'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.';
+  END IF;
+  PERFORM idemq._check_lease(lease, 'claim');
+
+  -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
+  -- update them by primary key. One UPDATE joined to the locking subquery let
+  -- the planner hash the whole jobs table for claims of a few hundred (seen in
+  -- EXPLAIN: a sequential scan of every row, finished ones included, per
+  -- claim); "id = ANY (array)" is an index probe per job whatever the table
+  -- holds. The jobs whose previous attempt lost its lease are noted before the
+  -- update resets the flag. Two static statements for the queue filter rather
+  -- than "queues IS NULL OR ...": each gets a plan that walks jobs_runnable in
+  -- claim order and stops at the limit. The task filter is checked on the
+  -- rows the walk meets (jobs_runnable does not hold the task).
+  IF queues IS NULL THEN
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
+    FROM (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND j.run_at <= now()
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+        AND (tasks IS NULL OR j.task = ANY (tasks))
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    ) p;
+  ELSE
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
+    FROM (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND j.run_at <= now()
+        AND j.queue = ANY (queues)
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+        AND (tasks IS NULL OR j.task = ANY (tasks))
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    ) p;
+  END IF;
+  IF cardinality(v_ids) = 0 THEN
+    RETURN;
+  END IF;
+
+  RETURN QUERY
+  WITH claimed AS (
+    UPDATE idemq.jobs AS j
+    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+    WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+              j.traceparent, j.priority, j.run_at
+  )
+  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
+  FROM claimed c
+  ORDER BY c.priority DESC, c.run_at, c.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[]) IS
+  'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
+
+-- Hand-written reversal of the schema changes above goes here, after the functions.
+ALTER TABLE idemq.jobs
+  ALTER COLUMN task RESET (n_distinct),
+  ALTER COLUMN queue RESET (n_distinct);
+DROP INDEX idemq.jobs_runnable_by_task_queue;
