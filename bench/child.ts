@@ -13,8 +13,15 @@ export interface ChildConfig {
   url: string;
   /** Handler calls that end the run. */
   expect: number;
-  kind: "throughput" | "latency";
+  /**
+   * throughput: until `expect` handler calls; latency: the same, recording
+   * each job's delay; share: one of several workers on one queue, until the
+   * database shows no unfinished job (its count is its share).
+   */
+  kind: "throughput" | "latency" | "share";
   notify: boolean;
+  /** idemq: its default settings instead of the tuned ones. */
+  defaults?: boolean;
 }
 
 export interface ChildResult {

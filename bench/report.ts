@@ -29,6 +29,9 @@ const METRICS: Record<string, { label: string; digits: number }> = {
   rss_mb: { label: "peak RSS MB", digits: 1 },
   statements_per_job: { label: "worker round trips/job", digits: 3 },
   dead_tuples: { label: "dead tuples", digits: 0 },
+  jobs_fewest: { label: "jobs of the process with fewest", digits: 0 },
+  jobs_most: { label: "jobs of the process with most", digits: 0 },
+  share_ratio: { label: "most / fewest", digits: 2 },
 };
 
 export interface Summary {
@@ -75,7 +78,7 @@ export function buildReport(workloads: Workload[], samples: Sample[], rounds: nu
     );
     const variants = w.variants.map((v) => ({
       label: v.label,
-      settings: w.concurrency === undefined ? null : SYSTEMS[v.system].settings(v.mode, w.concurrency),
+      settings: w.concurrency === undefined ? null : SYSTEMS[v.system].settings(v.mode, w.concurrency, v.defaults),
       metrics: Object.fromEntries(
         metricKeys.map((k) => [k, summarize(valuesOf(samples, { workload: w.id, variant: v.label, metric: k }, rounds))]),
       ),

@@ -20,6 +20,7 @@ import { enqueueWorkloads } from "./workloads/enqueue.ts";
 import { latencyWorkload } from "./workloads/latency.ts";
 import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
+import { shareWorkload } from "./workloads/share.ts";
 
 const USAGE = `usage: npm run bench -- [--json] [--quick] [--scale] [--rounds N] [--only id,id]
        npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin]   (bench/profile.ts)
@@ -50,7 +51,7 @@ if (!Number.isInteger(rounds) || rounds < 1) throw new Error(`--rounds must be a
 const sizes = args.quick ? QUICK_SIZES : FULL_SIZES;
 const only = args.only?.split(",").map((s) => s.trim()).filter(Boolean);
 
-let workloads: Workload[] = [...enqueueWorkloads, ...processWorkloads, latencyWorkload, ...(args.scale ? scaleWorkloads : [])];
+let workloads: Workload[] = [...enqueueWorkloads, ...processWorkloads, shareWorkload, latencyWorkload, ...(args.scale ? scaleWorkloads : [])];
 if (only) workloads = workloads.filter((w) => only.some((prefix) => w.id.startsWith(prefix)));
 if (workloads.length === 0) throw new Error(`--only ${args.only} matches no workload`);
 

@@ -9,7 +9,7 @@ import { checkpoint, deadTuples } from "../db.ts";
 import { closeWalWindow, openWalWindow } from "../measure.ts";
 import { SYSTEMS } from "../systems/index.ts";
 import { LEDGER_TASK, NOOP_TASK, type BenchJob } from "../systems/types.ts";
-import { variant, withFreshDatabase, type Context, type Measured, type Variant, type Workload } from "./common.ts";
+import { idemqDefaults, variant, withFreshDatabase, type Context, type Measured, type Variant, type Workload } from "./common.ts";
 
 const ENQUEUE_CHUNK = 20_000;
 
@@ -53,7 +53,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
       if (ctx.checkpoints) await checkpoint(db.client);
       const walWindow = await openWalWindow(db.client);
       const child = spawnWorker(
-        { system: v.system, mode: v.mode, concurrency: options.concurrency, url: db.url, expect: count, kind: "throughput", notify: false },
+        { system: v.system, mode: v.mode, concurrency: options.concurrency, url: db.url, expect: count, kind: "throughput", notify: false, defaults: v.defaults ?? false },
         ctx.timeoutMs,
       );
       let result;
@@ -90,6 +90,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
 
 export const THROUGHPUT_VARIANTS: Variant[] = [
   variant("idemq", "batched"),
+  idemqDefaults("batched", "idemq:defaults"),
   variant("graphile", "batched"),
   variant("graphile", "perjob"),
   variant("pgboss", "batched"),
@@ -127,6 +128,7 @@ const transactional: Workload = {
   subject: "idemq:transactional",
   variants: [
     variant("idemq", "transactional", "idemq:transactional"),
+    idemqDefaults("transactional", "idemq:transactional:defaults"),
     variant("graphile", "transactional", "graphile:perjob"),
     variant("pgboss", "transactional", "pgboss:transactional"),
     variant("raw", "transactional", "raw:one-tx-per-job"),
