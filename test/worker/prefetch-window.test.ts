@@ -84,22 +84,22 @@ describe("PrefetchWindow", () => {
 });
 
 describe("prefetch settings", () => {
-  const tasks = { noop: async () => {} };
+  const base = { connectionString: "postgres://settings-only.invalid/db", tasks: { noop: async () => {} } };
 
   it("unset: adapts from concurrency to prefetchMax, its wait budget a share of the worker's lease", () => {
-    const s = normalizeSettings({ tasks, concurrency: 10, lease: "40 seconds" });
+    const s = normalizeSettings({ ...base, concurrency: 10, lease: "40 seconds" });
     expect(s.prefetch).toEqual({ min: 10, max: WORKER_DEFAULTS.prefetchMax, waitBudgetMs: 40_000 * WORKER_DEFAULTS.prefetchLeaseShare });
     expect(s.prefetch.waitBudgetMs).toBeLessThan(s.heartbeatMs);
   });
 
   it("unset with a concurrency above prefetchMax: fixed at concurrency", () => {
-    const s = normalizeSettings({ tasks, concurrency: 600 });
+    const s = normalizeSettings({ ...base, concurrency: 600 });
     expect(s.prefetch.min).toBe(600);
     expect(s.prefetch.max).toBe(600);
   });
 
   it("set: exactly that, fixed", () => {
-    expect(normalizeSettings({ tasks, concurrency: 10, prefetch: 3 }).prefetch).toEqual({ min: 3, max: 3, waitBudgetMs: Infinity });
-    expect(normalizeSettings({ tasks, concurrency: 10, prefetch: 0 }).prefetch).toEqual({ min: 0, max: 0, waitBudgetMs: Infinity });
+    expect(normalizeSettings({ ...base, concurrency: 10, prefetch: 3 }).prefetch).toEqual({ min: 3, max: 3, waitBudgetMs: Infinity });
+    expect(normalizeSettings({ ...base, concurrency: 10, prefetch: 0 }).prefetch).toEqual({ min: 0, max: 0, waitBudgetMs: Infinity });
   });
 });
