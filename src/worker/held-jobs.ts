@@ -39,7 +39,7 @@
 // held jobs than twice those places (when recording outcomes falls behind,
 // claiming waits for it). `prefetch` is the window of PrefetchWindow: fixed
 // when set, else adapting to the claims (each claim's outcome is fed to it
-// here, with whether a slot sat idle for want of a job) and to the rate at
+// here) and to the rate at
 // which jobs give their slots back. Bytes bound the buffer too: the jobs waiting in it
 // hold at most prefetchBytes of payload (UTF-8 of the JSON text, as measured
 // when claimed), or it holds a single job. A claim asks for the free slots
@@ -174,10 +174,7 @@ export class HeldJobs {
    * learns nothing.
    */
   claimed(jobs: readonly ClaimedJob[], asked?: number): void {
-    if (asked !== undefined) {
-      const starved = this.buffer.length === 0 && this.slots.size < this.limits.concurrency;
-      this.window.claimed(asked, jobs.length, starved, this.now());
-    }
+    if (asked !== undefined) this.window.claimed(asked, jobs.length, this.now());
     for (const job of jobs) {
       const held: HeldJob = {
         job,

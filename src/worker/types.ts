@@ -166,7 +166,7 @@ interface WorkerSettings {
   /**
    * Claimed jobs waiting locally for a free slot, fixed (0 claims only for
    * free slots). Unset, the buffer adapts: from concurrency, doubling while
-   * claims come back full and the buffer runs dry, halving when they come back
+   * claims come back full, halving when they come back
    * short, at most 490 jobs and at most what the observed completion rate
    * starts within a quarter of the lease.
    */

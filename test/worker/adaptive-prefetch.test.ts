@@ -1,5 +1,5 @@
 // A worker left at its default prefetch: its buffer grows while a backlog
-// keeps claims full and the buffer runs dry, shrinks when claims come back
+// keeps claims full, shrinks when claims come back
 // short, and never holds more than its bound. HeldJobs is fed real claims on a
 // clock the test sets (so the completion rate is exact); then real workers on
 // real connections: one working off a backlog, and two sharing one queue.
@@ -38,7 +38,7 @@ async function succeeded(queue: string): Promise<number> {
 }
 
 describe("adaptive prefetch, HeldJobs fed real claims", () => {
-  it("claims grow while a backlog runs the buffer dry, stay within the bounds and the wait budget, and shrink once claims come back short", async () => {
+  it("claims grow while a backlog keeps them full, stay within the bounds and the wait budget, and shrink once claims come back short", async () => {
     const queue = unique("window");
     await enqueueNoops(queue, 400);
     let clock = 0;
@@ -55,7 +55,7 @@ describe("adaptive prefetch, HeldJobs fed real claims", () => {
       held.claimed(jobs, room);
       // Nothing runs yet: the claim's jobs are all in the buffer, within concurrency + the window.
       expect(held.buffered.jobs).toBeLessThanOrEqual(2 + window);
-      // Every job runs and gives its slot back, `msPerJob` apart: the buffer runs dry before the next claim.
+      // Every job runs and gives its slot back, `msPerJob` apart: nothing is left in the buffer at the next claim.
       for (let h = held.startNext(); h !== undefined; h = held.startNext()) {
         clock += msPerJob;
         held.finish(h);

@@ -1,6 +1,6 @@
 // The adaptive prefetch window (prefetch-window.ts) as a pure function of the
 // claims and finished jobs it is told of, on a clock the test sets: it grows
-// on full claims that left a slot idle, shrinks on short ones, and is capped by
+// on full claims, shrinks on short ones, and is capped by
 // the wait budget at the observed completion rate. Then its settings: unset
 // prefetch adapts within the documented bounds; a set one stays fixed.
 import { describe, expect, it } from "vitest";
@@ -21,40 +21,33 @@ describe("PrefetchWindow", () => {
   it("starts at its lower bound and stays there while no completion rate is known", () => {
     const w = new PrefetchWindow(roomy);
     expect(w.size(0)).toBe(10);
-    w.claimed(20, 20, true, 0);
+    w.claimed(20, 20, 0);
     w.finished(1);
     expect(w.ratePerMs(2)).toBe(0);
     expect(w.size(2)).toBe(10);
   });
 
-  it("doubles on a full claim that left a slot idle, up to its upper bound", () => {
+  it("doubles on a full claim, up to its upper bound", () => {
     const now = 1000;
     const w = windowAt(roomy, 10, now); // 10 jobs/ms: the cap (75,000) is far away
     const sizes = [w.size(now)];
     for (let i = 0; i < 8; i++) {
-      w.claimed(5, 5, true, now);
+      w.claimed(5, 5, now);
       sizes.push(w.size(now));
     }
     expect(sizes).toEqual([10, 20, 40, 80, 160, 320, 490, 490, 490]);
   });
 
-  it("does not grow on a full claim while the buffer still had jobs for every free slot", () => {
-    const now = 1000;
-    const w = windowAt(roomy, 10, now);
-    w.claimed(5, 5, false, now);
-    expect(w.size(now)).toBe(10);
-  });
-
   it("halves on a short claim, down to its lower bound, and on an empty one", () => {
     const now = 1000;
     const w = windowAt(roomy, 10, now);
-    for (let i = 0; i < 6; i++) w.claimed(5, 5, true, now);
+    for (let i = 0; i < 6; i++) w.claimed(5, 5, now);
     expect(w.size(now)).toBe(490);
-    w.claimed(300, 299, false, now);
+    w.claimed(300, 299, now);
     expect(w.size(now)).toBe(245);
-    w.claimed(100, 0, true, now);
+    w.claimed(100, 0, now);
     expect(w.size(now)).toBe(122);
-    for (let i = 0; i < 10; i++) w.claimed(10, 0, false, now);
+    for (let i = 0; i < 10; i++) w.claimed(10, 0, now);
     expect(w.size(now)).toBe(10);
   });
 
@@ -62,7 +55,7 @@ describe("PrefetchWindow", () => {
     const now = 100_000;
     // 0.01 jobs/ms (10 jobs/s) x 7,500 ms: 75 jobs.
     const w = windowAt(roomy, 0.01, now);
-    for (let i = 0; i < 10; i++) w.claimed(5, 5, true, now);
+    for (let i = 0; i < 10; i++) w.claimed(5, 5, now);
     expect(w.ratePerMs(now)).toBeCloseTo(0.01, 6);
     expect(w.size(now)).toBe(75);
     expect(w.size(now) / w.ratePerMs(now)).toBeLessThanOrEqual(roomy.waitBudgetMs);
@@ -74,11 +67,11 @@ describe("PrefetchWindow", () => {
   it("as a fixed prefetch (equal bounds, no budget) ignores claims and rates", () => {
     const w = new PrefetchWindow({ min: 7, max: 7, waitBudgetMs: Infinity });
     expect(w.adaptive).toBe(false);
-    w.claimed(5, 5, true, 0);
-    w.claimed(5, 0, false, 0);
+    w.claimed(5, 5, 0);
+    w.claimed(5, 0, 0);
     expect(w.size(0)).toBe(7);
     const none = new PrefetchWindow({ min: 0, max: 0, waitBudgetMs: Infinity });
-    none.claimed(1, 1, true, 0);
+    none.claimed(1, 1, 0);
     expect(none.size(0)).toBe(0);
   });
 });
