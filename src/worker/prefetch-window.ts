@@ -2,11 +2,13 @@
 // window. A fixed `prefetch` is a window whose bounds are equal. Left unset,
 // the window adapts between concurrency and prefetchMax (defaults.ts):
 //
-//   grow    a claim came back full (a backlog): it doubles. Requiring also
-//           that a slot sat idle for want of a job (the buffer ran dry during
-//           the claim) kept it near 100-200 at concurrency 50, where the buffer
-//           covered a round trip but claims stayed small: bench process.c50
-//           ran 0.77x of prefetch 490, bound by the commits of claims.
+//   grow    a claim came back full (a backlog): it doubles, so on a backlog
+//           it reaches the claims of a fixed prefetchMax within a few claims.
+//           A first version also required a slot left idle for want of a job;
+//           it ran 0.77x of prefetch 490 at concurrency 50 in one bench run
+//           (2 rounds), though a probe outside the bench showed the same claim
+//           sizes for both rules: not settled, but this rule cannot stay small
+//           on a backlog, and claims' commits are what bound the throughput.
 //   shrink  a claim came back short (the queue is shallow): it halves, back
 //           toward concurrency, so this worker does not hold jobs that
 //           another, idle worker could run.
