@@ -13,10 +13,17 @@ export interface ChildConfig {
   url: string;
   /** Handler calls that end the run. */
   expect: number;
-  kind: "throughput" | "latency";
+  /**
+   * throughput: until `expect` handler calls; latency: the same, recording
+   * each job's delay; share: one of several workers on one queue, until the
+   * database shows no unfinished job (its count is its share).
+   */
+  kind: "throughput" | "latency" | "share";
   notify: boolean;
   /** The worker claims from these queues only, and the run ends when they are empty (process.many-queues; idemq). */
   queues?: string[];
+  /** idemq: its default settings instead of the tuned ones. */
+  defaults?: boolean;
 }
 
 export interface ChildResult {

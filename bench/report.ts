@@ -31,6 +31,9 @@ const METRICS: Record<string, { label: string; digits: number }> = {
   dead_tuples: { label: "dead tuples", digits: 0 },
   claim_empty_queue_ms: { label: "claim on an empty queue ms", digits: 2 },
   claim_other_task_ms: { label: "claim of an absent task ms", digits: 2 },
+  jobs_fewest: { label: "jobs of the process with fewest", digits: 0 },
+  jobs_most: { label: "jobs of the process with most", digits: 0 },
+  share_ratio: { label: "most / fewest", digits: 2 },
 };
 
 export interface Summary {
@@ -77,7 +80,7 @@ export function buildReport(workloads: Workload[], samples: Sample[], rounds: nu
     );
     const variants = w.variants.map((v) => ({
       label: v.label,
-      settings: w.concurrency === undefined ? null : SYSTEMS[v.system].settings(v.mode, w.concurrency),
+      settings: w.concurrency === undefined ? null : SYSTEMS[v.system].settings(v.mode, w.concurrency, v.defaults),
       metrics: Object.fromEntries(
         metricKeys.map((k) => [k, summarize(valuesOf(samples, { workload: w.id, variant: v.label, metric: k }, rounds))]),
       ),

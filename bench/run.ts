@@ -21,6 +21,7 @@ import { latencyWorkload } from "./workloads/latency.ts";
 import { manyQueuesWorkload } from "./workloads/many-queues.ts";
 import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
+import { shareWorkload } from "./workloads/share.ts";
 
 const USAGE = `usage: npm run bench -- [--json] [--quick] [--scale] [--rounds N] [--only id,id]
        npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin]   (bench/profile.ts)
@@ -55,6 +56,7 @@ let workloads: Workload[] = [
   ...enqueueWorkloads,
   ...processWorkloads,
   manyQueuesWorkload,
+  shareWorkload,
   latencyWorkload,
   ...(args.scale ? scaleWorkloads : []),
 ];

@@ -1,6 +1,6 @@
-// The target rows of issue 5 (and issue 15's many queues): each a ratio of two
-// measurements taken in the same round, or one measurement, and the bound its
-// median must meet.
+// The target rows of issue 5 (and issue 15: many queues, defaults vs tuned,
+// fairness): each a ratio of two measurements taken in the same round, or one
+// measurement, and the bound its median must meet.
 
 export interface Ref {
   workload: string;
@@ -23,6 +23,9 @@ const JPS = "jobs_per_s";
 export const TARGETS: Target[] = [
   { row: "processing, batched, C=10 vs Graphile batched", num: ref("process.c10", "idemq", JPS), den: ref("process.c10", "graphile:batched", JPS), op: ">=", bound: 1.5 },
   { row: "processing, batched, C=50 vs Graphile batched", num: ref("process.c50", "idemq", JPS), den: ref("process.c50", "graphile:batched", JPS), op: ">=", bound: 1.5 },
+  { row: "processing C=10: idemq defaults vs idemq tuned (prefetch 490)", num: ref("process.c10", "idemq:defaults", JPS), den: ref("process.c10", "idemq", JPS), op: ">=", bound: 0.9 },
+  { row: "processing C=50: idemq defaults vs idemq tuned (prefetch 490)", num: ref("process.c50", "idemq:defaults", JPS), den: ref("process.c50", "idemq", JPS), op: ">=", bound: 0.9 },
+  { row: "2 worker processes on one queue, defaults: most / fewest jobs", num: ref("share.c10", "idemq:defaults", "jobs_most"), den: ref("share.c10", "idemq:defaults", "jobs_fewest"), op: "<=", bound: 1.5 },
   { row: "transactional tasks vs Graphile per-job default", num: ref("process.transactional.c10", "idemq:transactional", JPS), den: ref("process.transactional.c10", "graphile:perjob", JPS), op: ">=", bound: 1.3 },
   { row: "transactional tasks vs raw SQL one-per-transaction", num: ref("process.transactional.c10", "idemq:transactional", JPS), den: ref("process.transactional.c10", "raw:one-tx-per-job", JPS), op: ">=", bound: 0.9 },
   { row: "bulk enqueue vs Graphile add_jobs (no keys)", num: ref("enqueue.bulk", "idemq", JPS), den: ref("enqueue.bulk", "graphile", JPS), op: ">=", bound: 2 },

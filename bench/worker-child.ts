@@ -4,7 +4,8 @@
 // and (latency runs) every job's enqueue-to-handler latency.
 //
 // Throughput window: from the first handler call until the database shows no
-// unfinished job (so batched completions are counted), after the last call.
+// unfinished job (so batched completions are counted), after the last call
+// (kind "share": after this process's last call, however many it got).
 
 import pg from "pg";
 import {
@@ -58,7 +59,9 @@ function onJob(payload: BenchPayload): void {
     backends0 = readBackendCpu(monitor).catch(() => null);
   }
   if (config.kind === "latency" && payload.t !== undefined) latencies.push(wallMs() - payload.t);
-  if (count === config.expect && !finishing) {
+  // A share of a queue ends when the queue does: finish() waits for that.
+  const last = config.kind === "share" ? count === 1 : count === config.expect;
+  if (last && !finishing) {
     finishing = true;
     setImmediate(() => void finish().catch(fail));
   }
@@ -103,6 +106,7 @@ const worker = await system.startWorker({
   concurrency: config.concurrency,
   mode: config.mode,
   notify: config.notify,
+  ...(config.defaults ? { defaults: true } : {}),
   onJob,
   ...(config.queues ? { queues: config.queues } : {}),
 });

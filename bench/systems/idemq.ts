@@ -17,13 +17,14 @@ import {
 } from "./types.ts";
 
 /**
- * BENCH_IDEMQ_PREFETCH: a diagnostic knob, not a default. It sets the
- * worker's prefetch (claimed jobs buffered locally; default = concurrency),
- * which bounds how many jobs one claim() can fetch. Shown in the settings.
+ * The tuned variant's fixed prefetch (claimed jobs buffered locally): 490, so
+ * that concurrency + prefetch is 500 at C=10, the counterpart of Graphile's
+ * localQueue.size 500. BENCH_IDEMQ_PREFETCH overrides it (a diagnostic knob).
+ * The defaults variant (`idemq:defaults`) sets no prefetch: its window adapts.
  */
-function prefetch(): number | undefined {
+function tunedPrefetch(): number {
   const value = process.env.BENCH_IDEMQ_PREFETCH;
-  return value ? Number(value) : undefined;
+  return value ? Number(value) : 490;
 }
 
 export const idemq: System = {
@@ -32,13 +33,14 @@ export const idemq: System = {
   modes: ["batched", "transactional"],
   tables: ["idemq.jobs", "idemq.keys", "idemq.processed"],
 
-  settings(mode, concurrency) {
+  settings(mode, concurrency, defaults) {
     const tasks =
       mode === "transactional"
         ? `task { transactional: true, guardKey: p => "ledger:" + p.i } (guard + ledger insert + complete in one transaction)`
         : "no-op task";
-    const extra = prefetch() === undefined ? "" : `, prefetch: ${prefetch()} (BENCH_IDEMQ_PREFETCH)`;
-    return `createWorker({ concurrency: ${concurrency}${extra} }) defaults otherwise, ${tasks}`;
+    if (defaults) return `createWorker({ concurrency: ${concurrency} }) defaults otherwise (adaptive prefetch), ${tasks}`;
+    const knob = process.env.BENCH_IDEMQ_PREFETCH ? " (BENCH_IDEMQ_PREFETCH)" : "";
+    return `createWorker({ concurrency: ${concurrency}, prefetch: ${tunedPrefetch()}${knob} }) defaults otherwise, ${tasks}`;
   },
 
   async setup(url) {
@@ -95,7 +97,7 @@ export const idemq: System = {
       connectionString: spec.url,
       concurrency: spec.concurrency,
       handleSignals: false,
-      ...(prefetch() === undefined ? {} : { prefetch: prefetch() }),
+      ...(spec.defaults ? {} : { prefetch: tunedPrefetch() }),
       ...(spec.queues ? { queues: spec.queues } : {}),
       tasks: {
         [NOOP_TASK]: async (payload: BenchPayload) => spec.onJob(payload),

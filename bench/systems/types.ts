@@ -61,6 +61,8 @@ export interface WorkerSpec {
   mode: Mode;
   /** Latency runs: wake on enqueue where the system makes that optional. */
   notify: boolean;
+  /** idemq: its default settings (no prefetch) instead of the tuned ones; other systems have one setting per mode. */
+  defaults?: boolean;
   /** Called once per handler invocation, before the handler returns. */
   onJob(payload: BenchPayload): void;
   /** Claim from these queues only (systems with `queueFilter`). */
@@ -76,7 +78,7 @@ export interface System {
   /** Processing modes the system has (idemq's worker has one mode for both throughput rows). */
   modes: readonly Mode[];
   /** The settings a worker runs with, for the report and README. */
-  settings(mode: Mode, concurrency: number): string;
+  settings(mode: Mode, concurrency: number, defaults?: boolean): string;
   /** Installs the system's schema (and the ledger table) into an empty database. */
   setup(url: string): Promise<void>;
   producer(url: string, options: ProducerOptions): Promise<Producer>;

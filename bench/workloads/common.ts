@@ -67,6 +67,8 @@ export interface Variant {
   mode: Mode;
   /** SQL run on the run's database after the jobs are enqueued, before the worker starts (e.g. a retention setting). */
   setupSql?: string;
+  /** idemq: the worker's own defaults (no prefetch), instead of the tuned settings. */
+  defaults?: boolean;
 }
 
 export type Metrics = Record<string, number | null>;
@@ -93,6 +95,11 @@ export interface Workload {
 
 export function variant(system: SystemName, mode: Mode, label?: string): Variant {
   return { system, mode, label: label ?? (system === "idemq" ? "idemq" : `${system}:${mode}`) };
+}
+
+/** idemq with nothing but its concurrency set: what a user gets by default, next to the tuned `idemq`. */
+export function idemqDefaults(mode: Mode, label: string): Variant {
+  return { ...variant("idemq", mode, label), defaults: true };
 }
 
 export interface FreshDatabase {

@@ -10,6 +10,7 @@ import { closeWalWindow, openWalWindow } from "../measure.ts";
 import { SYSTEMS } from "../systems/index.ts";
 import { LEDGER_TASK, NOOP_TASK, type BenchJob } from "../systems/types.ts";
 import {
+  idemqDefaults,
   variant,
   withFreshDatabase,
   type Context,
@@ -81,6 +82,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
           expect: count,
           kind: "throughput",
           notify: false,
+          defaults: v.defaults ?? false,
           ...(options.queues ? { queues: options.queues } : {}),
         },
         ctx.timeoutMs,
@@ -121,6 +123,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
 
 export const THROUGHPUT_VARIANTS: Variant[] = [
   variant("idemq", "batched"),
+  idemqDefaults("batched", "idemq:defaults"),
   variant("graphile", "batched"),
   variant("graphile", "perjob"),
   variant("pgboss", "batched"),
@@ -158,6 +161,7 @@ const transactional: Workload = {
   subject: "idemq:transactional",
   variants: [
     variant("idemq", "transactional", "idemq:transactional"),
+    idemqDefaults("transactional", "idemq:transactional:defaults"),
     variant("graphile", "transactional", "graphile:perjob"),
     variant("pgboss", "transactional", "pgboss:transactional"),
     variant("raw", "transactional", "raw:one-tx-per-job"),

@@ -2,8 +2,10 @@
 // room for (free slots plus the local buffer), so a busy worker claims in
 // batches. It claims when woken (NOTIFY, poll, a (re)connect, a timer) or
 // when its last claim came back full (more are probably waiting), and only
-// when there is room: the buffer never holds more than `prefetch` jobs, so a
-// claimed job waits at most one round of running jobs before it starts.
+// when there is room: the buffer never holds more than its prefetch window
+// (held-jobs.ts, prefetch-window.ts), so a claimed job waits at most one round
+// of running jobs before it starts. Every claim's outcome, empty ones too,
+// goes to `claimed` with the size asked: the window learns from it.
 //
 // In listen mode enqueues NOTIFY only while a worker waits
 // (idemq.wait_for_jobs): a claim that comes back short makes this worker wait,
@@ -43,7 +45,7 @@ export class ClaimLoop {
     private readonly state: WorkerState,
     /** How many jobs to claim now (0: wait). */
     private readonly room: () => number,
-    private readonly claimed: (jobs: ClaimedJob[]) => void,
+    private readonly claimed: (jobs: ClaimedJob[], asked: number) => void,
     /** The worker's wake-ups, as chosen at start (listen mode can turn out to be behind a transaction pooler). */
     private readonly wakeUps: () => WakeUps,
   ) {
@@ -101,7 +103,7 @@ export class ClaimLoop {
         continue;
       }
       this.state.reached();
-      if (jobs.length > 0) this.claimed(jobs);
+      this.claimed(jobs, room);
       this.state.emit("worker:claimed", { workerId: this.state.settings.workerId, jobs: jobs.length, asked: room });
       const wakeUps = this.wakeUps();
       wakeUps.claimed(jobs.length);

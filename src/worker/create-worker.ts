@@ -136,7 +136,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     };
     this.wakeUps =
       this.settings.wakeUp === "poll" ? new PollWakeUps(this.state, this.wake) : new ListenWakeUps(this.state, listenConfig, this.wake);
-    this.claimLoop = new ClaimLoop(this.state, () => this.room(), (jobs) => this.onClaimed(jobs), () => this.wakeUps);
+    this.claimLoop = new ClaimLoop(this.state, () => this.room(), (jobs, asked) => this.onClaimed(jobs, asked), () => this.wakeUps);
     this.completer = new Completer(this.state);
     this.heartbeat = new Heartbeat(this.state);
     this.rescuer = new Rescuer(this.state);
@@ -295,8 +295,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.lifecycle === "running" ? this.state.held.room() : 0;
   }
 
-  private onClaimed(jobs: ClaimedJob[]): void {
-    this.state.held.claimed(jobs);
+  private onClaimed(jobs: ClaimedJob[], asked: number): void {
+    this.state.held.claimed(jobs, asked);
+    if (jobs.length === 0) return;
     this.startClaimed();
     // Payloads larger than any seen lately can bring the buffer over its byte budget.
     const givingBack = releaseOverBudget(this.state).finally(() => this.givingBack.delete(givingBack));

@@ -13,6 +13,22 @@ export const WORKER_DEFAULTS = {
    * slot may hold, beyond the one job the buffer may always hold: 32 MiB.
    */
   prefetchBytes: 32 * 1024 * 1024,
+  /**
+   * With `prefetch` left unset the buffer's window adapts (prefetch-window.ts)
+   * from `concurrency` up to this many jobs: the counterpart of Graphile
+   * Worker's tuned localQueue size 500, and the fixed prefetch the bench's
+   * tuned idemq runs with.
+   */
+  prefetchMax: 490,
+  /**
+   * ... and never so far that the last buffered job would wait longer than
+   * this share of the lease to start: window <= completion rate x lease x
+   * prefetchLeaseShare (settings.ts computes the budget once). A buffered job
+   * holds a lease that only heartbeats keep, while another worker may be idle;
+   * a quarter of the lease (under one heartbeat interval, lease / 3) keeps that
+   * wait shorter than two missed heartbeats by far.
+   */
+  prefetchLeaseShare: 0.25,
   /** How long a claimed job is this worker's between heartbeats. */
   lease: "30 seconds",
   /** A heartbeat every lease / heartbeatsPerLease, so two may fail before a lease runs out. */

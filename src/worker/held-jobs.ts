@@ -37,7 +37,10 @@
 // Room to claim: concurrency + prefetch places less the jobs running and
 // buffered, none while the buffer is more than half full, and never more
 // held jobs than twice those places (when recording outcomes falls behind,
-// claiming waits for it). Bytes bound the buffer too: the jobs waiting in it
+// claiming waits for it). `prefetch` is the window of PrefetchWindow: fixed
+// when set, else adapting to the claims (each claim's outcome is fed to it
+// here) and to the rate at
+// which jobs give their slots back. Bytes bound the buffer too: the jobs waiting in it
 // hold at most prefetchBytes of payload (UTF-8 of the JSON text, as measured
 // when claimed), or it holds a single job. A claim asks for the free slots
 // plus as many waiting jobs as fit in the bytes left at the size of the
@@ -52,6 +55,7 @@ import type { Duration } from "../contract.ts";
 import { LeaseLostError } from "../errors.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import type { AttemptTrace } from "../tracing/types.ts";
+import { PrefetchWindow, type PrefetchBounds } from "./prefetch-window.ts";
 import type { NormalizedTask } from "./task-config.ts";
 
 export type Phase = "claimed" | "started" | "finished" | "released";
@@ -92,7 +96,7 @@ export class HeldJobs {
   private readonly buffer: HeldJob[] = [];
   /** Started jobs whose handler or transaction is not over yet. */
   private readonly slots = new Set<HeldJob>();
-  private readonly heldLimit: number;
+  private readonly window: PrefetchWindow;
   /** Payload bytes of the jobs in the buffer. */
   private bufferedBytes = 0;
   /** Payload sizes of the latest claimed jobs (at most RECENT_SIZES), for sizing the next claim. */
@@ -100,11 +104,28 @@ export class HeldJobs {
 
   constructor(
     private readonly tasks: ReadonlyMap<string, NormalizedTask>,
-    private readonly limits: { readonly concurrency: number; readonly prefetch: number; readonly prefetchBytes: number },
+    private readonly limits: {
+      readonly concurrency: number;
+      /** A fixed number, or the adaptive window's bounds (settings.ts). */
+      readonly prefetch: number | PrefetchBounds;
+      readonly prefetchBytes: number;
+    },
     /** There may be room for more: start buffered jobs, let the claim loop claim. */
     private readonly roomGrew: () => void,
+    private readonly now: () => number = () => performance.now(),
   ) {
-    this.heldLimit = 2 * (limits.concurrency + limits.prefetch);
+    const p = limits.prefetch;
+    this.window = new PrefetchWindow(typeof p === "number" ? { min: p, max: p, waitBudgetMs: Infinity } : p);
+  }
+
+  /** How many claimed jobs may wait in the buffer now. */
+  get prefetch(): number {
+    return this.window.size(this.now());
+  }
+
+  /** Held jobs at most: when recording outcomes falls behind, claiming waits for it. */
+  private heldLimit(prefetch: number): number {
+    return 2 * (this.limits.concurrency + prefetch);
   }
 
   /** Jobs whose handlers are running now. */
@@ -114,12 +135,13 @@ export class HeldJobs {
 
   /** How many jobs to claim now (the worker claims none while it is not running). */
   room(): number {
-    const { concurrency, prefetch } = this.limits;
+    const { concurrency } = this.limits;
+    const prefetch = this.prefetch;
     if (this.buffer.length > Math.floor(prefetch / 2)) return 0;
     const freeSlots = concurrency + prefetch - this.slots.size - this.buffer.length;
     // Jobs that start as soon as they arrive, and how many more may wait.
     const startable = Math.max(0, concurrency - this.slots.size - this.buffer.length);
-    return Math.max(0, Math.min(freeSlots, startable + this.waitingRoom(), this.heldLimit - this.byId.size));
+    return Math.max(0, Math.min(freeSlots, startable + this.waitingRoom(), this.heldLimit(prefetch) - this.byId.size));
   }
 
   /** The jobs waiting for a slot and their payload bytes. */
@@ -149,8 +171,13 @@ export class HeldJobs {
     return this.byId.get(held.job.id) === held;
   }
 
-  /** -> claimed, in the buffer. */
-  claimed(jobs: readonly ClaimedJob[]): void {
+  /**
+   * -> claimed, in the buffer. `asked`: the batch size of the claim that
+   * brought them (even none), for the prefetch window; left out, the window
+   * learns nothing.
+   */
+  claimed(jobs: readonly ClaimedJob[], asked?: number): void {
+    if (asked !== undefined) this.window.claimed(asked, jobs.length, this.now());
     for (const job of jobs) {
       const held: HeldJob = {
         job,
@@ -210,6 +237,7 @@ export class HeldJobs {
   freeSlot(held: HeldJob): void {
     if (!this.slots.delete(held)) return;
     held.endedAt ??= performance.now();
+    this.window.finished(this.now());
     this.roomGrew();
   }
 
@@ -246,7 +274,7 @@ export class HeldJobs {
   /** No longer this worker's: its outcome is recorded (or given up on), or it was lost. Idempotent. */
   remove(held: HeldJob): void {
     if (!this.holds(held)) return;
-    const atLimit = this.byId.size >= this.heldLimit;
+    const atLimit = this.byId.size >= this.heldLimit(this.prefetch);
     this.byId.delete(held.job.id);
     const i = this.buffer.indexOf(held);
     if (i >= 0) {

@@ -7,12 +7,14 @@ import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
 import type { ScheduleDefinition } from "../sql-api.ts";
 import { normalizeSchedules } from "./schedules.ts";
 import type { WorkerOptions } from "./types.ts";
+import type { PrefetchBounds } from "./prefetch-window.ts";
 
 export interface Settings {
   workerId: string;
   queues: string[] | undefined;
   concurrency: number;
-  prefetch: number;
+  /** A fixed prefetch (min = max), or the adaptive window's bounds when `prefetch` is unset. */
+  prefetch: PrefetchBounds;
   prefetchBytes: number;
   lease: { interval: string; ms: number };
   heartbeatMs: number;
@@ -49,9 +51,11 @@ export function normalizeSettings(options: WorkerOptions): Settings {
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CLAIM_BATCH) {
     throw new WorkerConfigError(`concurrency must be an integer from 1 to ${MAX_CLAIM_BATCH}, got ${String(concurrency)}`);
   }
-  const prefetch = options.prefetch ?? concurrency;
-  if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_CLAIM_BATCH) {
-    throw new WorkerConfigError(`prefetch must be an integer from 0 to ${MAX_CLAIM_BATCH}, got ${String(prefetch)}`);
+  if (options.prefetch !== undefined) {
+    const p = options.prefetch;
+    if (!Number.isInteger(p) || p < 0 || p > MAX_CLAIM_BATCH) {
+      throw new WorkerConfigError(`prefetch must be an integer from 0 to ${MAX_CLAIM_BATCH}, got ${String(p)}`);
+    }
   }
   const prefetchBytes = options.prefetchBytes ?? WORKER_DEFAULTS.prefetchBytes;
   if (!Number.isSafeInteger(prefetchBytes) || prefetchBytes < 0) {
@@ -64,6 +68,16 @@ export function normalizeSettings(options: WorkerOptions): Settings {
   const workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString("hex")}`;
   if (typeof workerId !== "string" || workerId.trim() === "") throw new WorkerConfigError("workerId must be a non-empty string");
   const workerLease = lease(options.lease ?? WORKER_DEFAULTS.lease, "lease");
+  const prefetch: PrefetchBounds =
+    options.prefetch === undefined
+      ? {
+          min: concurrency,
+          max: Math.max(concurrency, WORKER_DEFAULTS.prefetchMax),
+          // The one statement of the cap: the last buffered job's expected wait
+          // (window / completion rate) stays within this share of the lease it was claimed with.
+          waitBudgetMs: workerLease.ms * WORKER_DEFAULTS.prefetchLeaseShare,
+        }
+      : { min: options.prefetch, max: options.prefetch, waitBudgetMs: Infinity };
   const heartbeatMs =
     options.heartbeatInterval === undefined
       ? workerLease.ms / WORKER_DEFAULTS.heartbeatsPerLease

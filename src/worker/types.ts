@@ -163,7 +163,13 @@ interface WorkerSettings {
   queues?: readonly string[] | undefined;
   /** Jobs running at once (default 10). */
   concurrency?: number | undefined;
-  /** Claimed jobs waiting locally for a free slot (default: concurrency; 0 claims only for free slots). */
+  /**
+   * Claimed jobs waiting locally for a free slot, fixed (0 claims only for
+   * free slots). Unset, the buffer adapts: from concurrency, doubling while
+   * claims come back full, halving when they come back
+   * short, at most 490 jobs and at most what the observed completion rate
+   * starts within a quarter of the lease.
+   */
   prefetch?: number | undefined;
   /**
    * Payload bytes (UTF-8 of their JSON text) the claimed jobs waiting for a
