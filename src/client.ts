@@ -17,6 +17,7 @@ import type {
   EnqueueResult,
   Instant,
   JobIdInput,
+  OverviewRow,
   PayloadMap,
   Queryable,
   Schedule,
@@ -218,6 +219,11 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
 
   stats(opts: InTransaction = {}): Promise<StatsRow[]> {
     return sql.stats(this.db(opts));
+  }
+
+  /** overview() (admin role): active counts, finishes within `recent`, capped totals; never counts the whole table as stats() does. */
+  overview(opts: { recent?: Duration | undefined; exactUpTo?: number | undefined } & InTransaction = {}): Promise<OverviewRow[]> {
+    return sql.overview(this.db(opts), opts);
   }
 
   /**

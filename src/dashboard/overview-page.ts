@@ -3,6 +3,7 @@
 // it, and labelled so), throughput and failure rate over the window, and the
 // effects-once figures: duplicates and rejections per task.
 import { ACTIVE_STATES, TERMINAL_STATES } from "../contract.ts";
+import { recentRates } from "../rates.ts";
 import { overview, type OverviewRow, type Queryable } from "../sql-api.ts";
 import { html, query, type Html } from "./html.ts";
 import { duration, number, stateBadge } from "./layout.ts";
@@ -70,7 +71,7 @@ function queueTable(lines: readonly Line[], minutes: number): Html {
 <th>lease expired</th><th>oldest runnable</th><th>succeeded (${minutes} min)</th><th>failed (${minutes} min)</th>
 <th>throughput /min</th><th>failure rate</th></tr>
 ${lines.map((line) => {
-  const done = v(line, "succeeded_recent") + v(line, "failed_recent");
+  const rates = recentRates(v(line, "succeeded_recent"), v(line, "failed_recent"), minutes);
   const oldest = line.values.get("oldest_runnable_seconds");
   const link = (state?: string) => `/jobs${query({ queue: line.queue, task: line.task, state })}`;
   return html`<tr><td><a href="${link()}">${line.queue}</a></td><td>${line.task}</td>
@@ -79,8 +80,8 @@ ${ACTIVE_STATES.map((s) => html`<td class="n"><a href="${link(s)}">${number(v(li
 <td class="n">${oldest === undefined ? "-" : duration(oldest * 1000)}</td>
 <td class="n">${number(v(line, "succeeded_recent"))}</td>
 <td class="n"><a href="${link("failed")}">${number(v(line, "failed_recent"))}</a></td>
-<td class="n">${(done / minutes).toFixed(1)}</td>
-<td class="n">${done === 0 ? "-" : `${((100 * v(line, "failed_recent")) / done).toFixed(1)} %`}</td></tr>`;
+<td class="n">${rates.perMinute.toFixed(1)}</td>
+<td class="n">${rates.failureRate === null ? "-" : `${(100 * rates.failureRate).toFixed(1)} %`}</td></tr>`;
 })}</table>`;
 }
 

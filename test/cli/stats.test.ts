@@ -7,6 +7,7 @@ import { runCli } from "../helpers/cli.ts";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
+import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { jobIn } from "../helpers/work.ts";
 
 const databases: TestDatabase[] = [];
@@ -109,8 +110,11 @@ describe("idemq stats", () => {
 
     const human = await runCli(["stats", "--queue", queue, "--task", task, "--database-url", db.url]);
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines.filter((line) => line.startsWith(`${queue} `))).toHaveLength(1);
+    // The counts table is the first block; the rates table below repeats the queue.
+    const counts = lines.slice(0, lines.indexOf(""));
+    expect(counts.filter((line) => line.startsWith(`${queue} `))).toHaveLength(1);
     expect(lines.some((line) => line.startsWith("TASK "))).toBe(false);
+    expect(lines.filter((line) => /^QUEUE +TASK +SUCCEEDED \(5 MIN\)/.test(line))).toHaveLength(1);
   });
 
   it("an empty queue says so", async () => {
@@ -146,6 +150,53 @@ describe("idemq stats", () => {
     expect({ code, stderr }).toEqual({ code: EXIT.OK, stderr: "" });
     expect(stdout).toMatch(/^idemq stats at \S+Z \(every 0\.2s; Ctrl-C to stop\)\nQUEUE +TASK/m);
     expect(stdout).not.toContain("\x1b["); // not a terminal: no screen clearing
+  });
+
+  it("rates over --window: jobs finished per minute and the share that failed, per queue and task, from overview()", async () => {
+    const json = JSON.parse((await runCli(["stats", "--json", "--database-url", db.url])).stdout);
+    expect(json.windowMinutes).toBe(5);
+    expect(json.rates).toContainEqual({ queue, task, succeeded: 0, failed: 1, perMinute: 0.2, failureRate: 1 });
+    expect(json.rates.find((r: { task: string; queue: string }) => r.task === task && r.queue !== queue)).toMatchObject({
+      succeeded: 1,
+      failed: 0,
+      failureRate: 0,
+    });
+    expect(json).not.toHaveProperty("ratesUnavailable");
+
+    const hour = JSON.parse((await runCli(["stats", "--window", "60", "--queue", queue, "--json", "--database-url", db.url])).stdout);
+    expect(hour).toMatchObject({ windowMinutes: 60, rates: [{ queue, task, succeeded: 0, failed: 1, failureRate: 1 }] });
+    expect(hour.rates[0].perMinute).toBeCloseTo(1 / 60, 10);
+
+    const human = (await runCli(["stats", "--queue", queue, "--database-url", db.url])).stdout.trimEnd().split("\n");
+    const header = human.findIndex((line) => /^QUEUE +TASK +SUCCEEDED \(5 MIN\) {2}FAILED \(5 MIN\) {2}PER MIN {2}FAILURE RATE$/.test(line));
+    expect(header).toBeGreaterThan(0);
+    expect(human[header + 1]?.split(/\s{2,}/)).toEqual([queue, task, "0", "1", "0.2", "100.0 %"]);
+  });
+
+  it("a role that may not call overview() gets the counts and one line saying the rates need idemq_admin", async () => {
+    const worker = await createLoginRole("stats_rates", { memberOf: ["idemq_worker"] });
+    try {
+      const json = await runCli(["stats", "--queue", queue, "--json", "--database-url", worker.urlFor(db.name)]);
+      expect(json).toMatchObject({ code: EXIT.OK, stderr: "" });
+      const report = JSON.parse(json.stdout);
+      expect(report.jobs.find((j: { queue: string }) => j.queue === queue)).toMatchObject({ enqueued: 3, failed: 1 });
+      expect(report.rates).toBeNull();
+      expect(report.ratesUnavailable).toBe("rates need EXECUTE on idemq.overview() (the idemq_admin role); the counts are complete");
+      const human = await runCli(["stats", "--queue", queue, "--database-url", worker.urlFor(db.name)]);
+      expect(human.stdout.trimEnd().split("\n")).toContain(
+        "No rates: rates need EXECUTE on idemq.overview() (the idemq_admin role); the counts are complete.",
+      );
+    } finally {
+      await dropLoginRoles();
+    }
+  });
+
+  it("a bad --window: one line naming the range, exit 2", async () => {
+    for (const bad of ["0", "1.5", "1441", "an hour"]) {
+      const result = await runCli(["stats", "--window", bad, "--database-url", db.url]);
+      expect(result.code).toBe(EXIT.USAGE);
+      expect(result.stderr.trimEnd().split("\n")).toEqual([expect.stringContaining("give the window in whole minutes, from 1 to 1440")]);
+    }
   });
 
   it("a bad --watch interval: one line, exit 2", async () => {

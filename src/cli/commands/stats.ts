@@ -1,9 +1,12 @@
-// idemq stats [--queue Q] [--task T] [--watch [seconds]]
+// idemq stats [--queue Q] [--task T] [--window minutes] [--watch [seconds]]
 //
 // Counts per queue, task and state, expired leases and the age of the oldest
 // runnable job (per queue and task), and duplicate and rejection events per
-// task, from idemq.stats(). --watch redraws every few seconds until Ctrl-C
-// (exit 0); with --json it prints one JSON object per line.
+// task, from idemq.stats(); throughput and failure rate over the last
+// --window minutes from idemq.overview() (the admin's: another role gets the
+// counts and a line saying the rates need idemq_admin). --watch redraws every
+// few seconds until Ctrl-C (exit 0); with --json it prints one JSON object
+// per line.
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
 import { isJobState, JOB_STATES, type JobState } from "../../contract.ts";
@@ -11,11 +14,13 @@ import type { Client } from "../../client.ts";
 import type { StatsRow } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
+import { recentRates } from "../../rates.ts";
 import { age, table } from "../format.ts";
 import { action, camelCase, emit } from "../output.ts";
 
 interface Options extends CommonOptions {
   watch?: true | number;
+  window: number;
   queue?: string;
   task?: string;
 }
@@ -27,6 +32,10 @@ interface Filter {
 }
 
 const DEFAULT_WATCH_SECONDS = 2;
+const DEFAULT_WINDOW_MINUTES = 5;
+const MAX_WINDOW_MINUTES = 1440;
+/** PostgreSQL's insufficient_privilege: a role without EXECUTE on overview(). */
+const NOT_PERMITTED = "42501";
 const EVENT_METRICS = ["deduplicated", "rejected", "conflict", "guard_duplicate"] as const;
 type EventMetric = (typeof EVENT_METRICS)[number];
 
@@ -36,11 +45,25 @@ type Counts = Record<JobState | "leaseExpired", number> & { oldestRunnableSecond
 type JobCounts = { queue: string; task: string } & Counts;
 type EventCounts = { task: string } & Record<"deduplicated" | "rejected" | "conflict" | "guardDuplicate", number>;
 
+/** Finishes within the window, per queue and task (recentRates()'s formula). */
+interface RateRow {
+  queue: string;
+  task: string;
+  succeeded: number;
+  failed: number;
+  perMinute: number;
+  failureRate: number | null;
+}
+
 export interface StatsReport {
   at: string;
   jobs: JobCounts[];
   events: EventCounts[];
   totals: Counts;
+  /** The window the rates cover, and the rates; null (with ratesUnavailable saying why) for a role that may not call overview(). */
+  windowMinutes: number;
+  rates: RateRow[] | null;
+  ratesUnavailable?: string;
 }
 
 export function registerStatsCommand(program: Command): void {
@@ -50,6 +73,7 @@ export function registerStatsCommand(program: Command): void {
     .option("--watch [seconds]", `redraw every few seconds (default ${DEFAULT_WATCH_SECONDS}) until Ctrl-C`, parseSeconds)
     .option("--queue <queue>", "only this queue (events are per task, so none are shown)")
     .option("--task <task>", "only this task")
+    .option("--window <minutes>", `throughput and failure rate over the last N minutes, 1 to ${MAX_WINDOW_MINUTES}`, parseWindow, DEFAULT_WINDOW_MINUTES)
     .action(
       action(async (_options: Options, cmd: Command) => {
         const options = cmd.optsWithGlobals<Options>();
@@ -69,11 +93,22 @@ export function registerStatsCommand(program: Command): void {
     "idemq stats --watch 5",
     "idemq stats --json | jq '.totals.failed'",
     "idemq stats --queue emails --task send_invoice",
+    "idemq stats --window 60          # rates over the last hour",
     "",
+    "Rates (jobs finished per minute, the share of them that failed) come from",
+    "idemq.overview(), the admin's; another role gets the counts without them.",
     "Events count deduplicated enqueues, bulk rejections, key conflicts and guard",
     "duplicates since install; a rejection raised by a single enqueue rolls back",
     "with its statement and is not counted by the database.",
   ]);
+}
+
+function parseWindow(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || n < 1 || n > MAX_WINDOW_MINUTES) {
+    throw new InvalidArgumentError(`give the window in whole minutes, from 1 to ${MAX_WINDOW_MINUTES}, e.g. --window 15`);
+  }
+  return n;
 }
 
 function parseSeconds(value: string): number {
@@ -88,13 +123,29 @@ function parseSeconds(value: string): number {
  * stats() with --queue and --task applied to its rows: stats() takes no
  * filter, so the database counts every queue either way (one grouped scan).
  */
-async function statsReport(client: Client, filter: Filter): Promise<StatsReport> {
-  const rows = (await client.stats()).filter(
-    (row) =>
-      (filter.task === undefined || row.task === filter.task) &&
-      (filter.queue === undefined || row.queue === filter.queue),
-  );
-  return toReport(rows);
+async function statsReport(client: Client, filter: Filter & { window: number }): Promise<StatsReport> {
+  const kept = (row: { queue: string | null; task: string | null }) =>
+    (filter.task === undefined || row.task === filter.task) && (filter.queue === undefined || row.queue === filter.queue);
+  const report = toReport((await client.stats()).filter(kept));
+  report.windowMinutes = filter.window;
+  try {
+    // exactUpTo 0: the rates need no totals, so overview() counts none.
+    const rows = await client.overview({ recent: `${filter.window} minutes`, exactUpTo: 0 });
+    const finished = new Map<string, { queue: string; task: string; succeeded: number; failed: number }>();
+    for (const row of rows) {
+      if (row.queue === null || row.task === null || !kept(row)) continue;
+      if (row.metric !== "succeeded_recent" && row.metric !== "failed_recent") continue;
+      const id = JSON.stringify([row.queue, row.task]);
+      const entry = finished.get(id) ?? { queue: row.queue, task: row.task, succeeded: 0, failed: 0 };
+      entry[row.metric === "succeeded_recent" ? "succeeded" : "failed"] += row.value;
+      finished.set(id, entry);
+    }
+    report.rates = [...finished.values()].map((f) => ({ ...f, ...recentRates(f.succeeded, f.failed, filter.window) }));
+  } catch (error) {
+    if ((error as { code?: string }).code !== NOT_PERMITTED) throw error;
+    report.ratesUnavailable = "rates need EXECUTE on idemq.overview() (the idemq_admin role); the counts are complete";
+  }
+  return report;
 }
 
 function zeroStates(): Record<JobState | "leaseExpired", number> {
@@ -132,7 +183,7 @@ function toReport(rows: readonly StatsRow[]): StatsReport {
     }
     jobs.set(id, entry);
   }
-  return { at: new Date().toISOString(), jobs: [...jobs.values()], events: [...events.values()], totals };
+  return { at: new Date().toISOString(), jobs: [...jobs.values()], events: [...events.values()], totals, windowMinutes: 0, rates: null };
 }
 
 const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED", "OLDEST RUNNABLE"];
@@ -160,6 +211,24 @@ function renderStats(report: StatsReport): string[] {
       ),
     );
   }
+  if (report.rates !== null && report.rates.length > 0) {
+    lines.push(
+      "",
+      ...table(
+        ["QUEUE", "TASK", `SUCCEEDED (${report.windowMinutes} MIN)`, `FAILED (${report.windowMinutes} MIN)`, "PER MIN", "FAILURE RATE"],
+        report.rates.map((r) => [
+          r.queue,
+          r.task,
+          String(r.succeeded),
+          String(r.failed),
+          r.perMinute.toFixed(1),
+          r.failureRate === null ? "-" : `${(100 * r.failureRate).toFixed(1)} %`,
+        ]),
+        [2, 3, 4, 5],
+      ),
+    );
+  }
+  if (report.ratesUnavailable !== undefined) lines.push("", `No rates: ${report.ratesUnavailable}.`);
   if (report.totals.leaseExpired > 0) {
     lines.push("", `${report.totals.leaseExpired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
   }
