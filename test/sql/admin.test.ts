@@ -374,7 +374,7 @@ describe("retry", () => {
       expect(await keyState(c, "zoo:failed")).toEqual({ job_id: zoo.failed.id, finished_state: null });
       // The key deduplicates to the retried job again.
       const again = await c.query(
-        `SELECT * FROM idemq.enqueue(task => 'zoo_task', payload => '{"zoo": "failed"}', idempotency_key => 'zoo:failed')`,
+        `SELECT job_id, deduplicated FROM idemq.enqueue(task => 'zoo_task', payload => '{"zoo": "failed"}', idempotency_key => 'zoo:failed')`,
       );
       expect(again.rows).toEqual([{ job_id: zoo.failed.id, deduplicated: true }]);
     });

@@ -67,6 +67,8 @@ describe("idemq.settings and _limit", () => {
       retention_succeeded_seconds: 604800,
       task_bytes: 256,
       worker_id_bytes: 256,
+      worker_names: 10000,
+      worker_retention_seconds: 86400,
     });
     // key_bytes cannot be raised to where a btree entry fails (about 2,700 bytes).
     expect(rows.find((r) => r.name === "key_bytes")!.max_value).toBe("2000");
