@@ -232,7 +232,7 @@ describe("idemq doctor", () => {
     expect(stale.checks.workers).toMatchObject({
       status: "warning",
       liveWorkers: 0,
-      message: expect.stringMatching(/; the last worker with it was seen 10m \d+s ago\)$/),
+      message: expect.stringMatching(/; the last worker with it was seen 10m( \d+s)? ago\)$/),
       unserved: [{ queue, task: "orphan", jobs: 1, lastSeenAt: expect.any(String) }],
     });
     const within = await doctor(db, ["--worker-timeout", "30m"]);
