@@ -154,3 +154,31 @@ describe("docs/design.md", () => {
     expect(checked, "full signatures checked").toBeGreaterThan(10);
   });
 });
+
+// The metrics a user can scrape are listed twice for readers: by name in the
+// README, with type, labels and meaning in docs/worker.md. Both lists are held
+// equal to the names the two collectors register (no database is reached:
+// collectDatabaseMetrics reads stats() only when scraped).
+describe("the metrics lists (README.md, docs/worker.md)", () => {
+  it("name exactly the metrics collectWorkerMetrics and collectDatabaseMetrics register", async () => {
+    const { collectDatabaseMetrics, collectWorkerMetrics, createWorker } = await import("../../src/index.ts");
+    const worker = createWorker({ connectionString: "postgres://unused@127.0.0.1:1/x", tasks: { ok: async () => {} }, handleSignals: false });
+    const workerMetrics = await collectWorkerMetrics(worker);
+    const databaseMetrics = await collectDatabaseMetrics({ connectionString: "postgres://unused@127.0.0.1:1/x", registry: workerMetrics.registry });
+    const registered = workerMetrics.registry.getMetricsAsArray().map((m) => m.name).sort();
+    await databaseMetrics.close();
+    await workerMetrics.close();
+    await worker.stop();
+    expect(registered.length).toBeGreaterThan(20);
+
+    const workerMd = readFileSync(join(ROOT, "docs", "worker.md"), "utf8");
+    const section = workerMd.slice(workerMd.indexOf("\n## Metrics\n"), workerMd.indexOf("\n## Tracing\n"));
+    const documented = [...section.matchAll(/^\| `(idemq_\w+)` \|/gm)].map((m) => m[1]!).sort();
+    expect(documented).toEqual(registered);
+
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const metricsSection = readme.slice(readme.indexOf("\n## Metrics\n"), readme.indexOf("\n## Dashboard\n"));
+    const listed = [...new Set([...metricsSection.matchAll(/`(idemq_\w+)`/g)].map((m) => m[1]!))].sort();
+    expect(listed).toEqual(registered);
+  });
+});
