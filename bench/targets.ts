@@ -1,6 +1,7 @@
 // The target rows of issue 5 (and issue 15: many queues, defaults vs tuned,
-// fairness): each a ratio of two measurements taken in the same round, or one
-// measurement, and the bound its median must meet.
+// fairness, retention 0 as its own variant, keyed bulk enqueue against
+// Graphile's jobKey): each a ratio of two measurements taken in the same
+// round, or one measurement, and the bound its median must meet.
 
 export interface Ref {
   workload: string;
@@ -23,6 +24,8 @@ const JPS = "jobs_per_s";
 export const TARGETS: Target[] = [
   { row: "processing, batched, C=10 vs Graphile batched", num: ref("process.c10", "idemq", JPS), den: ref("process.c10", "graphile:batched", JPS), op: ">=", bound: 1.5 },
   { row: "processing, batched, C=50 vs Graphile batched", num: ref("process.c50", "idemq", JPS), den: ref("process.c50", "graphile:batched", JPS), op: ">=", bound: 1.5 },
+  { row: "processing, batched, C=10, retention 0 vs Graphile batched", num: ref("process.c10", "idemq:retention0", JPS), den: ref("process.c10", "graphile:batched", JPS), op: ">=", bound: 1.5 },
+  { row: "processing, batched, C=50, retention 0 vs Graphile batched", num: ref("process.c50", "idemq:retention0", JPS), den: ref("process.c50", "graphile:batched", JPS), op: ">=", bound: 1.5 },
   { row: "processing C=10: idemq defaults vs idemq tuned (prefetch 490)", num: ref("process.c10", "idemq:defaults", JPS), den: ref("process.c10", "idemq", JPS), op: ">=", bound: 0.9 },
   { row: "processing C=50: idemq defaults vs idemq tuned (prefetch 490)", num: ref("process.c50", "idemq:defaults", JPS), den: ref("process.c50", "idemq", JPS), op: ">=", bound: 0.9 },
   { row: "2 worker processes on one queue, defaults: most / fewest jobs", num: ref("share.c10", "idemq:defaults", "jobs_most"), den: ref("share.c10", "idemq:defaults", "jobs_fewest"), op: "<=", bound: 1.5 },
@@ -30,12 +33,14 @@ export const TARGETS: Target[] = [
   { row: "transactional tasks vs raw SQL one-per-transaction", num: ref("process.transactional.c10", "idemq:transactional", JPS), den: ref("process.transactional.c10", "raw:one-tx-per-job", JPS), op: ">=", bound: 0.9 },
   { row: "bulk enqueue vs Graphile add_jobs (no keys)", num: ref("enqueue.bulk", "idemq", JPS), den: ref("enqueue.bulk", "graphile", JPS), op: ">=", bound: 2 },
   { row: "bulk enqueue with keys vs Graphile add_jobs (no keys)", num: ref("enqueue.bulk-keyed", "idemq", JPS), den: ref("enqueue.bulk", "graphile", JPS), op: ">=", bound: 2 },
+  { row: "bulk enqueue with keys vs Graphile add_jobs with jobKey", num: ref("enqueue.bulk-keyed", "idemq", JPS), den: ref("enqueue.bulk-keyed", "graphile", JPS), op: ">=", bound: 1.5 },
   { row: "single enqueue, 10 connections vs Graphile", num: ref("enqueue.single", "idemq", JPS), den: ref("enqueue.single", "graphile", JPS), op: ">=", bound: 2 },
   { row: "latency p50 vs Graphile (batched settings)", num: ref("latency", "idemq", "p50_ms"), den: ref("latency", "graphile:batched", "p50_ms"), op: "<=", bound: 0.8 },
   { row: "latency p95 vs Graphile (batched settings)", num: ref("latency", "idemq", "p95_ms"), den: ref("latency", "graphile:batched", "p95_ms"), op: "<=", bound: 0.8 },
   { row: "latency p50 vs Graphile (per-job defaults)", num: ref("latency", "idemq", "p50_ms"), den: ref("latency", "graphile:perjob", "p50_ms"), op: "<=", bound: 0.8 },
   { row: "latency p95 vs Graphile (per-job defaults)", num: ref("latency", "idemq", "p95_ms"), den: ref("latency", "graphile:perjob", "p95_ms"), op: "<=", bound: 0.8 },
   { row: "WAL bytes per job, batched C=10 vs Graphile batched", num: ref("process.c10", "idemq", "wal_bytes_per_job"), den: ref("process.c10", "graphile:batched", "wal_bytes_per_job"), op: "<=", bound: 1 },
+  { row: "WAL bytes per job, batched C=10, retention 0 vs Graphile batched", num: ref("process.c10", "idemq:retention0", "wal_bytes_per_job"), den: ref("process.c10", "graphile:batched", "wal_bytes_per_job"), op: "<=", bound: 1 },
   { row: "machine CPU per job, batched C=10 vs Graphile batched", num: ref("process.c10", "idemq", "cpu_us_per_job"), den: ref("process.c10", "graphile:batched", "cpu_us_per_job"), op: "<=", bound: 1 },
   { row: "machine CPU per job, batched C=50 vs Graphile batched", num: ref("process.c50", "idemq", "cpu_us_per_job"), den: ref("process.c50", "graphile:batched", "cpu_us_per_job"), op: "<=", bound: 1 },
   { row: "finished jobs + keys retained vs empty table", num: ref("scale.retained", "idemq:retained", JPS), den: ref("scale.retained", "idemq:empty", JPS), op: ">=", bound: 0.8 },

@@ -171,4 +171,4 @@ const transactional: Workload = {
   run: (ctx, v, round) => runProcessing(ctx, v, round, { concurrency: 10, task: LEDGER_TASK }),
 };
 
-export const processWorkloads: Workload[] = [throughput(10, [RETENTION_ZERO_VARIANT]), throughput(50), transactional];
+export const processWorkloads: Workload[] = [throughput(10, [RETENTION_ZERO_VARIANT]), throughput(50, [RETENTION_ZERO_VARIANT]), transactional];

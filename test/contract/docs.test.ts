@@ -163,9 +163,11 @@ describe("the metrics lists (README.md, docs/worker.md)", () => {
   it("name exactly the metrics collectWorkerMetrics and collectDatabaseMetrics register", async () => {
     const { collectDatabaseMetrics, collectWorkerMetrics, createWorker } = await import("../../src/index.ts");
     const worker = createWorker({ connectionString: "postgres://unused@127.0.0.1:1/x", tasks: { ok: async () => {} }, handleSignals: false });
-    const workerMetrics = await collectWorkerMetrics(worker);
-    const databaseMetrics = await collectDatabaseMetrics({ connectionString: "postgres://unused@127.0.0.1:1/x", registry: workerMetrics.registry });
-    const registered = workerMetrics.registry.getMetricsAsArray().map((m) => m.name).sort();
+    const { Registry } = await import("prom-client");
+    const registry = new Registry();
+    const workerMetrics = await collectWorkerMetrics(worker, { registry });
+    const databaseMetrics = await collectDatabaseMetrics({ connectionString: "postgres://unused@127.0.0.1:1/x", registry });
+    const registered = registry.getMetricsAsArray().map((m) => m.name).sort();
     await databaseMetrics.close();
     await workerMetrics.close();
     await worker.stop();
