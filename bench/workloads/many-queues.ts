@@ -3,7 +3,9 @@
 // queue of ctx.sizes.process jobs, with 49 other queues: in idemq:crowded one
 // of them holds ctx.sizes.otherBacklog runnable jobs and the other 48 ten
 // each; in idemq:alone they are empty. Same task (no-op) everywhere, so only
-// the queue filter keeps the backlog out of the worker's claims.
+// the queue filter keeps the backlog out of the worker's claims. The task
+// filter gets the same test in idemq:crowded-task: the backlog is in the
+// worker's own queue, of a task the worker does not have.
 //
 // After each run, with the worker's queue drained (and the backlog still
 // there in idemq:crowded), the bench times ctx.sizes.claimProbes claims of
@@ -29,20 +31,25 @@ const WORKER_QUEUE = "mq-worker";
 const BUSY_QUEUE = "mq-busy";
 const QUIET_QUEUES = Array.from({ length: 48 }, (_, i) => `mq-quiet-${i + 1}`);
 const EMPTY_QUEUE = "mq-empty";
+const OTHER_TASK = "mq-other-task";
 // enqueue_many's default jobs_per_call is 50,000.
 const CHUNK = 20_000;
 
-async function enqueueInto(db: FreshDatabase, queue: string, count: number): Promise<void> {
+async function enqueueInto(db: FreshDatabase, queue: string, count: number, task = NOOP_TASK): Promise<void> {
   for (let start = 0; start < count; start += CHUNK) {
     const n = Math.min(CHUNK, count - start);
-    await sql.enqueueMany(db.client, Array.from({ length: n }, (_, k) => ({ task: NOOP_TASK, queue, payload: { i: start + k } })));
+    await sql.enqueueMany(db.client, Array.from({ length: n }, (_, k) => ({ task, queue, payload: { i: start + k } })));
   }
 }
 
-async function seed(ctx: Context, db: FreshDatabase, crowded: boolean): Promise<void> {
-  if (crowded) {
+type Crowding = "alone" | "crowded" | "crowded-task";
+
+async function seed(ctx: Context, db: FreshDatabase, crowding: Crowding): Promise<void> {
+  if (crowding === "crowded") {
     await enqueueInto(db, BUSY_QUEUE, ctx.sizes.otherBacklog);
     for (const queue of QUIET_QUEUES) await enqueueInto(db, queue, 10);
+  } else if (crowding === "crowded-task") {
+    await enqueueInto(db, WORKER_QUEUE, ctx.sizes.otherBacklog, OTHER_TASK);
   }
   await enqueueInto(db, WORKER_QUEUE, ctx.sizes.process);
 }
@@ -73,18 +80,22 @@ async function claimLatency(ctx: Context, db: FreshDatabase): Promise<Metrics> {
 export const manyQueuesWorkload: Workload = {
   id: "process.many-queues",
   concurrency: CONCURRENCY,
-  title: "a worker limited to its queue, 49 other queues empty or one of them busy, batched, concurrency 10",
-  variants: [variant("idemq", "batched", "idemq:alone"), variant("idemq", "batched", "idemq:crowded")],
+  title: "a worker limited to its queue, 49 other queues empty or one of them busy, or a backlog of another task in its own queue, batched, concurrency 10",
+  variants: [
+    variant("idemq", "batched", "idemq:alone"),
+    variant("idemq", "batched", "idemq:crowded"),
+    variant("idemq", "batched", "idemq:crowded-task"),
+  ],
   subject: "idemq:crowded",
   primary: "jobs_per_s",
   higherIsBetter: true,
   run(ctx, v, round) {
-    const crowded = v.label === "idemq:crowded";
+    const crowding = v.label.slice("idemq:".length) as Crowding;
     return runProcessing(ctx, v, round, {
       concurrency: CONCURRENCY,
       task: NOOP_TASK,
       queues: [WORKER_QUEUE],
-      seed: (db) => seed(ctx, db, crowded),
+      seed: (db) => seed(ctx, db, crowding),
       after: (db) => claimLatency(ctx, db),
     });
   },
