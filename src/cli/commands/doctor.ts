@@ -413,12 +413,14 @@ async function checkSchedules(client: pg.Client, maxWait: string): Promise<Findi
  * once --max-wait has passed, and cannot tell from slow workers.
  */
 async function checkWorkers(client: pg.Client, workerTimeout: string): Promise<Finding> {
-  const [unserved, live] = await Promise.all([
-    sql.unservedJobs(client, workerTimeout),
-    runQuery<{ n: number }>(client, "SELECT count(*)::int AS n FROM idemq.workers() w WHERE w.last_seen_at >= now() - $1::interval", [
-      workerTimeout,
-    ]),
-  ]);
+  // One after the other: they share one pg.Client, which runs one query at a
+  // time (queued concurrent calls are deprecated in pg 8 and removed in pg 9).
+  const unserved = await sql.unservedJobs(client, workerTimeout);
+  const live = await runQuery<{ n: number }>(
+    client,
+    "SELECT count(*)::int AS n FROM idemq.workers() w WHERE w.last_seen_at >= now() - $1::interval",
+    [workerTimeout],
+  );
   const liveWorkers = live[0]!.n;
   const groups = unserved.map((u) => ({
     queue: u.queue,
