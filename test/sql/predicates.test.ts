@@ -41,7 +41,9 @@ describe("_initial_state", () => {
            jsonb_build_object('task', 'later', 'run_at', now() + interval '1 microsecond'))) m ORDER BY m.ordinal`,
       );
       const ids = [...single.map((e) => e.job_id), ...many.rows.map((r) => r.job_id)];
-      expect(await Promise.all(ids.map((id) => stateOf(c, id)))).toEqual(["enqueued", "scheduled", "enqueued", "scheduled"]);
+      const states: (string | undefined)[] = [];
+      for (const id of ids) states.push(await stateOf(c, id)); // one client: one query at a time
+      expect(states).toEqual(["enqueued", "scheduled", "enqueued", "scheduled"]);
       const rescheduled = await c.query(
         "SELECT idemq.reschedule($1, now())::text AS at_now, idemq.reschedule($2, now() + interval '1 microsecond')::text AS just_after",
         [ids[1], ids[0]],
