@@ -1,4 +1,4 @@
--- Migration 0020_dedupe_checks: (issue 10): each argument rule written once: _pairs_by_id checks the (job_ids, attempts) pairs of complete_many and heartbeat (NULL, equal lengths, at most 10000), in the call that already sorts them; messages, SQLSTATEs and HINTs unchanged.
+-- Migration 0020_dedupe_checks: (issue 10): each argument rule written once: _pairs_by_id checks the (job_ids, attempts) pairs of complete_many and heartbeat; _check_key_owner, _check_key_bytes and _raise_not_owner hold the key and owner checks and the IQ410 of the effect functions and guard. Messages, SQLSTATEs, HINTs and DETAILs unchanged.
 -- Written by `npm run migration:new`; the function texts below are copies of
 -- sql/functions/ (npm run migration:check compares them). Once released (listed
 -- in sql/released.sha256) this file never changes again.
@@ -10,6 +10,34 @@
 -- transaction commits ("unsafe use of new value"), in a CHECK, an index
 -- predicate or a SQL-language function body alike, and each migration commits
 -- on its own, so the next migration can use it.
+
+-- ---- sql/functions/_check_key_bytes.sql ----
+-- idemq._check_key_bytes(operation text, key text, owner text) RETURNS void
+--
+-- Refuses a guard or effect key, or an effect owner, longer than key_bytes
+-- bytes (idemq._limit): the one place their HINTs are written.
+--
+-- Guarantees: returns only when key and owner are each NULL (not checked:
+--   the caller's NULL check words that error) or at most key_bytes bytes;
+--   the key is checked first. Messages name `operation`, the function the
+--   user called (_check_size).
+-- Concurrency: none.
+-- Errors: 22023 key or owner over key_bytes bytes.
+-- Tests: test/sql/limits.test.ts
+CREATE OR REPLACE FUNCTION idemq._check_key_bytes(operation text, key text, owner text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  PERFORM idemq._check_size(operation, 'key', _check_key_bytes.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_size(operation, 'owner', _check_key_bytes.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_key_bytes(text, text, text) IS
+  'Raise 22023 when a guard or effect key, or an effect owner, is over key_bytes bytes.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
@@ -67,6 +95,74 @@ $$;
 
 COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], text, text) IS
   'Check (job_id, attempt) pairs and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
+
+-- ---- sql/functions/_raise_not_owner.sql ----
+-- idemq._raise_not_owner(operation text, key text, owner text, hint text) RETURNS void
+--
+-- Raises IQ410 after effect_done or effect_release (`operation`) found no
+-- claim on effect `key` held by `owner`.
+--
+-- Guarantees: always raises; the one wording of the error and of its DETAIL
+--   ({"key","owner"}, in full; the message quotes excerpts). `hint` says
+--   what the caller should do, which differs between the two.
+-- Concurrency: none (reads nothing).
+-- Errors: IQ410 with DETAIL {"key","owner"}.
+-- Tests: test/sql/effects.test.ts
+CREATE OR REPLACE FUNCTION idemq._raise_not_owner(operation text, key text, owner text, hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'IQ410',
+    MESSAGE = format('%s: the claim on effect "%s" is not held by %s',
+                     operation, idemq._excerpt(_raise_not_owner.key), idemq._excerpt(_raise_not_owner.owner)),
+    DETAIL = jsonb_build_object('key', _raise_not_owner.key, 'owner', _raise_not_owner.owner)::text,
+    HINT = hint;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._raise_not_owner(text, text, text, text) IS
+  'Raise IQ410 (DETAIL {"key","owner"}) for an effect claim that this owner does not hold.';
+
+-- ---- sql/functions/_check_key_owner.sql ----
+-- idemq._check_key_owner(operation text, key text, owner text) RETURNS void
+--
+-- Refuses the key and owner of effect_done or effect_release unless both are
+-- non-empty strings of at most key_bytes bytes: the claim they name is
+-- effect_claim's, made with the same key and owner.
+--
+-- Guarantees: returns only for a key and an owner that effect_claim accepts
+--   (sizes: _check_key_bytes). Messages name `operation`, the function the
+--   user called.
+-- Concurrency: none.
+-- Errors: 22004 key or owner NULL; 22023 key or owner empty, or over
+--   key_bytes bytes.
+-- Tests: test/sql/bad-input.test.ts, test/sql/limits.test.ts
+CREATE OR REPLACE FUNCTION idemq._check_key_owner(operation text, key text, owner text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF _check_key_owner.key IS NULL OR _check_key_owner.owner IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: key and owner must not be NULL', operation),
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  IF _check_key_owner.key = '' OR _check_key_owner.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: key and owner must be non-empty', operation),
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  PERFORM idemq._check_key_bytes(operation, _check_key_owner.key, _check_key_owner.owner);
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_key_owner(text, text, text) IS
+  'Raise 22004/22023 unless the key and owner of effect_done or effect_release are non-empty and within key_bytes.';
 
 -- ---- sql/functions/complete_many.sql ----
 -- idemq.complete_many(job_ids bigint[], attempts int[]) RETURNS SETOF bigint
@@ -162,6 +258,253 @@ $$;
 COMMENT ON FUNCTION idemq.complete_many(bigint[], int[]) IS
   'Mark many (job_id, attempt) pairs succeeded; returns the ids completed, skipping lost leases.';
 
+-- ---- sql/functions/effect_claim.sql ----
+-- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes',
+--                    job_id bigint DEFAULT NULL, attempt int DEFAULT NULL)
+--   RETURNS TABLE(status text, result jsonb)
+--
+-- The claim-first record for an effect outside the database (an email, a
+-- charge, a webhook). Call it in its own transaction (autocommit) before the
+-- external call, then effect_done() or effect_release().
+--
+-- Guarantees: status is one of
+--   claimed   no record existed: this owner may make the call;
+--   reclaimed an earlier claim is older than stale_after (its owner likely
+--             died, perhaps after the call), or was made by an earlier
+--             attempt of the caller's own job (job_id, attempt given and the
+--             caller holds that attempt: the earlier one is fenced out, so
+--             there is no need to wait out stale_after): check with the
+--             external system first, or resend with the same idempotency key;
+--   done      the effect was recorded; result holds what the call returned;
+--   busy      a fresh claim is held by someone (this owner included): retry
+--             later, never skip.
+--   Of several concurrent reclaimers of one stale claim exactly one gets
+--   `reclaimed`; the others get `busy`.
+-- Concurrency: the primary key serialises first claims; the reclaim is an
+--   UPDATE conditioned on claimed_at (or on the claim's job and attempt),
+--   re-checked after a concurrent reclaimer commits, so only one wins.
+-- Errors: 22004 NULL argument; 22023 empty key/owner, key or owner over key_bytes
+--   bytes (idemq._limit), stale_after <= 0 or over duration_days, or only one
+--   of job_id and attempt given.
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_claim(
+  key text,
+  owner text,
+  stale_after interval DEFAULT '10 minutes',
+  job_id bigint DEFAULT NULL,
+  attempt int DEFAULT NULL)
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: job_id and attempt go together',
+      HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
+  END IF;
+  PERFORM idemq._check_key_bytes('effect_claim', effect_claim.key, effect_claim.owner);
+  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    -- Stale, or left by an earlier attempt of the job the caller holds now
+    -- (fencing: that attempt can no longer finish, so its claim is dead).
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
+        job_id = effect_claim.job_id, attempt = effect_claim.attempt
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
+           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
+               AND EXISTS (SELECT 1 FROM idemq.jobs j
+                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
+                             AND idemq._held(j.lease_expires_at, j.locked_by))));
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
+
+-- ---- sql/functions/effect_done.sql ----
+-- idemq.effect_done(key text, owner text, result jsonb) RETURNS void
+--
+-- Records that the claimed external effect happened, with what it returned.
+--
+-- Guarantees: afterwards effect_claim(key, ...) answers `done` with this
+--   result, forever (until prune_keys passes its retention). Repeating the
+--   call by the same owner is a no-op.
+-- Concurrency: row lock on the record.
+-- Errors: IQ410 the claim is not this owner's (reclaimed by another, or
+--   never claimed; DETAIL {"key","owner"}); 22004 NULL key/owner; 22023 empty key/owner,
+--   key or owner over key_bytes bytes (idemq._limit).
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_owner text;
+BEGIN
+  PERFORM idemq._check_key_owner('effect_done', effect_done.key, effect_done.owner);
+  UPDATE idemq.effects AS e
+  SET status = 'done', done_at = now(), result = effect_done.result
+  WHERE e.key = effect_done.key AND e.owner = effect_done.owner AND e.status = 'claimed';
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  SELECT e.owner INTO v_owner FROM idemq.effects e
+  WHERE e.key = effect_done.key AND e.status = 'done';
+  IF v_owner IS NOT DISTINCT FROM effect_done.owner AND v_owner IS NOT NULL THEN
+    RETURN;
+  END IF;
+  PERFORM idemq._raise_not_owner('effect_done', effect_done.key, effect_done.owner,
+    'Another owner reclaimed it after it went stale: raise stale_after above the longest call.');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_done(text, text, jsonb) IS
+  'Record that the claimed external effect happened (with its result); IQ410 if the claim is not this owner''s.';
+
+-- ---- sql/functions/effect_release.sql ----
+-- idemq.effect_release(key text, owner text) RETURNS void
+--
+-- Gives up a claim: the external call definitely did not happen, so a new
+-- claim may make it.
+--
+-- Guarantees: deletes the claim record; the next effect_claim answers `claimed`.
+-- Concurrency: row lock on the record.
+-- Errors: IQ410 the claim is not this owner's (or does not exist; DETAIL
+--   {"key","owner"}); IQ412 the effect is already done (it cannot be undone
+--   by releasing; DETAIL {"key","status"}); 22004 NULL key/owner; 22023 empty key/owner,
+--   key or owner over key_bytes bytes (idemq._limit).
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  PERFORM idemq._check_key_owner('effect_release', effect_release.key, effect_release.owner);
+  DELETE FROM idemq.effects AS e
+  WHERE e.key = effect_release.key AND e.owner = effect_release.owner AND e.status = 'claimed';
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM idemq.effects e WHERE e.key = effect_release.key AND e.status = 'done') THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ412',
+      MESSAGE = format('effect_release: effect "%s" is already done and cannot be released', idemq._excerpt(effect_release.key)),
+      DETAIL = jsonb_build_object('key', effect_release.key, 'status', 'done')::text,
+      HINT = 'A done effect happened; do not retry it.';
+  END IF;
+  PERFORM idemq._raise_not_owner('effect_release', effect_release.key, effect_release.owner,
+    'Another owner reclaimed it after it went stale; leave it to them.');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_release(text, text) IS
+  'Give up a claim whose external call did not happen; IQ410 if not this owner''s.';
+
+-- ---- sql/functions/guard.sql ----
+-- idemq.guard(key text, task text DEFAULT NULL) RETURNS boolean
+--
+-- The guard row for a database effect: call it in the same transaction as the
+-- effect. true: go ahead (this transaction now owns the key); false: another
+-- delivery already committed this effect, so skip it.
+--
+-- Guarantees:
+--   * Inserts key into idemq.processed (ON CONFLICT DO NOTHING). The row
+--     commits or rolls back with the caller's effect, so there is no window
+--     in which one exists without the other: N deliveries, one effect.
+--   * Usable by any at-least-once consumer (Kafka, SQS, RabbitMQ, Celery...),
+--     not only idemq jobs.
+--   * task (optional) names the work, so stats() can count guard duplicates per task.
+--   * Guard rows live until prune_keys() passes their retention.
+-- Concurrency: a concurrent second caller with the same key waits for the
+--   first transaction: if it commits, the second gets false; if it rolls back,
+--   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
+-- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine), a key
+--   over key_bytes bytes (idemq._limit; a btree entry cannot hold much more).
+-- Tests: test/sql/guard.test.ts, test/sql/stats.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF guard.key IS NULL OR guard.key = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN guard.key IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'guard: key must be a non-empty string',
+      HINT = 'Use a key that names the effect, e.g. ''credit:order-42''.';
+  END IF;
+  IF guard.task = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'guard: task must be NULL or a non-empty string',
+      HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
+  END IF;
+  PERFORM idemq._check_key_bytes('guard', guard.key, NULL);
+  INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
+  ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
+  IF FOUND THEN
+    RETURN true;
+  END IF;
+  IF guard.task IS NOT NULL THEN
+    -- Append-only (see idemq.counters): no row lock held until commit.
+    INSERT INTO idemq.counters (task, event, n) VALUES (guard.task, 'guard_duplicate', 1);
+  END IF;
+  RETURN false;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.guard(text, text) IS
+  'Insert a guard row in the caller''s transaction: true = do the effect, false = already done by another delivery.';
+
 -- ---- sql/functions/heartbeat.sql ----
 -- idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
 --   RETURNS SETOF bigint
@@ -218,6 +561,9 @@ COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval) IS
   'Extend the leases of (job_id, attempt) pairs still held; ids missing from the answer were lost.';
 
 -- Private helpers are for the public functions only.
+REVOKE EXECUTE ON FUNCTION idemq._check_key_bytes FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._check_key_owner FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._raise_not_owner FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
@@ -367,6 +713,282 @@ $$;
 COMMENT ON FUNCTION idemq.complete_many(bigint[], int[]) IS
   'Mark many (job_id, attempt) pairs succeeded; returns the ids completed, skipping lost leases.';
 
+-- sql/functions/effect_claim.sql as of 0007_limits
+-- idemq.effect_claim(key text, owner text, stale_after interval DEFAULT '10 minutes',
+--                    job_id bigint DEFAULT NULL, attempt int DEFAULT NULL)
+--   RETURNS TABLE(status text, result jsonb)
+--
+-- The claim-first record for an effect outside the database (an email, a
+-- charge, a webhook). Call it in its own transaction (autocommit) before the
+-- external call, then effect_done() or effect_release().
+--
+-- Guarantees: status is one of
+--   claimed   no record existed: this owner may make the call;
+--   reclaimed an earlier claim is older than stale_after (its owner likely
+--             died, perhaps after the call), or was made by an earlier
+--             attempt of the caller's own job (job_id, attempt given and the
+--             caller holds that attempt: the earlier one is fenced out, so
+--             there is no need to wait out stale_after): check with the
+--             external system first, or resend with the same idempotency key;
+--   done      the effect was recorded; result holds what the call returned;
+--   busy      a fresh claim is held by someone (this owner included): retry
+--             later, never skip.
+--   Of several concurrent reclaimers of one stale claim exactly one gets
+--   `reclaimed`; the others get `busy`.
+-- Concurrency: the primary key serialises first claims; the reclaim is an
+--   UPDATE conditioned on claimed_at (or on the claim's job and attempt),
+--   re-checked after a concurrent reclaimer commits, so only one wins.
+-- Errors: 22004 NULL argument; 22023 empty key/owner, key or owner over key_bytes
+--   bytes (idemq._limit), stale_after <= 0 or over duration_days, or only one
+--   of job_id and attempt given.
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_claim(
+  key text,
+  owner text,
+  stale_after interval DEFAULT '10 minutes',
+  job_id bigint DEFAULT NULL,
+  attempt int DEFAULT NULL)
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: job_id and attempt go together',
+      HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
+  END IF;
+  PERFORM idemq._check_size('effect_claim', 'key', effect_claim.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
+  PERFORM idemq._check_size('effect_claim', 'owner', effect_claim.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    -- Stale, or left by an earlier attempt of the job the caller holds now
+    -- (fencing: that attempt can no longer finish, so its claim is dead).
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
+        job_id = effect_claim.job_id, attempt = effect_claim.attempt
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
+           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
+               AND EXISTS (SELECT 1 FROM idemq.jobs j
+                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
+                             AND idemq._held(j.lease_expires_at, j.locked_by))));
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
+
+-- sql/functions/effect_done.sql as of 0007_limits
+-- idemq.effect_done(key text, owner text, result jsonb) RETURNS void
+--
+-- Records that the claimed external effect happened, with what it returned.
+--
+-- Guarantees: afterwards effect_claim(key, ...) answers `done` with this
+--   result, forever (until prune_keys passes its retention). Repeating the
+--   call by the same owner is a no-op.
+-- Concurrency: row lock on the record.
+-- Errors: IQ410 the claim is not this owner's (reclaimed by another, or
+--   never claimed; DETAIL {"key","owner"}); 22004 NULL key/owner; 22023 empty key/owner,
+--   key or owner over key_bytes bytes (idemq._limit).
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_done(key text, owner text, result jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_owner text;
+BEGIN
+  IF effect_done.key IS NULL OR effect_done.owner IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_done: key and owner must not be NULL',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  IF effect_done.key = '' OR effect_done.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_done: key and owner must be non-empty',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  PERFORM idemq._check_size('effect_done', 'key', effect_done.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_size('effect_done', 'owner', effect_done.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
+  UPDATE idemq.effects AS e
+  SET status = 'done', done_at = now(), result = effect_done.result
+  WHERE e.key = effect_done.key AND e.owner = effect_done.owner AND e.status = 'claimed';
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  SELECT e.owner INTO v_owner FROM idemq.effects e
+  WHERE e.key = effect_done.key AND e.status = 'done';
+  IF v_owner IS NOT DISTINCT FROM effect_done.owner AND v_owner IS NOT NULL THEN
+    RETURN;
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'IQ410',
+    MESSAGE = format('effect_done: the claim on effect "%s" is not held by %s',
+                   idemq._excerpt(effect_done.key), idemq._excerpt(effect_done.owner)),
+    DETAIL = jsonb_build_object('key', effect_done.key, 'owner', effect_done.owner)::text,
+    HINT = 'Another owner reclaimed it after it went stale: raise stale_after above the longest call.';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_done(text, text, jsonb) IS
+  'Record that the claimed external effect happened (with its result); IQ410 if the claim is not this owner''s.';
+
+-- sql/functions/effect_release.sql as of 0007_limits
+-- idemq.effect_release(key text, owner text) RETURNS void
+--
+-- Gives up a claim: the external call definitely did not happen, so a new
+-- claim may make it.
+--
+-- Guarantees: deletes the claim record; the next effect_claim answers `claimed`.
+-- Concurrency: row lock on the record.
+-- Errors: IQ410 the claim is not this owner's (or does not exist; DETAIL
+--   {"key","owner"}); IQ412 the effect is already done (it cannot be undone
+--   by releasing; DETAIL {"key","status"}); 22004 NULL key/owner; 22023 empty key/owner,
+--   key or owner over key_bytes bytes (idemq._limit).
+-- Tests: test/sql/effects.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.effect_release(key text, owner text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF effect_release.key IS NULL OR effect_release.owner IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_release: key and owner must not be NULL',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  IF effect_release.key = '' OR effect_release.owner = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_release: key and owner must be non-empty',
+      HINT = 'Pass the key and owner given to effect_claim().';
+  END IF;
+  PERFORM idemq._check_size('effect_release', 'key', effect_release.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_size('effect_release', 'owner', effect_release.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
+  DELETE FROM idemq.effects AS e
+  WHERE e.key = effect_release.key AND e.owner = effect_release.owner AND e.status = 'claimed';
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM idemq.effects e WHERE e.key = effect_release.key AND e.status = 'done') THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ412',
+      MESSAGE = format('effect_release: effect "%s" is already done and cannot be released', idemq._excerpt(effect_release.key)),
+      DETAIL = jsonb_build_object('key', effect_release.key, 'status', 'done')::text,
+      HINT = 'A done effect happened; do not retry it.';
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'IQ410',
+    MESSAGE = format('effect_release: the claim on effect "%s" is not held by %s',
+                   idemq._excerpt(effect_release.key), idemq._excerpt(effect_release.owner)),
+    DETAIL = jsonb_build_object('key', effect_release.key, 'owner', effect_release.owner)::text,
+    HINT = 'Another owner reclaimed it after it went stale; leave it to them.';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_release(text, text) IS
+  'Give up a claim whose external call did not happen; IQ410 if not this owner''s.';
+
+-- sql/functions/guard.sql as of 0007_limits
+-- idemq.guard(key text, task text DEFAULT NULL) RETURNS boolean
+--
+-- The guard row for a database effect: call it in the same transaction as the
+-- effect. true: go ahead (this transaction now owns the key); false: another
+-- delivery already committed this effect, so skip it.
+--
+-- Guarantees:
+--   * Inserts key into idemq.processed (ON CONFLICT DO NOTHING). The row
+--     commits or rolls back with the caller's effect, so there is no window
+--     in which one exists without the other: N deliveries, one effect.
+--   * Usable by any at-least-once consumer (Kafka, SQS, RabbitMQ, Celery...),
+--     not only idemq jobs.
+--   * task (optional) names the work, so stats() can count guard duplicates per task.
+--   * Guard rows live until prune_keys() passes their retention.
+-- Concurrency: a concurrent second caller with the same key waits for the
+--   first transaction: if it commits, the second gets false; if it rolls back,
+--   the second gets true. Under REPEATABLE READ the second raises 40001 instead.
+-- Errors: 22004 NULL key; 22023 empty key or empty task (NULL task is fine), a key
+--   over key_bytes bytes (idemq._limit; a btree entry cannot hold much more).
+-- Tests: test/sql/guard.test.ts, test/sql/stats.test.ts, test/sql/bad-input.test.ts
+CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF guard.key IS NULL OR guard.key = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN guard.key IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'guard: key must be a non-empty string',
+      HINT = 'Use a key that names the effect, e.g. ''credit:order-42''.';
+  END IF;
+  IF guard.task = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'guard: task must be NULL or a non-empty string',
+      HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
+  END IF;
+  PERFORM idemq._check_size('guard', 'key', guard.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
+  ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
+  IF FOUND THEN
+    RETURN true;
+  END IF;
+  IF guard.task IS NOT NULL THEN
+    -- Append-only (see idemq.counters): no row lock held until commit.
+    INSERT INTO idemq.counters (task, event, n) VALUES (guard.task, 'guard_duplicate', 1);
+  END IF;
+  RETURN false;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.guard(text, text) IS
+  'Insert a guard row in the caller''s transaction: true = do the effect, false = already done by another delivery.';
+
 -- sql/functions/heartbeat.sql as of 0005_least_privilege
 -- idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
 --   RETURNS SETOF bigint
@@ -431,6 +1053,9 @@ $$;
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval) IS
   'Extend the leases of (job_id, attempt) pairs still held; ids missing from the answer were lost.';
 
+DROP FUNCTION idemq._check_key_owner;
+DROP FUNCTION idemq._raise_not_owner;
+DROP FUNCTION idemq._check_key_bytes;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
