@@ -26,11 +26,9 @@ DECLARE
   v_held bigint[];
   v_keys bigint[];
 BEGIN
-  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
-       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('%s: queues must be NULL (all queues) or a non-empty list of queue names, not %s', operation, queues),
-      HINT = 'Pass the queues you claim from, or NULL for every queue.';
+  IF NOT idemq._names_valid(queues) THEN
+    PERFORM idemq._raise_bad_names(operation, 'queues', queues, 'all queues',
+      'Pass the queues you claim from, or NULL for every queue.');
   END IF;
   -- pg_locks copies the whole lock table: read it once, not once per key.
   SELECT coalesce(array_agg((l.classid::bigint << 32) | l.objid::bigint), '{}') INTO v_held

@@ -73,19 +73,12 @@ BEGIN
       MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
       HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
   END IF;
-  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
-       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '')) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('claim: queues must be NULL (all queues) or a non-empty list of queue names, not %s',
-                       idemq._excerpt(queues::text)),
-      HINT = 'Pass NULL to claim from every queue.';
+  IF NOT idemq._names_valid(queues) THEN
+    PERFORM idemq._raise_bad_names('claim', 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
   END IF;
-  IF tasks IS NOT NULL AND (cardinality(tasks) = 0 OR EXISTS (
-       SELECT 1 FROM unnest(tasks) t WHERE t IS NULL OR t = '')) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('claim: tasks must be NULL (any task) or a non-empty list of task names, not %s',
-                       idemq._excerpt(tasks::text)),
-      HINT = 'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.';
+  IF NOT idemq._names_valid(tasks) THEN
+    PERFORM idemq._raise_bad_names('claim', 'tasks', tasks, 'any task',
+      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
   END IF;
   PERFORM idemq._check_lease(lease, 'claim');
 

@@ -17,7 +17,8 @@
 --   * Reads jobs by primary key only: the cost follows the batch, not the
 --     rows the table keeps.
 -- Concurrency: updates the rows in id order (no deadlock between two batches).
--- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000 ids.
+-- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000 ids
+--   (both checked by _pairs_by_id).
 -- Tests: test/sql/complete.test.ts, test/sql/claim.test.ts (no sequential scan),
 --   test/sql/retention-zero.test.ts
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
@@ -33,19 +34,7 @@ DECLARE
   v_r record;
   v_gone bigint[];
 BEGIN
-  IF job_ids IS NULL OR attempts IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'complete_many: job_ids and attempts must not be NULL',
-      HINT = 'Pass two arrays of equal length: the ids and attempts claim() returned.';
-  END IF;
-  IF cardinality(job_ids) <> cardinality(attempts) OR cardinality(job_ids) > 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('complete_many: job_ids (%s) and attempts (%s) must have the same length, at most 10000',
-                       cardinality(job_ids), cardinality(attempts)),
-      HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
-  END IF;
-
-  -- The pairs sorted by id (_pairs_by_id), so width_bucket() finds an id's
+  -- The pairs checked and sorted by id (_pairs_by_id), so width_bucket() finds an id's
   -- attempt by binary search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
   -- per job whatever the table holds: joined to the arrays instead, the planner
   -- hashed or scanned the whole table for batches of a few hundred (seen in
@@ -55,7 +44,9 @@ BEGIN
   -- that wrote a WAL record per job for nothing. "Held" is _held(), the lease
   -- columns, not "state = 'processing'", which matches the jobs_leases partial
   -- index: the planner then scanned every job in flight once per pair.
-  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts
+  FROM idemq._pairs_by_id(job_ids, attempts, 'complete_many',
+                          'Pass two arrays of equal length: the ids and attempts claim() returned.') p;
 
   SELECT * INTO v_r FROM idemq._success_retention() z;
   IF v_r.any_zero THEN

@@ -57,9 +57,8 @@ BEGIN
       MESSAGE = 'effect_claim: job_id and attempt go together',
       HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
   END IF;
-  PERFORM idemq._check_size('effect_claim', 'key', effect_claim.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_key_bytes('effect_claim', effect_claim.key, effect_claim.owner);
   PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
-  PERFORM idemq._check_size('effect_claim', 'owner', effect_claim.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
 
   LOOP
     v_round := v_round + 1;

@@ -20,18 +20,7 @@ AS $$
 DECLARE
   v_owner text;
 BEGIN
-  IF effect_done.key IS NULL OR effect_done.owner IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'effect_done: key and owner must not be NULL',
-      HINT = 'Pass the key and owner given to effect_claim().';
-  END IF;
-  IF effect_done.key = '' OR effect_done.owner = '' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = 'effect_done: key and owner must be non-empty',
-      HINT = 'Pass the key and owner given to effect_claim().';
-  END IF;
-  PERFORM idemq._check_size('effect_done', 'key', effect_done.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
-  PERFORM idemq._check_size('effect_done', 'owner', effect_done.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
+  PERFORM idemq._check_key_owner('effect_done', effect_done.key, effect_done.owner);
   UPDATE idemq.effects AS e
   SET status = 'done', done_at = now(), result = effect_done.result
   WHERE e.key = effect_done.key AND e.owner = effect_done.owner AND e.status = 'claimed';
@@ -43,11 +32,8 @@ BEGIN
   IF v_owner IS NOT DISTINCT FROM effect_done.owner AND v_owner IS NOT NULL THEN
     RETURN;
   END IF;
-  RAISE EXCEPTION USING ERRCODE = 'IQ410',
-    MESSAGE = format('effect_done: the claim on effect "%s" is not held by %s',
-                   idemq._excerpt(effect_done.key), idemq._excerpt(effect_done.owner)),
-    DETAIL = jsonb_build_object('key', effect_done.key, 'owner', effect_done.owner)::text,
-    HINT = 'Another owner reclaimed it after it went stale: raise stale_after above the longest call.';
+  PERFORM idemq._raise_not_owner('effect_done', effect_done.key, effect_done.owner,
+    'Another owner reclaimed it after it went stale: raise stale_after above the longest call.');
 END;
 $$;
 

@@ -18,18 +18,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN
-  IF effect_release.key IS NULL OR effect_release.owner IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'effect_release: key and owner must not be NULL',
-      HINT = 'Pass the key and owner given to effect_claim().';
-  END IF;
-  IF effect_release.key = '' OR effect_release.owner = '' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = 'effect_release: key and owner must be non-empty',
-      HINT = 'Pass the key and owner given to effect_claim().';
-  END IF;
-  PERFORM idemq._check_size('effect_release', 'key', effect_release.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
-  PERFORM idemq._check_size('effect_release', 'owner', effect_release.owner, 'key_bytes', 'Owners are at most key_bytes bytes (idemq.settings): name the attempt, e.g. ''job:7:2@host:pid''.');
+  PERFORM idemq._check_key_owner('effect_release', effect_release.key, effect_release.owner);
   DELETE FROM idemq.effects AS e
   WHERE e.key = effect_release.key AND e.owner = effect_release.owner AND e.status = 'claimed';
   IF FOUND THEN
@@ -41,11 +30,8 @@ BEGIN
       DETAIL = jsonb_build_object('key', effect_release.key, 'status', 'done')::text,
       HINT = 'A done effect happened; do not retry it.';
   END IF;
-  RAISE EXCEPTION USING ERRCODE = 'IQ410',
-    MESSAGE = format('effect_release: the claim on effect "%s" is not held by %s',
-                   idemq._excerpt(effect_release.key), idemq._excerpt(effect_release.owner)),
-    DETAIL = jsonb_build_object('key', effect_release.key, 'owner', effect_release.owner)::text,
-    HINT = 'Another owner reclaimed it after it went stale; leave it to them.';
+  PERFORM idemq._raise_not_owner('effect_release', effect_release.key, effect_release.owner,
+    'Another owner reclaimed it after it went stale; leave it to them.');
 END;
 $$;
 

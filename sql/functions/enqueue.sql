@@ -86,9 +86,7 @@ BEGIN
     WHEN enqueue.key_retention IS NULL THEN 'key_retention'
   END;
   IF v_null IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = format('enqueue: %s must not be NULL', v_null),
-      HINT = format('Pass a value for %s, or leave the argument out to use its default.', v_null);
+    PERFORM idemq._raise_null_argument('enqueue', v_null);
   END IF;
 
   -- Parse and check: the arguments are typed already; the rules are the

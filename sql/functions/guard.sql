@@ -36,7 +36,7 @@ BEGIN
       MESSAGE = 'guard: task must be NULL or a non-empty string',
       HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
   END IF;
-  PERFORM idemq._check_size('guard', 'key', guard.key, 'key_bytes', 'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''credit:'' || md5(...).');
+  PERFORM idemq._check_key_bytes('guard', guard.key, NULL);
   INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
   ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
   IF FOUND THEN

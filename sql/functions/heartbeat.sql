@@ -14,7 +14,8 @@
 -- Concurrency: updates rows in id order; SKIP LOCKED is not used, so a job
 --   being completed or rescued concurrently is waited for, then judged on its
 --   committed state.
--- Errors: 22004 NULL arrays; 22023 arrays of different lengths; bad lease.
+-- Errors: 22004 NULL arrays; 22023 arrays of different lengths or more than 10,000
+--   ids (both checked by _pairs_by_id); bad lease.
 -- Tests: test/sql/heartbeat.test.ts, test/sql/fencing.test.ts,
 --   test/sql/claim.test.ts (no sequential scan)
 CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
@@ -28,25 +29,15 @@ DECLARE
   v_ids bigint[];
   v_attempts int[];
 BEGIN
-  IF job_ids IS NULL OR attempts IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'heartbeat: job_ids and attempts must not be NULL',
-      HINT = 'Pass two arrays of equal length: the ids and attempts of the jobs this worker runs.';
-  END IF;
-  IF cardinality(job_ids) <> cardinality(attempts) OR cardinality(job_ids) > 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('heartbeat: job_ids (%s) and attempts (%s) must have the same length, at most 10000',
-                       cardinality(job_ids), cardinality(attempts)),
-      HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
-  END IF;
+  -- As in complete_many: the pairs checked and sorted by id (_pairs_by_id),
+  -- width_bucket() finding an id's attempt by binary search, and "id = ANY
+  -- (ids)", a primary-key probe per job whatever the table holds (joined to
+  -- the arrays, the planner hashed or scanned the whole table). The attempt
+  -- and the held-check are re-checked on the newest row version.
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts
+  FROM idemq._pairs_by_id(job_ids, attempts, 'heartbeat',
+                          'Pass two arrays of equal length: the ids and attempts of the jobs this worker runs.') p;
   PERFORM idemq._check_lease(lease, 'heartbeat');
-
-  -- As in complete_many: the pairs sorted by id (_pairs_by_id), width_bucket()
-  -- finding an id's attempt by binary search, and "id = ANY (ids)", a
-  -- primary-key probe per job whatever the table holds (joined to the arrays,
-  -- the planner hashed or scanned the whole table). The attempt and the
-  -- held-check are re-checked on the newest row version.
-  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts FROM idemq._pairs_by_id(job_ids, attempts) p;
 
   RETURN QUERY
   UPDATE idemq.jobs AS j

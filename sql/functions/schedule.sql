@@ -77,9 +77,7 @@ BEGIN
     WHEN schedule.misfire_grace IS NULL THEN 'misfire_grace'
   END;
   IF v_null IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = format('schedule: %s must not be NULL', v_null),
-      HINT = format('Pass a value for %s, or leave the argument out to use its default.', v_null);
+    PERFORM idemq._raise_null_argument('schedule', v_null);
   END IF;
   SELECT p.problem, p.hint INTO v_problem, v_hint FROM (VALUES
     (schedule.name = '', 'name must not be empty', 'Name the schedule, e.g. ''nightly-report''; it is part of each slot''s idempotency key.'),

@@ -48,19 +48,14 @@ BEGIN
                        coalesce(cardinality(queues), 0) + coalesce(cardinality(tasks), 0), v_names),
       HINT = 'Pass NULL for every queue or any task, or raise worker_names in idemq.settings.';
   END IF;
-  IF queues IS NOT NULL AND (cardinality(queues) = 0 OR EXISTS (
-       SELECT 1 FROM unnest(queues) q WHERE q IS NULL OR q = '' OR length(q) > idemq._queue_name_limit())) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('worker_seen: queues must be NULL (every queue) or a non-empty list of queue names of 1 to %s characters, not %s',
-                       idemq._queue_name_limit(), idemq._excerpt(queues::text)),
-      HINT = 'Pass the queues the worker claims from, as claim() gets them.';
+  IF NOT idemq._names_valid(queues)
+     OR EXISTS (SELECT 1 FROM unnest(queues) q WHERE length(q) > idemq._queue_name_limit()) THEN
+    PERFORM idemq._raise_bad_names('worker_seen', 'queues', queues, 'every queue',
+      'Pass the queues the worker claims from, as claim() gets them.', idemq._queue_name_limit());
   END IF;
-  IF tasks IS NOT NULL AND (cardinality(tasks) = 0 OR EXISTS (
-       SELECT 1 FROM unnest(tasks) t WHERE t IS NULL OR t = '')) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('worker_seen: tasks must be NULL (any task) or a non-empty list of task names, not %s',
-                       idemq._excerpt(tasks::text)),
-      HINT = 'Pass the task names the worker has, as claim() gets them.';
+  IF NOT idemq._names_valid(tasks) THEN
+    PERFORM idemq._raise_bad_names('worker_seen', 'tasks', tasks, 'any task',
+      'Pass the task names the worker has, as claim() gets them.');
   END IF;
   FOREACH v_task IN ARRAY coalesce(tasks, '{}') LOOP
     PERFORM idemq._check_size('worker_seen', 'a task name', v_task, 'task_bytes',

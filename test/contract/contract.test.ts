@@ -214,7 +214,8 @@ describe("error registry", () => {
   });
 
   it("DETAIL_SUBCLASSES matches the SQL: each refined code's DETAIL names the field exactly where it has the subclass's meaning", () => {
-    // IQ410 with `owner` only from effect_done/effect_release, never from _raise_not_held (job_id).
+    // IQ410 with `owner` only from effect_done/effect_release (through
+    // _raise_not_owner, which only they call), never from _raise_not_held (job_id).
     const raisers = (code: string, field: string) =>
       functionFiles
         .filter((f) =>
@@ -225,7 +226,13 @@ describe("error registry", () => {
         .map((f) => f.name)
         .sort();
     expect(DETAIL_SUBCLASSES.IQ410?.field).toBe("owner");
-    expect(raisers("IQ410", "owner")).toEqual(["effect_done", "effect_release"]);
+    expect(raisers("IQ410", "owner")).toEqual(["_raise_not_owner"]);
+    const callers = (helper: string) =>
+      functionFiles
+        .filter((f) => f.name !== helper && f.text.includes(`idemq.${helper}(`))
+        .map((f) => f.name)
+        .sort();
+    expect(callers("_raise_not_owner")).toEqual(["effect_done", "effect_release"]);
     expect(raisers("IQ410", "job_id")).toEqual(["_raise_not_held"]);
   });
 });

@@ -1,7 +1,8 @@
 // The named predicates the SQL functions share, each at its boundaries:
 // _initial_state (scheduled if run_at > now, else enqueued), _held (the lease
 // columns, inlined so fenced calls still probe the primary key),
-// _unsuccessful_states (terminal but not succeeded) and _queue_name_limit.
+// _unsuccessful_states (terminal but not succeeded), _queue_name_limit and
+// _names_valid (a queue or task filter: NULL or non-empty names, inlined).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { enqueue, stateOf } from "../helpers/jobs.ts";
@@ -92,5 +93,36 @@ describe("_unsuccessful_states", () => {
 describe("_queue_name_limit", () => {
   it("is 1000 characters, the limit enqueue and enqueue_many enforce (test/sql/enqueue.test.ts checks 1000 and 1001)", async () => {
     expect(await one<number>("SELECT idemq._queue_name_limit() AS v")).toBe(1000);
+  });
+});
+
+describe("_names_valid", () => {
+  it("is true for NULL and for lists of non-empty names; false for an empty list, a NULL name or an empty name, wherever it stands", async () => {
+    const cases: Array<[string | null, boolean]> = [
+      [null, true],
+      ["{a}", true],
+      ["{a,b}", true],
+      ['{" "}', true],
+      ["{}", false],
+      ["{NULL}", false],
+      ["{a,NULL}", false],
+      ['{""}', false],
+      ['{a,""}', false],
+      ['{"",NULL}', false],
+    ];
+    for (const [names, valid] of cases) {
+      expect(await one<boolean>("SELECT idemq._names_valid($1::text[]) AS v", [names]), String(names)).toBe(valid);
+    }
+  });
+
+  it("is inlined: the plan of a check evaluates the expression, not a call of _names_valid", async () => {
+    await inRollback(db.pool, async (c) => {
+      await c.query("SET LOCAL plan_cache_mode = force_generic_plan");
+      await c.query("PREPARE names_check(text[]) AS SELECT NOT idemq._names_valid($1)");
+      const plan = (await c.query("EXPLAIN (VERBOSE, COSTS OFF) EXECUTE names_check('{a}')")).rows.map((r) => r["QUERY PLAN"]).join("\n");
+      await c.query("DEALLOCATE names_check");
+      expect(plan).toContain("ANY");
+      expect(plan).not.toContain("_names_valid");
+    });
   });
 });
