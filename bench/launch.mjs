@@ -35,6 +35,14 @@ function node22() {
   process.exit(2);
 }
 
+// idemq runs from dist/ (bench/systems/idemq.ts), so dist/ is built from the
+// sources first: a stale build would measure other code than the checkout's.
+const build = spawnSync("npm", ["run", "--silent", "build"], { cwd: join(bench, ".."), stdio: ["ignore", 2, 2] });
+if (build.status !== 0) {
+  process.stderr.write("bench: `npm run build` failed; fix the build first\n");
+  process.exit(2);
+}
+
 // `npm run bench -- profile ...` runs bench/profile.ts instead of the benchmarks.
 const args = process.argv.slice(2);
 const script = args[0] === "profile" ? "profile.ts" : "run.ts";

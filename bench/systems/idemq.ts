@@ -1,12 +1,15 @@
-// idemq: migrated with src/migrate.ts, enqueued through src/sql-api.ts
-// (enqueueMany in bulk, enqueue one by one), processed by the worker
-// (createWorker from src/index.ts) with its default settings: only the
-// concurrency is set, and signal handling is left to the bench.
+// idemq: migrated with migrate.ts, enqueued through sql-api.ts (enqueueMany
+// in bulk, enqueue one by one), processed by the worker (createWorker) with
+// its default settings: only the concurrency is set, and signal handling is
+// left to the bench. Imported from dist/, the compiled package users run (the
+// peers run their compiled JavaScript too); through tsx, src/ carried
+// esbuild's __name wrappers, 0.7-2.9% of the worker's CPU (bench/FINDINGS.md).
+// bench/launch.mjs builds dist/ before every run, so it is never stale.
 
 import pg from "pg";
-import { createWorker } from "../../src/index.ts";
-import { migrate } from "../../src/migrate.ts";
-import * as sql from "../../src/sql-api.ts";
+import { createWorker } from "../../dist/index.js";
+import { migrate } from "../../dist/migrate.js";
+import * as sql from "../../dist/sql-api.js";
 import {
   LEDGER_DDL,
   LEDGER_INSERT,
