@@ -7,7 +7,8 @@
 -- Guarantees:
 --   * Runnable: state enqueued or scheduled with run_at <= now() (a due
 --     scheduled job needs no promoter), and not past expires_at.
---   * Order: priority desc, then run_at, then id.
+--   * Order: priority desc, then run_at, then id, across all the (task,
+--     queue) keys the claim may take jobs from (unfiltered: every key).
 --   * tasks: only jobs of these tasks (NULL: any task). A worker passes the
 --     tasks it has, so a job of a task it lacks is left to a worker that has
 --     it instead of spending an attempt.
@@ -20,12 +21,16 @@
 --     the worker's attempt span continues the producer's trace.
 --   * Never takes a job in processing: a lease that ran out is taken away
 --     only by rescue().
---   * Cost: a claim filtered by queues or tasks reads at most batch_size
---     runnable jobs of each of its own (task, queue) keys, plus one index
---     descent per key and per distinct task or queue present: a backlog in
---     another queue or of another task does not slow it.
--- Concurrency: FOR UPDATE SKIP LOCKED over the partial indexes jobs_runnable
---   (no filter) and jobs_runnable_by_task_queue (a queue or task filter):
+--   * Cost: a claim reads at most batch_size runnable jobs of each of its
+--     (task, queue) keys, plus one index descent per key and per distinct
+--     task or queue present. Filtered by queues or tasks, a backlog in
+--     another queue or of another task does not slow it. Unfiltered, its
+--     keys are every (task, queue) pair with runnable jobs: up to
+--     k x batch_size jobs read for k pairs (an index in claim order alone
+--     would read batch_size, but it cost every enqueue a second index
+--     entry, for claims only SQL clients make: workers pass their tasks).
+-- Concurrency: FOR UPDATE SKIP LOCKED over the partial index
+--   jobs_runnable_by_task_queue, walked one (task, queue) key at a time:
 --   concurrent claimers never block each other and never get the same job.
 --   Jobs locked by another transaction (being claimed, cancelled...) are
 --   skipped, not waited for. A claim of several keys locks only the jobs it
@@ -96,13 +101,117 @@ BEGIN
   -- claim); "id = ANY (array)" is an index probe per job whatever the table
   -- holds. The jobs whose previous attempt lost its lease are noted before the
   -- update resets the flag.
+  --
+  -- One index holds the runnable jobs: jobs_runnable_by_task_queue (task,
+  -- queue, priority DESC, run_at, id), walked one (task, queue) key at a
+  -- time, where an equality on both leading columns leaves exactly that
+  -- key's jobs, already in claim order. The keys: the listed tasks crossed
+  -- with the listed queues; for a list that is NULL, the values present
+  -- among runnable jobs, read by a loose index scan (one index descent per
+  -- value: "next value after this one"), and for an unfiltered claim the
+  -- (task, queue) pairs present, read the same way; so finding the keys
+  -- costs the number of distinct keys, tasks or queues, not backlogs.
+  -- Planner trap (why the index leads with task and queue, migration 0019):
+  -- a filter on queue or task checked on the rows of a walk over an index
+  -- in claim order alone (the former jobs_runnable (priority DESC, run_at,
+  -- id)) reads every runnable job of the other queues and tasks before it
+  -- finds none of its own. EXPLAIN (ANALYZE, BUFFERS), generic plan
+  -- (PG15), 200,000 runnable jobs in queue A, a claim on the empty queue B:
+  -- Index Scan using jobs_runnable, Rows Removed by Filter: 200000, 6,394
+  -- buffers, 138-166 ms; claim(queues => '{B}') 54-59 ms. Walking this
+  -- index per key: 0 rows removed, 3 buffers; claim(queues => '{B}', tasks
+  -- => '{t}') 0.36-0.49 ms a call (500 calls, one session, loaded machine).
+  -- Second trap, in the pair scan: "next pair" must be the row comparison
+  -- (j.task, j.queue) > (k.task, k.queue), which is an Index Cond that starts
+  -- the descent at the next pair. Spelt "j.task > $1 OR (j.task = $1 AND
+  -- j.queue > $2)" it is a Filter on a walk from the first entry: EXPLAIN
+  -- (ANALYZE, BUFFERS), generic plan, 50,000 runnable jobs over 50 pairs,
+  -- the step after the 49th pair: Rows Removed by Filter: 44000, 917
+  -- buffers, 8.6 ms; as a row comparison, 5 buffers, 0.04 ms. The whole pair
+  -- scan: Index Only Scan per step, 50 loops, 174 buffers, 0.7 ms.
+  -- Third trap (0019, gone with jobs_runnable): with statistics that saw one
+  -- queue and one task, an equality on either looked like it kept every row,
+  -- and a generic plan tied the two indexes and walked jobs_runnable with
+  -- the filter again (Rows Removed by Filter: 100000 per key, 201 ms); the
+  -- schema sets n_distinct = 100 on both columns. With one index the
+  -- planner has no other ordered walk: with n_distinct reset and statistics
+  -- of one or two keys, every walk below still takes this index (EXPLAIN,
+  -- generic plans, 50,000 runnable jobs). n_distinct stays (the schema's,
+  -- harmless here).
   IF queues IS NULL AND tasks IS NULL THEN
+    WITH RECURSIVE present(task, queue) AS (
+      (SELECT j.task, j.queue
+       FROM idemq.jobs j
+       WHERE j.state IN ('enqueued', 'scheduled')
+       ORDER BY j.task, j.queue
+       LIMIT 1)
+      UNION ALL
+      SELECT n.task, n.queue
+      FROM present k
+      CROSS JOIN LATERAL (
+        SELECT j.task, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled') AND (j.task, j.queue) > (k.task, k.queue)
+        ORDER BY j.task, j.queue
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present k;
+  ELSIF tasks IS NULL THEN
+    WITH RECURSIVE present(task) AS (
+      SELECT (SELECT j.task FROM idemq.jobs j
+              WHERE j.state IN ('enqueued', 'scheduled')
+              ORDER BY j.task LIMIT 1)
+      UNION ALL
+      SELECT (SELECT j.task FROM idemq.jobs j
+              WHERE j.state IN ('enqueued', 'scheduled') AND j.task > t.task
+              ORDER BY j.task LIMIT 1)
+      FROM present t WHERE t.task IS NOT NULL
+    )
+    SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
+           coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q
+    WHERE t.task IS NOT NULL;
+  ELSIF queues IS NULL THEN
+    WITH RECURSIVE present(task, queue) AS (
+      SELECT u.task, (SELECT j.queue FROM idemq.jobs j
+                      WHERE j.state IN ('enqueued', 'scheduled') AND j.task = u.task
+                      ORDER BY j.queue LIMIT 1)
+      FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
+      UNION ALL
+      SELECT k.task, (SELECT j.queue FROM idemq.jobs j
+                      WHERE j.state IN ('enqueued', 'scheduled') AND j.task = k.task AND j.queue > k.queue
+                      ORDER BY j.queue LIMIT 1)
+      FROM present k WHERE k.queue IS NOT NULL
+    )
+    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present k WHERE k.queue IS NOT NULL;
+  ELSE
+    SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) t
+    CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
+  END IF;
+
+  IF cardinality(v_key_tasks) = 0 THEN
+    -- No runnable job of any key asked for (unfiltered: none at all).
+    RETURN;
+  ELSIF cardinality(v_key_tasks) = 1 THEN
+    -- One key (a worker of one task, or of one queue and one task; an
+    -- unfiltered claim while one key has runnable jobs): its walk is the
+    -- claim order itself, locked as it goes.
     SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
     INTO v_ids, v_lost
     FROM (
       SELECT j.id, j.lease_lost
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
+        AND j.task = v_key_tasks[1]
+        AND j.queue = v_key_queues[1]
         AND j.run_at <= now()
         AND (j.expires_at IS NULL OR j.expires_at > now())
       ORDER BY j.priority DESC, j.run_at, j.id
@@ -110,138 +219,64 @@ BEGIN
       FOR UPDATE SKIP LOCKED
     ) p;
   ELSE
-    -- Planner trap: a filter on queue or task checked on the rows of a walk
-    -- over jobs_runnable (priority DESC, run_at, id) reads every runnable job
-    -- of the other queues and tasks before it finds none of its own. EXPLAIN
-    -- (ANALYZE, BUFFERS) of the queue-filtered walk, generic plan (PG15),
-    -- 200,000 runnable jobs in queue A, a claim on the empty queue B: Index
-    -- Scan using jobs_runnable, Rows Removed by Filter: 200000, 6,394 buffers,
-    -- 138-166 ms; claim(queues => '{B}') 54-59 ms, claim(tasks => '{x}') 53 ms.
-    -- So a filtered claim walks jobs_runnable_by_task_queue (task, queue,
-    -- priority DESC, run_at, id) one (task, queue) key at a time, where an
-    -- equality on both leading columns leaves exactly that key's jobs, already
-    -- in claim order: 0 rows removed, 3 buffers; claim(queues => '{B}',
-    -- tasks => '{t}') 0.36-0.49 ms a call (500 calls, one session, a loaded
-    -- machine) in the same database, where main's took 54-59 ms.
-    -- The keys: the listed tasks crossed with the listed queues; for a list
-    -- that is NULL, the values present among runnable jobs, read by a loose
-    -- index scan (one index descent per value: "next value after this one"),
-    -- so its cost is the number of distinct tasks or queues, not backlogs.
-    -- Second trap: jobs_runnable serves "ORDER BY priority DESC, run_at, id"
-    -- as well, and with statistics that saw one queue and one task, an
-    -- equality on either looks like it keeps every row, so a generic plan (and
-    -- every per-key walk below, whose key comes from the outer row) tied the
-    -- two indexes and walked jobs_runnable with the filter again (Rows Removed
-    -- by Filter: 100000 per key, 201 ms). The base schema tells the planner
-    -- to assume many distinct queues and tasks (n_distinct on both columns),
-    -- and the new index wins: 0 rows removed, 7 buffers, 0.1 ms.
-    IF tasks IS NULL THEN
-      WITH RECURSIVE present(task) AS (
-        SELECT (SELECT j.task FROM idemq.jobs j
-                WHERE j.state IN ('enqueued', 'scheduled')
-                ORDER BY j.task LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.task FROM idemq.jobs j
-                WHERE j.state IN ('enqueued', 'scheduled') AND j.task > t.task
-                ORDER BY j.task LIMIT 1)
-        FROM present t WHERE t.task IS NOT NULL
-      )
-      SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
-             coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
-      INTO v_key_tasks, v_key_queues
-      FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q
-      WHERE t.task IS NOT NULL;
-    ELSIF queues IS NULL THEN
-      WITH RECURSIVE present(task, queue) AS (
-        SELECT u.task, (SELECT j.queue FROM idemq.jobs j
-                        WHERE j.state IN ('enqueued', 'scheduled') AND j.task = u.task
-                        ORDER BY j.queue LIMIT 1)
-        FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
-        UNION ALL
-        SELECT k.task, (SELECT j.queue FROM idemq.jobs j
-                        WHERE j.state IN ('enqueued', 'scheduled') AND j.task = k.task AND j.queue > k.queue
-                        ORDER BY j.queue LIMIT 1)
-        FROM present k WHERE k.queue IS NOT NULL
-      )
-      SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
-      INTO v_key_tasks, v_key_queues
-      FROM present k WHERE k.queue IS NOT NULL;
-    ELSE
-      SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
-      INTO v_key_tasks, v_key_queues
-      FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) t
-      CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
-    END IF;
-
-    IF cardinality(v_key_tasks) = 1 THEN
-      -- One key (a worker of one task, or of one queue and one task): its
-      -- walk is the claim order itself, locked as it goes.
-      SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    -- Several keys: the first jobs of each key, merged into claim order, are
+    -- the candidates; they are locked in that order, SKIP LOCKED. Locking
+    -- inside each key's walk would lock up to batch_size jobs per key (a row
+    -- lock is a WAL record, and other claimers skip those jobs) to keep
+    -- batch_size of them. A candidate another claimer holds, or that stopped
+    -- being runnable, is skipped and the next round looks past it. Each
+    -- key's walk reads up to batch_size jobs (which key holds the next job
+    -- is known only after the merge), so k keys with backlogs cost up to
+    -- k x batch_size index entries and rows, whatever the backlogs' size.
+    -- Unfiltered, k is every pair present: claim(batch_size => 100), 50,000
+    -- runnable jobs spread over 50 pairs, EXPLAIN (ANALYZE, BUFFERS) of the
+    -- candidates: 50 walks of 100 rows, 5,209 buffers, 5.9 ms, where the walk
+    -- of the dropped jobs_runnable read 100 rows (220 buffers, 0.2 ms); the
+    -- whole call 10-12.5 ms against 1.5 ms (medians of 200 calls, a loaded
+    -- 2-core machine), 2.3 against 1.4 ms over 10 pairs, 44 against 1.4 ms
+    -- over 200. A worker's claim (it passes its tasks) has paid the same
+    -- per key since 0019.
+    v_ids := '{}';
+    v_lost := '{}';
+    v_seen := '{}';
+    LOOP
+      SELECT coalesce(array_agg(c.id), '{}')
+      INTO v_candidates
+      FROM (
+        SELECT w.id
+        FROM unnest(v_key_tasks, v_key_queues) AS k(task, queue)
+        CROSS JOIN LATERAL (
+          SELECT j.id, j.priority, j.run_at
+          FROM idemq.jobs j
+          WHERE j.state IN ('enqueued', 'scheduled')
+            AND j.task = k.task
+            AND j.queue = k.queue
+            AND j.run_at <= now()
+            AND (j.expires_at IS NULL OR j.expires_at > now())
+            AND j.id <> ALL (v_seen)
+          ORDER BY j.priority DESC, j.run_at, j.id
+          LIMIT batch_size - cardinality(v_ids)
+        ) w
+        ORDER BY w.priority DESC, w.run_at, w.id
+        LIMIT batch_size - cardinality(v_ids)
+      ) c;
+      EXIT WHEN cardinality(v_candidates) = 0;
+      SELECT v_ids || coalesce(array_agg(p.id), '{}'),
+             v_lost || coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
       INTO v_ids, v_lost
       FROM (
         SELECT j.id, j.lease_lost
         FROM idemq.jobs j
-        WHERE j.state IN ('enqueued', 'scheduled')
-          AND j.task = v_key_tasks[1]
-          AND j.queue = v_key_queues[1]
+        WHERE j.id = ANY (v_candidates)
+          AND j.state IN ('enqueued', 'scheduled')
           AND j.run_at <= now()
           AND (j.expires_at IS NULL OR j.expires_at > now())
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT batch_size
         FOR UPDATE SKIP LOCKED
       ) p;
-    ELSE
-      -- Several keys: the first jobs of each key, merged into claim order, are
-      -- the candidates; they are locked in that order, SKIP LOCKED. Locking
-      -- inside each key's walk would lock up to batch_size jobs per key (a row
-      -- lock is a WAL record, and other claimers skip those jobs) to keep
-      -- batch_size of them. A candidate another claimer holds, or that stopped
-      -- being runnable, is skipped and the next round looks past it. Each
-      -- key's walk reads up to batch_size jobs (which key holds the next job
-      -- is known only after the merge), so k keys with backlogs cost up to
-      -- k x batch_size index entries and rows, whatever the backlogs' size.
-      v_ids := '{}';
-      v_lost := '{}';
-      v_seen := '{}';
-      LOOP
-        SELECT coalesce(array_agg(c.id), '{}')
-        INTO v_candidates
-        FROM (
-          SELECT w.id
-          FROM unnest(v_key_tasks, v_key_queues) AS k(task, queue)
-          CROSS JOIN LATERAL (
-            SELECT j.id, j.priority, j.run_at
-            FROM idemq.jobs j
-            WHERE j.state IN ('enqueued', 'scheduled')
-              AND j.task = k.task
-              AND j.queue = k.queue
-              AND j.run_at <= now()
-              AND (j.expires_at IS NULL OR j.expires_at > now())
-              AND j.id <> ALL (v_seen)
-            ORDER BY j.priority DESC, j.run_at, j.id
-            LIMIT batch_size - cardinality(v_ids)
-          ) w
-          ORDER BY w.priority DESC, w.run_at, w.id
-          LIMIT batch_size - cardinality(v_ids)
-        ) c;
-        EXIT WHEN cardinality(v_candidates) = 0;
-        SELECT v_ids || coalesce(array_agg(p.id), '{}'),
-               v_lost || coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
-        INTO v_ids, v_lost
-        FROM (
-          SELECT j.id, j.lease_lost
-          FROM idemq.jobs j
-          WHERE j.id = ANY (v_candidates)
-            AND j.state IN ('enqueued', 'scheduled')
-            AND j.run_at <= now()
-            AND (j.expires_at IS NULL OR j.expires_at > now())
-          ORDER BY j.priority DESC, j.run_at, j.id
-          FOR UPDATE SKIP LOCKED
-        ) p;
-        EXIT WHEN cardinality(v_ids) = batch_size;
-        v_seen := v_seen || v_candidates;
-      END LOOP;
-    END IF;
+      EXIT WHEN cardinality(v_ids) = batch_size;
+      v_seen := v_seen || v_candidates;
+    END LOOP;
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;
