@@ -123,6 +123,49 @@ describe("claim with several keys skips jobs another transaction holds", () => {
       await holder.query("ROLLBACK").catch(() => {});
     }
   });
+
+  it("held jobs at the merge's frontiers (one pair ahead of the others, read over several rounds) are skipped, and each claim is the first unheld jobs in claim order", async () => {
+    const p = unique("frontier");
+    const jobs = new Map<string, Spec>();
+    // Committed: the holder is another session. Task t0 holds most of the
+    // first jobs in claim order, so the merge cuts it at its first block and
+    // reads it again (the frontier is its last job read) while the other
+    // nine pairs wait in the pool.
+    const specs: Spec[] = [];
+    for (let i = 0; i < 30; i++) specs.push({ task: `${p}-t0`, queue: `${p}-q`, priority: 9, ago: 60 - i });
+    for (let t = 1; t < 10; t++) {
+      for (const [priority, ago] of [[9, 30 - t * 3], [5, 40 + t], [0, t], [9, 2 * t]] as const) {
+        specs.push({ task: `${p}-t${t}`, queue: `${p}-q`, priority, ago });
+      }
+    }
+    for (const s of specs) {
+      jobs.set(await makeJob(db.pool, { task: s.task, queue: s.queue, priority: s.priority, run_at: sql(`now() - interval '${s.ago} minutes'`) }), s);
+    }
+    const order = claimOrder(jobs, () => true);
+    const tasks = Array.from({ length: 10 }, (_, t) => `${p}-t${t}`);
+    // Every third job among the first 45, so held jobs sit at the first
+    // block's end, at the frontiers and bounds of the later rounds.
+    const held = order.filter((_, i) => i < 45 && i % 3 === 0);
+    const holder = await db.newClient();
+    try {
+      await holder.query("BEGIN");
+      await holder.query("SELECT id FROM idemq.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE", [held]);
+      const free = order.filter((id) => !held.includes(id));
+      expect((await claim(db.pool, { tasks, batch_size: 20 })).map((r) => r.id)).toEqual(free.slice(0, 20));
+      const got: string[] = [];
+      for (;;) {
+        const rows = await claim(db.pool, { tasks, batch_size: 7 });
+        if (rows.length === 0) break;
+        got.push(...rows.map((r) => r.id));
+      }
+      expect(got).toEqual(free.slice(20));
+      await holder.query("ROLLBACK");
+      expect((await claim(db.pool, { tasks, batch_size: 1000 })).map((r) => r.id)).toEqual(held);
+    } finally {
+      await holder.query("ROLLBACK").catch(() => {});
+      await db.pool.query("DELETE FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [[...jobs.keys()]]);
+    }
+  });
 });
 
 // The issue: an empty queue's claim took 54 ms with 200,000 runnable jobs in
@@ -243,7 +286,7 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
     });
   });
 
-  it("reads at most batch_size jobs of each pair, plus one per pair: not the pairs' backlogs", async () => {
+  it("reads the first blocks (2 x batch_size in all, plus one per pair) and one per pair for the pair scan: not batch_size per pair, nor the pairs' backlogs", async () => {
     await inRollback(db.pool, async (c) => {
       await c.query("DELETE FROM idemq.jobs");
       // 10 pairs of 500 runnable jobs each.
@@ -258,10 +301,14 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
       for (let i = 0; i < 7; i++) {
         const before = await fetched();
         expect(await claim(c, { batch_size: batchSize })).toHaveLength(batchSize);
-        // The walks (batch_size per pair), the pair scan (one per pair), the
-        // lock and the update (batch_size each); the jobs claimed by the
-        // previous rounds are not live rows any more and do not count.
-        expect(await fetched() - before).toBeLessThanOrEqual(pairs * batchSize + pairs + 2 * batchSize);
+        // The merge's first blocks (ceil(2 x batch_size / pairs) jobs of each
+        // pair: at most pairs + 2 x batch_size; the later rounds read nothing
+        // here, each pair's next job lying past the bound), the pair scan (one
+        // per pair), the lock and the update (batch_size each); the jobs
+        // claimed by the previous rounds are not live rows any more and do
+        // not count. The merge that read batch_size jobs of every pair read
+        // 70 here (pairs x batch_size + pairs + 2 x batch_size).
+        expect(await fetched() - before).toBeLessThanOrEqual(pairs + 2 * batchSize + pairs + 2 * batchSize);
       }
     });
   });
