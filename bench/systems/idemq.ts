@@ -71,11 +71,12 @@ export const idemq: System = {
     };
   },
 
-  // Counted through the partial indexes (jobs_runnable, jobs_leases): with the
-  // scale row's 1,000,000 finished jobs, "state IN (every active state)" was a
-  // parallel sequential scan (~125 ms on three processes), polled every 2 ms
-  // until the last completions landed, inside the measured window. The bench
-  // enqueues no continuations, so no job is ever `awaiting`.
+  // Counted through the partial indexes (jobs_runnable_by_task_queue,
+  // jobs_leases): with the scale row's 1,000,000 finished jobs, "state IN
+  // (every active state)" was a parallel sequential scan (~125 ms on three
+  // processes), polled every 2 ms until the last completions landed, inside
+  // the measured window. The bench enqueues no continuations, so no job is
+  // ever `awaiting`.
   // With queues (process.many-queues), by (task, queue) through
   // jobs_runnable_by_task_queue: the other queues' backlog is not counted, nor
   // read (every job of that row is a no-op job).

@@ -7,7 +7,7 @@
 --   * metric = an active state (scheduled, enqueued, processing, awaiting),
 --     'lease_expired', 'oldest_runnable_seconds': exact, as stats() counts
 --     them, per queue and task (read through the partial indexes on active
---     rows: jobs_runnable, jobs_leases, jobs_awaiting).
+--     rows: jobs_runnable_by_task_queue, jobs_leases, jobs_awaiting).
 --   * metric = '<terminal state>_recent' (succeeded_recent, failed_recent,
 --     expired_recent, cancelled_recent): jobs that reached that state within
 --     `recent` of now(), exact, per queue and task (jobs_by_finish).

@@ -143,11 +143,11 @@ describe("literal state lists in the schema", () => {
     expect([...trigger.slice(terminal.length)].sort()).toEqual(terminal);
   });
 
-  it("partial indexes cover active states only: jobs_runnable {enqueued, scheduled}, jobs_leases {processing}, jobs_deadlines the waiting states", async () => {
+  it("partial indexes cover active states only: jobs_runnable_by_task_queue {enqueued, scheduled}, jobs_leases {processing}, jobs_deadlines the waiting states", async () => {
     const active = await list("idemq.active_states()");
     const defs = await definitions();
     const byName = (name: string) => literals(defs.find((d) => d.name === name)!.def).sort();
-    expect(byName("jobs_runnable")).toEqual(["enqueued", "scheduled"]);
+    expect(byName("jobs_runnable_by_task_queue")).toEqual(["enqueued", "scheduled"]);
     expect(byName("jobs_leases")).toEqual(["processing"]);
     expect(byName("jobs_deadlines")).toEqual(active.filter((s) => s !== "processing").sort());
   });

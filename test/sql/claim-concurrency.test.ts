@@ -53,6 +53,58 @@ describe("claim concurrency", () => {
     expect(rows).toEqual([{ state: "succeeded", attempt: 1, n: 2000 }]);
   });
 
+  it("8 claimers looping claim(25) over 40 (task, queue) pairs (the multi-key merge, in rounds) get every job exactly once", async () => {
+    const p = "stress-keys";
+    const tasks = Array.from({ length: 20 }, (_, t) => `${p}-t${t}`);
+    // Uneven pairs: task 0 holds a third of the jobs and the highest
+    // priorities, so claims need several rounds of the merge while the other
+    // claimers hold the jobs around their frontiers.
+    const { rows: made } = await db.pool.query<{ id: string }>(
+      `SELECT e.job_id::text AS id FROM idemq.enqueue_many((
+         SELECT jsonb_agg(jsonb_build_object(
+           'task', $1 || '-t' || CASE WHEN g % 3 = 0 THEN 0 ELSE g % 20 END,
+           'queue', $1 || '-q' || (g % 2),
+           'priority', CASE WHEN g % 3 = 0 THEN 5 + g % 4 ELSE (g * 7) % 6 END,
+           'run_at', now() - ((g * 13) % 97) * interval '1 second'))
+         FROM generate_series(1, 2000) g)) e`,
+      [p],
+    );
+    const ids = made.map((r) => r.id);
+    expect(ids).toHaveLength(2000);
+
+    const workers = await Promise.all(Array.from({ length: 8 }, () => db.newClient()));
+    const handedOut = new Map<string, number>();
+    const perWorker = await Promise.all(
+      workers.map(async (client, w) => {
+        let claimedHere = 0;
+        for (;;) {
+          const rows = await claim(client, { worker_id: `w${w}`, tasks, batch_size: 25 });
+          if (rows.length === 0) return claimedHere;
+          claimedHere += rows.length;
+          for (const row of rows) {
+            expect(row.attempt).toBe(1);
+            handedOut.set(row.id, (handedOut.get(row.id) ?? 0) + 1);
+          }
+          const done = await client.query<{ id: string }>(
+            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[]) AS id",
+            [rows.map((r) => r.id), rows.map((r) => r.attempt)],
+          );
+          expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.id).sort(byId));
+        }
+      }),
+    );
+
+    expect(perWorker.reduce((a, b) => a + b, 0)).toBe(2000);
+    expect(perWorker.filter((n) => n > 0).length, "workers that claimed something").toBeGreaterThan(1);
+    expect([...handedOut.values()].every((n) => n === 1)).toBe(true);
+    expect([...handedOut.keys()].sort(byId)).toEqual([...ids].sort(byId));
+    const { rows } = await db.pool.query<{ state: string; attempt: number; n: number }>(
+      "SELECT state::text AS state, attempt, count(*)::int AS n FROM idemq.jobs WHERE task LIKE $1 GROUP BY 1, 2",
+      [`${p}-%`],
+    );
+    expect(rows).toEqual([{ state: "succeeded", attempt: 1, n: 2000 }]);
+  });
+
   it("a claim does not wait for another session's open claim and gets the next jobs (SKIP LOCKED)", async () => {
     const queue = "pair";
     const ids = await makeJobs(db.pool, 5, { queue });

@@ -1,7 +1,8 @@
-// idemq.claim filtered by queues or tasks: jobs_runnable_by_task_queue walked
-// one (task, queue) key at a time (claim.sql). The order across keys is the
-// global claim order, jobs another transaction holds are skipped without
-// shortening the batch, and a backlog elsewhere is never read.
+// idemq.claim filtered by queues or tasks, and unfiltered (every (task, queue)
+// pair present is a key): jobs_runnable_by_task_queue walked one (task, queue)
+// key at a time (claim.sql). The order across keys is the global claim order,
+// jobs another transaction holds are skipped without shortening the batch, and
+// a backlog elsewhere is never read.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { makeJob, sql, unique, type Queryable } from "../helpers/jobs.ts";
@@ -122,10 +123,53 @@ describe("claim with several keys skips jobs another transaction holds", () => {
       await holder.query("ROLLBACK").catch(() => {});
     }
   });
+
+  it("held jobs at the merge's frontiers (one pair ahead of the others, read over several rounds) are skipped, and each claim is the first unheld jobs in claim order", async () => {
+    const p = unique("frontier");
+    const jobs = new Map<string, Spec>();
+    // Committed: the holder is another session. Task t0 holds most of the
+    // first jobs in claim order, so the merge cuts it at its first block and
+    // reads it again (the frontier is its last job read) while the other
+    // nine pairs wait in the pool.
+    const specs: Spec[] = [];
+    for (let i = 0; i < 30; i++) specs.push({ task: `${p}-t0`, queue: `${p}-q`, priority: 9, ago: 60 - i });
+    for (let t = 1; t < 10; t++) {
+      for (const [priority, ago] of [[9, 30 - t * 3], [5, 40 + t], [0, t], [9, 2 * t]] as const) {
+        specs.push({ task: `${p}-t${t}`, queue: `${p}-q`, priority, ago });
+      }
+    }
+    for (const s of specs) {
+      jobs.set(await makeJob(db.pool, { task: s.task, queue: s.queue, priority: s.priority, run_at: sql(`now() - interval '${s.ago} minutes'`) }), s);
+    }
+    const order = claimOrder(jobs, () => true);
+    const tasks = Array.from({ length: 10 }, (_, t) => `${p}-t${t}`);
+    // Every third job among the first 45, so held jobs sit at the first
+    // block's end, at the frontiers and bounds of the later rounds.
+    const held = order.filter((_, i) => i < 45 && i % 3 === 0);
+    const holder = await db.newClient();
+    try {
+      await holder.query("BEGIN");
+      await holder.query("SELECT id FROM idemq.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE", [held]);
+      const free = order.filter((id) => !held.includes(id));
+      expect((await claim(db.pool, { tasks, batch_size: 20 })).map((r) => r.id)).toEqual(free.slice(0, 20));
+      const got: string[] = [];
+      for (;;) {
+        const rows = await claim(db.pool, { tasks, batch_size: 7 });
+        if (rows.length === 0) break;
+        got.push(...rows.map((r) => r.id));
+      }
+      expect(got).toEqual(free.slice(20));
+      await holder.query("ROLLBACK");
+      expect((await claim(db.pool, { tasks, batch_size: 1000 })).map((r) => r.id)).toEqual(held);
+    } finally {
+      await holder.query("ROLLBACK").catch(() => {});
+      await db.pool.query("DELETE FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [[...jobs.keys()]]);
+    }
+  });
 });
 
 // The issue: an empty queue's claim took 54 ms with 200,000 runnable jobs in
-// another queue, reading every one of them (jobs_runnable has no queue).
+// another queue, reading every one of them (the index it walked, jobs_runnable, since dropped, had no queue).
 // Rows fetched by index scans in this transaction (pg_stat_xact_user_tables)
 // count what a claim read, whatever the machine's speed.
 describe("a filtered claim reads no job of a backlog outside its keys", () => {
@@ -158,6 +202,114 @@ describe("a filtered claim reads no job of a backlog outside its keys", () => {
       }
       // The backlog's own claim still works through the same path.
       expect(await claim(c, { queues: [busy], tasks: ["busy-task"], batch_size: 10 })).toHaveLength(10);
+    });
+  });
+});
+
+// Unfiltered, every (task, queue) pair with runnable jobs is a key: the pairs
+// are read by a loose index scan of jobs_runnable_by_task_queue, then walked
+// as a filtered claim walks its keys (claim.sql).
+describe("claim with neither queues nor tasks: the keys are every (task, queue) pair present", () => {
+  it("batches come in priority desc, run_at, id order across tasks and queues; pairs with no due job, running or finished jobs only add nothing", async () => {
+    await inRollback(db.pool, async (c) => {
+      const p = unique("all");
+      await c.query("DELETE FROM idemq.jobs");
+      const jobs = await mixedJobs(c, p);
+      // A pair whose only job is not due yet, one whose only job is running,
+      // and one whose only job succeeded: none is handed out.
+      await makeJob(c, { task: `${p}-later`, queue: `${p}-q1`, priority: 100, run_at: sql("now() + interval '1 hour'") });
+      const running = await makeJob(c, { task: `${p}-running`, queue: `${p}-q9`, priority: 100 });
+      const done = await makeJob(c, { task: `${p}-done`, queue: `${p}-q9`, priority: 100 });
+      await c.query("SELECT count(*) FROM idemq.claim('other', ARRAY[$1], 10, tasks => ARRAY[$2, $3])", [`${p}-q9`, `${p}-running`, `${p}-done`]);
+      await c.query("SELECT idemq.complete($1, 1)", [done]);
+      const expected = claimOrder(jobs, () => true);
+      expect(expected).toHaveLength(36);
+      for (const batchSize of [1, 4, 7]) {
+        await c.query("SAVEPOINT each_size");
+        const got: string[] = [];
+        for (;;) {
+          const rows = await claim(c, { batch_size: batchSize });
+          if (rows.length === 0) break;
+          expect(rows.length).toBeLessThanOrEqual(batchSize);
+          got.push(...rows.map((r) => r.id));
+        }
+        expect(got, `batch_size ${batchSize}`).toEqual(expected);
+        expect(got).not.toContain(running);
+        await c.query("ROLLBACK TO SAVEPOINT each_size");
+      }
+    });
+  });
+
+  it("skips jobs another transaction holds, across pairs, and fills the batch past them", async () => {
+    const p = unique("allheld");
+    const ids: string[] = [];
+    // Committed: the holder is another session. Priorities above every other
+    // job of this database make these the first in claim order, alternating
+    // over four (task, queue) pairs.
+    for (let i = 0; i < 8; i++) {
+      ids.push(await makeJob(db.pool, { task: `${p}-t${i % 2}`, queue: `${p}-q${Math.floor(i / 2) % 2}`, priority: 1_000_000 - i }));
+    }
+    const holder = await db.newClient();
+    try {
+      await holder.query("BEGIN");
+      await holder.query("SELECT id FROM idemq.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE", [[ids[0], ids[2], ids[3]]]);
+      const rows = await claim(db.pool, { batch_size: 4 });
+      expect(rows.map((r) => r.id)).toEqual([ids[1], ids[4], ids[5], ids[6]]);
+      await holder.query("ROLLBACK");
+      const rest = await claim(db.pool, { batch_size: 4 });
+      expect(rest.map((r) => r.id)).toEqual([ids[0], ids[2], ids[3], ids[7]]);
+    } finally {
+      await holder.query("ROLLBACK").catch(() => {});
+      await db.pool.query("DELETE FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [ids]);
+    }
+  });
+
+  it("with no runnable job (an empty table, then only running and finished jobs) claims nothing and reads no job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const fetched = async () =>
+        Number((await c.query("SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = 'idemq.jobs'::regclass")).rows[0].idx_tup_fetch);
+      await c.query("DELETE FROM idemq.jobs");
+      for (let i = 0; i < 7; i++) expect(await claim(c, { batch_size: 10 })).toEqual([]);
+      const p = unique("none");
+      const [running, done] = [await makeJob(c, { queue: p }), await makeJob(c, { queue: p })];
+      await claim(c, { queues: [p], batch_size: 2 });
+      await c.query("SELECT idemq.complete($1, 1)", [done]);
+      // Repeated: PL/pgSQL switches plans after the fifth call.
+      for (let i = 0; i < 7; i++) {
+        const before = await fetched();
+        expect(await claim(c, { batch_size: 10 })).toEqual([]);
+        // The pair scan meets the index entries those jobs left (not yet
+        // vacuumed), but no row it reads through them is runnable.
+        expect(await fetched() - before).toBe(0);
+      }
+      expect((await c.query("SELECT state::text FROM idemq.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id", [[running, done]])).rows.map((r) => r.state)).toEqual(["processing", "succeeded"]);
+    });
+  });
+
+  it("reads the first blocks (2 x batch_size in all, plus one per pair) and one per pair for the pair scan: not batch_size per pair, nor the pairs' backlogs", async () => {
+    await inRollback(db.pool, async (c) => {
+      await c.query("DELETE FROM idemq.jobs");
+      // 10 pairs of 500 runnable jobs each.
+      await c.query(
+        "SELECT count(*) FROM idemq.enqueue_many((SELECT jsonb_agg(jsonb_build_object('task', 't' || (g % 5), 'queue', 'q' || (g % 2), 'priority', g % 3)) FROM generate_series(1, 5000) g))",
+      );
+      await c.query("ANALYZE idemq.jobs");
+      const fetched = async () =>
+        Number((await c.query("SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relid = 'idemq.jobs'::regclass")).rows[0].idx_tup_fetch);
+      const pairs = 10;
+      const batchSize = 5;
+      for (let i = 0; i < 7; i++) {
+        const before = await fetched();
+        expect(await claim(c, { batch_size: batchSize })).toHaveLength(batchSize);
+        // The merge's first blocks (ceil(2 x batch_size / pairs) jobs of each
+        // pair: at most pairs + 2 x batch_size; the later rounds read nothing
+        // here, each pair's next job lying past the bound), the pair scan (one
+        // per pair), the lock and the update (batch_size each); the jobs
+        // claimed by the previous rounds are not live rows any more and do
+        // not count. The merge that read batch_size jobs of every pair read
+        // 70 here (pairs x batch_size + pairs + 2 x batch_size).
+        expect(await fetched() - before).toBeLessThanOrEqual(pairs + 2 * batchSize + pairs + 2 * batchSize);
+      }
     });
   });
 });

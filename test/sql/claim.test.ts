@@ -220,11 +220,12 @@ describe("claim: the tasks filter", () => {
 // to the locking subquery once let the planner hash every row of idemq.jobs
 // (a sequential scan per claim of a few hundred, seen in EXPLAIN).
 describe("claim, heartbeat and complete_many read jobs by index, whatever the table holds", () => {
-  it("with 4,000 finished rows and fresh statistics, claim(250), heartbeat and complete_many of 250 jobs scan no table sequentially", async () => {
+  it("with 4,000 finished rows and fresh statistics, claim(250) (unfiltered, by queue, by queue and task), heartbeat and complete_many of 250 jobs scan no table sequentially", async () => {
     await inRollback(db.pool, async (c) => {
       const queue = "index-only";
+      // Two tasks: the unfiltered and the queue's claim merge two keys, the claim of one task walks one.
       const seed = (n: number) =>
-        c.query("SELECT count(*) FROM idemq.enqueue_many((SELECT jsonb_agg(jsonb_build_object('task', 't', 'queue', $2::text, 'payload', jsonb_build_object('i', g))) FROM generate_series(1, $1::int) g))", [n, queue]);
+        c.query("SELECT count(*) FROM idemq.enqueue_many((SELECT jsonb_agg(jsonb_build_object('task', 't' || (g % 2), 'queue', $2::text, 'payload', jsonb_build_object('i', g))) FROM generate_series(1, $1::int) g))", [n, queue]);
       await seed(4000);
       for (let i = 0; i < 8; i++) {
         await c.query(
@@ -232,13 +233,13 @@ describe("claim, heartbeat and complete_many read jobs by index, whatever the ta
           [queue],
         );
       }
-      await seed(500);
+      await seed(1500);
       await c.query("ANALYZE idemq.jobs");
       const seqScans = async () =>
         Number((await c.query("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'idemq.jobs'::regclass")).rows[0].seq_scan);
       const before = await seqScans();
-      for (const queues of [null, [queue]]) {
-        const { rows } = await c.query("SELECT id, attempt FROM idemq.claim('w', $1::text[], 250)", [queues]);
+      for (const [queues, tasks] of [[null, null], [[queue], null], [[queue], ["t0"]]]) {
+        const { rows } = await c.query("SELECT id, attempt FROM idemq.claim('w', $1::text[], 250, tasks => $2::text[])", [queues, tasks]);
         expect(rows).toHaveLength(250);
         const pairs = [rows.map((r) => r.id), rows.map((r) => r.attempt)];
         const beat = await c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[])", pairs);
