@@ -298,6 +298,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private onClaimed(jobs: ClaimedJob[], asked: number): void {
     this.state.held.claimed(jobs, asked);
     if (jobs.length === 0) return;
+    this.state.tracing?.refresh();
     this.startClaimed();
     // Payloads larger than any seen lately can bring the buffer over its byte budget.
     const givingBack = releaseOverBudget(this.state).finally(() => this.givingBack.delete(givingBack));
