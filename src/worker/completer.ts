@@ -60,7 +60,7 @@ export class Completer {
         }
         for (const held of batch) {
           if (completed.has(held.job.id)) {
-            this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
+            if (this.state.listening("job:success")) this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
           } else {
             await this.reportSkipped(held);
           }

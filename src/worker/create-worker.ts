@@ -130,6 +130,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
       tracing: undefined,
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
+      listening: (event) => this.listenerCount(event) > 0,
       report: (during, error) => this.report(during, error),
       reached: () => this.outage.reached(),
       wakeAt: (at) => this.wakeUps.wakeAt(at),
