@@ -40,10 +40,7 @@ export class Completer {
         const batch = this.pending.splice(0, this.state.settings.completionBatch);
         let completed: Set<string>;
         try {
-          const ids = await sql.completeMany(
-            this.state.calls,
-            batch.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt })),
-          );
+          const ids = await sql.completeClaimed(this.state.calls, batch);
           completed = new Set(ids);
           failures = 0;
         } catch (error) {
