@@ -322,14 +322,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private startJob(held: HeldJob): void {
-    const done = runJob(this.state, held, this.completer)
-      .catch((error) => this.report(`running job ${held.job.id}`, error))
-      .finally(() => {
-        // runJob gives the slot back itself; this only covers a throw before it did.
-        this.state.held.freeSlot(held);
-        this.inFlight.delete(held);
-      });
-    this.inFlight.set(held, done);
+    this.inFlight.set(held, this.runStarted(held));
+  }
+
+  /** One async function rather than .catch().finally(): two promises fewer per job. */
+  private async runStarted(held: HeldJob): Promise<void> {
+    try {
+      await runJob(this.state, held, this.completer);
+    } catch (error) {
+      this.report(`running job ${held.job.id}`, error);
+    } finally {
+      // runJob gives the slot back itself; this only covers a throw before it did.
+      this.state.held.freeSlot(held);
+      this.inFlight.delete(held);
+    }
   }
 
   private readonly wake = (): void => this.claimLoop.wake();

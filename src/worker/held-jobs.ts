@@ -197,6 +197,7 @@ export class HeldJobs {
    */
   claimed(jobs: readonly ClaimedJob[], asked?: number): void {
     if (asked !== undefined) this.window.claimed(asked, jobs.length, this.now());
+    const claimedAt = performance.now();
     for (const job of jobs) {
       const held: HeldJob = {
         job,
@@ -205,7 +206,7 @@ export class HeldJobs {
         controller: undefined,
         abortedBy: undefined,
         fencedOut: false,
-        startedAt: performance.now(),
+        startedAt: claimedAt,
         endedAt: undefined,
         snoozeDelay: undefined,
         trace: undefined,
