@@ -198,15 +198,20 @@ function call<F extends SqlFunction, R extends pg.QueryResultRow>(
 }
 
 const JSONB_OID = 3802;
+const TIMESTAMPTZ_OID = 1184;
+const asText = (text: string): string => text;
 
 /**
- * Type parsers that parse jsonb as pg does and note the size of each value's
- * text, in bytes of UTF-8, in `sizes` (in the order the values arrive: row
- * by row), so a claim learns its payloads' sizes without serializing them again.
+ * claim()'s type parsers: jsonb parsed as pg does, noting the size of each
+ * value's text, in bytes of UTF-8, in `sizes` (in the order the values
+ * arrive: row by row), so a claim learns its payloads' sizes without
+ * serializing them again; timestamptz left as text, since no caller reads
+ * the lease's end from a claim (pg's date parsing was 4% of the worker's CPU).
  */
-function measuringJsonb(sizes: number[]): pg.CustomTypesConfig {
+function claimTypes(sizes: number[]): pg.CustomTypesConfig {
   return {
     getTypeParser: ((oid: number, format?: "text" | "binary") => {
+      if (oid === TIMESTAMPTZ_OID && format !== "binary") return asText;
       if (oid !== JSONB_OID || format === "binary") return pg.types.getTypeParser(oid, format);
       return (text: string) => {
         sizes.push(Buffer.byteLength(text));
@@ -413,7 +418,6 @@ export interface ClaimedJob {
   attempt: number;
   maxAttempts: number;
   idempotencyKey: string | null;
-  leaseExpiresAt: Date;
   /** The previous attempt lost its lease: its effect may have happened. */
   reclaimed: boolean;
   /** The W3C traceparent the enqueue stored (null without one): the attempt span's parent. */
@@ -448,7 +452,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
       tasks: opts.tasks === undefined ? undefined : [...opts.tasks],
     },
     "",
-    measuringJsonb(sizes),
+    claimTypes(sizes),
   );
   if (sizes.length !== rows.length) throw new Error(`claim: ${rows.length} rows but ${sizes.length} payloads measured`);
   return rows.map((r, i) => ({
@@ -460,7 +464,6 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     attempt: r.attempt,
     maxAttempts: r.max_attempts,
     idempotencyKey: r.idempotency_key,
-    leaseExpiresAt: r.lease_expires_at,
     reclaimed: r.reclaimed,
     traceparent: r.traceparent,
   }));
@@ -491,7 +494,8 @@ interface ClaimedJobRow {
   attempt: number;
   max_attempts: number;
   idempotency_key: string | null;
-  lease_expires_at: Date;
+  /** Left as text (claimTypes), unread. */
+  lease_expires_at: string;
   reclaimed: boolean;
   traceparent: string | null;
 }
@@ -530,6 +534,22 @@ export async function completeAndCommit(
 /** Completes the attempts that still hold their jobs; returns the ids completed. */
 export async function completeMany(db: Queryable, jobs: readonly JobAttempt[]): Promise<string[]> {
   const rows = await call<"complete_many", { r: string }>(db, "complete_many", attemptArrays(jobs));
+  return rows.map((row) => row.r);
+}
+
+/**
+ * completeMany() for the worker's batches, whose ids are claim()'s (digit
+ * strings) and attempts integers: sent as array literals, unchecked, since
+ * checking and pg's array escaping cost more per job than the rest of the call.
+ */
+export async function completeClaimed(db: Queryable, jobs: readonly { readonly job: ClaimedJob }[]): Promise<string[]> {
+  let ids = "";
+  let attempts = "";
+  for (const { job } of jobs) {
+    ids += ids === "" ? job.id : `,${job.id}`;
+    attempts += attempts === "" ? String(job.attempt) : `,${job.attempt}`;
+  }
+  const rows = await call<"complete_many", { r: string }>(db, "complete_many", { job_ids: `{${ids}}`, attempts: `{${attempts}}` });
   return rows.map((row) => row.r);
 }
 

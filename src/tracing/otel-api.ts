@@ -38,3 +38,21 @@ export function loadOtelApi(): Promise<OtelApi | null> {
 export function otelApiIfLoaded(): OtelApi | null | undefined {
   return settled;
 }
+
+/** What the global tracer provider delegates to when no SDK is registered (the API's no-op provider), once known. */
+let noopProvider: unknown;
+
+/**
+ * An SDK (any tracer provider) is registered with the API's global tracer
+ * provider now. Without one every span is a no-op, so idemq makes none: it
+ * only carries the parent's context where a span would have. Read again
+ * whenever it matters (per enqueue, per claim batch), so an SDK registered
+ * later is honoured. A global provider from another copy of the API, which we
+ * cannot look into, counts as registered (spans as before).
+ */
+export function sdkRegistered(api: OtelApi): boolean {
+  const provider = api.trace.getTracerProvider();
+  if (!(provider instanceof api.ProxyTracerProvider)) return true;
+  noopProvider ??= new api.ProxyTracerProvider().getDelegate();
+  return provider.getDelegate() !== noopProvider;
+}

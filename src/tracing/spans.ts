@@ -11,11 +11,16 @@
 // the producer's trace continues, each retry one more child span of the
 // enqueue, as pg-boss does for a batch of one. Without a stored context the
 // attempt span starts a trace of its own.
-import type { Attributes, Span, Tracer } from "@opentelemetry/api";
+//
+// Without a registered SDK every span is a no-op that only carries its
+// parent's context: idemq then makes none (2 µs of worker CPU per job) and
+// passes on that context itself, the same traceparent stored and the same
+// context a handler runs in.
+import type { Attributes, Context, Span, Tracer } from "@opentelemetry/api";
 import type { EnqueueResult } from "../sql-api.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { MESSAGING_SYSTEM, OPERATIONS, spanName, TRACE_ATTRIBUTES as A, TRACER_NAME } from "./attributes.ts";
-import type { OtelApi } from "./otel-api.ts";
+import { sdkRegistered, type OtelApi } from "./otel-api.ts";
 import { formatTraceparent, parseTraceparent } from "./traceparent.ts";
 import type { AttemptOutcome, AttemptTrace, AttemptTracer } from "./types.ts";
 
@@ -37,6 +42,12 @@ function baseAttributes(operation: keyof typeof OPERATIONS, queue: string | unde
     attributes[A.queue] = queue;
   }
   return attributes;
+}
+
+/** The traceparent of the span context in `parent`, as a no-op span started there would carry it; undefined without a valid one. */
+function parentTraceparent(api: OtelApi, parent: Context): string | undefined {
+  const spanContext = api.trace.getSpanContext(parent);
+  return spanContext === undefined ? undefined : formatTraceparent(api, spanContext);
 }
 
 /** An enqueue's row with the trace context stored on the job (enqueue's job_traceparent). */
@@ -67,6 +78,7 @@ export class ProducerTracing {
     let parent = api.context.active();
     const given = parseTraceparent(api, explicit);
     if (given !== undefined) parent = api.trace.setSpanContext(parent, given);
+    if (!sdkRegistered(api)) return call(explicit !== undefined && given === undefined ? explicit : (parentTraceparent(api, parent) ?? explicit));
     const span = this.tracer.startSpan(
       spanName("enqueue", queue),
       { kind: api.SpanKind.PRODUCER, attributes: { ...baseAttributes("enqueue", queue), [A.task]: task } },
@@ -94,6 +106,7 @@ export class ProducerTracing {
   async enqueueMany<R extends { outcome: string }>(count: number, call: (traceparent: string | undefined) => Promise<R[]>): Promise<R[]> {
     const api = this.api;
     const parent = api.context.active();
+    if (!sdkRegistered(api)) return call(parentTraceparent(api, parent));
     const span = this.tracer.startSpan(
       spanName("enqueue", undefined),
       { kind: api.SpanKind.PRODUCER, attributes: { ...baseAttributes("enqueue", undefined), [A.batchCount]: count } },
@@ -142,20 +155,46 @@ class AttemptSpan implements AttemptTrace {
 
 export class AttemptTracing implements AttemptTracer {
   private readonly tracer: Tracer;
+  /** An SDK is registered (sdkRegistered), as of the latest refresh(). */
+  private recording = false;
+  /** A context manager is registered (context.with changes the active context), as of the latest refresh(). */
+  private propagating = false;
+  private readonly probe: Context;
 
   constructor(
     private readonly api: OtelApi,
     private readonly workerId: string,
   ) {
     this.tracer = api.trace.getTracer(TRACER_NAME);
+    this.probe = api.ROOT_CONTEXT.setValue(Symbol("idemq context probe"), true);
+    this.refresh();
+  }
+
+  /** Reads again whether an SDK and a context manager are registered: the worker calls it once per claim batch. */
+  refresh(): void {
+    const api = this.api;
+    this.recording = sdkRegistered(api);
+    this.propagating = !this.recording && api.context.with(this.probe, () => api.context.active() === this.probe);
   }
 
   /**
    * Runs one attempt of `job` in a CONSUMER span whose parent is the
    * producer's stored context; `run` (the handler included) runs in the
-   * span's context, so spans the handler makes are its children.
+   * span's context, so spans the handler makes are its children. Without an
+   * SDK, no span: `run` gets no trace, and runs in the context the no-op span
+   * would have given it (the producer's span context), when a context manager
+   * can carry one.
    */
-  async run(job: ClaimedJob, run: (trace: AttemptTrace) => Promise<void>): Promise<void> {
+  run(job: ClaimedJob, run: (trace: AttemptTrace | undefined) => Promise<void>): Promise<void> {
+    if (this.recording) return this.traced(job, run);
+    if (!this.propagating) return run(undefined);
+    const api = this.api;
+    const producer = parseTraceparent(api, job.traceparent);
+    const noop = api.trace.wrapSpanContext(producer ?? api.INVALID_SPAN_CONTEXT);
+    return api.context.with(api.trace.setSpan(api.ROOT_CONTEXT, noop), () => run(undefined));
+  }
+
+  private async traced(job: ClaimedJob, run: (trace: AttemptTrace) => Promise<void>): Promise<void> {
     const api = this.api;
     const producer = parseTraceparent(api, job.traceparent);
     const parent = producer === undefined ? api.ROOT_CONTEXT : api.trace.setSpanContext(api.ROOT_CONTEXT, producer);

@@ -17,5 +17,8 @@ export interface AttemptTrace {
 
 /** Runs attempts in spans (spans.ts's AttemptTracing). */
 export interface AttemptTracer {
-  run(job: ClaimedJob, run: (trace: AttemptTrace) => Promise<void>): Promise<void>;
+  /** `trace` is undefined when no span is made (no SDK registered). */
+  run(job: ClaimedJob, run: (trace: AttemptTrace | undefined) => Promise<void>): Promise<void>;
+  /** Reads again whether spans are recorded (an SDK registered): once per claim batch. */
+  refresh(): void;
 }

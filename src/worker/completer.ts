@@ -40,10 +40,7 @@ export class Completer {
         const batch = this.pending.splice(0, this.state.settings.completionBatch);
         let completed: Set<string>;
         try {
-          const ids = await sql.completeMany(
-            this.state.calls,
-            batch.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt })),
-          );
+          const ids = await sql.completeClaimed(this.state.calls, batch);
           completed = new Set(ids);
           failures = 0;
         } catch (error) {
@@ -60,7 +57,7 @@ export class Completer {
         }
         for (const held of batch) {
           if (completed.has(held.job.id)) {
-            this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
+            if (this.state.listening("job:success")) this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
           } else {
             await this.reportSkipped(held);
           }

@@ -130,6 +130,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
       tracing: undefined,
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
+      listening: (event) => this.listenerCount(event) > 0,
       report: (during, error) => this.report(during, error),
       reached: () => this.outage.reached(),
       wakeAt: (at) => this.wakeUps.wakeAt(at),
@@ -298,6 +299,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private onClaimed(jobs: ClaimedJob[], asked: number): void {
     this.state.held.claimed(jobs, asked);
     if (jobs.length === 0) return;
+    this.state.tracing?.refresh();
     this.startClaimed();
     // Payloads larger than any seen lately can bring the buffer over its byte budget.
     const givingBack = releaseOverBudget(this.state).finally(() => this.givingBack.delete(givingBack));
@@ -320,14 +322,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private startJob(held: HeldJob): void {
-    const done = runJob(this.state, held, this.completer)
-      .catch((error) => this.report(`running job ${held.job.id}`, error))
-      .finally(() => {
-        // runJob gives the slot back itself; this only covers a throw before it did.
-        this.state.held.freeSlot(held);
-        this.inFlight.delete(held);
-      });
-    this.inFlight.set(held, done);
+    this.inFlight.set(held, this.runStarted(held));
+  }
+
+  /** One async function rather than .catch().finally(): two promises fewer per job. */
+  private async runStarted(held: HeldJob): Promise<void> {
+    try {
+      await runJob(this.state, held, this.completer);
+    } catch (error) {
+      this.report(`running job ${held.job.id}`, error);
+    } finally {
+      // runJob gives the slot back itself; this only covers a throw before it did.
+      this.state.held.freeSlot(held);
+      this.inFlight.delete(held);
+    }
   }
 
   private readonly wake = (): void => this.claimLoop.wake();

@@ -47,7 +47,7 @@ export async function runEffect<T>(
   if (typeof key !== "string" || key === "") throw new TypeError("ctx.effect: key must be a non-empty string");
   if (typeof fn !== "function") throw new TypeError("ctx.effect: fn must be a function (key) => result");
   // A lost lease (or a shutdown past its timeout): start no new external call.
-  held.controller.signal.throwIfAborted();
+  if (held.abortedBy !== undefined) throw held.abortedBy;
   const owner = effectOwner(state, held);
   const claim = await sql.effectClaim(state.calls, key, owner, {
     staleAfter: options.staleAfter,

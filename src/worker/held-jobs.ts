@@ -66,7 +66,10 @@ export interface HeldJob {
   readonly task: NormalizedTask | undefined;
   /** Written by HeldJobs only. */
   phase: Phase;
-  readonly controller: AbortController;
+  /** ctx.signal's controller, made on first use (signalOf): most handlers never read the signal. */
+  controller: AbortController | undefined;
+  /** Why the attempt was aborted (lease lost, shutdownTimeout): set once, by abortAttempt. */
+  abortedBy: Error | undefined;
   /**
    * A heartbeat found the job no longer held by this attempt (rescued,
    * cancelled, taken by a newer attempt): its result is discarded. Not the
@@ -88,6 +91,22 @@ export interface HeldJob {
 /** Handed back at shutdown: whatever its handler does from now on is ignored. */
 export function isReleased(held: HeldJob): boolean {
   return held.phase === "released";
+}
+
+/** The attempt's ctx.signal: aborted already when the attempt was (abortAttempt) before anyone asked for it. */
+export function signalOf(held: HeldJob): AbortSignal {
+  if (held.controller === undefined) {
+    held.controller = new AbortController();
+    if (held.abortedBy !== undefined) held.controller.abort(held.abortedBy);
+  }
+  return held.controller.signal;
+}
+
+/** Aborts the attempt's ctx.signal with `reason`; the first reason counts, as with AbortController. */
+export function abortAttempt(held: HeldJob, reason: Error): void {
+  if (held.abortedBy !== undefined) return;
+  held.abortedBy = reason;
+  held.controller?.abort(reason);
 }
 
 export class HeldJobs {
@@ -178,14 +197,16 @@ export class HeldJobs {
    */
   claimed(jobs: readonly ClaimedJob[], asked?: number): void {
     if (asked !== undefined) this.window.claimed(asked, jobs.length, this.now());
+    const claimedAt = performance.now();
     for (const job of jobs) {
       const held: HeldJob = {
         job,
         task: this.tasks.get(job.task),
         phase: "claimed",
-        controller: new AbortController(),
+        controller: undefined,
+        abortedBy: undefined,
         fencedOut: false,
-        startedAt: performance.now(),
+        startedAt: claimedAt,
         endedAt: undefined,
         snoozeDelay: undefined,
         trace: undefined,
@@ -266,7 +287,7 @@ export class HeldJobs {
     const phase = held.phase;
     if (held.fencedOut || !this.holds(held) || (phase !== "claimed" && phase !== "started")) return undefined;
     held.fencedOut = true;
-    held.controller.abort(new LeaseLostError(`lease lost: attempt ${held.job.attempt} no longer holds job ${held.job.id}`));
+    abortAttempt(held, new LeaseLostError(`lease lost: attempt ${held.job.attempt} no longer holds job ${held.job.id}`));
     if (phase === "claimed") this.remove(held);
     return phase;
   }

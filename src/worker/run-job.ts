@@ -55,7 +55,7 @@ export function runJob(state: WorkerState, held: HeldJob, completer: Completer):
 }
 
 async function runAttempt(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
-  state.emit("job:start", { ...jobEvent(state, held), reclaimed: held.job.reclaimed });
+  if (state.listening("job:start")) state.emit("job:start", { ...jobEvent(state, held), reclaimed: held.job.reclaimed });
   if (held.task?.transactional) {
     await runTransactional(state, held, held.task);
     return;
@@ -83,7 +83,7 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
   try {
     await sql.complete(state.calls, held.job.id, held.job.attempt, result);
     held.trace?.end("succeeded");
-    state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
+    if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
     const error = asLost(caught);
     if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
@@ -189,7 +189,7 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
       state.emit("job:duplicate", { ...jobEvent(state, held), durationMs: durationOf(held), guardKey: duplicateOf });
     } else {
       held.trace?.end("succeeded");
-      state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
+      if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
     }
     state.held.remove(held);
     return;

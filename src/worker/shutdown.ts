@@ -4,7 +4,7 @@ import { constants } from "node:os";
 import * as sql from "../sql-api.ts";
 import { LeaseLostError } from "../errors.ts";
 import { errorInfo, leaseLostFields } from "./events.ts";
-import type { HeldJob } from "./held-jobs.ts";
+import { abortAttempt, type HeldJob } from "./held-jobs.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
 /** The reason ctx.signal aborts with when shutdownTimeout ran out. */
@@ -99,7 +99,7 @@ async function giveBack(state: WorkerState, claimed: readonly HeldJob[]): Promis
 export async function handBack(state: WorkerState, held: HeldJob): Promise<void> {
   state.held.release(held);
   const reason = new WorkerShutdownError(state.settings.shutdownTimeoutMs);
-  held.controller.abort(reason);
+  abortAttempt(held, reason);
   const tx = held.tx;
   if (tx !== undefined) {
     held.tx = undefined;

@@ -21,6 +21,8 @@ export interface WorkerState {
   /** Attempt spans; undefined while tracing is off (disabled, @opentelemetry/api absent, or before start()). */
   tracing: AttemptTracer | undefined;
   emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void;
+  /** Someone listens to `event`: the per-job paths build an event only then. */
+  listening(event: keyof WorkerEvents): boolean;
   /** worker:error for a failure outside a job (once per outage for connection failures: outage.ts). */
   report(during: string, error: unknown): void;
   /** A call reached the database: ends an outage (worker:reconnected). */
