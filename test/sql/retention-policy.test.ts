@@ -52,6 +52,13 @@ async function exists(c: Queryable, id: string): Promise<boolean> {
   return (await count(c, "SELECT 1 FROM idemq.jobs WHERE id = $1", [id])) === 1;
 }
 
+/** exists() of each id, one query at a time: c is one connection (concurrent queries on one pg.Client are deprecated). */
+async function existing(c: Queryable, ids: readonly string[]): Promise<boolean[]> {
+  const found: boolean[] = [];
+  for (const id of ids) found.push(await exists(c, id));
+  return found;
+}
+
 /** Every row of idemq.retention and the retention settings, to show nothing was written. */
 async function retentionState(c: Queryable): Promise<unknown> {
   const overrides = await c.query("SELECT queue, task, state::text, keep::text FROM idemq.retention ORDER BY 1, 2, 3");
@@ -155,7 +162,7 @@ describe("overrides: task > queue > default", () => {
       await finishedAgo(c, elsewhere, "-2 hours");
       await finishedAgo(c, failedInQueue, "-2 hours");
       expect(await applyRetention(c)).toBe(1);
-      expect(await Promise.all([inQueue, youngInQueue, elsewhere, failedInQueue].map((id) => exists(c, id)))).toEqual([
+      expect(await existing(c, [inQueue, youngInQueue, elsewhere, failedInQueue])).toEqual([
         false,
         true,
         true,
@@ -175,7 +182,7 @@ describe("overrides: task > queue > default", () => {
       await finishedAgo(c, gone, "-8 days");
       await finishedAgo(c, veryOld, "-366 days");
       expect(await applyRetention(c)).toBe(2);
-      expect(await Promise.all([kept, gone, veryOld].map((id) => exists(c, id)))).toEqual([true, false, false]);
+      expect(await existing(c, [kept, gone, veryOld])).toEqual([true, false, false]);
     });
   });
 
@@ -194,7 +201,7 @@ describe("overrides: task > queue > default", () => {
       await finishedAgo(c, taskElsewhere, "-8 days");
       await finishedAgo(c, taskOld, "-10 days -1 second");
       expect(await applyRetention(c)).toBe(2);
-      expect(await Promise.all([taskInQueue, otherInQueue, taskElsewhere, taskOld].map((id) => exists(c, id)))).toEqual([
+      expect(await existing(c, [taskInQueue, otherInQueue, taskElsewhere, taskOld])).toEqual([
         true,
         false,
         true,
@@ -431,7 +438,7 @@ describe("purge in batches", () => {
         c.query<{ n: number }>("SELECT idemq.purge(older_than => '1 hour', batch_size => $1) AS n", [n]).then((r) => r.rows[0]!.n);
       expect(await batch(3)).toBe(3);
       // succeeded comes first in terminal_states(): its three oldest (ids 0, 2, 4) went.
-      expect(await Promise.all(ids.map((id) => exists(c, id)))).toEqual([false, true, false, true, false, true, true]);
+      expect(await existing(c, ids)).toEqual([false, true, false, true, false, true, true]);
       expect(await batch(3)).toBe(3);
       expect(await batch(3)).toBe(1);
       expect(await batch(3)).toBe(0);
