@@ -104,6 +104,11 @@ describe("worker processes across server restarts", () => {
     );
     expect(rows[0]).toEqual({ rows: JOBS, orders: JOBS });
     for (const worker of workers) {
+      // An outage ends (worker:reconnected) at the worker's next call that gets through, which
+      // may come after the other worker finished the last jobs (its poll, 500 ms here).
+      await waitFor(() => worker.count("worker:reconnected") >= worker.count("worker:error"), {
+        what: `worker ${worker.pid}: every outage it reported ended (worker:reconnected)`,
+      });
       const errors = worker.count("worker:error");
       const reconnected = worker.count("worker:reconnected");
       console.log(`worker ${worker.pid}: ${errors} worker:error, ${reconnected} worker:reconnected`);
