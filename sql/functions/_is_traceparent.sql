@@ -1,9 +1,13 @@
 -- idemq._is_traceparent(value text) RETURNS boolean
 --
 -- Whether `value` is a W3C Trace Context traceparent of version 00, the
--- shape idemq stores in idemq.jobs.traceparent: the one definition that the
--- table's CHECK (jobs_traceparent_w3c) and enqueue's value rules
--- (_job_problem) share.
+-- shape idemq stores in idemq.jobs.traceparent: the one definition of the
+-- rule that enqueue's value rules (_job_problem) call and the table's CHECK
+-- (jobs_traceparent_w3c) spells with the same regular expression, which a
+-- contract test holds equal (test/contract/checks.test.ts). The CHECK does
+-- not call this function: PostgreSQL prepares a table's CHECKs at every
+-- statement and inlines a SQL function anew each time, 154,000 instructions
+-- a statement against 26,000 for the regular expression spelt out (0022).
 --
 -- Guarantees:
 --   * true for `00-<trace-id>-<parent-id>-<flags>`: 32, 16 and 2 lower-case
@@ -14,17 +18,16 @@
 --     worker.
 --   * NULL for NULL (a job without a trace context), so the CHECK accepts it
 --     and _job_problem finds no problem.
---   * A SQL-standard body of one expression, IMMUTABLE: the planner inlines
---     it into _job_problem and so into _parse_jobs' statement.
+--   * A SQL-standard body of one regular expression, IMMUTABLE: the planner
+--     inlines it into _job_problem and so into _parse_jobs' statement. The
+--     lookaheads (?!0{32}) and (?!0{16}) refuse the all-zero ids.
 -- Concurrency: none (reads only its argument).
 -- Errors: none.
--- Tests: test/sql/traceparent.test.ts
+-- Tests: test/sql/traceparent.test.ts, test/contract/checks.test.ts
 CREATE OR REPLACE FUNCTION idemq._is_traceparent(value text)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN value ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
-   AND substr(value, 4, 32) <> '00000000000000000000000000000000'
-   AND substr(value, 37, 16) <> '0000000000000000';
+RETURN value ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$';
 
 COMMENT ON FUNCTION idemq._is_traceparent(text) IS
   'Whether a value is a W3C traceparent of version 00 (the shape of idemq.jobs.traceparent); NULL for NULL.';

@@ -103,7 +103,11 @@ describe("TypeScript constants equal the catalog", () => {
 });
 
 describe("literal state lists in the schema", () => {
-  const literals = (definition: string) => [...definition.matchAll(/'(\w+)'::idemq\.job_state/g)].map((m) => m[1]!);
+  // A state is spelt as 'name'::idemq.job_state, or inside an array constant '{a,b}'::idemq.job_state[].
+  const literals = (definition: string) => [
+    ...[...definition.matchAll(/'(\w+)'::idemq\.job_state\b(?!\[)/g)].map((m) => m[1]!),
+    ...[...definition.matchAll(/'\{([\w,]+)\}'::idemq\.job_state\[\]/g)].flatMap((m) => m[1]!.split(",")),
+  ];
 
   async function definitions(): Promise<Array<{ kind: string; name: string; def: string }>> {
     const { rows } = await db.pool.query<{ kind: string; name: string; def: string }>(`
