@@ -5,7 +5,7 @@
 // a two-byte character.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase } from "../helpers/db.ts";
+import { backendPid, expectSqlError, freshDatabase, inRollback, type PgError, type Queryable, type TestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claimJob, claimOne, fail, makeDue } from "../helpers/work.ts";
@@ -290,13 +290,79 @@ describe("enqueue limits: enqueue and every enqueue_many element refuse alike", 
     });
   });
 
-  it("a missing limit row raises 42704 for enqueue and enqueue_many, never a silent pass", async () => {
+  it("a limit row cannot go missing: deleting one raises 42704 and enqueue and enqueue_many still check the limit, never a silent pass", async () => {
     await inRollback(db.pool, async (c) => {
-      await c.query("DELETE FROM idemq.settings WHERE name = 'task_bytes'");
-      await expectSqlError(underSavepoint(c, () => c.query(one(""), ["t"])), { code: "42704", message: /task_bytes/ });
-      await expectSqlError(underSavepoint(c, () => c.query(many, [batch()])), { code: "42704", message: /task_bytes/ });
+      await c.query("UPDATE idemq.settings SET value = 4 WHERE name = 'task_bytes'");
+      await expectSqlError(underSavepoint(c, () => c.query("DELETE FROM idemq.settings WHERE name = 'task_bytes'")), {
+        code: "42704",
+        message: /task_bytes/,
+      });
+      await refusedBoth(c, "", ["ttttt"], { task: "ttttt" }, /task is 5 bytes, over the limit of 4 bytes/);
     });
   });
+
+  describe("idemq.enqueue_limits: the row enqueues read, kept from idemq.settings (0023)", () => {
+  const FIELDS = ["payload_bytes", "key_bytes", "task_bytes", "parents_per_job", "jobs_per_call", "duration_days"];
+
+  /** The kept row, and the settings rows of its fields, as name -> value. */
+  async function keptAndSettings(c: Queryable): Promise<{ kept: Array<Record<string, string>>; settings: Record<string, string> }> {
+    const kept = await c.query<Record<string, string>>("SELECT * FROM idemq.enqueue_limits");
+    const settings = await c.query<{ name: string; value: string }>("SELECT name, value FROM idemq.settings WHERE name = ANY ($1)", [FIELDS]);
+    return { kept: kept.rows, settings: Object.fromEntries(settings.rows.map((r) => [r.name, r.value])) };
+  }
+
+  it("holds exactly one row, whose fields are the settings rows of their names: after install, after an UPDATE of one, of all, and of none", async () => {
+    await inRollback(db.pool, async (c) => {
+      const installed = await keptAndSettings(c);
+      expect(Object.keys(installed.settings).sort()).toEqual([...FIELDS].sort());
+      expect(installed.kept).toEqual([installed.settings]);
+      await c.query("UPDATE idemq.settings SET value = 7 WHERE name = 'key_bytes'");
+      const one = await keptAndSettings(c);
+      expect(one.kept).toEqual([{ ...installed.settings, key_bytes: "7" }]);
+      await c.query("UPDATE idemq.settings SET value = min_value WHERE name = ANY ($1)", [FIELDS]);
+      const all = await keptAndSettings(c);
+      expect(all.kept).toEqual([all.settings]);
+      expect(all.settings).not.toEqual(installed.settings);
+      await c.query("UPDATE idemq.settings SET value = value WHERE false");
+      expect((await keptAndSettings(c)).kept).toEqual([all.settings]);
+    });
+  });
+
+  it("two admins changing two limits at once leave both in the row: the second waits for the first and reads its change", async () => {
+    const before = (await keptAndSettings(db.pool)).settings;
+    const a = await db.pool.connect();
+    const b = await db.pool.connect();
+    try {
+      await a.query("BEGIN");
+      await a.query("UPDATE idemq.settings SET value = 11 WHERE name = 'task_bytes'");
+      await b.query("BEGIN");
+      const bPid = await backendPid(b);
+      const second = b.query("UPDATE idemq.settings SET value = 13 WHERE name = 'key_bytes'");
+      // b's trigger waits for the kept row a's trigger locked.
+      expect(await waitUntilBlocked(db.pool, bPid)).toEqual([await backendPid(a)]);
+      await a.query("COMMIT");
+      await second;
+      await b.query("COMMIT");
+      expect((await keptAndSettings(a)).kept).toEqual([{ ...before, task_bytes: "11", key_bytes: "13" }]);
+      // Enqueues see both: a task of 12 bytes and a key of 14 bytes are refused.
+      await inRollback(db.pool, async (c) => {
+        await refusedBoth(c, "", ["t".repeat(12)], { task: "t".repeat(12) }, /task is 12 bytes, over the limit of 11 bytes/);
+        await refusedBoth(c, ", idempotency_key => $2", ["t", "k".repeat(14)], { task: "t", idempotency_key: "k".repeat(14) },
+          /idempotency_key is 14 bytes, over the limit of 13 bytes/);
+      });
+    } finally {
+      await a.query("ROLLBACK").catch(() => undefined);
+      await b.query("ROLLBACK").catch(() => undefined);
+      a.release();
+      b.release();
+      // The other tests of this file expect the limits as they were.
+      for (const name of ["task_bytes", "key_bytes"]) {
+        await db.pool.query("UPDATE idemq.settings SET value = $2 WHERE name = $1", [name, before[name]]);
+      }
+    }
+    expect((await keptAndSettings(db.pool)).kept).toEqual([before]);
+  });
+});
 });
 
 describe("worker_id_bytes: claim", () => {

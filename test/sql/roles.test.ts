@@ -149,6 +149,8 @@ const OPERATIONS: Operation[] = [
     sql: () => ["INSERT INTO idemq.jobs (task, queue, payload, state, priority, run_at, max_attempts) VALUES ('x', 'q', '{}', 'enqueued', 0, now(), 1)", []],
   },
   { name: "use the job id sequence", sql: () => ["SELECT nextval('idemq.jobs_id_seq')", []] },
+  { name: "change a limit (idemq.settings.value)", sql: () => ["UPDATE idemq.settings SET value = 100 WHERE name = 'task_bytes'", []] },
+  { name: "write idemq.enqueue_limits directly", sql: () => ["UPDATE idemq.enqueue_limits SET task_bytes = 1", []] },
   { name: "call a private helper", sql: () => ["SELECT idemq._raise_not_held(job_id => $1, attempt => 0, operation => 'x')", [fx.held]] },
 ];
 
@@ -162,7 +164,7 @@ const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n
 const ALLOWED: Record<Who, string[]> = {
   producer: ["enqueue", "enqueue_many", ...CONSTANTS],
   worker: [...WORKER_OPS, ...CONSTANTS],
-  admin: [...FUNCTIONS, "read jobs (payloads)", "read keys"],
+  admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "change a limit (idemq.settings.value)"],
   stranger: [],
 };
 
@@ -202,6 +204,25 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
        ORDER BY 1, 2, 3`);
     expect(rows.filter((r) => !(r.grantee === ROLES.admin && r.privilege === "SELECT"))).toEqual([]);
     expect(rows.filter((r) => r.grantee === ROLES.admin).map((r) => r.table)).toContain("jobs");
+  });
+
+  it("an idemq_admin member's change of a limit reaches the row enqueues read, which the admin may not write", async () => {
+    const admin = sessions.admin;
+    await admin.query("BEGIN");
+    try {
+      await admin.query("UPDATE idemq.settings SET value = 5 WHERE name = 'task_bytes'");
+      expect((await admin.query("SELECT task_bytes FROM idemq.enqueue_limits")).rows).toEqual([{ task_bytes: "5" }]);
+      expect(await sqlState(admin.query("SELECT * FROM idemq.enqueue(task => 'sixsix', queue => $1)", [fx.queue]))).toBe("22023");
+    } finally {
+      await admin.query("ROLLBACK");
+    }
+    // Rolled back: the kept row is the settings row again.
+    const { rows } = await db.pool.query(
+      "SELECT l.task_bytes, s.value FROM idemq.enqueue_limits l, idemq.settings s WHERE s.name = 'task_bytes'",
+    );
+    expect(rows).toHaveLength(1);
+    expect(rows[0].task_bytes).toBe(rows[0].value);
+    expect(rows[0].task_bytes).not.toBe("5");
   });
 
   it("_grant_roles again grants the same and changes no privilege (idempotent)", async () => {
