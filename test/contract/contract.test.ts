@@ -445,14 +445,15 @@ describe("privileges", () => {
     expect(rows.filter((r) => r.sql_body && r.config !== null).map((r) => r.name)).toEqual([]);
   });
 
-  it("every public function but the two constants is SECURITY DEFINER; no private helper is but the settings trigger", async () => {
+  it("every public function but the two constants is SECURITY DEFINER; no private helper is but the settings triggers", async () => {
     const { rows } = await db.pool.query<{ name: string; definer: boolean }>(`
       SELECT p.proname AS name, p.prosecdef AS definer
         FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace ORDER BY 1`);
     const constants = ["active_states", "terminal_states"];
     // idemq_admin UPDATEs idemq.settings directly, and this trigger then
-    // rewrites idemq.enqueue_limits, on which idemq_admin holds no write privilege.
-    const definerTriggers = ["_keep_enqueue_limits"];
+    // rewrites idemq.enqueue_limits and idemq.success_retention, on which
+    // idemq_admin holds no write privilege.
+    const definerTriggers = ["_keep_enqueue_limits", "_keep_success_retention"];
     expect(rows.filter((r) => r.name.startsWith("_") && r.definer).map((r) => r.name)).toEqual(definerTriggers);
     expect(rows.filter((r) => !r.name.startsWith("_") && !constants.includes(r.name) && !r.definer).map((r) => r.name)).toEqual([]);
     expect(rows.filter((r) => constants.includes(r.name) && r.definer).map((r) => r.name)).toEqual([]);

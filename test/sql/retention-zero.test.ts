@@ -186,3 +186,48 @@ describe("retention 0 by override", () => {
     });
   });
 });
+
+describe("idemq.success_retention: the row completions read, kept from idemq.settings and idemq.retention (0025)", () => {
+  type Kept = { default_zero: boolean; zero_tasks: string[]; kept_tasks: string[]; zero_queues: string[]; kept_queues: string[] };
+
+  async function kept(c: Queryable): Promise<Kept[]> {
+    return (await c.query<Kept>("SELECT * FROM idemq.success_retention")).rows;
+  }
+
+  it("holds exactly one row that follows each change of the default and of the overrides, in the writer's transaction", async () => {
+    const before = await kept(db.pool);
+    expect(before).toHaveLength(1);
+    await inRollback(db.pool, async (c) => {
+      const [t1, t2, q1] = [unique("t"), unique("t"), unique("q")];
+      await c.query("UPDATE idemq.settings SET value = 3600 WHERE name = 'retention_succeeded_seconds'");
+      expect(await kept(c)).toEqual([{ default_zero: false, zero_tasks: [], kept_tasks: [], zero_queues: [], kept_queues: [] }]);
+      await setRetention(c, { state: "succeeded", keep: "0", task: t2 });
+      await setRetention(c, { state: "succeeded", keep: "0", task: t1 });
+      await setRetention(c, { state: "succeeded", keep: "1 day", queue: q1 });
+      await setRetention(c, { state: "failed", keep: "0", task: unique("t") });
+      expect(await kept(c)).toEqual([
+        { default_zero: false, zero_tasks: [t1, t2].sort(), kept_tasks: [], zero_queues: [], kept_queues: [q1] },
+      ]);
+      expect((await c.query("SELECT any_zero FROM idemq._success_retention()")).rows).toEqual([{ any_zero: true }]);
+      await setRetention(c, { state: "succeeded", keep: null, task: t1 });
+      await setRetention(c, { state: "succeeded", keep: null, task: t2 });
+      await c.query("UPDATE idemq.settings SET value = 0 WHERE name = 'retention_succeeded_seconds'");
+      expect(await kept(c)).toEqual([{ default_zero: true, zero_tasks: [], kept_tasks: [], zero_queues: [], kept_queues: [q1] }]);
+      // A TRUNCATE of the overrides is followed as well.
+      await c.query("TRUNCATE idemq.retention");
+      expect(await kept(c)).toEqual([{ default_zero: true, zero_tasks: [], kept_tasks: [], zero_queues: [], kept_queues: [] }]);
+    });
+    // Rolled back: the row is as it was.
+    expect(await kept(db.pool)).toEqual(before);
+  });
+
+  it("a completion follows a change made earlier in its own transaction: an override of 1 day keeps the job", async () => {
+    await inRollback(db.pool, async (c) => {
+      const task = unique("t");
+      const job = await running(c, { task });
+      await setRetention(c, { state: "succeeded", keep: "1 day", task });
+      await complete(c, job.id, job.attempt, { ok: 3 });
+      expect(await jobRow(c, job.id)).toMatchObject({ state: "succeeded", result: { ok: 3 } });
+    });
+  });
+});

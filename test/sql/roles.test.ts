@@ -151,6 +151,7 @@ const OPERATIONS: Operation[] = [
   { name: "use the job id sequence", sql: () => ["SELECT nextval('idemq.jobs_id_seq')", []] },
   { name: "change a limit (idemq.settings.value)", sql: () => ["UPDATE idemq.settings SET value = 100 WHERE name = 'task_bytes'", []] },
   { name: "write idemq.enqueue_limits directly", sql: () => ["UPDATE idemq.enqueue_limits SET task_bytes = 1", []] },
+  { name: "write idemq.success_retention directly", sql: () => ["UPDATE idemq.success_retention SET default_zero = NOT default_zero", []] },
   { name: "call a private helper", sql: () => ["SELECT idemq._raise_not_held(job_id => $1, attempt => 0, operation => 'x')", [fx.held]] },
 ];
 
@@ -206,12 +207,16 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
     expect(rows.filter((r) => r.grantee === ROLES.admin).map((r) => r.table)).toContain("jobs");
   });
 
-  it("an idemq_admin member's change of a limit reaches the row enqueues read, which the admin may not write", async () => {
+  it("an idemq_admin member's change of a setting reaches the rows enqueues and completions read, which the admin may not write", async () => {
     const admin = sessions.admin;
     await admin.query("BEGIN");
     try {
       await admin.query("UPDATE idemq.settings SET value = 5 WHERE name = 'task_bytes'");
       expect((await admin.query("SELECT task_bytes FROM idemq.enqueue_limits")).rows).toEqual([{ task_bytes: "5" }]);
+      // And a change of the succeeded default reaches the row completions read.
+      await admin.query("UPDATE idemq.settings SET value = 0 WHERE name = 'retention_succeeded_seconds'");
+      expect((await admin.query("SELECT default_zero FROM idemq.success_retention")).rows).toEqual([{ default_zero: true }]);
+      // Last: the refused enqueue ends the transaction's use.
       expect(await sqlState(admin.query("SELECT * FROM idemq.enqueue(task => 'sixsix', queue => $1)", [fx.queue]))).toBe("22023");
     } finally {
       await admin.query("ROLLBACK");
