@@ -189,7 +189,7 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
   throw new Error("expected the statement to fail, but it succeeded");
 }
 
-export type Queryable = pg.Pool | pg.ClientBase;
+type Queryable = pg.Pool | pg.ClientBase;
 
 /** The backend PID of a connection, for waitUntilBlocked. */
 export async function backendPid(client: pg.ClientBase): Promise<number> {

@@ -5,8 +5,8 @@
 // a two-byte character.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, type PgError, type Queryable, type TestDatabase, waitUntilBlocked } from "../helpers/db.ts";
-import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
+import { backendPid, expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase, waitUntilBlocked } from "../helpers/db.ts";
+import { jobRow, makeJob, type Queryable, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claimJob, claimOne, fail, makeDue } from "../helpers/work.ts";
 
