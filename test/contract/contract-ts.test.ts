@@ -289,16 +289,23 @@ describe("fromPgError", () => {
 });
 
 describe("generated calls", () => {
-  it("names parameters in declaration order, whatever the caller's key order", () => {
+  it("passes parameters in declaration order, whatever the caller's key order: by position up to the first one left out, by name after it", () => {
     const a = buildCall("enqueue", { task: "t", idempotency_key: "k", queue: "q" });
     const b = buildCall("enqueue", { queue: "q", idempotency_key: "k", task: "t" });
-    expect(a.text).toBe("SELECT * FROM idemq.enqueue(task => $1, queue => $2, idempotency_key => $3) AS r");
+    expect(a.text).toBe("SELECT * FROM idemq.enqueue($1, queue => $2, idempotency_key => $3) AS r");
     expect(b).toEqual(a);
+    expect(buildCall("enqueue", { task: "t", payload: "{}", queue: "q", priority: 2 }).text).toBe(
+      "SELECT * FROM idemq.enqueue($1, $2, $3, priority => $4) AS r",
+    );
+    expect(buildCall("enqueue", { payload: "{}", task: "t" })).toEqual({
+      text: "SELECT * FROM idemq.enqueue($1, $2) AS r",
+      values: ["t", "{}"],
+    });
   });
 
   it("leaves undefined options out and passes null as SQL NULL", () => {
     expect(buildCall("claim", { worker_id: "w", queues: null, lease: undefined })).toEqual({
-      text: "SELECT * FROM idemq.claim(worker_id => $1, queues => $2) AS r",
+      text: "SELECT * FROM idemq.claim($1, $2) AS r",
       values: ["w", null],
     });
     expect(buildCall("rescue", {}).text).toBe("SELECT * FROM idemq.rescue() AS r");
@@ -315,7 +322,7 @@ describe("generated calls", () => {
     expect(res).toEqual({ jobId: "9007199254740993", deduplicated: false });
     expect(calls[0]).toEqual({
       text:
-        "SELECT * FROM idemq.enqueue(task => $1, payload => $2, run_at => statement_timestamp() + $3::interval, " +
+        "SELECT * FROM idemq.enqueue($1, $2, run_at => statement_timestamp() + $3::interval, " +
         "duplicate_policy => $4, backoff => $5, after => $6) AS r",
       values: [
         "send",
@@ -348,14 +355,14 @@ describe("generated calls", () => {
       { task: "b" },
     ]);
     expect(res).toEqual([{ ordinal: 1, jobId: "5", outcome: "created" }]);
-    expect(calls[0]!.text).toBe("SELECT * FROM idemq.enqueue_many(jobs => $1) AS r ORDER BY r.ordinal");
+    expect(calls[0]!.text).toBe("SELECT * FROM idemq.enqueue_many($1) AS r ORDER BY r.ordinal");
     expect(calls[0]!.values).toEqual([
       '[{"task":"a","payload":{"x":1},"run_at":"2030-01-01T00:00:00Z","max_attempts":3,"after":[9007199254740993]},' +
         '{"task":"b"}]',
     ]);
   });
 
-  it("schedule names its parameters in declaration order, converts misfireGrace to an interval and leaves unset options out", async () => {
+  it("schedule passes its parameters in declaration order, converts misfireGrace to an interval and leaves unset options out", async () => {
     const { db, calls } = recorder([{ r: new Date("2030-01-01T00:00:00Z") }]);
     const next = await schedule(db, {
       maxAttempts: 3,
@@ -369,7 +376,7 @@ describe("generated calls", () => {
     expect(next).toEqual(new Date("2030-01-01T00:00:00Z"));
     expect(calls[0]).toEqual({
       text:
-        "SELECT * FROM idemq.schedule(name => $1, cron => $2, task => $3, payload => $4, overlap => $5, " +
+        "SELECT * FROM idemq.schedule($1, $2, $3, $4, overlap => $5, " +
         "misfire_grace => $6, max_attempts => $7) AS r",
       values: ["n", "@every 5s", "report", '{"a":[1]}', "queue_one", "2 minutes", 3],
     });
@@ -395,7 +402,7 @@ describe("generated calls", () => {
     const { db, calls } = recorder([{ r: new Date("2030-01-01T00:00:00Z") }, { r: new Date("2030-01-02T00:00:00Z") }]);
     const slots = await scheduleNext(db, { cron: "@daily", count: 2 });
     expect(slots).toEqual([new Date("2030-01-01T00:00:00Z"), new Date("2030-01-02T00:00:00Z")]);
-    expect(calls[0]).toEqual({ text: "SELECT * FROM idemq.schedule_next(cron => $1, count => $2) AS r", values: ["@daily", 2] });
+    expect(calls[0]).toEqual({ text: "SELECT * FROM idemq.schedule_next($1, count => $2) AS r", values: ["@daily", 2] });
   });
 
   it("maps SQL errors raised by a call", async () => {

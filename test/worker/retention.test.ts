@@ -62,7 +62,7 @@ describe("retainer.runOnce()", () => {
       expect(await w.retainer.runOnce()).toBe(35);
       const calls = query.mock.calls.map(([config]) => (typeof config === "string" ? config : (config as { text: string }).text));
       expect(calls.filter((text) => text.includes("apply_retention"))).toEqual(
-        Array(4).fill("SELECT * FROM idemq.apply_retention(batch_size => $1) AS r"),
+        Array(4).fill("SELECT * FROM idemq.apply_retention($1) AS r"),
       );
       const sizes = query.mock.calls
         .map(([config]) => config as unknown as { text?: string; values?: unknown[] })
