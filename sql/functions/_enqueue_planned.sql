@@ -24,6 +24,14 @@ CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], key
 RETURNS idemq._planned_job[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- Generic plans: with a custom plan (the first five calls of a session, and
+-- after them whenever its estimate wins) each statement that reads the
+-- jobs array took the whole array into its plan as a constant, copied it
+-- and planned around it at every call: 1,100 instructions per job of a
+-- 10,000-job enqueue_many, 2,900 with keys (callgrind, PostgreSQL 15;
+-- bench/FINDINGS.md). enqueue_many, _parse_jobs and _insert_jobs are set
+-- the same way, for the same reason.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error
 DECLARE

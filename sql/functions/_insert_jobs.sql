@@ -25,6 +25,8 @@ CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed b
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- Generic plans, so the jobs array stays a parameter: see _enqueue_planned.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error
 DECLARE

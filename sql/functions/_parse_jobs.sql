@@ -35,6 +35,8 @@ CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._plan
                                              OUT parents boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- Generic plans, so the jobs array stays a parameter: see _enqueue_planned.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error
 DECLARE

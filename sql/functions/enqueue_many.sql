@@ -31,6 +31,8 @@ RETURNS TABLE(ordinal int, job_id bigint, outcome text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- Generic plans, so the jobs array stays a parameter: see _enqueue_planned.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error
 DECLARE
