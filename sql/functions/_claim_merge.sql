@@ -108,6 +108,8 @@ BEGIN
       SELECT j.id, j.priority, j.run_at
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
+        AND idemq._name_key(j.task) = idemq._name_key(k.task)
+        AND idemq._name_key(j.queue) = idemq._name_key(k.queue)
         AND j.task = k.task
         AND j.queue = k.queue
         AND j.run_at <= now()
@@ -209,6 +211,8 @@ BEGIN
         (SELECT j.id, j.priority, j.run_at
          FROM idemq.jobs j
          WHERE j.state IN ('enqueued', 'scheduled')
+           AND idemq._name_key(j.task) = idemq._name_key(k.task)
+           AND idemq._name_key(j.queue) = idemq._name_key(k.queue)
            AND j.task = k.task
            AND j.queue = k.queue
            AND j.priority = k.after_priority
@@ -223,6 +227,8 @@ BEGIN
         (SELECT j.id, j.priority, j.run_at
          FROM idemq.jobs j
          WHERE j.state IN ('enqueued', 'scheduled')
+           AND idemq._name_key(j.task) = idemq._name_key(k.task)
+           AND idemq._name_key(j.queue) = idemq._name_key(k.queue)
            AND j.task = k.task
            AND j.queue = k.queue
            AND j.priority < k.after_priority
@@ -236,6 +242,8 @@ BEGIN
          FROM idemq.jobs j
          WHERE k.after_priority > v_bound_priority
            AND j.state IN ('enqueued', 'scheduled')
+           AND idemq._name_key(j.task) = idemq._name_key(k.task)
+           AND idemq._name_key(j.queue) = idemq._name_key(k.queue)
            AND j.task = k.task
            AND j.queue = k.queue
            AND j.priority = v_bound_priority

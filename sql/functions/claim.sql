@@ -38,7 +38,8 @@
 --     index entry, for claims only SQL clients make: workers pass their
 --     tasks).
 -- Concurrency: FOR UPDATE SKIP LOCKED over the partial index
---   jobs_runnable_by_task_queue, walked one (task, queue) key at a time:
+--   jobs_runnable_by_task_queue, walked one (task, queue) key at a time
+--   (keyed by _name_key of each name, the names compared too):
 --   concurrent claimers never block each other and never get the same job.
 --   Jobs locked by another transaction (being claimed, cancelled...) are
 --   skipped, not waited for. A claim of several keys locks only the jobs it
@@ -102,15 +103,24 @@ BEGIN
   -- holds. The jobs whose previous attempt lost its lease are noted before the
   -- update resets the flag.
   --
-  -- One index holds the runnable jobs: jobs_runnable_by_task_queue (task,
-  -- queue, priority DESC, run_at, id), walked one (task, queue) key at a
-  -- time, where an equality on both leading columns leaves exactly that
-  -- key's jobs, already in claim order. The keys: the listed tasks crossed
-  -- with the listed queues; for a list that is NULL, the values present
-  -- among runnable jobs, read by a loose index scan (one index descent per
-  -- value: "next value after this one"), and for an unfiltered claim the
-  -- (task, queue) pairs present, read the same way; so finding the keys
-  -- costs the number of distinct keys, tasks or queues, not backlogs.
+  -- One index holds the runnable jobs: jobs_runnable_by_task_queue
+  -- (_name_key(task), _name_key(queue), priority DESC, run_at, id), walked
+  -- one (task, queue) key at a time, where an equality on both leading
+  -- columns leaves that key's jobs, already in claim order; each walk then
+  -- compares the names themselves (a Filter), so two names with one 64-bit
+  -- key never mix (_name_key). The keys: the listed tasks crossed with the
+  -- listed queues; for a list that is NULL, the values present among
+  -- runnable jobs, read by a loose index scan (one index descent per value:
+  -- "next key after this one", the name read from the row found), and for
+  -- an unfiltered claim the (task, queue) pairs present, read the same way;
+  -- so finding the keys costs the number of distinct keys, tasks or queues,
+  -- not backlogs. The loose scans read keys, not names: a name whose key
+  -- another name present shares is not listed (_name_key says what that
+  -- costs).
+  -- Why keys and not the names (migration 0028): with the variable-width
+  -- names first, every comparison of an index insertion walked them to
+  -- reach priority, run_at and id: 84.4k -> 71.4k instructions per job of
+  -- a 10,000-job enqueue_many (callgrind, PostgreSQL 15).
   -- Planner trap (why the index leads with task and queue, migration 0019):
   -- a filter on queue or task checked on the rows of a walk over an index
   -- in claim order alone (the former jobs_runnable (priority DESC, run_at,
@@ -122,37 +132,41 @@ BEGIN
   -- index per key: 0 rows removed, 3 buffers; claim(queues => '{B}', tasks
   -- => '{t}') 0.36-0.49 ms a call (500 calls, one session, loaded machine).
   -- Second trap, in the pair scan: "next pair" must be the row comparison
-  -- (j.task, j.queue) > (k.task, k.queue), which is an Index Cond that starts
-  -- the descent at the next pair. Spelt "j.task > $1 OR (j.task = $1 AND
-  -- j.queue > $2)" it is a Filter on a walk from the first entry: EXPLAIN
-  -- (ANALYZE, BUFFERS), generic plan, 50,000 runnable jobs over 50 pairs,
-  -- the step after the 49th pair: Rows Removed by Filter: 44000, 917
-  -- buffers, 8.6 ms; as a row comparison, 5 buffers, 0.04 ms. The whole pair
-  -- scan: Index Only Scan per step, 50 loops, 174 buffers, 0.7 ms.
-  -- Third trap (0019, gone with jobs_runnable): with statistics that saw one
-  -- queue and one task, an equality on either looked like it kept every row,
-  -- and a generic plan tied the two indexes and walked jobs_runnable with
-  -- the filter again (Rows Removed by Filter: 100000 per key, 201 ms); the
-  -- schema sets n_distinct = 100 on both columns. With one index the
-  -- planner has no other ordered walk: with n_distinct reset and statistics
-  -- of one or two keys, every walk below still takes this index (EXPLAIN,
-  -- generic plans, 50,000 runnable jobs). n_distinct stays (the schema's,
-  -- harmless here).
+  -- (task key, queue key) > (k.task_key, k.queue_key), which is an Index
+  -- Cond that starts the descent at the next pair. Spelt "j.task > $1 OR
+  -- (j.task = $1 AND j.queue > $2)" it is a Filter on a walk from the first
+  -- entry: EXPLAIN (ANALYZE, BUFFERS), generic plan, 50,000 runnable jobs
+  -- over 50 pairs, the step after the 49th pair: Rows Removed by Filter:
+  -- 44000, 917 buffers, 8.6 ms; as a row comparison, 5 buffers, 0.04 ms.
+  -- Third trap (0028), in the queue scan of a claim by tasks: a task-name
+  -- Filter on its step ("j.task = k.task") made the planner expect one row
+  -- and read the task's whole key with a Bitmap Heap Scan and a sort
+  -- (EXPLAIN ANALYZE, generic plan, 50,000 runnable jobs over 10 pairs:
+  -- rows=2500 per step); on the keys alone it is an Index Scan that stops
+  -- at the first entry (rows=1 per step). So the step compares keys only.
+  -- Fourth trap (0019, gone with jobs_runnable): with statistics that saw
+  -- one queue and one task, an equality on either looked like it kept every
+  -- row, and a generic plan tied the two indexes and walked jobs_runnable
+  -- with the filter again (Rows Removed by Filter: 100000 per key, 201 ms);
+  -- the schema sets n_distinct = 100 on both columns, which the key columns
+  -- of the index (expressions, with statistics of their own) no longer
+  -- read. n_distinct stays (the schema's, harmless here).
   IF queues IS NULL AND tasks IS NULL THEN
-    WITH RECURSIVE present(task, queue) AS (
-      (SELECT j.task, j.queue
+    WITH RECURSIVE present(task_key, queue_key, task, queue) AS (
+      (SELECT idemq._name_key(j.task), idemq._name_key(j.queue), j.task, j.queue
        FROM idemq.jobs j
        WHERE j.state IN ('enqueued', 'scheduled')
-       ORDER BY j.task, j.queue
+       ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
        LIMIT 1)
       UNION ALL
-      SELECT n.task, n.queue
+      SELECT n.task_key, n.queue_key, n.task, n.queue
       FROM present k
       CROSS JOIN LATERAL (
-        SELECT j.task, j.queue
+        SELECT idemq._name_key(j.task) AS task_key, idemq._name_key(j.queue) AS queue_key, j.task, j.queue
         FROM idemq.jobs j
-        WHERE j.state IN ('enqueued', 'scheduled') AND (j.task, j.queue) > (k.task, k.queue)
-        ORDER BY j.task, j.queue
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND (idemq._name_key(j.task), idemq._name_key(j.queue)) > (k.task_key, k.queue_key)
+        ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
         LIMIT 1
       ) n
     )
@@ -160,36 +174,55 @@ BEGIN
     INTO v_key_tasks, v_key_queues
     FROM present k;
   ELSIF tasks IS NULL THEN
-    WITH RECURSIVE present(task) AS (
-      SELECT (SELECT j.task FROM idemq.jobs j
-              WHERE j.state IN ('enqueued', 'scheduled')
-              ORDER BY j.task LIMIT 1)
+    WITH RECURSIVE present(task_key, task) AS (
+      (SELECT idemq._name_key(j.task), j.task
+       FROM idemq.jobs j
+       WHERE j.state IN ('enqueued', 'scheduled')
+       ORDER BY idemq._name_key(j.task)
+       LIMIT 1)
       UNION ALL
-      SELECT (SELECT j.task FROM idemq.jobs j
-              WHERE j.state IN ('enqueued', 'scheduled') AND j.task > t.task
-              ORDER BY j.task LIMIT 1)
-      FROM present t WHERE t.task IS NOT NULL
+      SELECT n.task_key, n.task
+      FROM present t
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.task) AS task_key, j.task
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled') AND idemq._name_key(j.task) > t.task_key
+        ORDER BY idemq._name_key(j.task)
+        LIMIT 1
+      ) n
     )
     SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
            coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
     INTO v_key_tasks, v_key_queues
-    FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q
-    WHERE t.task IS NOT NULL;
+    FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
   ELSIF queues IS NULL THEN
-    WITH RECURSIVE present(task, queue) AS (
-      SELECT u.task, (SELECT j.queue FROM idemq.jobs j
-                      WHERE j.state IN ('enqueued', 'scheduled') AND j.task = u.task
-                      ORDER BY j.queue LIMIT 1)
+    WITH RECURSIVE present(task, queue_key, queue) AS (
+      SELECT u.task, n.queue_key, n.queue
       FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND idemq._name_key(j.task) = idemq._name_key(u.task)
+        ORDER BY idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
       UNION ALL
-      SELECT k.task, (SELECT j.queue FROM idemq.jobs j
-                      WHERE j.state IN ('enqueued', 'scheduled') AND j.task = k.task AND j.queue > k.queue
-                      ORDER BY j.queue LIMIT 1)
-      FROM present k WHERE k.queue IS NOT NULL
+      SELECT k.task, n.queue_key, n.queue
+      FROM present k
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND idemq._name_key(j.task) = idemq._name_key(k.task)
+          AND idemq._name_key(j.queue) > k.queue_key
+        ORDER BY idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
     )
     SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
     INTO v_key_tasks, v_key_queues
-    FROM present k WHERE k.queue IS NOT NULL;
+    FROM present k;
   ELSE
     SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
     INTO v_key_tasks, v_key_queues
@@ -210,6 +243,8 @@ BEGIN
       SELECT j.id, j.lease_lost
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
+        AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
+        AND idemq._name_key(j.queue) = idemq._name_key(v_key_queues[1])
         AND j.task = v_key_tasks[1]
         AND j.queue = v_key_queues[1]
         AND j.run_at <= now()

@@ -168,6 +168,45 @@ describe("claim with several keys skips jobs another transaction holds", () => {
   });
 });
 
+// The index is keyed by 64-bit hashes of the names (_name_key), which two
+// names can share. Every walk compares the names too, so a collision never
+// hands out another task's or queue's job. Shown with the worst collision
+// there can be: _name_key replaced, in this transaction only, by a constant,
+// and the index rebuilt on it.
+describe("names that share a key (_name_key) never mix their jobs", () => {
+  it("with every name on one key, each claim takes only jobs of the tasks and queues it names; a claim naming both takes all of them", async () => {
+    await inRollback(db.pool, async (c) => {
+      const p = unique("collide");
+      await c.query("DELETE FROM idemq.jobs");
+      await c.query("CREATE OR REPLACE FUNCTION idemq._name_key(name text) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 0");
+      await c.query("REINDEX INDEX idemq.jobs_runnable_by_task_queue");
+      const pair = new Map<string, string>();
+      for (const task of [`${p}-a`, `${p}-b`]) {
+        for (const queue of [`${p}-x`, `${p}-y`]) {
+          for (const priority of [3, 1, 2]) pair.set(await makeJob(c, { task, queue, priority }), `${task}/${queue}`);
+        }
+      }
+      const cases = [
+        { args: { tasks: [`${p}-a`], queues: [`${p}-x`] }, allowed: [`${p}-a/${p}-x`], all: true },
+        { args: { tasks: [`${p}-b`], queues: [`${p}-x`, `${p}-y`] }, allowed: [`${p}-b/${p}-x`, `${p}-b/${p}-y`], all: true },
+        { args: { tasks: [`${p}-a`], queues: null }, allowed: [`${p}-a/${p}-x`, `${p}-a/${p}-y`], all: false },
+        { args: { tasks: null, queues: [`${p}-y`] }, allowed: [`${p}-a/${p}-y`, `${p}-b/${p}-y`], all: false },
+        { args: { tasks: null, queues: null }, allowed: [...new Set(pair.values())], all: false },
+      ];
+      for (const { args, allowed, all } of cases) {
+        await c.query("SAVEPOINT each_claim");
+        const got = (await claim(c, { ...args, batch_size: 100 })).map((r) => r.id);
+        const label = JSON.stringify(args);
+        expect(got.length, label).toBeGreaterThan(0);
+        expect(new Set(got).size, label).toBe(got.length);
+        for (const id of got) expect(allowed, `${label}: job ${id} of ${pair.get(id)}`).toContain(pair.get(id));
+        if (all) expect(got.length, label).toBe([...pair.values()].filter((v) => allowed.includes(v)).length);
+        await c.query("ROLLBACK TO SAVEPOINT each_claim");
+      }
+    });
+  });
+});
+
 // The issue: an empty queue's claim took 54 ms with 200,000 runnable jobs in
 // another queue, reading every one of them (the index it walked, jobs_runnable, since dropped, had no queue).
 // Rows fetched by index scans in this transaction (pg_stat_xact_user_tables)
