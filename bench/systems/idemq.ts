@@ -78,13 +78,17 @@ export const idemq: System = {
   // the measured window. The bench enqueues no continuations, so no job is
   // ever `awaiting`.
   // With queues (process.many-queues), by (task, queue) through
-  // jobs_runnable_by_task_queue: the other queues' backlog is not counted, nor
-  // read (every job of that row is a no-op job).
+  // jobs_runnable_by_task_queue, whose columns are the keys of the names
+  // (_name_key; the names are compared on the rows): the other queues'
+  // backlog is not counted, nor read (every job of that row is a no-op job).
   async remaining(db, queues) {
     const { rows } = queues
       ? await db.query(
           `SELECT ((SELECT count(*) FROM idemq.jobs
-                     WHERE state IN ('enqueued', 'scheduled') AND task = $2 AND queue = ANY ($1::text[]))
+                     WHERE state IN ('enqueued', 'scheduled')
+                       AND idemq._name_key(task) = idemq._name_key($2) AND task = $2
+                       AND idemq._name_key(queue) = ANY (ARRAY(SELECT idemq._name_key(q) FROM unnest($1::text[]) q))
+                       AND queue = ANY ($1::text[]))
                  + (SELECT count(*) FROM idemq.jobs WHERE state = 'processing' AND queue = ANY ($1::text[])))::int AS n`,
           [queues, NOOP_TASK],
         )
