@@ -76,7 +76,8 @@ describe("Client on an unmigrated database", () => {
     const error = await rejection(client.enqueue("t", { a: 1 }));
     expect(error.message).toBe(`database ${older.name} ${FIX}`);
     expect(error.code).toBe("42883");
-    expect(error.detail).toMatch(/^function idemq\.enqueue\(task => unknown, payload => unknown\) does not exist/);
+    // The client passes the leading arguments by position (sql-api.ts, buildCall).
+    expect(error.detail).toMatch(/^function idemq\.enqueue\(unknown, unknown\) does not exist/);
   });
 
   it("the same SQLSTATE from a schema that is not idemq's is left as PostgreSQL's error", async () => {
