@@ -134,11 +134,12 @@ type Args<F extends SqlFunction> = Partial<Record<ParamOf<F>, Arg>>;
  * applies); null is passed as SQL NULL. A function returning a scalar
  * yields one column named `r`.
  * Why positional where it can: PostgreSQL parses every call anew, and a
- * call in named notation costs the server more to resolve. `enqueue(task =>
- * $1, payload => $2)` took 688k instructions a call against 646k for
- * `enqueue($1, $2)` (callgrind, PostgreSQL 15, bench/FINDINGS.md). Both
- * notations bind by declaration order, which a contract test holds equal
- * to SQL_FUNCTIONS.
+ * call in named notation costs the server more to resolve: `SELECT * FROM
+ * idemq.enqueue(task => 'noop', payload => '{}')` took 685k instructions a
+ * call against 668k for `enqueue('noop', '{}')` (callgrind, PostgreSQL 15,
+ * each call its own transaction; bench/FINDINGS.md). Positional arguments
+ * bind by declaration order, which a contract test holds equal to
+ * SQL_FUNCTIONS.
  */
 export function buildCall<F extends SqlFunction>(
   fn: F,
