@@ -5,33 +5,25 @@
 -- once.
 --
 -- Guarantees:
---   * The one definition of a valid job, applied to typed values: enqueue()
---     checks its arguments with it, _parse_jobs every decoded element of
---     enqueue_many, so a job is refused for the same reason whichever
---     function, or whichever path inside them, it takes.
---   * Returns ARRAY[problem, hint] (hint NULL where the problem says it all):
---     _raise_bad_job words the 22023 from them.
---   * Rules: task non-empty and at most limits.task_bytes bytes (UTF-8);
---     payload a JSON object of at most limits.payload_bytes bytes of JSON
---     text; queue non-empty and at most _queue_name_limit() characters;
---     run_at finite (not infinity or -infinity); max_attempts >= 1;
---     idempotency_key non-empty when given and at most limits.key_bytes
---     bytes; after at most limits.parents_per_job parents, each a positive
---     id; key_retention not negative and at most limits.duration_days days;
---     traceparent a W3C traceparent of version 00 (_is_traceparent). The
---     backoff is _backoff_problem's (a batch checks each distinct backoff
---     once instead of once per job, so it is not repeated here);
---     NULL arguments are the callers' (enqueue raises 22004, enqueue_many
---     fills defaults), except a NULL task, refused here.
+--   * The rules are _job_rule_broken's (the one definition of a valid job,
+--     applied to typed values); this words the first one broken. enqueue()
+--     and _parse_jobs (every decoded element of enqueue_many) test
+--     _job_rule_broken and call this only for a job that breaks one, so a
+--     job is refused for the same reason whichever function, or whichever
+--     path inside them, it takes, and a valid job never compiles the
+--     wording (_job_rule_broken says what that costs).
+--   * Returns ARRAY[problem, hint] (hint NULL where the problem says it all),
+--     NULL when no rule is broken: _raise_bad_job words the 22023 from them.
 --   * Problems quote at most an excerpt of the input (_excerpt).
 --   * `limits` comes from _enqueue_limits(), read once per call by the
 --     caller: a limit read here would be a query per element.
 --   * A SQL function of one expression, neither STRICT nor plpgsql, without
---     a sub-SELECT and STABLE like format(), so the planner inlines it into
---     _parse_jobs' statement: called per element instead, it cost 15 us each,
---     more than decoding (EXPLAIN VERBOSE shows the call when it is not inlined).
---     The payload's JSON text is made only for an object (the cost of the
---     payload_bytes rule: about 2 ms per 20,000 small payloads).
+--     a sub-SELECT and STABLE like format(), so the planner inlines it (and
+--     _job_rule_broken) into its callers: called per element instead, it
+--     cost 15 us each, more than decoding (EXPLAIN VERBOSE shows the call
+--     when it is not inlined). The payload's JSON text is made only for an
+--     object (the cost of the payload_bytes rule: about 2 ms per 20,000
+--     small payloads).
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
@@ -39,52 +31,52 @@
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
-RETURN CASE
-  WHEN job.task IS NULL OR job.task = '' THEN
+RETURN CASE idemq._job_rule_broken(job, limits)
+  WHEN 1 THEN
     ARRAY['task must be a non-empty string: the name of a task your workers handle', NULL]
-  WHEN octet_length(job.task) > limits.task_bytes THEN
+  WHEN 2 THEN
     ARRAY[format('task is %s bytes, over the limit of %s bytes (task_bytes): %s',
                  octet_length(job.task), limits.task_bytes, idemq._excerpt(job.task)),
           'Name tasks briefly, e.g. ''send_email''; an admin can raise task_bytes in idemq.settings.']
-  WHEN jsonb_typeof(job.payload) IS DISTINCT FROM 'object' THEN
+  WHEN 3 THEN
     ARRAY[format('payload must be a JSON object, not %s', idemq._excerpt(coalesce(job.payload::text, 'NULL'))),
           'Wrap the value in an object, e.g. {"value": ...}.']
-  WHEN octet_length(job.payload::text) > limits.payload_bytes THEN
+  WHEN 4 THEN
     ARRAY[format('payload is %s bytes of JSON text, over the limit of %s bytes (payload_bytes): %s',
                  octet_length(job.payload::text), limits.payload_bytes, idemq._excerpt(job.payload::text)),
           'Store large data elsewhere (a table, object storage) and put its id in the payload; '
           'an admin can raise payload_bytes in idemq.settings.']
-  WHEN job.queue = '' THEN
+  WHEN 5 THEN
     ARRAY['queue must be a non-empty string', 'Leave queue out for the default queue.']
-  WHEN length(job.queue) > idemq._queue_name_limit() THEN
+  WHEN 6 THEN
     ARRAY[format('queue must be at most %s characters, not %s: %s', idemq._queue_name_limit(), length(job.queue),
                  idemq._excerpt(job.queue)),
           'Use a short queue name: it travels as the NOTIFY payload.']
-  WHEN NOT isfinite(job.run_at) THEN
+  WHEN 7 THEN
     ARRAY[format('run_at must be a finite time, not %s', job.run_at),
           'Pass a real time, e.g. now() + interval ''1 hour'', or leave run_at out to run at once.']
-  WHEN job.max_attempts < 1 THEN
+  WHEN 8 THEN
     ARRAY[format('max_attempts must be at least 1, not %s', job.max_attempts), NULL]
-  WHEN job.idempotency_key = '' THEN
+  WHEN 9 THEN
     ARRAY['idempotency_key must be a non-empty string or null', NULL]
-  WHEN octet_length(job.idempotency_key) > limits.key_bytes THEN
+  WHEN 10 THEN
     ARRAY[format('idempotency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
                  octet_length(job.idempotency_key), limits.key_bytes, idemq._excerpt(job.idempotency_key)),
           'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''order:'' || md5(...).']
-  WHEN cardinality(job.after) > limits.parents_per_job THEN
+  WHEN 11 THEN
     ARRAY[format('after names %s parents, over the limit of %s (parents_per_job)', cardinality(job.after),
                  limits.parents_per_job),
           'Wait for fewer jobs: chain through an intermediate job that waits for a part of them; '
           'an admin can raise parents_per_job in idemq.settings.']
-  WHEN array_position(job.after, NULL) IS NOT NULL OR 0 >= ANY (job.after) THEN
+  WHEN 12 THEN
     ARRAY[format('after must be an array of job ids, not %s', idemq._excerpt(job.after::text)), NULL]
-  WHEN job.key_retention < interval '0' THEN
+  WHEN 13 THEN
     ARRAY[format('key_retention must not be negative, not %s', job.key_retention),
           'key_retention is how long a finished job''s key stays held, e.g. ''14 days''.']
-  WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN
+  WHEN 14 THEN
     ARRAY[format('key_retention must be at most %s days (duration_days), not %s', limits.duration_days, job.key_retention),
           format('Use a retention of at most %s days (duration_days in idemq.settings).', limits.duration_days)]
-  WHEN NOT idemq._is_traceparent(job.traceparent) THEN
+  WHEN 15 THEN
     ARRAY[format('traceparent must be a W3C traceparent (00-<32 hex digits>-<16 hex digits>-<2 hex digits>, '
                  'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
           'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '

@@ -18,8 +18,9 @@
 --     parse; traceparent a string.
 --   * At most jobs_per_call elements (idemq.settings), checked before any
 --     is decoded.
---   * Then the value rules every enqueue shares: _job_problem for each
---     element, with the limits read once (_enqueue_limits), _backoff_problem
+--   * Then the value rules every enqueue shares: _job_rule_broken for each
+--     element (worded by _job_problem for the first that breaks one), with
+--     the limits read once (_enqueue_limits), _backoff_problem
 --     once per distinct backoff (a batch usually shares one).
 --   * The error names the first element (by position) that breaks a rule,
 --     backoffs last; nothing is written and no row returned then.
@@ -185,7 +186,7 @@ BEGIN
   -- decode (its own problem comes first otherwise).
   SELECT p.ordinal, idemq._job_problem(p, v_limits) INTO v_ord, v_value_problem
   FROM unnest(planned) p
-  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_problem(p, v_limits) IS NOT NULL
+  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_rule_broken(p, v_limits) IS NOT NULL
   ORDER BY p.ordinal LIMIT 1;
   IF FOUND THEN
     v_bad := v_ord;

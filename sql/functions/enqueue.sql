@@ -107,13 +107,16 @@ BEGIN
   v_job.key_retention := enqueue.key_retention;
   v_job.traceparent := enqueue.traceparent;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
-  -- passed as _job_problem(v_job, idemq._enqueue_limits()), a function call
+  -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
-  -- inline _job_problem, and a SQL function called per enqueue costs about
+  -- inline _job_rule_broken, and a SQL function called per enqueue costs about
   -- 20 us (5,000 calls: 55 against 35 us each, backend CPU).
   SELECT * INTO v_limits FROM idemq._enqueue_limits();
-  v_problem := idemq._job_problem(v_job, v_limits);
-  IF v_problem IS NULL AND v_job.backoff IS NOT NULL THEN
+  -- The rules, and their wording only for a job that breaks one: PL/pgSQL
+  -- compiles an expression whole, once per transaction (_job_rule_broken).
+  IF idemq._job_rule_broken(v_job, v_limits) IS NOT NULL THEN
+    v_problem := idemq._job_problem(v_job, v_limits);
+  ELSIF v_job.backoff IS NOT NULL THEN
     v_problem := ARRAY[idemq._backoff_problem(v_job.backoff), NULL];
   END IF;
   IF v_problem[1] IS NOT NULL THEN

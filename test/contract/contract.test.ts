@@ -289,6 +289,18 @@ describe("the enqueue fields are listed once", () => {
   });
 });
 
+describe("the value rules of an enqueue and their wording", () => {
+  it("every rule _job_rule_broken numbers (1..N, in order) has its wording in _job_problem, and _job_problem words no other number", () => {
+    const file = (name: string) => functionFiles.find((f) => f.name === name)!.text;
+    const body = (text: string) => text.slice(text.indexOf("RETURN CASE"), text.indexOf("\nEND;"));
+    const rules = [...body(file("_job_rule_broken")).matchAll(/ THEN (\d+)$/gm)].map((m) => Number(m[1]));
+    const worded = [...body(file("_job_problem")).matchAll(/^ {2}WHEN (\d+) THEN$/gm)].map((m) => Number(m[1]));
+    expect(rules.length).toBeGreaterThan(10);
+    expect(rules).toEqual(rules.map((_, i) => i + 1));
+    expect(worded).toEqual(rules);
+  });
+});
+
 describe("defaults live once", () => {
   it("idemq._job_defaults() equals the non-NULL DEFAULTs of enqueue()'s signature, and names no parameter whose default is NULL", async () => {
     const { rows } = await db.pool.query("SELECT pg_get_function_arguments('idemq.enqueue'::regproc) AS args, idemq._job_defaults() AS d");

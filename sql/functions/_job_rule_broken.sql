@@ -1,0 +1,53 @@
+-- idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits) RETURNS int
+--
+-- The value rules of enqueue and enqueue_many, written once: the number of
+-- the first rule a job breaks, or NULL when it breaks none. _job_problem
+-- words rule N's problem and its fix.
+--
+-- Why apart from the wording: a caller compiles every branch of an
+-- expression it evaluates (PL/pgSQL once per transaction), so the rules
+-- with their messages cost a single enqueue() 106k instructions a call
+-- (callgrind, PostgreSQL 15, each call its own transaction); the rules
+-- alone are what every call needs, and the messages only a refused job.
+--
+-- Guarantees:
+--   * Rules, in this order: 1 task non-empty (a NULL task too); 2 task at
+--     most limits.task_bytes bytes (UTF-8); 3 payload a JSON object; 4
+--     payload at most limits.payload_bytes bytes of JSON text; 5 queue
+--     non-empty; 6 queue at most _queue_name_limit() characters; 7 run_at
+--     finite; 8 max_attempts >= 1; 9 idempotency_key non-empty when given;
+--     10 idempotency_key at most limits.key_bytes bytes; 11 after at most
+--     limits.parents_per_job parents; 12 each parent a positive id; 13
+--     key_retention not negative; 14 key_retention at most
+--     limits.duration_days days; 15 traceparent a W3C traceparent of version
+--     00 (_is_traceparent). The backoff is _backoff_problem's.
+--   * NULL arguments other than task are the callers' (enqueue raises 22004,
+--     enqueue_many fills defaults).
+--   * A SQL function of one expression, inlined into its callers.
+-- Concurrency: none (reads only its arguments).
+-- Errors: none.
+-- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
+--   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/contract/contract.test.ts
+CREATE OR REPLACE FUNCTION idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits)
+RETURNS int
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN CASE
+  WHEN job.task IS NULL OR job.task = '' THEN 1
+  WHEN octet_length(job.task) > limits.task_bytes THEN 2
+  WHEN jsonb_typeof(job.payload) IS DISTINCT FROM 'object' THEN 3
+  WHEN octet_length(job.payload::text) > limits.payload_bytes THEN 4
+  WHEN job.queue = '' THEN 5
+  WHEN length(job.queue) > idemq._queue_name_limit() THEN 6
+  WHEN NOT isfinite(job.run_at) THEN 7
+  WHEN job.max_attempts < 1 THEN 8
+  WHEN job.idempotency_key = '' THEN 9
+  WHEN octet_length(job.idempotency_key) > limits.key_bytes THEN 10
+  WHEN cardinality(job.after) > limits.parents_per_job THEN 11
+  WHEN array_position(job.after, NULL) IS NOT NULL OR 0 >= ANY (job.after) THEN 12
+  WHEN job.key_retention < interval '0' THEN 13
+  WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN 14
+  WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
+END;
+
+COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS
+  'The number of the first value rule of enqueue a job breaks (NULL: none); _job_problem words it.';
