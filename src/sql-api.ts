@@ -1,5 +1,6 @@
 // The one module through which the TypeScript runtime calls idemq's SQL.
-// Functions are called by named parameters, and options left undefined are
+// Functions are called with the parameters given from the first one on by
+// position and the rest by name (buildCall), and options left undefined are
 // left out of the call, so each default lives once, in SQL. The argument list
 // follows the function's declared parameter order (SQL_FUNCTIONS), never the
 // caller's key order, so the same set of options always gives the same
