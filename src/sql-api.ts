@@ -138,9 +138,9 @@ type Args<F extends SqlFunction> = Partial<Record<ParamOf<F>, Arg>>;
  * call in named notation costs the server more to resolve: `SELECT * FROM
  * idemq.enqueue(task => 'noop', payload => '{}')` took 869k instructions a
  * call against 851k for `enqueue('noop', '{}')` (callgrind, PostgreSQL 15,
- * each call its own transaction, before migration 0029; bench/FINDINGS.md). Positional arguments
- * bind by declaration order, which a contract test holds equal to
- * SQL_FUNCTIONS.
+ * each call its own transaction, before migration 0029; bench/FINDINGS.md).
+ * Positional arguments bind by declaration order, which a contract test
+ * holds equal to SQL_FUNCTIONS.
  */
 export function buildCall<F extends SqlFunction>(
   fn: F,

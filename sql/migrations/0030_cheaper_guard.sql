@@ -54,7 +54,9 @@ BEGIN
   -- over key_bytes, since the call itself (a PL/pgSQL function pinning
   -- search_path, and its read of the limit) cost a guard 26k of its 226k
   -- instructions (callgrind, PostgreSQL 15, each guard its own
-  -- transaction). limits.test.ts holds the two equal at the boundary.
+  -- transaction). The call, not its body, is the cost: as a SQL-language
+  -- function _check_key_bytes made a guard cost 404k. limits.test.ts holds
+  -- this test and _check_key_bytes equal at the boundary.
   IF octet_length(guard.key) > (SELECT l.key_bytes FROM idemq.enqueue_limits l) THEN
     PERFORM idemq._check_key_bytes('guard', guard.key, NULL);
   END IF;
