@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Writes the next migration, sql/migrations/NNNN_NAME.sql, carrying the text of
-// every function file that changed since the latest migration state, so applied
-// migrations never change (STYLE.md §2).
+// every function file that changed since the latest migration state (without
+// its header comment: see migrationText), so applied migrations never change.
 //
 // The latest migration state of a function is its text as the last migration
 // that carries it has it: each migration marks an embedded function with
@@ -49,10 +49,21 @@ export function creationOrder(names, texts = new Map()) {
   return [...names].sort((a, b) => rank(a) - rank(b) || level(a) - level(b) || a.localeCompare(b));
 }
 
-/** sql/functions/*.sql as a Map name -> text, each text without trailing whitespace (as migrations embed it). */
+/**
+ * A function file's text as migrations carry it: from CREATE OR REPLACE
+ * FUNCTION on, without trailing whitespace. The header comment above it is the
+ * function's documentation; it lives in sql/functions/ and docs/sql-api.md
+ * only, so a change to a header needs no migration.
+ */
+export function migrationText(fileText) {
+  const start = fileText.indexOf("CREATE OR REPLACE FUNCTION");
+  return (start < 0 ? fileText : fileText.slice(start)).trimEnd();
+}
+
+/** sql/functions/*.sql as a Map name -> text as migrations carry it (migrationText). */
 export function functionFiles(dir) {
   const files = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
-  return new Map(files.map((f) => [f.slice(0, -4), readFileSync(path.join(dir, f), "utf8").trimEnd()]));
+  return new Map(files.map((f) => [f.slice(0, -4), migrationText(readFileSync(path.join(dir, f), "utf8"))]));
 }
 
 /** The migration files in the order node-pg-migrate runs them (numeric prefix). */

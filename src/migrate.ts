@@ -13,6 +13,28 @@ const nodePgMigrate = () => import("node-pg-migrate");
 export const MIGRATIONS_SCHEMA = "idemq_meta";
 export const MIGRATIONS_TABLE = "migrations";
 
+/** The migration of release 0.1.0: the migrations written before it, squashed. */
+export const RELEASE_0_1_0 = "0001_release_0_1_0";
+
+/**
+ * The migrations written before the first release, which 0001_release_0_1_0
+ * replaced (test/install/release.test.ts holds the catalogs they build equal).
+ * A database migrated through all of them is at 0.1.0: the first migrate of
+ * this version records it as such (recognisePreRelease). One migrated through
+ * only some of them never ran a released version, and is refused.
+ */
+export const PRE_RELEASE_MIGRATIONS: readonly string[] = [
+  "0001_init", "0002_package", "0003_one_backoff_model", "0004_test_paths_in_headers",
+  "0005_least_privilege", "0006_survive_the_database", "0007_limits", "0008_no_freeze",
+  "0009_enqueue_pipeline", "0010_schedules", "0011_enqueue_limits", "0012_retention",
+  "0013_schedules_ts", "0014_cli_ops", "0015_pairs_plpgsql", "0016_dashboard",
+  "0017_worker_presence", "0018_traces", "0019_many_queues", "0020_dedupe_checks",
+  "0021_one_runnable_index", "0022_cheaper_checks", "0023_enqueue_limits_kept",
+  "0024_runnable_index_no_dedup", "0025_success_retention_kept", "0026_cheaper_key_check",
+  "0027_generic_plans_for_job_arrays", "0028_runnable_index_name_keys",
+  "0029_job_rules_apart_from_wording", "0030_cheaper_guard",
+];
+
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** sql/migrations of this package, whatever the current directory is. */
 export const DEFAULT_MIGRATIONS_DIR = resolve(PACKAGE_ROOT, "sql", "migrations");
@@ -93,6 +115,7 @@ async function runMigrations(options: MigrateOptions, log: (line: string) => voi
   // a 57P01 (the server shutting down) on it, during or right after the run,
   // would crash the process. So the client is always one we own and listen on.
   return withClient(options, async (dbClient) => {
+    await recognisePreRelease(dbClient);
     const ran = await runner({
       dbClient,
       dir: options.migrationsDir ?? DEFAULT_MIGRATIONS_DIR,
@@ -149,7 +172,7 @@ async function migrationLockId(): Promise<number> {
 /** Which migrations are applied and which are pending. Read-only: creates nothing. */
 export async function migrationStatus(options: MigrationOptions): Promise<MigrationStatus> {
   const files = await migrationFiles(options.migrationsDir);
-  const applied = await withClient(options, appliedMigrations);
+  const applied = asReleased(await withClient(options, appliedMigrations)).applied;
   const appliedSet = new Set(applied);
   return { applied, pending: files.filter((file) => !appliedSet.has(file.name)).map((file) => file.name) };
 }
@@ -165,7 +188,7 @@ export async function migrationStatus(options: MigrationOptions): Promise<Migrat
  */
 export async function pendingSql(options: MigrationOptions): Promise<string> {
   const files = await migrationFiles(options.migrationsDir);
-  const applied = await withClient(options, appliedMigrations);
+  const { applied, preRelease } = asReleased(await withClient(options, appliedMigrations));
   // node-pg-migrate refuses to run a migration that precedes an applied one.
   files.slice(0, applied.length).forEach((file, i) => {
     if (file.name !== applied[i]) {
@@ -173,16 +196,27 @@ export async function pendingSql(options: MigrationOptions): Promise<string> {
     }
   });
   const pending = files.slice(applied.length);
-  if (pending.length === 0) return "-- idemq: no pending migrations\n";
+  // A pre-release database still needs the script that records it as 0.1.0.
+  if (pending.length === 0 && !preRelease) return "-- idemq: no pending migrations\n";
   const lockId = await migrationLockId();
 
   const table = `${quoteIdent(MIGRATIONS_SCHEMA)}.${quoteIdent(MIGRATIONS_TABLE)}`;
   const parts = [
-    `-- idemq: pending migrations ${pending.map((file) => file.name).join(", ")}`,
+    pending.length > 0 ? `-- idemq: pending migrations ${pending.map((file) => file.name).join(", ")}` : "-- idemq: no pending migrations",
     "-- Apply with: psql -v ON_ERROR_STOP=1 -f <this file> <database-url>",
     "-- Each migration commits on its own (a later one may use an enum value an",
     "-- earlier one added); if one fails, psql stops there and those before it stay applied.",
   ];
+  if (preRelease) {
+    parts.push(
+      "",
+      `-- ==== this database was migrated through ${PRE_RELEASE_MIGRATIONS.at(-1)}: recorded as ${RELEASE_0_1_0} ====`,
+      "BEGIN;",
+      `DO $idemq$ BEGIN PERFORM pg_advisory_xact_lock(${lockId}); END $idemq$;`,
+      ...recordAsReleaseSql(table).map((statement) => `${statement};`),
+      "COMMIT;",
+    );
+  }
   for (const [i, file] of pending.entries()) {
     const before = applied.length + i;
     const up = await upSection(file.path);
@@ -240,6 +274,55 @@ async function upSection(path: string): Promise<string> {
   await actions.up(capture as unknown as Parameters<typeof actions.up>[0], () => {});
   if (sql === undefined) throw new Error(`${path} has no up migration`);
   return sql;
+}
+
+/**
+ * The applied migrations as this version names them: the whole pre-release
+ * chain is 0.1.0's one migration. A part of it is refused, with the fix.
+ */
+function asReleased(applied: string[]): { applied: string[]; preRelease: boolean } {
+  const preRelease = applied.filter((name) => PRE_RELEASE_MIGRATIONS.includes(name));
+  if (preRelease.length === 0) return { applied, preRelease: false };
+  const whole = preRelease.length === PRE_RELEASE_MIGRATIONS.length && PRE_RELEASE_MIGRATIONS.every((name, i) => applied[i] === name);
+  if (!whole) {
+    throw new Error(
+      `this database was migrated by a development version of idemq that predates release 0.1.0 (applied: ${preRelease.at(-1)}, ` +
+        `${preRelease.length} of the ${PRE_RELEASE_MIGRATIONS.length} pre-release migrations); idemq upgrades only a database at 0.1.0 or later. ` +
+        `Migrate it to ${PRE_RELEASE_MIGRATIONS.at(-1)} with that development version first, or install idemq into a new database`,
+    );
+  }
+  return { applied: [RELEASE_0_1_0, ...applied.slice(PRE_RELEASE_MIGRATIONS.length)], preRelease: true };
+}
+
+/** Replaces the pre-release chain's rows by 0.1.0's, dated when its last migration ran (so later rows still sort after it). */
+function recordAsReleaseSql(table: string): string[] {
+  const names = PRE_RELEASE_MIGRATIONS.map(quoteLiteral).join(", ");
+  return [
+    `INSERT INTO ${table} (name, run_on) SELECT ${quoteLiteral(RELEASE_0_1_0)}, max(run_on) FROM ${table} WHERE name IN (${names})`,
+    `DELETE FROM ${table} WHERE name IN (${names})`,
+  ];
+}
+
+/**
+ * A database migrated through the whole pre-release chain is recorded as at
+ * 0.1.0 (its catalog is 0.1.0's), under node-pg-migrate's lock, so that the
+ * runner then sees a release it knows; a part of the chain is refused.
+ */
+async function recognisePreRelease(client: pg.ClientBase): Promise<void> {
+  if (!asReleased(await appliedMigrations(client)).preRelease) return;
+  const table = `${quoteIdent(MIGRATIONS_SCHEMA)}.${quoteIdent(MIGRATIONS_TABLE)}`;
+  await client.query("BEGIN");
+  try {
+    await client.query("SELECT pg_advisory_xact_lock($1::bigint)", [String(await migrationLockId())]);
+    // Read again under the lock: a concurrent migrate may have recorded it first.
+    if (asReleased(await appliedMigrations(client)).preRelease) {
+      for (const statement of recordAsReleaseSql(table)) await client.query(statement);
+    }
+    await client.query("COMMIT");
+  } catch (error) {
+    await client.query("ROLLBACK").catch(() => {});
+    throw error;
+  }
 }
 
 async function appliedMigrations(client: pg.ClientBase): Promise<string[]> {

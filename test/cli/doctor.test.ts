@@ -68,11 +68,13 @@ describe("idemq doctor", () => {
     expect(lines.at(-1)).toBe("Healthy.");
   });
 
-  it("a schema from before retry_horizon() (0003) is a problem with the migration pending; keys is skipped, leases and bloat still run", async () => {
+  it("an older schema, one without retry_horizon() (as before the pre-release 0003), is a problem with its migrations pending; keys is skipped, leases and bloat still run", async () => {
     const db = await database({ empty: true });
-    const before = MIGRATION_NAMES.indexOf("0003_one_backoff_model");
-    expect(before).toBeGreaterThan(0);
+    const before = 1;
+    expect(MIGRATION_NAMES.length, "a migration after the release is pending").toBeGreaterThan(before);
     expect(await migrate({ connectionString: db.url, count: before })).toEqual(MIGRATION_NAMES.slice(0, before));
+    // Every release has retry_horizon(): the older schema is made by hand.
+    await db.pool.query("DROP FUNCTION idemq.retry_horizon");
     const { code, checks } = await doctor(db);
     expect(code).toBe(EXIT.DOCTOR_PROBLEMS);
     expect(checks.schema).toMatchObject({ status: "problem", pending: MIGRATION_NAMES.slice(before) });

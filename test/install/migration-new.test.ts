@@ -112,14 +112,16 @@ describe("migration:check and migration:new", () => {
     expect(markers, "helpers first, then the rest; removals last").toEqual(["_upgrade_probe", "purge", "stats", "upgrade_probe", "prune_keys (removed)"]);
     expect(up).toContain("DROP FUNCTION idemq.purge;\n-- ---- sql/functions/purge.sql ----\n");
     expect(up).not.toContain("DROP FUNCTION idemq.stats;");
-    expect(up).toContain(`-- ---- sql/functions/stats.sql ----\n${edited.trimEnd()}\n`);
+    // Carried from CREATE on: the header comment is documentation, not schema.
+    expect(up).toContain(`-- ---- sql/functions/stats.sql ----\n${withoutHeader(edited)}\n`);
+    expect(up).not.toContain("-- idemq.stats() RETURNS");
     expect(up).toContain("-- ---- sql/functions/prune_keys.sql (removed) ----\nDROP FUNCTION idemq.prune_keys;\n");
     expect(up).toContain("REVOKE EXECUTE ON FUNCTION idemq._upgrade_probe FROM PUBLIC;");
     expect(up).not.toContain("REVOKE EXECUTE ON FUNCTION idemq.upgrade_probe ");
     // Down: the previous texts back, then the new functions dropped, dependents first.
-    expect(down).toContain(`${pruneKeys.trimEnd()}\n`);
-    expect(down).toContain(`${stats.trimEnd()}\n`);
-    expect(down).toContain(`DROP FUNCTION idemq.purge;\n-- sql/functions/purge.sql as of ${lastCarrier("purge")}\n${purge.trimEnd()}\n`);
+    expect(down).toContain(`${withoutHeader(pruneKeys)}\n`);
+    expect(down).toContain(`${withoutHeader(stats)}\n`);
+    expect(down).toContain(`DROP FUNCTION idemq.purge;\n-- sql/functions/purge.sql as of ${lastCarrier("purge")}\n${withoutHeader(purge)}\n`);
     expect(down).toContain("DROP FUNCTION idemq.upgrade_probe;\nDROP FUNCTION idemq._upgrade_probe;\n");
 
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
@@ -164,13 +166,18 @@ describe("migration:check and migration:new", () => {
   });
 
   it("--check names a released migration whose text changed, and how to undo it", async () => {
-    const first = join(migrations, "0001_init.sql");
+    const first = join(migrations, "0001_release_0_1_0.sql");
     await writeFile(first, `${await readFile(first, "utf8")}\n-- an edit\n`);
     const check = await script("--check");
     expect(check.code).toBe(1);
-    expect(check.stderr).toMatch(/^migrations\/0001_init\.sql is released and must never change: sha256 [0-9a-f]{64}, recorded [0-9a-f]{64} in released\.sha256; restore it/m);
+    expect(check.stderr).toMatch(/^migrations\/0001_release_0_1_0\.sql is released and must never change: sha256 [0-9a-f]{64}, recorded [0-9a-f]{64} in released\.sha256; restore it/m);
   });
 });
+
+/** A function file's text from its CREATE on, as a migration carries it. */
+function withoutHeader(fileText: string): string {
+  return fileText.slice(fileText.indexOf("CREATE OR REPLACE FUNCTION")).trimEnd();
+}
 
 /** The last of the repository's migrations whose Up section carries sql/functions/<name>.sql. */
 function lastCarrier(name: string): string {

@@ -83,7 +83,7 @@ afterAll(async () => {
 
 describe("the tarball", () => {
   it("ships compiled JavaScript with types, the SQL, the docs and the LICENSE, and no TypeScript sources", () => {
-    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_init.sql", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
+    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_release_0_1_0.sql", "CHANGELOG.md", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
       expect(packedFiles, file).toContain(file);
     }
     expect(packedFiles.filter((file) => file.endsWith(".ts") && !file.endsWith(".d.ts"))).toEqual([]);

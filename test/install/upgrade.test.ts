@@ -4,16 +4,14 @@
 // up again, and `migrate sql` applied with psql, build the same catalog as a
 // straight `migrate`; a migration can use an enum value the one before it
 // added in the same run; released migrations keep their recorded sha256.
-import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { promisify } from "node:util";
 import type pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { migrate, migrationStatus, pendingSql } from "../../src/migrate.ts";
+import { migrate, migrationStatus, pendingSql, RELEASE_0_1_0 } from "../../src/migrate.ts";
 import type { TransactionalJobContext } from "../../src/index.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
 import { committedCatalog } from "../helpers/catalog-snapshot.ts";
@@ -21,13 +19,13 @@ import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { enqueue, POLICIES, TERMINAL_STATES } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MIGRATION_NAMES, migrationPath } from "../helpers/migrations.ts";
+import { psqlFile } from "../helpers/psql.ts";
 import { buildZoo, changed, snapshot, type ZooName } from "../helpers/zoo.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, "..", "..");
-const FIRST = "0001_init";
+const FIRST = RELEASE_0_1_0;
 
 const databases: TestDatabase[] = [];
 afterAll(async () => {
@@ -61,7 +59,7 @@ async function applied(db: TestDatabase): Promise<string[]> {
   return (await migrationStatus({ connectionString: db.url })).applied;
 }
 
-it("the migrations are 0001_init and at least one more (this test is about upgrading)", () => {
+it("the migrations are 0.1.0's 0001_release_0_1_0 and at least one more (this test is about upgrading)", () => {
   expect(MIGRATION_NAMES[0]).toBe(FIRST);
   expect(MIGRATION_NAMES.length).toBeGreaterThan(1);
 });
@@ -391,7 +389,7 @@ describe("released migrations never change", () => {
       return { sha256: sha256!, file: file! };
     });
 
-  it("0001_init is released, with its sha256 recorded in sql/released.sha256", async () => {
+  it("0001_release_0_1_0 is released, with its sha256 recorded in sql/released.sha256", async () => {
     expect(released[0]).toEqual({ sha256: expect.stringMatching(/^[0-9a-f]{64}$/), file: `migrations/${FIRST}.sql` });
     const text = await readFile(migrationPath(FIRST));
     expect(createHash("sha256").update(text).digest("hex"), `${FIRST}.sql is released and must never change; put the change in a new migration: npm run migration:new -- NAME`).toBe(
@@ -438,19 +436,19 @@ async function dedupeOutcomes(
 /** Terminal jobs (all, or those with the given ids), with their key rows, the guard rows and the done effects, as stored. */
 async function terminalRows(pool: pg.Pool, onlyIds?: string[]): Promise<{ ids: string[]; jobs: unknown[]; keys: unknown[]; processed: unknown[]; effects: unknown[] }> {
   const { rows: jobs } = await pool.query<{ id: string; row: Record<string, unknown> }>(
-    // The columns 0001 has (the traces migration adds traceparent, NULL for these rows: the zoo snapshot checks it).
+    // All columns but traceparent, which the zoo snapshot checks (the test was written when 0001 had no such column).
     `SELECT j.id::text, to_jsonb(j) - 'traceparent' AS row FROM idemq.jobs j
       WHERE ${onlyIds ? "j.id = ANY($1::bigint[])" : "j.state = ANY(idemq.terminal_states())"} ORDER BY j.id`,
     onlyIds ? [onlyIds] : [],
   );
   const ids = jobs.map((r) => r.id);
-  // The columns 0001 has (0011 adds retention, 14 days for these rows: the zoo snapshot checks it).
+  // All columns but retention, which the zoo snapshot checks.
   const keys = await pool.query(
     "SELECT to_jsonb(k) - 'retention' AS row FROM idemq.keys k WHERE k.job_id = ANY($1::bigint[]) ORDER BY k.key",
     [ids],
   );
   const processed = await pool.query("SELECT to_jsonb(p) AS row FROM idemq.processed p ORDER BY p.key");
-  // The columns 0001 has (later migrations add job_id and attempt, NULL for these rows).
+  // The columns every release has had (job_id and attempt are NULL for these rows).
   const effects = await pool.query(
     `SELECT jsonb_build_object('key', e.key, 'owner', e.owner, 'status', e.status, 'claimed_at', e.claimed_at,
                                'reclaims', e.reclaims, 'done_at', e.done_at, 'result', e.result) AS row
@@ -459,15 +457,3 @@ async function terminalRows(pool: pg.Pool, onlyIds?: string[]): Promise<{ ids: s
   return { ids, jobs: jobs.map((r) => r.row), keys: keys.rows, processed: processed.rows, effects: effects.rows };
 }
 
-async function psqlFile(url: string, script: string): Promise<void> {
-  const tmp = await mkdtemp(join(tmpdir(), "idemq-sql-"));
-  try {
-    const file = join(tmp, "pending.sql");
-    await writeFile(file, script);
-    const env = { ...process.env };
-    for (const key of Object.keys(env)) if (key.startsWith("PG")) delete env[key];
-    await run("psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", file, url], { env });
-  } finally {
-    await rm(tmp, { recursive: true, force: true });
-  }
-}
