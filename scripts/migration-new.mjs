@@ -9,7 +9,10 @@
 // COMMENT ON FUNCTION) and a dropped one with `-- ---- sql/functions/NAME.sql
 // (removed) ----`. Only the Up sections are read.
 //
-//   npm run migration:new -- NAME       write sql/migrations/NNNN_NAME.sql
+//   npm run migration:new -- NAME       write sql/migrations/NNNN_NAME.sql; when the
+//                                       newest migration is not released yet, amend
+//                                       it instead (one upgrade file per release),
+//                                       keeping its hand-written parts
 //   npm run migration:check             exit 1 unless the latest state equals
 //                                       sql/functions/ and released migrations
 //                                       match sql/released.sha256
@@ -95,11 +98,13 @@ export function carriedFunctions(text, source) {
   return carried;
 }
 
-/** The latest migration state: Map name -> text of every function the migrations leave installed, and which migration set each. */
-export function latestState(migrationsDir) {
+/** The latest migration state: Map name -> text of every function the migrations leave installed, and which migration set each (all migrations, or those before `upTo`). */
+export function latestState(migrationsDir, upTo = undefined) {
   const state = new Map();
   const from = new Map();
-  for (const { name, file } of migrationFiles(migrationsDir)) {
+  const all = migrationFiles(migrationsDir);
+  const until = upTo === undefined ? all.length : all.findIndex((m) => m.name === upTo);
+  for (const { name, file } of all.slice(0, until)) {
     for (const [fn, text] of carriedFunctions(readFileSync(file, "utf8"), file)) {
       if (text === null) state.delete(fn);
       else state.set(fn, text);
@@ -124,8 +129,27 @@ export function signature(text) {
   return text.slice(start, text.indexOf("\nLANGUAGE ", start));
 }
 
-/** The text of migration `name` carrying `diff` (see changes()). */
-export function renderMigration(name, diff, state, from, files) {
+const HAND_WRITTEN = /^-- ==== hand-written: .* ====\n([\s\S]*?)^-- ==== end hand-written ====$/gm;
+const DEFAULT_UP = [
+  "-- Schema changes (tables, columns, indexes) go here, before the functions",
+  "-- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a",
+  "-- migration of its own: PostgreSQL refuses to use a new value before its",
+  "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
+  "-- predicate or a SQL-language function body alike, and each migration",
+  "-- commits on its own, so the next migration can use it.",
+  "",
+].join("\n");
+const DEFAULT_DOWN = "-- The reversal of the schema changes above goes here, after the functions.\n";
+
+/** The hand-written parts of a migration this script wrote (its title line, Up and Down parts), to keep when it is amended. */
+export function handWritten(text) {
+  const parts = [...text.matchAll(HAND_WRITTEN)].map((m) => m[1]);
+  if (parts.length !== 2) throw new Error("expected two hand-written sections (Up and Down) between '-- ==== hand-written: ... ====' and '-- ==== end hand-written ===='");
+  return { title: text.slice(0, text.indexOf("\n")), up: parts[0], down: parts[1] };
+}
+
+/** The text of migration `name` carrying `diff` (see changes()), with `kept` hand-written parts (handWritten()) when amending. */
+export function renderMigration(name, diff, state, from, files, kept = undefined) {
   const up = creationOrder([...diff.created, ...diff.changed], files);
   const down = creationOrder([...diff.changed, ...diff.removed], state);
   // CREATE OR REPLACE cannot change argument types or names or the return type
@@ -138,18 +162,16 @@ export function renderMigration(name, diff, state, from, files) {
   // Dependents before what they use.
   const drops = (names, texts) => creationOrder(names, texts).reverse();
   const lines = [
-    `-- Migration ${name}: TODO one line saying what changes and why.`,
+    kept?.title ?? `-- Migration ${name}: TODO one line saying what changes and why.`,
     "-- Written by `npm run migration:new`; the function texts below are copies of",
-    "-- sql/functions/ (npm run migration:check compares them). Once released (listed",
-    "-- in sql/released.sha256) this file never changes again.",
+    "-- sql/functions/ from CREATE on (npm run migration:check compares them). Until",
+    "-- it is released (listed in sql/released.sha256), migration:new amends it;",
+    "-- after that it never changes again.",
     "-- Up Migration",
     "",
-    "-- Hand-written schema changes (tables, columns, indexes) go here, before the",
-    "-- functions that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes",
-    "-- in a migration of its own: PostgreSQL refuses to use a new value before its",
-    "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
-    "-- predicate or a SQL-language function body alike, and each migration commits",
-    "-- on its own, so the next migration can use it.",
+    "-- ==== hand-written: schema changes (kept when migration:new amends this file) ====",
+    `${(kept?.up ?? DEFAULT_UP).trimEnd()}`,
+    "-- ==== end hand-written ====",
     "",
   ];
   for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
@@ -167,8 +189,23 @@ export function renderMigration(name, diff, state, from, files) {
   if (downRevokes.length > 0) lines.push(...downRevokes);
   if (diff.created.length + downRevokes.length > 0) lines.push("");
   if (state.has("_grant_roles") && diff.removed.length + resigned.size > 0) lines.push(...regrant);
-  lines.push("-- Hand-written reversal of the schema changes above goes here, after the functions.", "");
+  lines.push(
+    "-- ==== hand-written: the reversal (kept when migration:new amends this file) ====",
+    `${(kept?.down ?? DEFAULT_DOWN).trimEnd()}`,
+    "-- ==== end hand-written ====",
+    "",
+  );
   return lines.join("\n");
+}
+
+/** The names of the released migrations (sql/released.sha256 lists them as migrations/NAME.sql). */
+export function releasedMigrationNames(releasedFile) {
+  return new Set(
+    readFileSync(releasedFile, "utf8")
+      .split("\n")
+      .filter((line) => line.trim() !== "")
+      .map((line) => path.basename(line.split(/\s+\*?/)[1], ".sql")),
+  );
 }
 
 /** Released migrations whose text no longer has its recorded sha256: [{file, expected, actual}]. */
@@ -224,9 +261,30 @@ function main(argv) {
     return 1;
   }
 
+  const usage = "usage: npm run migration:new -- NAME   (NAME: lower case, digits and _, e.g. add_pause)";
+  if (positional[0] !== undefined && !/^[a-z][a-z0-9_]*$/.test(positional[0])) {
+    console.error(usage);
+    return 2;
+  }
+  const releasedNames = existsSync(releasedFile) ? releasedMigrationNames(releasedFile) : new Set();
+  const newest = migrations.at(-1);
+  if (newest && !releasedNames.has(newest.name)) {
+    // One upgrade file per release: the unreleased newest migration is written again from
+    // the state before it, with its title and hand-written parts kept.
+    const before = latestState(migrationsDir, newest.name);
+    const amended = changes(before.state, files);
+    const kept = handWritten(readFileSync(newest.file, "utf8"));
+    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, before.from, files, kept));
+    const carried = [...amended.created.map((n) => `+${n}`), ...amended.changed.map((n) => `~${n}`), ...amended.removed.map((n) => `-${n}`)];
+    console.log(`amended ${shown(newest.file)} (not released; its title and hand-written parts kept): ${carried.length > 0 ? carried.join(" ") : "no function changed"}`);
+    if (positional[0] && positional[0] !== newest.name.replace(/^\d+_/, "")) {
+      console.log(`The name ${positional[0]} was not used: changes go in the unreleased ${newest.name} until it is released (listed in ${shown(releasedFile)}).`);
+    }
+    return 0;
+  }
   const name = positional[0];
-  if (!name || !/^[a-z][a-z0-9_]*$/.test(name)) {
-    console.error("usage: npm run migration:new -- NAME   (NAME: lower case, digits and _, e.g. add_pause)");
+  if (!name) {
+    console.error(usage);
     return 2;
   }
   const sameName = migrations.find((m) => m.name.replace(/^\d+_/, "") === name);

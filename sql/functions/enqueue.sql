@@ -42,7 +42,8 @@
 --   traceparent...) or over a limit of
 --   idemq.settings (task_bytes, payload_bytes, key_bytes, parents_per_job:
 --   _enqueue_limits, read once per call);
---   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"});
+--   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"};
+--   the message quotes the key through _excerpt, escaped, DETAIL has it whole);
 --   IQ422 the key is held by an active job for a different task or payload
 --   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-policies.test.ts,
@@ -161,7 +162,7 @@ BEGIN
   IF v_job.outcome = 'rejected' THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ409',
       MESSAGE = format('idempotency key "%s" was used by job %s, which %s; duplicate_policy %s rejects a new job',
-                       enqueue.idempotency_key, v_job.job_id, v_job.existing_state, v_job.duplicate_policy),
+                       idemq._excerpt(enqueue.idempotency_key), v_job.job_id, v_job.existing_state, v_job.duplicate_policy),
       DETAIL = jsonb_build_object('key', enqueue.idempotency_key, 'existing_job_id', v_job.job_id,
                                   'existing_state', v_job.existing_state, 'policy', v_job.duplicate_policy)::text,
       HINT = format('Read job %s for its outcome; to run the work again, enqueue with a policy that allows it '
@@ -169,7 +170,7 @@ BEGIN
   ELSIF v_job.outcome = 'conflict' THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ422',
       MESSAGE = format('idempotency key "%s" is held by active job %s for different work (task or payload differ)',
-                       enqueue.idempotency_key, v_job.job_id),
+                       idemq._excerpt(enqueue.idempotency_key), v_job.job_id),
       DETAIL = jsonb_build_object('key', enqueue.idempotency_key, 'existing_job_id', v_job.job_id)::text,
       HINT = 'A key must name one piece of work: derive it from the task and the payload''s identity, '
              'or wait until the existing job finishes.';

@@ -52,7 +52,7 @@ BEGIN
     IF FOUND AND v_holder.job_id <> v_job.id AND v_holder.finished_state IS NULL THEN
       RAISE EXCEPTION USING ERRCODE = 'IQ409',
         MESSAGE = format('retry: idempotency key "%s" of job %s is held by active job %s',
-                         v_job.idempotency_key, v_job.id, v_holder.job_id),
+                         idemq._excerpt(v_job.idempotency_key), v_job.id, v_holder.job_id),
         DETAIL = jsonb_build_object('key', v_job.idempotency_key, 'existing_job_id', v_holder.job_id,
                                     'existing_state', (SELECT j.state FROM idemq.jobs j WHERE j.id = v_holder.job_id),
                                     'policy', NULL)::text,

@@ -16,7 +16,9 @@
 --   `idemq doctor` compares it with the key retention: a key pruned before its
 --   job's last retry no longer deduplicates a replayed enqueue.
 -- Concurrency: none (reads nothing).
--- Errors: 22004 NULL counted_attempts or max_attempts; 22023 a malformed backoff.
+-- Errors: 22004 NULL counted_attempts or max_attempts; 22023 a malformed
+--   backoff, counted_attempts < 0 or max_attempts < 1 (no job has those: the
+--   HINT says what to pass), each before any arithmetic on them.
 -- Tests: test/sql/retry-horizon.test.ts, test/cli/doctor.test.ts
 CREATE OR REPLACE FUNCTION idemq.retry_horizon(backoff jsonb, counted_attempts int, max_attempts int)
 RETURNS interval
@@ -27,7 +29,7 @@ AS $$
 #variable_conflict error
 DECLARE
   v_cap constant numeric := 36500 * 86400::numeric; -- 100 years of 365 days, in seconds
-  v_last int := max_attempts - 1;
+  v_last int;
   v_problem text := idemq._backoff_problem(backoff);
   v_total numeric := 0;
   v_delay numeric;
@@ -38,11 +40,18 @@ BEGIN
       MESSAGE = 'retry_horizon: counted_attempts and max_attempts must not be NULL',
       HINT = 'Pass the job''s attempt - uncounted (0 before its first attempt) and its max_attempts.';
   END IF;
+  IF counted_attempts < 0 OR max_attempts < 1 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('retry_horizon: counted_attempts must be at least 0 and max_attempts at least 1, not %s and %s',
+                       counted_attempts, max_attempts),
+      HINT = 'Pass the job''s attempt - uncounted (0 before its first attempt) and its max_attempts.';
+  END IF;
   IF v_problem IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('retry_horizon: %s', v_problem),
       HINT = 'Pass a job''s backoff column, or NULL for the default.';
   END IF;
+  v_last := max_attempts - 1;
   FOR v_failure IN greatest(counted_attempts, 1) .. v_last LOOP
     v_delay := extract(epoch FROM idemq._backoff_delay(backoff, v_failure, draw => 1));
     IF v_delay = v_previous THEN

@@ -4,9 +4,11 @@
 // writes the next migration carrying exactly those files (helpers first, new
 // private helpers revoked from PUBLIC, removed ones dropped, one whose
 // signature changed dropped before it is created again), refuses to
-// overwrite, and the migration it writes applies, leaves sql/functions/
+// overwrite a released name, amends the newest migration instead while it is
+// unreleased (keeping its hand-written parts), and the migration it writes applies, leaves sql/functions/
 // installed, and its Down restores the catalog it started from.
 import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { cp, mkdtemp, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -34,6 +36,9 @@ beforeAll(async () => {
   await cp(join(ROOT, "sql"), sql, { recursive: true });
   functions = join(sql, "functions");
   migrations = join(sql, "migrations");
+  // The copy's migrations all count as released, so that migration:new writes a new one
+  // (the repository's newest may be unreleased: the amend test below covers that case).
+  await writeFile(join(sql, "released.sha256"), MIGRATION_NAMES.map((name) => `${sha256(join(migrations, `${name}.sql`))}  migrations/${name}.sql\n`).join(""));
 });
 afterAll(async () => {
   await Promise.all(databases.map((db) => db.drop()));
@@ -127,11 +132,11 @@ describe("migration:check and migration:new", () => {
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
   });
 
-  it("refuses to overwrite or reuse a name, saying what to do; a bad name is a usage error", async () => {
+  it("a bad name is a usage error; while the newest migration is unreleased, its name again amends it and adds no file", async () => {
     const before = await readdir(migrations);
     const again = await script("probe");
-    expect(again.code).toBe(1);
-    expect(again.stderr).toContain(`${NEXT}.sql already has the name probe; nothing written. Pick another name`);
+    expect(again).toMatchObject({ code: 0, stderr: "" });
+    expect(again.stdout).toContain(`amended migrations/${NEXT}.sql`);
     const bad = await script("Bad-Name");
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("usage: npm run migration:new -- NAME");
@@ -165,6 +170,44 @@ describe("migration:check and migration:new", () => {
     expect(await catalogSnapshot(db.pool)).toEqual(before);
   });
 
+  it("amends the newest migration while it is unreleased: one upgrade file per release, title and hand-written parts kept, every change since the release carried", async () => {
+    // NEXT (written above) is not in the copy's released.sha256.
+    const file = join(migrations, `${NEXT}.sql`);
+    const written = await readFile(file, "utf8");
+    const titled = written
+      .replace(/^-- Migration .*$/m, `-- Migration ${NEXT}: the probe release.`)
+      .replace("-- ==== end hand-written ====", "CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====")
+      .replace(/-- ==== end hand-written ====(?![\s\S]*-- ==== end hand-written)/, "DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====");
+    await writeFile(file, titled);
+    const fnFile = join(functions, "upgrade_probe.sql");
+    await writeFile(fnFile, PUBLIC_FN.replace("|| '!'", "|| '!!'"));
+
+    const before = await readdir(migrations);
+    const amended = await script("other_name");
+    expect(amended).toMatchObject({ code: 0, stderr: "" });
+    expect(amended.stdout).toContain(`amended migrations/${NEXT}.sql (not released; its title and hand-written parts kept): +_upgrade_probe +upgrade_probe ~purge ~stats -prune_keys`);
+    expect(amended.stdout).toContain(`The name other_name was not used: changes go in the unreleased ${NEXT}`);
+    expect(await readdir(migrations), "no file added").toEqual(before);
+    const text = await readFile(file, "utf8");
+    expect(text.split("\n")[0]).toBe(`-- Migration ${NEXT}: the probe release.`);
+    expect(text).toContain("CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====");
+    expect(text).toContain("DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====");
+    expect(text).toContain("RETURN idemq._upgrade_probe() || '!!';");
+    expect(text).not.toContain("RETURN idemq._upgrade_probe() || '!';");
+    expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
+
+    // Released: a name in use is refused, and the next change makes a new file.
+    await writeFile(join(sql, "released.sha256"), `${await readFile(join(sql, "released.sha256"), "utf8")}${sha256(file)}  migrations/${NEXT}.sql\n`);
+    const again = await script("probe");
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain(`${NEXT}.sql already has the name probe; nothing written. Pick another name`);
+    expect(await readdir(migrations)).toEqual(before);
+    await writeFile(fnFile, PUBLIC_FN);
+    const next = await script("after_release");
+    expect(next.code).toBe(0);
+    expect(next.stdout).toMatch(/^wrote migrations\/\d{4}_after_release\.sql: ~upgrade_probe$/m);
+  });
+
   it("--check names a released migration whose text changed, and how to undo it", async () => {
     const first = join(migrations, "0001_release_0_1_0.sql");
     await writeFile(first, `${await readFile(first, "utf8")}\n-- an edit\n`);
@@ -173,6 +216,10 @@ describe("migration:check and migration:new", () => {
     expect(check.stderr).toMatch(/^migrations\/0001_release_0_1_0\.sql is released and must never change: sha256 [0-9a-f]{64}, recorded [0-9a-f]{64} in released\.sha256; restore it/m);
   });
 });
+
+function sha256(file: string): string {
+  return createHash("sha256").update(readFileSync(file)).digest("hex");
+}
 
 /** A function file's text from its CREATE on, as a migration carries it. */
 function withoutHeader(fileText: string): string {

@@ -83,6 +83,27 @@ describe("duplicate policy after a terminal job", () => {
     });
   });
 
+  it("IQ409 and IQ422 quote a key's newline and terminal escape escaped (no forged log line, no terminal control), DETAIL has it whole", async () => {
+    await inRollback(db.pool, async (c) => {
+      const key = `${unique("k")}"\nidemq: job 1 ok\u001b[2J\u009b\\`;
+      const old = await jobIn(c, "succeeded", { task: "t", idempotency_key: key, duplicate_policy: "reject_if_succeeded" });
+      // Control characters escaped, quotes and backslashes as they are.
+      const escaped = key.replace("\n", "\\n").replace("\u001b", "\\u001b").replace("\u009b", "\\u009b");
+      expect(escaped).toContain("\\n");
+      const rejected = await expectSqlError(
+        underSavepoint(c, () => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_if_succeeded" })),
+        { code: "IQ409", message: `idempotency key "${escaped}" was used by job ${old}`, detail: { key } },
+      );
+      expect(rejected.message).not.toMatch(/[\n\u001b\u009b]/);
+      const active = await enqueue(c, { task: "t2", idempotency_key: `${key}-active` });
+      const conflict = await expectSqlError(
+        underSavepoint(c, () => enqueue(c, { task: "other", idempotency_key: `${key}-active` })),
+        { code: "IQ422", message: `idempotency key "${escaped}-active" is held by active job ${active.job_id}`, detail: { key: `${key}-active` } },
+      );
+      expect(conflict.message).not.toMatch(/[\n\u001b\u009b]/);
+    });
+  });
+
   it("the latest job decides: a key taken over by a new job that then fails follows that failure", async () => {
     await inRollback(db.pool, async (c) => {
       const key = unique("k");

@@ -87,4 +87,17 @@ describe("retry horizon", () => {
       message: /^retry_horizon: backoff kind must be/,
     });
   });
+
+  it("raises 22023 with a HINT, before any arithmetic, for attempts no job has (counted_attempts < 0, max_attempts < 1), at the int extremes too", async () => {
+    const hint = "Pass the job's attempt - uncounted (0 before its first attempt) and its max_attempts.";
+    for (const [counted, max] of [[-2147483648, 1000], [-1, 3], [0, 0], [1, -2147483648]] as const) {
+      await expectSqlError(db.pool.query("SELECT idemq.retry_horizon(NULL, $1, $2)", [counted, max]), {
+        code: "22023",
+        message: `retry_horizon: counted_attempts must be at least 0 and max_attempts at least 1, not ${counted} and ${max}`,
+        hint,
+      });
+    }
+    expect(await horizon(null, 0, 1), "the smallest accepted values").toBe(0);
+    expect(await horizon({ kind: "fixed", delays: ["1 second"] }, 2147483647, 2147483647), "the largest").toBe(0);
+  });
 });
