@@ -14,8 +14,20 @@ export interface Job {
   state: JobState;
   priority: number;
   runAt: Date | null;
+  /** Claims so far (the fencing token): snoozes, hand-backs and attempts before an operator's retry included. */
   attempt: number;
+  /** The job's own limit (enqueue's max_attempts). */
   maxAttempts: number;
+  /** The attempts that count against the limit: `attempt` less the claims that do not (snoozes, hand-backs, those before a retry). */
+  countedAttempts: number;
+  /**
+   * The limit the attempts count against: the lowest max_attempts fail()
+   * recorded in the error history (a worker's task may allow fewer than the
+   * job's), else maxAttempts. A task's limit is known only once an attempt
+   * failed. `countedAttempts`/`attemptLimit` is the one attempt count every
+   * view shows (the CLI's and the dashboard's).
+   */
+  attemptLimit: number;
   idempotencyKey: string | null;
   lockedBy: string | null;
   /** When the latest attempt was claimed (kept after it finished, for the job's timeline). */
@@ -42,7 +54,7 @@ export interface ListJobsFilter {
 }
 
 const JOB_COLUMNS =
-  "j.id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.max_attempts, " +
+  "j.id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.uncounted, j.max_attempts, " +
   "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at";
 
 interface JobRow {
@@ -54,6 +66,7 @@ interface JobRow {
   priority: number;
   run_at: Date | null;
   attempt: number;
+  uncounted: number;
   max_attempts: number;
   idempotency_key: string | null;
   locked_by: string | null;
@@ -66,7 +79,18 @@ interface JobRow {
   expires_at: Date | null;
 }
 
+/** The lowest max_attempts fail() recorded (it records the limit each failed attempt counted against), else the job's. */
+function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
+  let limit = maxAttempts;
+  for (const entry of errors as { max_attempts?: unknown }[]) {
+    const recorded = Number(entry?.max_attempts);
+    if (entry?.max_attempts != null && Number.isInteger(recorded) && recorded >= 1 && recorded < limit) limit = recorded;
+  }
+  return limit;
+}
+
 function toJob(r: JobRow): Job {
+  const errors = r.errors ?? [];
   return {
     id: r.id,
     task: r.task,
@@ -77,16 +101,32 @@ function toJob(r: JobRow): Job {
     runAt: r.run_at,
     attempt: r.attempt,
     maxAttempts: r.max_attempts,
+    countedAttempts: r.attempt - r.uncounted,
+    attemptLimit: attemptLimit(errors, r.max_attempts),
     idempotencyKey: r.idempotency_key,
     lockedBy: r.locked_by,
     lockedAt: r.locked_at,
     leaseExpiresAt: r.lease_expires_at,
-    errors: r.errors ?? [],
+    errors,
     result: r.result,
     createdAt: r.created_at,
     finishedAt: r.finished_at,
     expiresAt: r.expires_at,
   };
+}
+
+/**
+ * The attempt count as every view words it: "2 of 10", "3 of 3 (the task's
+ * limit; the job's own is 10)", "1 of 10 (3 claims; 2 not counted: ...)".
+ */
+export function attemptsText(job: Job): string {
+  const notes: string[] = [];
+  if (job.attemptLimit < job.maxAttempts) notes.push(`the task's limit; the job's own is ${job.maxAttempts}`);
+  if (job.countedAttempts !== job.attempt) {
+    const claims = `${job.attempt} claim${job.attempt === 1 ? "" : "s"}`;
+    notes.push(`${claims}; ${job.attempt - job.countedAttempts} not counted: snoozes, hand-backs, attempts before a retry`);
+  }
+  return `${job.countedAttempts} of ${job.attemptLimit}${notes.length === 0 ? "" : ` (${notes.join("; ")})`}`;
 }
 
 export async function getJob(db: Queryable, jobId: JobIdInput): Promise<Job | null> {

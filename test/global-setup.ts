@@ -1,6 +1,7 @@
-// Runs once per `vitest run`: picks the server (DATABASE_URL, or a throwaway
-// embedded PostgreSQL 18), migrates a template database once, and hands both to
-// the test files, which clone the template (test/helpers/db.ts).
+// Runs once per `vitest run`: installs the programs the run's tests drive that
+// npm cannot (test/helpers/system-tools.ts), picks the server (DATABASE_URL, or
+// a throwaway embedded PostgreSQL 18), migrates a template database once, and
+// hands both to the test files, which clone the template (test/helpers/db.ts).
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -11,6 +12,7 @@ import pg from "pg";
 import type { TestProject } from "vitest/node";
 import { databaseUrl, type EmbeddedPostgresServer, startEmbeddedPostgres } from "../src/embedded/server.ts";
 import { migrate } from "../src/migrate.ts";
+import { ensureSystemTools } from "./helpers/system-tools.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
 
@@ -28,7 +30,16 @@ async function buildDist(): Promise<void> {
   }
 }
 
+/** The test files this run selected (all of them when the command line names none). */
+async function runFiles(project: TestProject): Promise<string[]> {
+  // vitest keeps the command line's file filters here, outside its typed API;
+  // should that change, the whole suite is assumed: more set-up, never less.
+  const filters = (project.vitest as unknown as { filenamePattern?: string[] }).filenamePattern ?? [];
+  return (await project.globTestFiles(filters)).testFiles;
+}
+
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  await ensureSystemTools({ files: await runFiles(project) });
   await buildDist();
   let server: EmbeddedPostgresServer | undefined;
   let tempDir: string | undefined;

@@ -1,6 +1,6 @@
 // Human-readable output shared by the CLI commands: aligned tables, times and
 // ages, a job's summary, and the timeline of its attempts.
-import type { Job } from "../job-reads.ts";
+import { attemptsText, type Job } from "../job-reads.ts";
 import { printable } from "./terminal-text.ts";
 
 /** Columns separated by two spaces; numeric columns right-aligned. Cells are shown printable() (no control characters reach the terminal). */
@@ -53,8 +53,8 @@ function truncate(text: string, max: number): string {
 /** The job row for `idemq jobs`. */
 export const JOB_COLUMNS = ["ID", "STATE", "QUEUE", "TASK", "ATTEMPT", "RUN AT", "KEY", "CREATED"] as const;
 
-/** A table row of `idemq jobs`; ATTEMPT is the counted attempts of their limit (attemptCount), as `jobs show` counts them. */
-export function jobRow(job: Job, count: AttemptCount, now = Date.now()): string[] {
+/** A table row of `idemq jobs`; ATTEMPT is the counted attempts of their limit (Job.countedAttempts, Job.attemptLimit). */
+export function jobRow(job: Job, now = Date.now()): string[] {
   const runAt =
     job.state === "scheduled" || job.state === "enqueued" || job.state === "awaiting"
       ? relative(job.runAt, now)
@@ -66,7 +66,7 @@ export function jobRow(job: Job, count: AttemptCount, now = Date.now()): string[
     job.state,
     truncate(job.queue, 24),
     truncate(job.task, 32),
-    `${count.counted}/${count.limit}`,
+    `${job.countedAttempts}/${job.attemptLimit}`,
     runAt,
     truncate(job.idempotencyKey ?? "-", 32),
     relative(job.createdAt, now),
@@ -76,17 +76,10 @@ export function jobRow(job: Job, count: AttemptCount, now = Date.now()): string[
 /** One line about a job, e.g. for an enqueue's answer. */
 export function jobLine(job: Job): string {
   const key = job.idempotencyKey === null ? "" : `, key ${printable(job.idempotencyKey)}`;
-  return `job ${job.id} (${printable(job.task)}, queue ${printable(job.queue)}${key}): ${job.state}, attempt ${job.attempt}/${job.maxAttempts}`;
+  return `job ${job.id} (${printable(job.task)}, queue ${printable(job.queue)}${key}): ${job.state}, attempt ${job.countedAttempts}/${job.attemptLimit}`;
 }
 
 // ------------------------------------------------------------- timeline
-
-/** What the job's row keeps that Job leaves out: when the last attempt was claimed, and the claims that do not count. */
-export interface JobExtras {
-  lockedAt: Date | null;
-  /** Claims that do not count against the limit: snoozes, hand-backs, the attempts before an operator's retry. */
-  uncounted: number;
-}
 
 /** An operator's retry, from the entry retry() records (class "Retried"). */
 export interface RetryEntry {
@@ -97,15 +90,6 @@ export interface RetryEntry {
   /** When that run had ended. */
   finishedAt: string | null;
   retriedAt: string | null;
-}
-
-/** Counted attempts against the limit they count against. */
-export interface AttemptCount {
-  counted: number;
-  /** The lowest max_attempts fail() recorded (a task's own limit), else the job's. */
-  limit: number;
-  /** Where the limit comes from: "task" when fail() recorded one lower than the job's. */
-  limitFrom: "job" | "task";
 }
 
 export interface AttemptEntry {
@@ -127,7 +111,6 @@ interface ErrorEntry {
   class?: unknown;
   message?: unknown;
   stack?: unknown;
-  max_attempts?: unknown;
   previous_state?: unknown;
   finished_at?: unknown;
   retried_at?: unknown;
@@ -152,7 +135,7 @@ const isoText = (value: unknown): string | null => {
  * running, succeeded, or was snoozed). Attempt numbers with no record were
  * snoozed (a snooze records nothing).
  */
-export function timeline(job: Job, extras: JobExtras): AttemptEntry[] {
+export function timeline(job: Job): AttemptEntry[] {
   const byAttempt = new Map<number, AttemptEntry>();
   for (const raw of job.errors as ErrorEntry[]) {
     const attempt = Number(raw?.attempt);
@@ -180,7 +163,7 @@ export function timeline(job: Job, extras: JobExtras): AttemptEntry[] {
       entries.push({ attempt, claimedAt: null, worker: null, outcome: "snoozed", endedAt: null, error: null });
       continue;
     }
-    const claimedAt = iso(extras.lockedAt);
+    const claimedAt = iso(job.lockedAt);
     switch (job.state) {
       case "processing":
         entries.push({ attempt, claimedAt, worker: job.lockedBy, outcome: "running", endedAt: null, error: null });
@@ -211,21 +194,6 @@ export function retries(job: Job): RetryEntry[] {
     }));
 }
 
-/**
- * The counted attempts (claims less snoozes, hand-backs and those before a
- * retry), against the limit fail() applied: the lowest max_attempts it
- * recorded (a worker's task may allow fewer than the job's max_attempts),
- * else the job's own. A task's limit is known only once an attempt failed.
- */
-export function attemptCount(job: Job, extras: JobExtras): AttemptCount {
-  let limit = job.maxAttempts;
-  for (const raw of job.errors as ErrorEntry[]) {
-    const recorded = Number(raw?.max_attempts);
-    if (raw?.max_attempts != null && Number.isInteger(recorded) && recorded >= 1 && recorded < limit) limit = recorded;
-  }
-  return { counted: job.attempt - extras.uncounted, limit, limitFrom: limit < job.maxAttempts ? "task" : "job" };
-}
-
 /** Each attempt's recorded stack trace, by attempt number. */
 function stacks(job: Job): Map<number, string> {
   const byAttempt = new Map<number, string>();
@@ -247,21 +215,10 @@ const OUTCOME_WORDS: Record<string, string> = {
 };
 
 export interface RenderJobOptions {
-  count: AttemptCount;
   retries: readonly RetryEntry[];
   /** Print each failed attempt's stack trace under it. */
   stack?: boolean;
   now?: number;
-}
-
-/** "2 of 10", "3 of 3 (the task's limit; the job's own is 10)", "1 of 10 (3 claims; 2 not counted: ...)". */
-function attemptsLine(job: Job, count: AttemptCount): string {
-  const notes: string[] = [];
-  if (count.limitFrom === "task") notes.push(`the task's limit; the job's own is ${job.maxAttempts}`);
-  if (count.counted !== job.attempt) {
-    notes.push(`${job.attempt} claims; ${job.attempt - count.counted} not counted: snoozes, hand-backs, attempts before a retry`);
-  }
-  return `${count.counted} of ${count.limit}${notes.length === 0 ? "" : ` (${notes.join("; ")})`}`;
 }
 
 export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: RenderJobOptions): string[] {
@@ -270,7 +227,7 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
   const lines = [
     `job ${job.id}  ${printable(job.task)}  (queue ${printable(job.queue)})`,
     `  state      ${job.state}${job.finishedAt ? ` since ${instant(job.finishedAt)}` : ""}`,
-    `  attempts   ${attemptsLine(job, options.count)}`,
+    `  attempts   ${attemptsText(job)}`,
     `  key        ${printable(job.idempotencyKey ?? "-")}`,
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,

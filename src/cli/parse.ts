@@ -10,8 +10,18 @@ import { UsageError } from "./output.ts";
 const DURATION_EXAMPLES = "250ms, 30s, 5m, 2h, 7d, 1h30m";
 const MAX_BIGINT = 9223372036854775807n;
 
-/** A duration as a PostgreSQL interval literal ("5m" -> "5 minutes"). */
+/**
+ * A duration as a PostgreSQL interval literal ("5m" -> "5 minutes"). Every
+ * duration option of the CLI reads its value here, so one rule holds for all
+ * of them: a bare number is refused with the units to add. PostgreSQL would
+ * read `5` as seconds and the library's durations take a bare number as
+ * milliseconds, so the CLI guesses neither.
+ */
 export function parseDuration(value: string): string {
+  const bare = value.trim();
+  if (/^\d+(\.\d+)?$/.test(bare)) {
+    throw new InvalidArgumentError(`${bare} has no unit: write ${bare}s, ${bare}m, ${bare}h or ${bare}d`);
+  }
   try {
     return toPgInterval(value);
   } catch (error) {

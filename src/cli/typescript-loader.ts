@@ -5,6 +5,7 @@
 import { createRequire } from "node:module";
 import { extname, join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { UsageError } from "./output.ts";
 
 const TYPESCRIPT_EXTENSIONS = new Set([".ts", ".mts", ".cts"]);
 
@@ -13,14 +14,18 @@ const TSX_MISSING =
 
 let registered = false;
 
-/** Registers tsx when `file` is TypeScript; a no-op for JavaScript. Throws TSX_MISSING when tsx cannot be found. */
+/**
+ * Registers tsx when `file` is TypeScript; a no-op for JavaScript. Without
+ * tsx it throws TSX_MISSING as a UsageError: like a module without tasks, it
+ * is a configuration error the user fixes (exit 2), not a failure to retry.
+ */
 export async function prepareToImport(file: string): Promise<void> {
   if (registered || !TYPESCRIPT_EXTENSIONS.has(extname(file))) return;
   const api = await importTsx();
   if (api === undefined) {
     // Node 22.18+/23.6+ strip types themselves; nothing to register there.
     if ((process.features as { typescript?: unknown }).typescript) return;
-    throw new Error(TSX_MISSING);
+    throw new UsageError(TSX_MISSING);
   }
   api.register();
   registered = true;

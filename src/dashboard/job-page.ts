@@ -4,7 +4,7 @@
 // payload and result, its key and the key ledger's entry, its pending
 // parents and children, and the actions its state allows.
 import type { JobState } from "../contract.ts";
-import { getJob, jobLinks, keyEntry, type Job, type LinkedJob } from "../job-reads.ts";
+import { attemptsText, getJob, jobLinks, keyEntry, type Job, type LinkedJob } from "../job-reads.ts";
 import type { Queryable } from "../sql-api.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
@@ -45,7 +45,7 @@ export async function jobPage(db: Queryable, id: string, notice?: string): Promi
 <dt>task</dt><dd id="task">${job.task}</dd>
 <dt>queue</dt><dd>${job.queue}</dd>
 <dt>priority</dt><dd>${job.priority}</dd>
-<dt>attempt</dt><dd>${job.attempt} (at most ${job.maxAttempts} counted)</dd>
+<dt>attempts</dt><dd id="attempts">${attemptsText(job)}</dd>
 <dt>run at</dt><dd>${when(job.runAt)}</dd>
 <dt>created</dt><dd>${when(job.createdAt)}</dd>
 <dt>finished</dt><dd>${when(job.finishedAt)}</dd>

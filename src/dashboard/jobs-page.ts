@@ -68,6 +68,6 @@ function jobsTable(jobs: readonly Job[]): Html {
   return html`<table id="jobs"><tr><th>id</th><th>state</th><th>task</th><th>queue</th><th>attempt</th><th>key</th><th>created</th><th>finished</th><th>last error</th></tr>
 ${jobs.map(
   (j) => html`<tr><td><a href="/jobs/${j.id}">${j.id}</a></td><td>${stateBadge(j.state)}</td><td>${j.task}</td><td>${j.queue}</td>
-<td class="n">${j.attempt}/${j.maxAttempts}</td><td>${j.idempotencyKey ?? ""}</td><td>${when(j.createdAt)}</td><td>${when(j.finishedAt)}</td><td>${lastError(j)}</td></tr>`,
+<td class="n">${j.countedAttempts}/${j.attemptLimit}</td><td>${j.idempotencyKey ?? ""}</td><td>${when(j.createdAt)}</td><td>${when(j.finishedAt)}</td><td>${lastError(j)}</td></tr>`,
 )}</table>`;
 }

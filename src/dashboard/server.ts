@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import type pg from "pg";
 import type { MetricsRegistry } from "../metrics/registry.ts";
 import { respondWithMetrics } from "../metrics/serve.ts";
+import { ROLES } from "../roles.ts";
 import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runPurge } from "./actions.ts";
 import { access, checkBind, hostAllowed, newSecret, sameSecret } from "./auth.ts";
 import { BadRequest } from "./bad-request.ts";
@@ -166,7 +167,12 @@ function describeError(error: unknown): [number, string, string] {
   const message = typeof e.message === "string" ? e.message : String(error);
   const hint = typeof e.hint === "string" ? ` ${e.hint}` : "";
   if (e.code === "42501") {
-    return [403, "Not allowed", `${message}. The dashboard's database role needs idemq_admin for this (idemq roles grant ... idemq_admin).`];
+    // ROLE is left for the reader to fill in: the error does not say which login role the pool connected as.
+    return [
+      403,
+      "Not allowed",
+      `${message}. The dashboard's database role needs ${ROLES.admin} for this: \`idemq roles grant ROLE --admin\`, ROLE being the role it connects as.`,
+    ];
   }
   if (e.code === "IQ404") return [404, "Not found", `${message}${hint}`];
   if (typeof e.code === "string" && (e.code.startsWith("IQ4") || e.code.startsWith("22"))) return [409, "Refused", `${message}${hint}`];

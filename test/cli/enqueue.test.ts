@@ -168,6 +168,11 @@ describe("idemq enqueue: bad input is one line, exit 2, and changes nothing", ()
       says: ["'reject_sometimes' is invalid", "allow_after_failed, reject_if_failed, reject_always, reject_if_succeeded"],
     },
     { name: "a duration with an unknown unit", args: ["t", "--delay", "5 parsecs"], says: ['unknown unit "parsecs"', "5m"] },
+    {
+      name: "a bare number as the delay: the units to add, not a library's rule about strings",
+      args: ["t", "--delay", "5"],
+      says: ["option '--delay <duration>' argument '5' is invalid. 5 has no unit: write 5s, 5m, 5h or 5d;"],
+    },
     { name: "--run-at and --delay together", args: ["t", "--run-at", "2030-01-01T00:00:00Z", "--delay", "5m"], says: ["cannot be used with"] },
     { name: "a time that is not one", args: ["t", "--run-at", "next tuesday-ish"], says: ['cannot read "next tuesday-ish" as a time'] },
     { name: "max attempts below 1", args: ["t", "--max-attempts", "0"], says: ["--max-attempts must be an integer from 1"] },

@@ -140,6 +140,31 @@ describe("bad input: one line, the fix, no stack trace", () => {
     });
   }
 
+  it("every duration option refuses a bare number the same way, naming the option and the units to add (exit 2)", async () => {
+    // Read from the CLI's own tree, so a new duration option is held to the same rule.
+    const durationOptions: { command: string[]; flags: string; long: string }[] = [];
+    const walk = (command: Command, path: string[]): void => {
+      for (const sub of command.commands) {
+        for (const option of sub.options) {
+          if (option.flags.endsWith("<duration>")) durationOptions.push({ command: [...path, sub.name()], flags: option.flags, long: option.long! });
+        }
+        walk(sub, [...path, sub.name()]);
+      }
+    };
+    walk(buildProgram(), []);
+    expect(durationOptions.map((o) => `${o.command.join(" ")} ${o.long}`)).toEqual(
+      expect.arrayContaining(["enqueue --delay", "jobs reschedule --delay", "purge --older-than", "prune-keys --older-than", "worker --wait-for-database"]),
+    );
+    for (const { command, flags, long } of durationOptions) {
+      // The value is refused as it is read: no database is opened (the URL names none that answers).
+      const result = await runCli([...command, long, "5", "--database-url", "postgres://postgres@127.0.0.1:1/idemq"]);
+      expect(result, `${command.join(" ")} ${long} 5`).toMatchObject({ code: EXIT.USAGE, stdout: "" });
+      expect(oneLine(result)).toBe(
+        `idemq: option '${flags}' argument '5' is invalid. 5 has no unit: write 5s, 5m, 5h or 5d; see \`idemq ${command.join(" ")} --help\``,
+      );
+    }
+  });
+
   it("DATABASE_URL is read like --database-url, and named in the same way", async () => {
     const result = await runCli(["stats"], { env: { DATABASE_URL: "postgres://postgres@127.0.0.1:1/idemq" } });
     expect(result.code).toBe(EXIT.FAILURE);

@@ -108,7 +108,7 @@ describe("idemq purge", () => {
       [["purge", "--older-than", "7d", "--state", "succeeded,processing"], "purge deletes finished jobs only, not processing"],
       [["purge"], "required option '--older-than <duration>' not specified"],
       [["purge", "--older-than", "a fortnight"], 'cannot read "a fortnight"'],
-      [["purge", "--older-than", "7"], "a bare number in a string is ambiguous"],
+      [["purge", "--older-than", "7"], "7 has no unit: write 7s, 7m, 7h or 7d"],
     ];
     for (const [args, says] of cases) {
       const result = await cli(args);

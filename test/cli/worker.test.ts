@@ -3,12 +3,14 @@
 // exporting its tasks as the default export runs; --log-format pretty prints
 // a readable log.
 import { spawn } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { EXIT } from "../../src/cli/exit-codes.ts";
 import { Client } from "../../src/index.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
+import { startNode } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker, startWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
@@ -82,6 +84,31 @@ describe("idemq worker refuses a bad tasks module with one line", () => {
     const result = await worker(["--tasks", "./no/such/tasks.js"]);
     expect(result.code).toBe(2);
     expect(oneLine(result.stderr)).toBe("idemq: --tasks ./no/such/tasks.js: no such file");
+  });
+
+  it("a TypeScript module and no tsx to load it: exit 2 (a configuration error), one line saying how to get it", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "idemq-worker-no-tsx-"));
+    try {
+      await writeFile(join(dir, "tasks.ts"), "export const tasks = { noop: async (_payload: unknown) => {} };\n");
+      // From a directory with no node_modules, with tsx hidden from idemq's own resolution.
+      const child = startNode(["--import", resolve(import.meta.dirname, "..", "fixtures", "cli", "no-tsx.mjs"), CLI, "worker", "--tasks", "tasks.ts"], {
+        cwd: dir,
+        env: { DATABASE_URL: db.url },
+      });
+      const result = await child.exited;
+      if ((process.features as { typescript?: unknown }).typescript) {
+        // Node 22.18+ strips types itself: the module loads without tsx, so there is nothing to refuse.
+        expect(result.stderr).not.toContain("needs tsx");
+      } else {
+        expect(result.code, result.stderr).toBe(EXIT.USAGE);
+        expect(oneLine(result.stderr)).toBe(
+          "idemq: cannot load tasks.ts: a TypeScript tasks module needs tsx: install it with `npm install --save-dev tsx`, or compile the module to JavaScript",
+        );
+        expect(result.stdout).toBe("");
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it("a module that throws while loading: exit 1 with its message", async () => {

@@ -7,11 +7,13 @@ import { get } from "node:http";
 import pg from "pg";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EXIT } from "../../src/cli/exit-codes.ts";
 import { ACTIVE_STATES, TERMINAL_STATES } from "../../src/contract.ts";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server.ts";
 import { createWorker } from "../../src/worker/create-worker.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 import { launchBrowser, screenshot, type TestBrowser } from "../helpers/browser.ts";
+import { runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { makeJob, stateOf } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
@@ -198,6 +200,29 @@ describe("dashboard security", () => {
       await page.click("#confirm");
       expect(await page.locator("#error").textContent()).toMatch(/permission denied for function retry.*needs idemq_admin/);
       expect(await stateOf(db.pool, zoo.cancelled.id)).toBe("cancelled");
+    } finally {
+      await limited.close();
+      await pool.end();
+      await db.pool.query(`REVOKE ALL ON idemq.jobs, idemq.keys, idemq.job_dependencies FROM ${role.name}`);
+    }
+  });
+
+  it("the 403 page's hint is a real command: run as it says, it lets the same role retry the job", async () => {
+    const role = await createLoginRole("dashgrant", { memberOf: ["idemq_worker"] });
+    await db.pool.query(`GRANT SELECT ON idemq.jobs, idemq.keys, idemq.job_dependencies TO ${role.name}`);
+    const pool = new pg.Pool({ connectionString: role.urlFor(db.name), max: 2 });
+    const limited = await startDashboard({ pool, port: 0 });
+    try {
+      await page.goto(`${limited.url}jobs/${zoo.failed.id}/retry`);
+      await page.click("#confirm");
+      const error = (await page.locator("#error").textContent()) ?? "";
+      const hinted = /`(idemq [^`]+)`, ROLE being the role it connects as\.$/.exec(error)?.[1];
+      expect(hinted, error).toBe("idemq roles grant ROLE --admin");
+      const granted = await runCli([...hinted!.replace("ROLE", role.name).split(" ").slice(1), "--database-url", db.url]);
+      expect(granted, hinted).toMatchObject({ code: EXIT.OK, stdout: `Granted idemq_admin to ${role.name}.\n`, stderr: "" });
+      await page.goto(`${limited.url}jobs/${zoo.failed.id}/retry`);
+      await page.click("#confirm");
+      expect(await page.locator("#notice").textContent()).toBe("retried: now enqueued");
     } finally {
       await limited.close();
       await pool.end();

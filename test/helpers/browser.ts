@@ -1,14 +1,14 @@
 // Headless Chromium driven by playwright-core: Debian's /usr/bin/chromium
-// (.ci/run installs it), a fresh profile per launch (playwright makes one in
-// a temporary directory and refuses --user-data-dir with launch()), and the
-// flags that keep it from reaching the network (closed here: without them it
-// stalls).
+// (found and, when missing, installed by the test set-up: ./system-tools.ts),
+// a fresh profile per launch (playwright makes one in a temporary directory
+// and refuses --user-data-dir with launch()), and the flags that keep it from
+// reaching the network (closed here: without them it stalls).
 // Screenshots go to test-artifacts/ (kept by CI, not committed).
 import { mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
+import { CHROMIUM, toolPath } from "./system-tools.ts";
 
-export const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 export const ARTIFACTS = resolve(import.meta.dirname, "..", "..", "test-artifacts");
 
 const FLAGS = [
@@ -29,7 +29,7 @@ export interface TestBrowser {
 }
 
 export async function launchBrowser(): Promise<TestBrowser> {
-  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
+  const browser = await chromium.launch({ executablePath: toolPath(CHROMIUM), headless: true, args: FLAGS });
   return {
     browser,
     newPage: async () => {

@@ -1,29 +1,21 @@
 // A PgBouncer of one test file's own, in front of a PostgreSQL server: the
-// Debian `pgbouncer` binary (.ci/run installs it when missing), a config in a
-// temporary directory, a free loopback port, trust authentication, and the
-// given pool mode (transaction pooling is what production poolers run). As
+// Debian `pgbouncer` binary (found and, when missing, installed by the test
+// set-up: ./system-tools.ts), a config in a temporary directory, a free
+// loopback port, trust authentication, and the given pool mode (transaction pooling is what production poolers run). As
 // root it runs as the `postgres` OS user (PgBouncer refuses root).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
 import { chown, mkdtemp, rm, writeFile } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "./private-cluster.ts";
+import { PGBOUNCER, toolPath } from "./system-tools.ts";
 
 export interface PgBouncer {
   port: number;
   /** A connection string for `database` through the pooler, as user postgres. */
   url(database: string): string;
   stop(): Promise<void>;
-}
-
-const BINARIES = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"];
-
-export function pgBouncerBinary(): string {
-  const found = BINARIES.find((b) => existsSync(b));
-  if (found === undefined) throw new Error("pgbouncer is not installed: apt-get install pgbouncer (.ci/run does it)");
-  return found;
 }
 
 export async function startPgBouncer(options: {
@@ -38,7 +30,7 @@ export async function startPgBouncer(options: {
    */
   ignoreStartupParameters?: readonly string[];
 }): Promise<PgBouncer> {
-  const binary = pgBouncerBinary();
+  const binary = toolPath(PGBOUNCER);
   const dir = await mkdtemp(join(tmpdir(), "idemq-pgbouncer-"));
   const port = await freePort();
   const config = join(dir, "pgbouncer.ini");

@@ -148,7 +148,8 @@ console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt, tr
       // Node 22.18+ strips types itself: the module loads without tsx.
       expect(result.stderr).not.toContain("needs tsx");
     } else {
-      expect(result.code).toBe(1);
+      // A configuration error, as docs/worker.md says: 2, not the 1 of a failure.
+      expect(result.code).toBe(2);
       expect(result.stderr).toBe(
         "idemq: cannot load tasks.ts: a TypeScript tasks module needs tsx: install it with `npm install --save-dev tsx`, or compile the module to JavaScript\n",
       );

@@ -11,7 +11,7 @@ import { runQuery } from "../../sql-api.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";
-import { attemptCount, type JobExtras, JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
+import { JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
 import { action, emit, type ErrorJson, errorJson, errorLine, UsageError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
 import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
@@ -61,15 +61,10 @@ export function registerJobsCommands(program: Command): void {
           const limit = options.limit ?? CLIENT_DEFAULTS.listLimit;
           const found = await client.listJobs({ ...filter, limit });
           const beyond = found.length < limit ? { count: 0, exact: true } : await countBeyond(client, filter, limit);
-          // Attempts counted as jobs show counts them (snoozes and retried-over attempts left out, against the task's own limit).
-          const extras = await jobsExtras(client, found.map((job) => job.id));
-          const counts = found.map((job) => attemptCount(job, extras.get(job.id) ?? { lockedAt: null, uncounted: 0 }));
           const now = Date.now();
-          const rows =
-            found.length === 0 ? ["No jobs match."] : table(JOB_COLUMNS, found.map((job, i) => jobRow(job, counts[i]!, now)), [0]);
+          const rows = found.length === 0 ? ["No jobs match."] : table(JOB_COLUMNS, found.map((job) => jobRow(job, now)), [0]);
           if (beyond.count > 0) rows.push(moreLine(limit, beyond));
-          const listed = found.map((job, i) => ({ ...job, countedAttempts: counts[i]!.counted, attemptLimit: counts[i]!.limit }));
-          emit(options, { jobs: listed, limit, more: beyond.count, moreExact: beyond.exact }, rows);
+          emit(options, { jobs: found, limit, more: beyond.count, moreExact: beyond.exact }, rows);
         });
       }),
     );
@@ -91,14 +86,12 @@ export function registerJobsCommands(program: Command): void {
         await withClient(options, async (client) => {
           const job = await client.getJob(id);
           if (job === null) throw new JobNotFoundError(`no job ${id}`, { hint: "idemq jobs lists the jobs there are" });
-          const extras = (await jobsExtras(client, [id])).get(id) ?? { lockedAt: null, uncounted: 0 };
-          const attempts = timeline(job, extras);
-          const count = attemptCount(job, extras);
+          const attempts = timeline(job);
           const retried = retries(job);
           emit(
             options,
-            { ...job, countedAttempts: count.counted, attemptLimit: count.limit, retries: retried, timeline: attempts },
-            renderJob(job, attempts, { count, retries: retried, stack: options.stack === true }),
+            { ...job, retries: retried, timeline: attempts },
+            renderJob(job, attempts, { retries: retried, stack: options.stack === true }),
           );
         });
       }),
@@ -227,15 +220,4 @@ async function countBeyond(client: Client, filter: ListJobsFilter, limit: number
 function moreLine(limit: number, beyond: { count: number; exact: boolean }): string {
   const more = `${beyond.count.toLocaleString("en-US")}${beyond.exact ? "" : "+"}`;
   return `Stopped at --limit ${limit}: ${more} more match; raise --limit or narrow the filters.`;
-}
-
-/** locked_at (when the last attempt was claimed) and uncounted, which Job leaves out, by job id. An admin read, like job-reads.ts. */
-async function jobsExtras(client: Client, ids: readonly string[]): Promise<Map<string, JobExtras>> {
-  if (ids.length === 0) return new Map();
-  const rows = await runQuery<{ id: string; locked_at: Date | null; uncounted: number }>(
-    client.pool,
-    "SELECT j.id::text AS id, j.locked_at, j.uncounted FROM idemq.jobs j WHERE j.id = ANY ($1::bigint[])",
-    [ids],
-  );
-  return new Map(rows.map((r) => [r.id, { lockedAt: r.locked_at, uncounted: r.uncounted }]));
 }

@@ -227,7 +227,9 @@ async function loadTasksModule(path: string): Promise<{ tasks: Tasks; workerOpti
     await prepareToImport(file);
     mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
   } catch (error) {
-    throw new Error(`cannot load ${path}: ${errorLine(error)}`, { cause: error });
+    const why = `cannot load ${path}: ${errorLine(error)}`;
+    // A UsageError (no tsx for a TypeScript module) keeps its exit code 2; a module that throws is a failure (1).
+    throw error instanceof UsageError ? new UsageError(why, { cause: error }) : new Error(why, { cause: error });
   }
   const fromDefault = (name: string): unknown =>
     mod.default !== null && typeof mod.default === "object" ? (mod.default as Record<string, unknown>)[name] : undefined;
