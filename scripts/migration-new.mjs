@@ -129,23 +129,42 @@ export function signature(text) {
   return text.slice(start, text.indexOf("\nLANGUAGE ", start));
 }
 
-const HAND_WRITTEN = /^-- ==== hand-written: .* ====\n([\s\S]*?)^-- ==== end hand-written ====$/gm;
-const DEFAULT_UP = [
-  "-- Schema changes (tables, columns, indexes) go here, before the functions",
-  "-- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a",
-  "-- migration of its own: PostgreSQL refuses to use a new value before its",
-  "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
-  "-- predicate or a SQL-language function body alike, and each migration",
-  "-- commits on its own, so the next migration can use it.",
-  "",
-].join("\n");
-const DEFAULT_DOWN = "-- The reversal of the schema changes above goes here, after the functions.\n";
+// The hand-written parts of a migration, each between "-- ==== hand-written: LABEL (...) ====" and
+// "-- ==== end hand-written ====": kept as they are when migration:new amends the file.
+const HAND_WRITTEN = /^-- ==== hand-written: ([^(]*?) \(.*\) ====\n([\s\S]*?)^-- ==== end hand-written ====$/gm;
+const SECTIONS = {
+  up: {
+    label: "schema changes",
+    text: [
+      "-- Schema changes (tables, columns, indexes) go here, before the functions",
+      "-- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a",
+      "-- migration of its own: PostgreSQL refuses to use a new value before its",
+      "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
+      "-- predicate or a SQL-language function body alike, and each migration",
+      "-- commits on its own, so the next migration can use it.",
+    ].join("\n"),
+  },
+  after: { label: "after the functions", text: "-- Steps that call the functions above (backfills, grants) go here." },
+  down: { label: "the reversal", text: "-- The reversal of the schema changes above goes here, after the functions." },
+};
+const section = (key, kept) => [
+  `-- ==== hand-written: ${SECTIONS[key].label} (kept when migration:new amends this file) ====`,
+  (kept?.[key] ?? SECTIONS[key].text).trimEnd(),
+  "-- ==== end hand-written ====",
+];
 
-/** The hand-written parts of a migration this script wrote (its title line, Up and Down parts), to keep when it is amended. */
+/** The hand-written parts of a migration this script wrote (its title line and each section), to keep when it is amended. */
 export function handWritten(text) {
-  const parts = [...text.matchAll(HAND_WRITTEN)].map((m) => m[1]);
-  if (parts.length !== 2) throw new Error("expected two hand-written sections (Up and Down) between '-- ==== hand-written: ... ====' and '-- ==== end hand-written ===='");
-  return { title: text.slice(0, text.indexOf("\n")), up: parts[0], down: parts[1] };
+  const kept = { title: text.slice(0, text.indexOf("\n")) };
+  for (const m of text.matchAll(HAND_WRITTEN)) {
+    const key = Object.keys(SECTIONS).find((k) => SECTIONS[k].label === m[1]);
+    if (key === undefined) throw new Error(`unknown hand-written section "${m[1]}"`);
+    kept[key] = m[2];
+  }
+  if (kept.up === undefined || kept.down === undefined) {
+    throw new Error("expected the hand-written sections between '-- ==== hand-written: LABEL (...) ====' and '-- ==== end hand-written ===='");
+  }
+  return kept;
 }
 
 /** The text of migration `name` carrying `diff` (see changes()), with `kept` hand-written parts (handWritten()) when amending. */
@@ -169,9 +188,7 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
     "-- after that it never changes again.",
     "-- Up Migration",
     "",
-    "-- ==== hand-written: schema changes (kept when migration:new amends this file) ====",
-    `${(kept?.up ?? DEFAULT_UP).trimEnd()}`,
-    "-- ==== end hand-written ====",
+    ...section("up", kept),
     "",
   ];
   for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
@@ -182,6 +199,7 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   // none of the roles' grants: idemq._grant_roles() gives them, where it exists.
   const regrant = ["-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).", "SELECT count(*) FROM idemq._grant_roles();", ""];
   if (files.has("_grant_roles") && diff.created.length + resigned.size > 0) lines.push(...regrant);
+  lines.push(...section("after", kept), "");
   lines.push("-- Down Migration", "");
   for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
   for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
@@ -189,12 +207,7 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   if (downRevokes.length > 0) lines.push(...downRevokes);
   if (diff.created.length + downRevokes.length > 0) lines.push("");
   if (state.has("_grant_roles") && diff.removed.length + resigned.size > 0) lines.push(...regrant);
-  lines.push(
-    "-- ==== hand-written: the reversal (kept when migration:new amends this file) ====",
-    `${(kept?.down ?? DEFAULT_DOWN).trimEnd()}`,
-    "-- ==== end hand-written ====",
-    "",
-  );
+  lines.push(...section("down", kept), "");
   return lines.join("\n");
 }
 

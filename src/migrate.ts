@@ -53,9 +53,17 @@ export type MigrationOptions = MigrationConnection & {
   migrationsDir?: string;
   /** Receives node-pg-migrate's messages; silent when absent. */
   log?: (line: string) => void;
+  /** Receives the server's NOTICEs raised by the migrations (what an upgrade did that an operator should know). */
+  onNotice?: (message: string) => void;
 };
 
 export type MigrateOptions = MigrationOptions & {
+  /**
+   * The prefix of this installation's role names (`<prefix>_producer`,
+   * `_worker`, `_admin`), chosen once, at install; default `idemq_<database>`.
+   * See idemq._grant_roles.
+   */
+  rolesPrefix?: string;
   direction?: "up" | "down";
   /** How many migrations to run: all pending for "up", one for "down" by default. */
   count?: number;
@@ -115,24 +123,58 @@ async function runMigrations(options: MigrateOptions, log: (line: string) => voi
   // a 57P01 (the server shutting down) on it, during or right after the run,
   // would crash the process. So the client is always one we own and listen on.
   return withClient(options, async (dbClient) => {
+    const notice = (message: { message?: string }) => options.onNotice?.(message.message ?? "");
+    dbClient.on("notice", notice);
     await recognisePreRelease(dbClient);
-    const ran = await runner({
-      dbClient,
-      dir: options.migrationsDir ?? DEFAULT_MIGRATIONS_DIR,
-      ignorePattern: IGNORE_PATTERN,
-      migrationsSchema: MIGRATIONS_SCHEMA,
-      createMigrationsSchema: true,
-      migrationsTable: MIGRATIONS_TABLE,
-      direction: options.direction ?? "up",
-      ...(options.count !== undefined ? { count: options.count } : {}),
-      checkOrder: true,
-      // Each migration in its own BEGIN ... COMMIT (see migrate()).
-      singleTransaction: false,
-      advisoryLockMode: "wait",
-      logger: { debug: log, info: log, warn: log, error: log },
-    });
-    return ran.map((migration) => migration.name);
+    await setInstallSettings(dbClient, installSettings(await appliedMigrations(dbClient), options.rolesPrefix));
+    try {
+      return await runWith(runner, dbClient, options, log);
+    } finally {
+      await dbClient.query("RESET idemq.installing; RESET idemq.roles_prefix").catch(() => {});
+      dbClient.removeListener("notice", notice);
+    }
   });
+}
+
+/**
+ * Session settings the migrations read (idemq._grant_roles): idemq.installing
+ * while a run installs idemq from nothing (so no membership of 0.1.0's
+ * cluster-wide roles is carried over), idemq.roles_prefix when one was chosen.
+ */
+function installSettings(applied: string[], rolesPrefix: string | undefined): Record<string, string> {
+  return {
+    ...(applied.length === 0 ? { "idemq.installing": "on" } : {}),
+    ...(rolesPrefix !== undefined ? { "idemq.roles_prefix": rolesPrefix } : {}),
+  };
+}
+
+async function setInstallSettings(client: pg.ClientBase, settings: Record<string, string>): Promise<void> {
+  for (const [name, value] of Object.entries(settings)) await client.query("SELECT set_config($1, $2, false)", [name, value]);
+}
+
+/** One run of node-pg-migrate's runner on our client (see migrate()). */
+async function runWith(
+  runner: Awaited<ReturnType<typeof nodePgMigrate>>["runner"],
+  dbClient: pg.ClientBase,
+  options: MigrateOptions,
+  log: (line: string) => void,
+): Promise<string[]> {
+  const ran = await runner({
+    dbClient,
+    dir: options.migrationsDir ?? DEFAULT_MIGRATIONS_DIR,
+    ignorePattern: IGNORE_PATTERN,
+    migrationsSchema: MIGRATIONS_SCHEMA,
+    createMigrationsSchema: true,
+    migrationsTable: MIGRATIONS_TABLE,
+    direction: options.direction ?? "up",
+    ...(options.count !== undefined ? { count: options.count } : {}),
+    checkOrder: true,
+    // Each migration in its own BEGIN ... COMMIT (see migrate()).
+    singleTransaction: false,
+    advisoryLockMode: "wait",
+    logger: { debug: log, info: log, warn: log, error: log },
+  });
+  return ran.map((migration) => migration.name);
 }
 
 /**
@@ -186,7 +228,7 @@ export async function migrationStatus(options: MigrationOptions): Promise<Migrat
  * the lock for its whole run) or a second run of the script makes the script
  * stop there, never apply a migration twice.
  */
-export async function pendingSql(options: MigrationOptions): Promise<string> {
+export async function pendingSql(options: MigrationOptions & { rolesPrefix?: string }): Promise<string> {
   const files = await migrationFiles(options.migrationsDir);
   const { applied, preRelease } = asReleased(await withClient(options, appliedMigrations));
   // node-pg-migrate refuses to run a migration that precedes an applied one.
@@ -206,6 +248,9 @@ export async function pendingSql(options: MigrationOptions): Promise<string> {
     "-- Apply with: psql -v ON_ERROR_STOP=1 -f <this file> <database-url>",
     "-- Each migration commits on its own (a later one may use an enum value an",
     "-- earlier one added); if one fails, psql stops there and those before it stay applied.",
+    ...Object.entries(installSettings(applied, options.rolesPrefix)).map(
+      ([name, value]) => `SELECT pg_catalog.set_config(${quoteLiteral(name)}, ${quoteLiteral(value)}, false);`,
+    ),
   ];
   if (preRelease) {
     parts.push(

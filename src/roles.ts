@@ -1,57 +1,41 @@
-// The idemq group roles (docs/design.md, "Roles"): what each may call is
-// defined once, in SQL (idemq._grant_roles); this module only names the roles,
-// prints the script a DBA runs where the migrating role may not create roles,
-// and grants a login role membership in one.
+// The idemq roles (docs/design.md, "Roles and privileges"): each installation
+// (a database with idemq) has its own three, named once at install and kept in
+// idemq.installation; what each may call is defined once, in SQL
+// (idemq._grant_roles). This module reads an installation's names, prints the
+// script a DBA runs where the migrating role may not create roles, and grants
+// a login role membership in one.
 import pg from "pg";
 
-export const ROLES = {
-  producer: "idemq_producer",
-  worker: "idemq_worker",
-  admin: "idemq_admin",
-} as const;
-export type RoleKind = keyof typeof ROLES;
-export type RoleName = (typeof ROLES)[RoleKind];
+export const ROLE_KINDS = ["producer", "worker", "admin"] as const;
+export type RoleKind = (typeof ROLE_KINDS)[number];
+/** An installation's role name per kind. */
+export type InstallationRoles = Record<RoleKind, string>;
 
 /**
- * The script `idemq roles sql` prints: creates the three roles (NOLOGIN)
- * where missing, tolerating a concurrent creator, then, in a database that
- * has idemq installed, gives them their privileges. Run it as a role with
- * CREATEROLE (a superuser, or the admin role of a managed service) on each
- * database that has idemq; running it again changes nothing. Where idemq is
- * not installed yet, the migration grants them when it runs.
+ * The script `idemq roles sql` prints: in the database it runs in, creates
+ * that installation's three roles (NOLOGIN) where missing and gives them
+ * their privileges (idemq._grant_roles). Run it as a role with CREATEROLE
+ * that owns the database's idemq schema, or as a superuser, in each database
+ * that has idemq; running it again changes nothing.
  */
 export function rolesScript(): string {
-  const names = Object.values(ROLES)
-    .map((name) => `'${name}'`)
-    .join(", ");
-  return `-- idemq roles: run as a role with CREATEROLE, in each database that has idemq
--- (psql -v ON_ERROR_STOP=1 -f). Running it again changes nothing.
-DO $$
-DECLARE
-  v_role text;
-BEGIN
-  FOREACH v_role IN ARRAY ARRAY[${names}] LOOP
-    CONTINUE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = v_role);
-    BEGIN
-      EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
-    EXCEPTION WHEN duplicate_object OR unique_violation THEN
-      NULL; -- a concurrent creator committed it first
-    END;
-  END LOOP;
-END $$;
-
--- Their privileges (idemq._grant_roles, the one definition), where idemq is
--- installed; elsewhere \`idemq migrate\` grants them.
+  return `-- idemq roles: run in each database that has idemq (psql -v ON_ERROR_STOP=1 -f),
+-- as a superuser, or as the owner of schema idemq with CREATEROLE. It creates
+-- that database's own idemq roles (named in idemq.installation) and grants
+-- them their privileges. Running it again changes nothing.
 DO $$
 BEGIN
-  IF pg_catalog.to_regprocedure('idemq._grant_roles()') IS NOT NULL THEN
-    PERFORM idemq._grant_roles();
+  IF pg_catalog.to_regclass('idemq.installation') IS NULL THEN
+    RAISE EXCEPTION 'idemq 0.2.0 or later is not installed in database %', pg_catalog.current_database()
+      USING HINT = 'Run idemq migrate on this database first; it creates the roles itself when it may.';
   END IF;
+  PERFORM idemq._grant_roles();
 END $$;
+SELECT producer_role, worker_role, admin_role FROM idemq.installation;
 `;
 }
 
-/** Thrown by grantRole with the fix in its message; the CLI prints it as one line. */
+/** Thrown with the fix in its message; the CLI prints it as one line. */
 export class RoleGrantError extends Error {
   override name = "RoleGrantError";
   constructor(
@@ -62,9 +46,33 @@ export class RoleGrantError extends Error {
   }
 }
 
-/** GRANT idemq_<kind> TO member; returns whether member already had it. */
-export async function grantRole(db: pg.ClientBase, member: string, kind: RoleKind): Promise<{ role: RoleName; alreadyMember: boolean }> {
-  const role = ROLES[kind];
+/** The role names of the installation `db` is connected to. */
+export async function installationRoles(db: pg.ClientBase | pg.Pool): Promise<InstallationRoles> {
+  try {
+    const { rows } = await db.query<{ producer_role: string; worker_role: string; admin_role: string }>(
+      "SELECT producer_role, worker_role, admin_role FROM idemq.installation",
+    );
+    const row = rows[0];
+    if (row === undefined) throw new RoleGrantError("idemq.installation has no row: run `idemq migrate` on this database", "P0002");
+    return { producer: row.producer_role, worker: row.worker_role, admin: row.admin_role };
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === "42P01" || code === "3F000") {
+      throw new RoleGrantError("this database has no idemq installation of 0.2.0 or later (no idemq.installation): run `idemq migrate` on it first", code);
+    }
+    if (code === "42501") {
+      throw new RoleGrantError(
+        `${(error as Error).message}: reading this installation's role names takes the owner of schema idemq (the role that ran \`idemq migrate\`) or a superuser`,
+        code,
+      );
+    }
+    throw error;
+  }
+}
+
+/** GRANT this installation's role of `kind` TO member; returns the role and whether member already had it. */
+export async function grantRole(db: pg.ClientBase, member: string, kind: RoleKind): Promise<{ role: string; alreadyMember: boolean }> {
+  const role = (await installationRoles(db))[kind];
   const { rows } = await db.query<{ member_exists: boolean; role_exists: boolean; already: boolean | null }>(
     `SELECT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = $1) AS member_exists,
             EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = $2) AS role_exists,
@@ -76,7 +84,7 @@ export async function grantRole(db: pg.ClientBase, member: string, kind: RoleKin
   const found = rows[0]!;
   if (!found.role_exists) {
     throw new RoleGrantError(
-      `role ${role} does not exist: create the idemq roles first (\`idemq roles sql\` prints the script; run it as a role with CREATEROLE)`,
+      `role ${role} does not exist: create this installation's roles first (\`idemq roles sql\` prints the script; run it as a role with CREATEROLE)`,
       "42704",
     );
   }
@@ -84,7 +92,7 @@ export async function grantRole(db: pg.ClientBase, member: string, kind: RoleKin
     throw new RoleGrantError(`role "${member}" does not exist: create the login role first, e.g. CREATE ROLE ${pg.escapeIdentifier(member)} LOGIN PASSWORD '...'`, "42704");
   }
   try {
-    await db.query(`GRANT ${role} TO ${pg.escapeIdentifier(member)}`);
+    await db.query(`GRANT ${pg.escapeIdentifier(role)} TO ${pg.escapeIdentifier(member)}`);
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code === "42501") {
@@ -96,4 +104,19 @@ export async function grantRole(db: pg.ClientBase, member: string, kind: RoleKin
     throw error;
   }
   return { role, alreadyMember: found.already === true };
+}
+
+/** This installation's roles with their direct members (login roles or groups), for `idemq roles list`. */
+export async function roleMembers(db: pg.ClientBase): Promise<Array<{ kind: RoleKind; role: string; exists: boolean; members: string[] }>> {
+  const roles = await installationRoles(db);
+  const { rows } = await db.query<{ role: string; exists: boolean; members: string[] }>(
+    `SELECT n.name AS role, r.oid IS NOT NULL AS exists,
+            coalesce((SELECT array_agg(m.rolname::text ORDER BY m.rolname) FROM pg_catalog.pg_auth_members a
+                        JOIN pg_catalog.pg_roles m ON m.oid = a.member WHERE a.roleid = r.oid), '{}'::text[]) AS members
+       FROM unnest($1::text[]) WITH ORDINALITY AS n(name, i)
+       LEFT JOIN pg_catalog.pg_roles r ON r.rolname = n.name
+      ORDER BY n.i`,
+    [ROLE_KINDS.map((kind) => roles[kind])],
+  );
+  return rows.map((row, i) => ({ kind: ROLE_KINDS[i]!, ...row }));
 }

@@ -93,6 +93,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
         for (const { datname } of rows) {
           await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(datname)} WITH (FORCE)`);
         }
+        await dropInstallationRoles(client, template);
       } finally {
         await client.end();
       }
@@ -101,6 +102,19 @@ export default async function setup(project: TestProject): Promise<() => Promise
       if (tempDir) await rm(tempDir, { recursive: true, force: true });
     }
   };
+}
+
+/**
+ * Each database migrated from nothing has its own idemq roles, named
+ * idemq_<database>_... (idemq._grant_roles); the run's databases all start
+ * with `prefix`, so their roles do too. Dropped once the databases are gone
+ * (a role that still holds privileges somewhere is left, with its error).
+ */
+async function dropInstallationRoles(client: pg.Client, prefix: string): Promise<void> {
+  const { rows } = await client.query<{ rolname: string }>("SELECT rolname FROM pg_roles WHERE starts_with(rolname, $1)", [`idemq_${prefix}`]);
+  for (const { rolname } of rows) {
+    await client.query(`DROP ROLE IF EXISTS ${client.escapeIdentifier(rolname)}`).catch(() => {});
+  }
 }
 
 const ABANDONED_AFTER_MS = 6 * 60 * 60 * 1000;
@@ -122,6 +136,15 @@ async function dropAbandonedDatabases(admin: pg.Client): Promise<void> {
       .query(`ALTER DATABASE ${name} WITH IS_TEMPLATE false`)
       .then(() => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
       .catch(() => {});
+  }
+  // And their installations' roles (idemq_<database>_...), once no database of theirs is left.
+  const { rows: roles } = await admin.query<{ rolname: string }>(
+    "SELECT rolname FROM pg_roles WHERE rolname ~ '^idemq_idemq_t[0-9a-z]{8}[0-9a-f]{6}'",
+  );
+  for (const { rolname } of roles) {
+    const startedAt = Number.parseInt(rolname.slice("idemq_idemq_t".length, "idemq_idemq_t".length + 8), 36);
+    if (Date.now() - startedAt < ABANDONED_AFTER_MS) continue;
+    await admin.query(`DROP ROLE IF EXISTS ${admin.escapeIdentifier(rolname)}`).catch(() => {});
   }
 }
 

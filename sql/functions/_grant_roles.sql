@@ -1,32 +1,56 @@
 -- idemq._grant_roles() RETURNS TABLE(role text, privilege text)
 --
--- Gives the idemq group roles that exist what their names say and nothing
--- more, and PUBLIC nothing; returns each privilege it granted. The one
--- definition of who may call what (docs/design.md, "Roles").
+-- Gives this installation's three roles (idemq.installation: named once, at
+-- install) what their kinds say and nothing more, and PUBLIC nothing;
+-- returns each privilege it granted. The one definition of who may call what
+-- (docs/design.md, "Roles and privileges").
 --
 -- Guarantees:
+--   * The installation's roles: the first call (migration 0002, on a fresh
+--     install or an upgrade from 0.1.0) records their names in
+--     idemq.installation: the prefix given with `idemq migrate --roles-prefix`
+--     (setting idemq.roles_prefix), else idemq_<database> (idemq_ and the
+--     first 12 hex digits of the name's md5 for a name over 40 bytes), plus
+--     _producer, _worker, _admin. Later calls keep them; a different
+--     idemq.roles_prefix then is refused (22023): names are chosen once.
+--   * It creates those roles (NOLOGIN) when missing and the caller may
+--     (superuser or CREATEROLE); otherwise `idemq roles sql` prints the
+--     script a DBA runs to create them and call this again.
 --   * PUBLIC has EXECUTE on no function of idemq, public or private.
---   * idemq_producer: enqueue, enqueue_many. idemq_worker: claim, complete,
+--   * producer: enqueue, enqueue_many. worker: claim, complete,
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
 --     apply_retention (and deletes finished jobs past their retention),
 --     worker_seen and worker_stopped (its presence), stats (counts only, no
 --     payload: a worker's --metrics-port serves them).
---     idemq_admin: every public function (set_retention among them),
+--     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). All three: USAGE on schema idemq and the
 --     constants active_states() and terminal_states().
+--   * Isolation: the cluster-wide roles of 0.1.0 (idemq_producer,
+--     idemq_worker, idemq_admin) hold nothing in this database, so a login
+--     made a member of another installation's roles can do nothing here.
+--     Upgrading from 0.1.0 (idemq.installation.shared_members_pending), the
+--     first call that can create the roles and grant memberships makes each
+--     direct member of a cluster-wide role a member of this installation's
+--     role of the same kind (so running workers keep working: the upgrade
+--     cannot tell which database a login was for; a NOTICE lists them), and
+--     only then revokes the cluster-wide roles' privileges here. A fresh
+--     install (setting idemq.installing = on, which `idemq migrate` sets while
+--     it applies 0001) copies no membership.
 --   * No other table privilege: the public functions are SECURITY DEFINER
 --     (owned by the schema owner, search_path pinned), so a role needs only
 --     EXECUTE; a worker reads payloads only through claim().
---   * A role that does not exist is skipped (`idemq roles sql` prints the
---     script a DBA runs to create the roles and call this again); running it
---     again grants the same and changes nothing.
+--   * Running it again grants the same and changes nothing.
 -- Concurrency: GRANT updates the functions' catalog rows; migrations run it
---   under node-pg-migrate's lock, one per database.
--- Errors: 42501 when the caller neither owns the functions nor is a superuser.
--- Tests: test/sql/roles.test.ts, test/install/non-superuser.test.ts
+--   under node-pg-migrate's lock, one per database. Two databases creating
+--   their roles at once never collide (each has its own names); a role a
+--   concurrent creator committed first is kept.
+-- Errors: 42501 when the caller neither owns the functions nor is a
+--   superuser; 22023 an idemq.roles_prefix that differs from the recorded
+--   names, or makes a name over 63 bytes.
+-- Tests: test/sql/roles.test.ts, test/install/isolation.test.ts, test/install/non-superuser.test.ts
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
 LANGUAGE plpgsql VOLATILE
@@ -36,7 +60,14 @@ AS $$
 DECLARE
   v_fn regprocedure;
   v_name text;
+  v_kind text;
   v_role text;
+  v_member text;
+  v_prefix text := nullif(current_setting('idemq.roles_prefix', true), '');
+  v_installation idemq.installation;
+  v_may_create boolean := (SELECT r.rolsuper OR r.rolcreaterole FROM pg_roles r WHERE r.rolname = current_user);
+  v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
+  v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
   v_constants text[] := ARRAY['active_states', 'terminal_states'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
   v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
@@ -44,12 +75,46 @@ DECLARE
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats'];
 BEGIN
+  -- The installation's names, recorded once.
+  SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
+  IF NOT FOUND THEN
+    v_prefix := coalesce(v_prefix, 'idemq_' || CASE WHEN octet_length(current_database()) <= 40 THEN current_database()
+                                                    ELSE left(md5(current_database()), 12) END);
+    IF octet_length(v_prefix || '_producer') > 63 THEN
+      RAISE EXCEPTION USING ERRCODE = '22023',
+        MESSAGE = format('roles prefix "%s" makes role names over 63 bytes', idemq._excerpt(v_prefix)),
+        HINT = 'Choose a prefix of at most 54 bytes (idemq migrate --roles-prefix NAME).';
+    END IF;
+    INSERT INTO idemq.installation (producer_role, worker_role, admin_role, shared_members_pending)
+    VALUES (v_prefix || '_producer', v_prefix || '_worker', v_prefix || '_admin',
+            current_setting('idemq.installing', true) IS DISTINCT FROM 'on')
+    RETURNING * INTO v_installation;
+  ELSIF v_prefix IS NOT NULL AND v_prefix || '_worker' <> v_installation.worker_role THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('this installation''s roles are %s, %s and %s; roles prefix "%s" cannot rename them',
+                       v_installation.producer_role, v_installation.worker_role, v_installation.admin_role, idemq._excerpt(v_prefix)),
+      HINT = 'The prefix is chosen once, at install: drop --roles-prefix (or the setting idemq.roles_prefix).';
+  END IF;
+
+  FOREACH v_role IN ARRAY ARRAY[v_installation.producer_role, v_installation.worker_role, v_installation.admin_role] LOOP
+    CONTINUE WHEN NOT v_may_create OR EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    BEGIN
+      EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+      NULL; -- a concurrent creator committed it first
+    END;
+  END LOOP;
+
   FOR v_fn IN
     SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace
   LOOP
     EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
   END LOOP;
-  FOREACH v_role IN ARRAY ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'] LOOP
+  FOR i IN 1 .. 3 LOOP
+    v_kind := v_kinds[i];
+    v_role := CASE v_kind WHEN 'producer' THEN v_installation.producer_role
+                          WHEN 'worker' THEN v_installation.worker_role
+                          ELSE v_installation.admin_role END;
     CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
     EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
     role := v_role;
@@ -61,27 +126,59 @@ BEGIN
       ORDER BY p.proname
     LOOP
       CONTINUE WHEN NOT (v_name = ANY (v_constants)
-                         OR (v_role = 'idemq_producer' AND v_name = ANY (v_producer))
-                         OR (v_role = 'idemq_worker' AND v_name = ANY (v_worker))
-                         OR v_role = 'idemq_admin');
+                         OR (v_kind = 'producer' AND v_name = ANY (v_producer))
+                         OR (v_kind = 'worker' AND v_name = ANY (v_worker))
+                         OR v_kind = 'admin');
       EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
       privilege := format('EXECUTE ON FUNCTION %s', v_fn);
       RETURN NEXT;
     END LOOP;
-    IF v_role = 'idemq_admin' THEN
-      EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO idemq_admin';
+    IF v_kind = 'admin' THEN
+      EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO %I', v_role);
       privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
       RETURN NEXT;
       -- The limits are the admin's to change (their ranges are CHECKed).
-      IF to_regclass('idemq.settings') IS NOT NULL THEN
-        EXECUTE 'GRANT UPDATE (value) ON idemq.settings TO idemq_admin';
-        privilege := 'UPDATE (value) ON idemq.settings';
-        RETURN NEXT;
-      END IF;
+      EXECUTE format('GRANT UPDATE (value) ON idemq.settings TO %I', v_role);
+      privilege := 'UPDATE (value) ON idemq.settings';
+      RETURN NEXT;
     END IF;
+
+    -- Upgrading from 0.1.0: the logins of the cluster-wide role keep their
+    -- rights here through this installation's role, granted before the
+    -- cluster-wide role's are revoked below.
+    IF v_installation.shared_members_pending AND v_may_create THEN
+      FOR v_member IN
+        SELECT m.rolname FROM pg_auth_members a
+        JOIN pg_roles g ON g.oid = a.roleid JOIN pg_roles m ON m.oid = a.member
+        WHERE g.rolname = v_shared[i] AND NOT m.rolname = ANY (v_shared) AND m.rolname <> v_role
+        ORDER BY 1
+      LOOP
+        EXECUTE format('GRANT %I TO %I', v_role, v_member);
+        RAISE NOTICE 'idemq: % (a member of the cluster-wide %) is now a member of % in database %; revoke it if it belongs to another database: REVOKE % FROM %',
+          v_member, v_shared[i], v_role, current_database(), quote_ident(v_role), quote_ident(v_member);
+        privilege := format('MEMBER %s (from %s)', v_member, v_shared[i]);
+        RETURN NEXT;
+      END LOOP;
+    END IF;
+  END LOOP;
+
+  IF v_installation.shared_members_pending AND NOT v_may_create THEN
+    RAISE NOTICE 'idemq: the roles of this installation (%, %, %) need a role with CREATEROLE: run the script of `idemq roles sql` as one; until then the cluster-wide idemq_producer, idemq_worker and idemq_admin keep their privileges here',
+      v_installation.producer_role, v_installation.worker_role, v_installation.admin_role;
+    RETURN;
+  END IF;
+  UPDATE idemq.installation SET shared_members_pending = false WHERE shared_members_pending;
+
+  -- The cluster-wide roles of 0.1.0 hold nothing here.
+  FOREACH v_role IN ARRAY v_shared LOOP
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    EXECUTE format('REVOKE ALL ON SCHEMA idemq FROM %I', v_role);
+    EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idemq FROM %I', v_role);
+    EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA idemq FROM %I', v_role);
+    EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA idemq FROM %I', v_role);
   END LOOP;
 END;
 $$;
 
 COMMENT ON FUNCTION idemq._grant_roles() IS
-  'Grant idemq_producer, idemq_worker and idemq_admin (those that exist) what their names say, PUBLIC nothing; returns what it granted.';
+  'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';

@@ -6,12 +6,23 @@
 -- Up Migration
 
 -- ==== hand-written: schema changes (kept when migration:new amends this file) ====
--- Schema changes (tables, columns, indexes) go here, before the functions
--- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a
--- migration of its own: PostgreSQL refuses to use a new value before its
--- transaction commits ("unsafe use of new value"), in a CHECK, an index
--- predicate or a SQL-language function body alike, and each migration
--- commits on its own, so the next migration can use it.
+-- Each installation's own roles: the cluster-wide idemq_producer, idemq_worker
+-- and idemq_admin of 0.1.0 gave a login made a member for one database the
+-- same rights in every database of the server with idemq. _grant_roles()
+-- (called after the functions) fills this row once, creates the roles and
+-- moves the rights to them.
+CREATE TABLE idemq.installation (
+  one_row boolean PRIMARY KEY DEFAULT true CONSTRAINT installation_one_row CHECK (one_row),
+  producer_role name NOT NULL,
+  worker_role name NOT NULL,
+  admin_role name NOT NULL,
+  shared_members_pending boolean NOT NULL,
+  CONSTRAINT installation_roles_distinct CHECK (producer_role <> worker_role AND worker_role <> admin_role AND producer_role <> admin_role),
+  CONSTRAINT installation_roles_not_shared CHECK (NOT (ARRAY[producer_role, worker_role, admin_role]::text[]
+                                                       && ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin']))
+);
+COMMENT ON TABLE idemq.installation IS
+  'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
 -- ==== end hand-written ====
 
 -- ---- sql/functions/_excerpt.sql ----
@@ -29,6 +40,139 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
+
+-- ---- sql/functions/_grant_roles.sql ----
+CREATE OR REPLACE FUNCTION idemq._grant_roles()
+RETURNS TABLE(role text, privilege text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_fn regprocedure;
+  v_name text;
+  v_kind text;
+  v_role text;
+  v_member text;
+  v_prefix text := nullif(current_setting('idemq.roles_prefix', true), '');
+  v_installation idemq.installation;
+  v_may_create boolean := (SELECT r.rolsuper OR r.rolcreaterole FROM pg_roles r WHERE r.rolname = current_user);
+  v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
+  v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
+  v_constants text[] := ARRAY['active_states', 'terminal_states'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
+  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+                           'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
+                           'worker_seen', 'worker_stopped', 'stats'];
+BEGIN
+  -- The installation's names, recorded once.
+  SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
+  IF NOT FOUND THEN
+    v_prefix := coalesce(v_prefix, 'idemq_' || CASE WHEN octet_length(current_database()) <= 40 THEN current_database()
+                                                    ELSE left(md5(current_database()), 12) END);
+    IF octet_length(v_prefix || '_producer') > 63 THEN
+      RAISE EXCEPTION USING ERRCODE = '22023',
+        MESSAGE = format('roles prefix "%s" makes role names over 63 bytes', idemq._excerpt(v_prefix)),
+        HINT = 'Choose a prefix of at most 54 bytes (idemq migrate --roles-prefix NAME).';
+    END IF;
+    INSERT INTO idemq.installation (producer_role, worker_role, admin_role, shared_members_pending)
+    VALUES (v_prefix || '_producer', v_prefix || '_worker', v_prefix || '_admin',
+            current_setting('idemq.installing', true) IS DISTINCT FROM 'on')
+    RETURNING * INTO v_installation;
+  ELSIF v_prefix IS NOT NULL AND v_prefix || '_worker' <> v_installation.worker_role THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('this installation''s roles are %s, %s and %s; roles prefix "%s" cannot rename them',
+                       v_installation.producer_role, v_installation.worker_role, v_installation.admin_role, idemq._excerpt(v_prefix)),
+      HINT = 'The prefix is chosen once, at install: drop --roles-prefix (or the setting idemq.roles_prefix).';
+  END IF;
+
+  FOREACH v_role IN ARRAY ARRAY[v_installation.producer_role, v_installation.worker_role, v_installation.admin_role] LOOP
+    CONTINUE WHEN NOT v_may_create OR EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    BEGIN
+      EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+      NULL; -- a concurrent creator committed it first
+    END;
+  END LOOP;
+
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace
+  LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
+  END LOOP;
+  FOR i IN 1 .. 3 LOOP
+    v_kind := v_kinds[i];
+    v_role := CASE v_kind WHEN 'producer' THEN v_installation.producer_role
+                          WHEN 'worker' THEN v_installation.worker_role
+                          ELSE v_installation.admin_role END;
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
+    role := v_role;
+    privilege := 'USAGE ON SCHEMA idemq';
+    RETURN NEXT;
+    FOR v_fn, v_name IN
+      SELECT p.oid::regprocedure, p.proname FROM pg_proc p
+      WHERE p.pronamespace = 'idemq'::regnamespace AND left(p.proname, 1) <> '_'
+      ORDER BY p.proname
+    LOOP
+      CONTINUE WHEN NOT (v_name = ANY (v_constants)
+                         OR (v_kind = 'producer' AND v_name = ANY (v_producer))
+                         OR (v_kind = 'worker' AND v_name = ANY (v_worker))
+                         OR v_kind = 'admin');
+      EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+      privilege := format('EXECUTE ON FUNCTION %s', v_fn);
+      RETURN NEXT;
+    END LOOP;
+    IF v_kind = 'admin' THEN
+      EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO %I', v_role);
+      privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
+      RETURN NEXT;
+      -- The limits are the admin's to change (their ranges are CHECKed).
+      EXECUTE format('GRANT UPDATE (value) ON idemq.settings TO %I', v_role);
+      privilege := 'UPDATE (value) ON idemq.settings';
+      RETURN NEXT;
+    END IF;
+
+    -- Upgrading from 0.1.0: the logins of the cluster-wide role keep their
+    -- rights here through this installation's role, granted before the
+    -- cluster-wide role's are revoked below.
+    IF v_installation.shared_members_pending AND v_may_create THEN
+      FOR v_member IN
+        SELECT m.rolname FROM pg_auth_members a
+        JOIN pg_roles g ON g.oid = a.roleid JOIN pg_roles m ON m.oid = a.member
+        WHERE g.rolname = v_shared[i] AND NOT m.rolname = ANY (v_shared) AND m.rolname <> v_role
+        ORDER BY 1
+      LOOP
+        EXECUTE format('GRANT %I TO %I', v_role, v_member);
+        RAISE NOTICE 'idemq: % (a member of the cluster-wide %) is now a member of % in database %; revoke it if it belongs to another database: REVOKE % FROM %',
+          v_member, v_shared[i], v_role, current_database(), quote_ident(v_role), quote_ident(v_member);
+        privilege := format('MEMBER %s (from %s)', v_member, v_shared[i]);
+        RETURN NEXT;
+      END LOOP;
+    END IF;
+  END LOOP;
+
+  IF v_installation.shared_members_pending AND NOT v_may_create THEN
+    RAISE NOTICE 'idemq: the roles of this installation (%, %, %) need a role with CREATEROLE: run the script of `idemq roles sql` as one; until then the cluster-wide idemq_producer, idemq_worker and idemq_admin keep their privileges here',
+      v_installation.producer_role, v_installation.worker_role, v_installation.admin_role;
+    RETURN;
+  END IF;
+  UPDATE idemq.installation SET shared_members_pending = false WHERE shared_members_pending;
+
+  -- The cluster-wide roles of 0.1.0 hold nothing here.
+  FOREACH v_role IN ARRAY v_shared LOOP
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    EXECUTE format('REVOKE ALL ON SCHEMA idemq FROM %I', v_role);
+    EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idemq FROM %I', v_role);
+    EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA idemq FROM %I', v_role);
+    EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA idemq FROM %I', v_role);
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._grant_roles() IS
+  'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
 
 -- ---- sql/functions/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
@@ -278,6 +422,12 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+-- ==== hand-written: after the functions (kept when migration:new amends this file) ====
+-- This installation's roles, named, created (when this role may), granted,
+-- and the cluster-wide roles' privileges here revoked.
+SELECT count(*) FROM idemq._grant_roles();
+-- ==== end hand-written ====
+
 -- Down Migration
 
 -- sql/functions/_excerpt.sql as of 0001_release_0_1_0
@@ -290,6 +440,66 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, for error messages (bounded whatever the input).';
+
+-- sql/functions/_grant_roles.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq._grant_roles()
+RETURNS TABLE(role text, privilege text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_fn regprocedure;
+  v_name text;
+  v_role text;
+  v_constants text[] := ARRAY['active_states', 'terminal_states'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
+  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+                           'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
+                           'worker_seen', 'worker_stopped', 'stats'];
+BEGIN
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace
+  LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
+  END LOOP;
+  FOREACH v_role IN ARRAY ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'] LOOP
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
+    role := v_role;
+    privilege := 'USAGE ON SCHEMA idemq';
+    RETURN NEXT;
+    FOR v_fn, v_name IN
+      SELECT p.oid::regprocedure, p.proname FROM pg_proc p
+      WHERE p.pronamespace = 'idemq'::regnamespace AND left(p.proname, 1) <> '_'
+      ORDER BY p.proname
+    LOOP
+      CONTINUE WHEN NOT (v_name = ANY (v_constants)
+                         OR (v_role = 'idemq_producer' AND v_name = ANY (v_producer))
+                         OR (v_role = 'idemq_worker' AND v_name = ANY (v_worker))
+                         OR v_role = 'idemq_admin');
+      EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+      privilege := format('EXECUTE ON FUNCTION %s', v_fn);
+      RETURN NEXT;
+    END LOOP;
+    IF v_role = 'idemq_admin' THEN
+      EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO idemq_admin';
+      privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
+      RETURN NEXT;
+      -- The limits are the admin's to change (their ranges are CHECKed).
+      IF to_regclass('idemq.settings') IS NOT NULL THEN
+        EXECUTE 'GRANT UPDATE (value) ON idemq.settings TO idemq_admin';
+        privilege := 'UPDATE (value) ON idemq.settings';
+        RETURN NEXT;
+      END IF;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._grant_roles() IS
+  'Grant idemq_producer, idemq_worker and idemq_admin (those that exist) what their names say, PUBLIC nothing; returns what it granted.';
 
 -- sql/functions/enqueue.sql as of 0001_release_0_1_0
 CREATE OR REPLACE FUNCTION idemq.enqueue(
@@ -533,5 +743,23 @@ COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
 -- ==== hand-written: the reversal (kept when migration:new amends this file) ====
--- The reversal of the schema changes above goes here, after the functions.
+-- The cluster-wide roles get their privileges back (0.1.0's _grant_roles,
+-- restored above); the installation's roles lose theirs here, and stay (they
+-- may have members).
+SELECT count(*) FROM idemq._grant_roles();
+DO $$
+DECLARE
+  v_role text;
+BEGIN
+  FOR v_role IN
+    SELECT r.rolname FROM idemq.installation i
+    CROSS JOIN LATERAL unnest(ARRAY[i.producer_role, i.worker_role, i.admin_role]) AS n(name)
+    JOIN pg_catalog.pg_roles r ON r.rolname = n.name
+  LOOP
+    EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA idemq FROM %I', v_role);
+    EXECUTE pg_catalog.format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idemq FROM %I', v_role);
+    EXECUTE pg_catalog.format('REVOKE ALL ON ALL TABLES IN SCHEMA idemq FROM %I', v_role);
+  END LOOP;
+END $$;
+DROP TABLE idemq.installation;
 -- ==== end hand-written ====

@@ -2,7 +2,7 @@
 // finished jobs, each through its SQL function (sql-api.ts), never a direct
 // write. A GET shows what will happen and a form; only its POST, carrying the
 // CSRF token, acts. The database decides who may: the functions are
-// idemq_admin's, and a role without EXECUTE gets 403 with a message saying so.
+// the installation's admin role's, and a role without EXECUTE gets 403 with a message saying so.
 import { isTerminalState, TERMINAL_STATES, type TerminalState } from "../contract.ts";
 import { getJob } from "../job-reads.ts";
 import * as sql from "../sql-api.ts";

@@ -7,7 +7,6 @@ import type { AddressInfo } from "node:net";
 import type pg from "pg";
 import type { MetricsRegistry } from "../metrics/registry.ts";
 import { respondWithMetrics } from "../metrics/serve.ts";
-import { ROLES } from "../roles.ts";
 import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runPurge } from "./actions.ts";
 import { access, checkBind, hostAllowed, newSecret, sameSecret } from "./auth.ts";
 import { BadRequest } from "./bad-request.ts";
@@ -23,7 +22,7 @@ export const DASHBOARD_DEFAULTS = { host: "127.0.0.1", port: 8080 } as const;
 const MAX_FORM_BYTES = 16 * 1024;
 
 export interface DashboardOptions {
-  /** The pool the pages read through; its role decides what the actions may do (idemq_admin). */
+  /** The pool the pages read through; its role decides what the actions may do (the installation's admin role). */
   pool: pg.Pool;
   /** 0 binds a free port (see `url`). Default 8080. */
   port?: number;
@@ -171,7 +170,7 @@ function describeError(error: unknown): [number, string, string] {
     return [
       403,
       "Not allowed",
-      `${message}. The dashboard's database role needs ${ROLES.admin} for this: \`idemq roles grant ROLE --admin\`, ROLE being the role it connects as.`,
+      `${message}. The dashboard's database role needs this installation's admin role for this: \`idemq roles grant ROLE --admin\`, ROLE being the role it connects as.`,
     ];
   }
   if (e.code === "IQ404") return [404, "Not found", `${message}${hint}`];

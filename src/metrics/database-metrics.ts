@@ -15,7 +15,7 @@ import type { MetricsRegistry } from "./registry.ts";
 import type { MetricsHandle } from "./worker-metrics.ts";
 
 export interface DatabaseMetricsOptions {
-  /** Where to read stats() (it needs EXECUTE on idemq.stats: idemq_worker or idemq_admin, or the owner). */
+  /** Where to read stats() (it needs EXECUTE on idemq.stats: the installation's worker or admin role, or the owner). */
   connectionString?: string;
   /** Or a pool of yours (never ended here); one connection at a time is used. */
   pool?: pg.Pool;

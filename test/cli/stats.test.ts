@@ -2,6 +2,7 @@
 // queue, task and state, expired leases, the oldest runnable job, events per
 // task, as a table and as --json; --watch redraws until SIGINT and exits 0.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { installationRoles } from "../../src/roles.ts";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { runCli } from "../helpers/cli.ts";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
@@ -173,18 +174,18 @@ describe("idemq stats", () => {
     expect(human[header + 1]?.split(/\s{2,}/)).toEqual([queue, task, "0", "1", "0.2", "100.0 %"]);
   });
 
-  it("a role that may not call overview() gets the counts and one line saying the rates need idemq_admin", async () => {
-    const worker = await createLoginRole("stats_rates", { memberOf: ["idemq_worker"] });
+  it("a role that may not call overview() gets the counts and one line saying the rates need the installation's admin role", async () => {
+    const worker = await createLoginRole("stats_rates", { memberOf: [(await installationRoles(db.pool)).worker] });
     try {
       const json = await runCli(["stats", "--queue", queue, "--json", "--database-url", worker.urlFor(db.name)]);
       expect(json).toMatchObject({ code: EXIT.OK, stderr: "" });
       const report = JSON.parse(json.stdout);
       expect(report.jobs.find((j: { queue: string }) => j.queue === queue)).toMatchObject({ enqueued: 3, failed: 1 });
       expect(report.rates).toBeNull();
-      expect(report.ratesUnavailable).toBe("rates need EXECUTE on idemq.overview() (the idemq_admin role); the counts are complete");
+      expect(report.ratesUnavailable).toBe("rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete");
       const human = await runCli(["stats", "--queue", queue, "--database-url", worker.urlFor(db.name)]);
       expect(human.stdout.trimEnd().split("\n")).toContain(
-        "No rates: rates need EXECUTE on idemq.overview() (the idemq_admin role); the counts are complete.",
+        "No rates: rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete.",
       );
     } finally {
       await dropLoginRoles();

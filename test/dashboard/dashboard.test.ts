@@ -7,6 +7,7 @@ import { get } from "node:http";
 import pg from "pg";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { installationRoles } from "../../src/roles.ts";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { ACTIVE_STATES, TERMINAL_STATES } from "../../src/contract.ts";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server.ts";
@@ -189,8 +190,8 @@ describe("dashboard pages", () => {
 });
 
 describe("dashboard security", () => {
-  it("actions fail for a role that is not idemq_admin, with a message naming the role it needs", async () => {
-    const role = await createLoginRole("dash", { memberOf: ["idemq_worker"] });
+  it("actions fail for a role that is not the installation's admin, with a message naming the role it needs", async () => {
+    const role = await createLoginRole("dash", { memberOf: [(await installationRoles(db.pool)).worker] });
     // Enough to read the job's page, not to act on it.
     await db.pool.query(`GRANT SELECT ON idemq.jobs, idemq.keys, idemq.job_dependencies TO ${role.name}`);
     const pool = new pg.Pool({ connectionString: role.urlFor(db.name), max: 2 });
@@ -198,7 +199,7 @@ describe("dashboard security", () => {
     try {
       await page.goto(`${limited.url}jobs/${zoo.cancelled.id}/retry`);
       await page.click("#confirm");
-      expect(await page.locator("#error").textContent()).toMatch(/permission denied for function retry.*needs idemq_admin/);
+      expect(await page.locator("#error").textContent()).toMatch(/permission denied for function retry.*needs this installation's admin role/);
       expect(await stateOf(db.pool, zoo.cancelled.id)).toBe("cancelled");
     } finally {
       await limited.close();
@@ -208,7 +209,7 @@ describe("dashboard security", () => {
   });
 
   it("the 403 page's hint is a real command: run as it says, it lets the same role retry the job", async () => {
-    const role = await createLoginRole("dashgrant", { memberOf: ["idemq_worker"] });
+    const role = await createLoginRole("dashgrant", { memberOf: [(await installationRoles(db.pool)).worker] });
     await db.pool.query(`GRANT SELECT ON idemq.jobs, idemq.keys, idemq.job_dependencies TO ${role.name}`);
     const pool = new pg.Pool({ connectionString: role.urlFor(db.name), max: 2 });
     const limited = await startDashboard({ pool, port: 0 });
@@ -219,7 +220,7 @@ describe("dashboard security", () => {
       const hinted = /`(idemq [^`]+)`, ROLE being the role it connects as\.$/.exec(error)?.[1];
       expect(hinted, error).toBe("idemq roles grant ROLE --admin");
       const granted = await runCli([...hinted!.replace("ROLE", role.name).split(" ").slice(1), "--database-url", db.url]);
-      expect(granted, hinted).toMatchObject({ code: EXIT.OK, stdout: `Granted idemq_admin to ${role.name}.\n`, stderr: "" });
+      expect(granted, hinted).toMatchObject({ code: EXIT.OK, stdout: `Granted ${(await installationRoles(db.pool)).admin} to ${role.name}.\n`, stderr: "" });
       await page.goto(`${limited.url}jobs/${zoo.failed.id}/retry`);
       await page.click("#confirm");
       expect(await page.locator("#notice").textContent()).toBe("retried: now enqueued");

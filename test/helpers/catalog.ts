@@ -101,10 +101,39 @@ const QUERIES: Record<keyof CatalogSnapshot, string> = {
      ORDER BY 1`,
 };
 
+/**
+ * Schema `schema` as pg_catalog describes it. Each installation has roles of
+ * its own, named for its database (idemq.installation), so in privileges they
+ * read as <producer>, <worker> and <admin>: two databases built by the same
+ * path describe the same.
+ */
 export async function catalogSnapshot(db: pg.Pool | pg.ClientBase, schema = "idemq"): Promise<CatalogSnapshot> {
   const snapshot = {} as CatalogSnapshot;
   for (const [key, sql] of Object.entries(QUERIES) as [keyof CatalogSnapshot, string][]) {
     snapshot[key] = (await db.query(sql, [schema])).rows;
   }
+  const names = await installationRoleNames(db, schema);
+  const acl = (value: unknown) =>
+    typeof value === "string"
+      ? Object.entries(names).reduce((text, [kind, name]) => text.replaceAll(new RegExp(`(?<=^\\{|,|=|/)${escapeRegExp(name)}(?=[=/,}])`, "g"), `<${kind}>`), value)
+      : value;
+  type Row = Record<string, unknown>;
+  snapshot.relations = (snapshot.relations as Row[]).map((r) => ({ ...r, acl: acl(r.acl) }));
+  snapshot.functions = (snapshot.functions as Row[]).map((f) => ({ ...f, acl: acl(f.acl) }));
   return snapshot;
+}
+
+/** The installation's role names by kind, where schema has an idemq.installation row (0.2.0 on); none before. */
+async function installationRoleNames(db: pg.Pool | pg.ClientBase, schema: string): Promise<Record<string, string>> {
+  const { rows: found } = await db.query<{ found: boolean }>("SELECT to_regclass(format('%I.installation', $1::text)) IS NOT NULL AS found", [schema]);
+  if (!found[0]?.found) return {};
+  const { rows } = await db.query<{ producer_role: string; worker_role: string; admin_role: string }>(
+    `SELECT producer_role, worker_role, admin_role FROM ${schema === "idemq" ? "idemq" : `"${schema}"`}.installation`,
+  );
+  const row = rows[0];
+  return row === undefined ? {} : { producer: row.producer_role, worker: row.worker_role, admin: row.admin_role };
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }

@@ -1,8 +1,8 @@
 // Real non-superuser logins for the privilege tests: login roles with a
 // password (the embedded server authenticates with scram-sha-256), members of
-// the idemq group roles or of none. Roles are cluster-wide, so names are
-// unique per call and dropLoginRoles() removes them; the idemq group roles
-// themselves are never dropped (other test runs on the server use them).
+// an installation's idemq roles or of none. Roles are cluster-wide, so names
+// are unique per call and dropLoginRoles() removes them; the installations'
+// roles go with the run's databases (test/global-setup.ts).
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { serverUrl } from "./db.ts";
@@ -17,7 +17,7 @@ export interface LoginRole {
 }
 
 export interface LoginRoleOptions {
-  /** Group roles to grant, e.g. ["idemq_worker"]. */
+  /** Group roles to grant, e.g. [(await installationRoles(db.pool)).worker]. */
   memberOf?: string[];
   /** CREATEROLE (still not a superuser). */
   createRole?: boolean;

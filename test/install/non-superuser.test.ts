@@ -2,10 +2,11 @@
 // database and is no superuser runs `idemq migrate`, or `idemq migrate sql`
 // piped to psql, and then every function works for it, fail() included (its
 // superuser-only SET plpgsql.variable_conflict stopped both). Also: the
-// script of `idemq roles sql` as a superuser, and `idemq roles grant`.
+// script of `idemq roles sql` as a superuser, and `idemq roles grant`. Each
+// installation has its own roles, named for its database.
 import { execFile } from "node:child_process";
 import { afterAll, describe, expect, inject, it } from "vitest";
-import { ROLES } from "../../src/roles.ts";
+import { installationRoles } from "../../src/roles.ts";
 import { runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { createLoginRole, createOwnedDatabase, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
@@ -95,21 +96,30 @@ describe("a non-superuser who owns the database", () => {
     await useEverything(owner, database);
   }, 180_000);
 
-  it("with CREATEROLE, the migration keeps the idemq roles a concurrent creator made (they exist on this server) and grants them", async () => {
+  it("with CREATEROLE, the migration creates this installation's roles, named for its database, and grants them; 0.1.0's cluster-wide roles get nothing", async () => {
     const owner = await createLoginRole("owner_cr", { createRole: true });
     const database = await createOwnedDatabase(owner, inject("idemqTemplate"));
     const migrated = await runCli(["migrate", "--database-url", owner.urlFor(database)], { timeoutMs: 120_000 });
     expect(migrated.code, migrated.stderr).toBe(0);
     const c = await owner.connect(database);
+    const roles = await installationRoles(c);
+    expect(roles).toEqual({ producer: `idemq_${database}_producer`, worker: `idemq_${database}_worker`, admin: `idemq_${database}_admin` });
     const { rows } = await c.query<{ role: string; exec: boolean }>(
-      "SELECT r AS role, has_function_privilege(r, 'idemq.claim(text,text[],integer,interval,text[])', 'EXECUTE') AS exec FROM unnest($1::text[]) r ORDER BY 1",
-      [Object.values(ROLES)],
+      `SELECT r AS role, has_function_privilege(r, 'idemq.claim(text,text[],integer,interval,text[])', 'EXECUTE') AS exec
+         FROM unnest($1::text[]) r WHERE EXISTS (SELECT FROM pg_roles WHERE rolname = r)`,
+      [[...Object.values(roles), "idemq_producer", "idemq_worker", "idemq_admin"]],
     );
-    expect(rows).toEqual([
-      { role: ROLES.admin, exec: true },
-      { role: ROLES.producer, exec: false },
-      { role: ROLES.worker, exec: true },
-    ]);
+    const byRole = (a: { role: string }, b: { role: string }) => (a.role < b.role ? -1 : 1);
+    expect(rows.sort(byRole)).toEqual(
+      [
+        { role: roles.admin, exec: true },
+        { role: roles.producer, exec: false },
+        { role: roles.worker, exec: true },
+        { role: "idemq_admin", exec: false },
+        { role: "idemq_producer", exec: false },
+        { role: "idemq_worker", exec: false },
+      ].sort(byRole),
+    );
   }, 180_000);
 });
 
@@ -139,26 +149,42 @@ describe("fail() without its SET plpgsql.variable_conflict", () => {
 });
 
 describe("idemq roles", () => {
-  it("roles sql prints a script a superuser runs twice with psql, on a migrated database: the roles exist and hold their privileges", async () => {
+  it("roles sql prints a script a superuser runs twice with psql, where an owner without CREATEROLE migrated: the installation's roles then exist and hold their privileges", async () => {
     const sql = await runCli(["roles", "sql"]);
     expect(sql.code, sql.stderr).toBe(0);
-    for (const role of Object.values(ROLES)) expect(sql.stdout).toContain(`'${role}'`);
-    const db = await freshDatabase({ poolSize: 2 });
-    databases.push(db);
+    expect(sql.stdout).toContain("idemq._grant_roles()");
+    const owner = await createLoginRole("owner_nocr");
+    const database = await createOwnedDatabase(owner, inject("idemqTemplate"));
+    const migrated = await runCli(["migrate", "--database-url", owner.urlFor(database)], { timeoutMs: 120_000 });
+    expect(migrated.code, migrated.stderr).toBe(0);
+    const c = await owner.connect(database);
+    const roles = Object.values(await installationRoles(c));
+    const count = async () => (await c.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_roles WHERE rolname = ANY ($1)", [roles])).rows[0]!.n;
+    expect(await count(), "the owner may not create roles").toBe(0);
+    const superuserUrl = new URL(inject("idemqServerUrl"));
+    superuserUrl.pathname = `/${database}`;
     for (let i = 0; i < 2; i++) {
-      const psql = await psqlWithInput(db.url, sql.stdout);
+      const psql = await psqlWithInput(superuserUrl.toString(), sql.stdout);
       expect(psql.code, psql.stderr).toBe(0);
     }
-    const { rows } = await db.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_roles WHERE rolname = ANY ($1)", [Object.values(ROLES)]);
-    expect(rows[0]!.n).toBe(3);
-    const enq = await db.pool.query("SELECT has_function_privilege($1, 'idemq.enqueue_many(jsonb)', 'EXECUTE') AS ok", [ROLES.producer]);
+    expect(await count()).toBe(3);
+    const enq = await c.query("SELECT has_function_privilege($1, 'idemq.enqueue_many(jsonb)', 'EXECUTE') AS ok", [roles[0]]);
     expect(enq.rows[0]).toEqual({ ok: true });
+  }, 180_000);
+
+  it("roles sql on a database without idemq 0.2.0 stops with the fix", async () => {
+    const db = await freshDatabase({ empty: true, poolSize: 1 });
+    databases.push(db);
+    const psql = await psqlWithInput(db.url, (await runCli(["roles", "sql"])).stdout);
+    expect(psql.code).not.toBe(0);
+    expect(psql.stderr).toMatch(/idemq 0\.2\.0 or later is not installed in database .*\n.*HINT: {2}Run idemq migrate on this database first/);
   });
 
   it("roles grant makes a login role a member (--json), says so when it already is, and refuses clearly", async () => {
     const app = await createLoginRole("app");
     const db = await freshDatabase({ poolSize: 2 });
     databases.push(db);
+    const ROLES = await installationRoles(db.pool);
     const url = { DATABASE_URL: db.url };
     const granted = await runCli(["roles", "grant", app.name, "--worker", "--producer", "--json"], { env: url });
     expect(granted.code, granted.stderr).toBe(0);
@@ -184,10 +210,10 @@ describe("idemq roles", () => {
     expect(missing.stderr.trim().split("\n")).toHaveLength(1);
     expect(missing.stderr).toMatch(/role "no_such_role_iqt" does not exist: create the login role first/);
 
-    // A login role without CREATEROLE may not grant: the server's refusal, with what it takes.
+    // A login role that is neither the owner nor a superuser may not even read the installation's names: the server's refusal, with what it takes.
     const refused = await runCli(["roles", "grant", app.name, "--admin"], { env: { DATABASE_URL: app.urlFor(db.name) } });
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toMatch(/takes a superuser, or CREATEROLE/);
+    expect(refused.stderr).toMatch(/reading this installation's role names takes the owner of schema idemq \(the role that ran `idemq migrate`\) or a superuser/);
     expect(refused.stderr).toMatch(/SQLSTATE 42501/);
   });
 

@@ -10,7 +10,7 @@
 // under `public, pg_catalog`; every call must work and the log stay empty.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ROLES } from "../../src/roles.ts";
+import { installationRoles } from "../../src/roles.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
@@ -78,7 +78,7 @@ beforeAll(async () => {
   for (const plant of PLANTS) await db.pool.query(plant);
   sessions.superuser = await db.newClient();
   for (const who of ["producer", "worker", "admin"] as const) {
-    const login = await createLoginRole(`hj_${who}`, { memberOf: [ROLES[who]] });
+    const login = await createLoginRole(`hj_${who}`, { memberOf: [(await installationRoles(db.pool))[who]] });
     sessions[who] = await login.connect(db.name);
   }
   for (const session of Object.values(sessions)) {

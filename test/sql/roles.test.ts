@@ -1,11 +1,12 @@
-// The roles (docs/design.md, "Roles"), as real non-superuser logins: a member
-// of idemq_producer, of idemq_worker, of idemq_admin, and a role in none of
-// them. Every cell of the role-by-operation matrix is asserted allowed (the
-// call works) or refused (42501, nothing done), and a worker process logged
-// in as an idemq_worker member records a handler's error and retries it.
+// The roles (docs/design.md, "Roles and privileges"), as real non-superuser
+// logins: a member of the installation's producer, of its worker, of its
+// admin role, and a role in none of them. Every cell of the role-by-operation
+// matrix is asserted allowed (the call works) or refused (42501, nothing
+// done), and a worker process logged in as a worker-role member records a
+// handler's error and retries it.
 import type pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { ROLES } from "../../src/roles.ts";
+import { installationRoles, type InstallationRoles } from "../../src/roles.ts";
 import { freshDatabase, sqlState, type TestDatabase } from "../helpers/db.ts";
 import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
@@ -30,8 +31,12 @@ const fx = {
   payload: { secret: "only claim hands this out" },
 };
 
+let ROLES: InstallationRoles;
+
 beforeAll(async () => {
   db = await freshDatabase({ poolSize: 4 });
+  // This installation's roles (a clone of the test template shares the template's).
+  ROLES = await installationRoles(db.pool);
   for (const who of ["producer", "worker", "admin"] as const) logins[who] = await createLoginRole(who, { memberOf: [ROLES[who]] });
   logins.stranger = await createLoginRole("stranger");
   for (const who of Object.keys(logins) as Who[]) sessions[who] = await logins[who].connect(db.name);

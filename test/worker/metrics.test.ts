@@ -8,6 +8,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
 import { prometheusContentType, register as globalRegistry, Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { installationRoles } from "../../src/roles.ts";
 import { Client, collectDatabaseMetrics, collectWorkerMetrics, createWorker, serveMetrics } from "../../src/index.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
@@ -150,7 +151,7 @@ describe("idemq worker --metrics-port", () => {
   });
 
   it("as a non-superuser login in idemq_worker only, serves the database's metrics too (stats() is the worker role's)", async () => {
-    const login = await createLoginRole("metrics_worker", { memberOf: ["idemq_worker"] });
+    const login = await createLoginRole("metrics_worker", { memberOf: [(await installationRoles(db.pool)).worker] });
     await client.enqueue("parked", {}, { queue: "nobody-works-this" });
     const worker = await startedWorker({
       tasks: "metrics-tasks.ts",

@@ -36,7 +36,7 @@ Examples:
                                                               # then open http://HOST:${DASHBOARD_DEFAULTS.port}/?token=TOKEN
 
 The pages read through idemq's SQL API and its jobs table; the actions (retry,
-cancel, reschedule, purge) call the SQL functions, which are idemq_admin's:
+cancel, reschedule, purge) call the SQL functions, which are the installation's admin role's:
 connect as an admin role to use them. A token given once as ?token= is kept
 in an HttpOnly cookie; scripts send Authorization: Bearer TOKEN.`,
     )

@@ -30,7 +30,7 @@ Examples:
 
 The figures come from idemq.stats() at each scrape (jobs by queue, task and
 state, the oldest runnable age, expired leases, duplicates and rejections per
-task), so the role needs EXECUTE on it (idemq_admin). A scrape the database
+task), so the role needs EXECUTE on it (the installation's admin role). A scrape the database
 does not answer within ${METRICS_DEFAULTS.databaseTimeout} still answers, with idemq_database_up 0.
 A worker serves these and its own with: idemq worker --metrics-port PORT.`,
     )

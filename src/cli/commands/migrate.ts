@@ -15,7 +15,11 @@ import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { addExamples } from "../define.ts";
 import { action, addJsonOption, emit, type JsonOption, UsageError } from "../output.ts";
 
-type Options = DatabaseOption & JsonOption;
+type Options = DatabaseOption & JsonOption & RolesPrefixOption;
+type RolesPrefixOption = { rolesPrefix?: string };
+
+const ROLES_PREFIX_HELP =
+  "name this installation's roles PREFIX_producer, PREFIX_worker, PREFIX_admin (chosen once, at install; default idemq_<database>)";
 
 const EMBEDDED_HELP = `
 Without --database-url or DATABASE_URL: the embedded PostgreSQL's database idemq
@@ -30,7 +34,12 @@ export function registerMigrateCommands(program: Command): void {
     .action(
       action(async (_options: Options, command: Command) => {
         const options = command.optsWithGlobals<Options>();
-        const applied = await onDatabase(options, (url) => migrate({ connectionString: url }));
+        // What an upgrade did that the operator must know (e.g. which logins it made members of
+        // this installation's roles) comes as the migrations' NOTICEs: one line each, on stderr.
+        const onNotice = (message: string) => {
+          if (message.startsWith("idemq:")) process.stderr.write(`${message}\n`);
+        };
+        const applied = await onDatabase(options, (url) => migrate({ connectionString: url, onNotice, ...rolesPrefix(options) }));
         emit(
           options,
           { applied },
@@ -38,11 +47,13 @@ export function registerMigrateCommands(program: Command): void {
         );
       }),
     );
+  migrateCommand.option("--roles-prefix <prefix>", ROLES_PREFIX_HELP);
   addDatabaseOption(migrateCommand);
   addJsonOption(migrateCommand);
   addExamples(migrateCommand, [
     "idemq migrate                     # the embedded PostgreSQL in this directory",
     "idemq migrate --database-url postgres://app@db:5432/app --json",
+    "idemq migrate --database-url postgres://app@db:5432/orders --roles-prefix orders_jobs",
     "idemq migrate status",
     "idemq migrate sql --database-url postgres://app@db:5432/app > idemq.sql   # for a DBA",
   ]);
@@ -71,7 +82,7 @@ export function registerMigrateCommands(program: Command): void {
     .description("print the pending migrations as one SQL script (apply with psql -v ON_ERROR_STOP=1 -f)")
     .action(
       action(async (_options: DatabaseOption, command: Command) => {
-        const options = command.optsWithGlobals<DatabaseOption>();
+        const options = command.optsWithGlobals<DatabaseOption & RolesPrefixOption>();
         const url = options.databaseUrl?.trim();
         if (!url) {
           throw new UsageError(
@@ -79,14 +90,28 @@ export function registerMigrateCommands(program: Command): void {
               "--database-url <url> or DATABASE_URL (`idemq migrate` migrates the embedded one)",
           );
         }
-        process.stdout.write(await pendingSql({ connectionString: url }));
+        process.stdout.write(await pendingSql({ connectionString: url, ...rolesPrefix(options) }));
       }),
     );
+  sql.option("--roles-prefix <prefix>", ROLES_PREFIX_HELP);
   addDatabaseOption(sql);
   addExamples(sql, [
     "idemq migrate sql --database-url postgres://app@db:5432/app > idemq.sql",
     'psql -v ON_ERROR_STOP=1 "$ADMIN_URL" -f idemq.sql',
   ]);
+}
+
+/** The roles prefix, checked here so a bad one is a usage error before any connection (the SQL checks the length again). */
+function rolesPrefix(options: RolesPrefixOption): { rolesPrefix?: string } {
+  if (options.rolesPrefix === undefined) return {};
+  const prefix = options.rolesPrefix.trim();
+  if (prefix === "" || Buffer.byteLength(`${prefix}_producer`) > 63) {
+    throw new UsageError(`--roles-prefix must be 1 to 54 bytes (role names are at most 63), not ${JSON.stringify(options.rolesPrefix)}`);
+  }
+  if (prefix === "idemq") {
+    throw new UsageError("--roles-prefix idemq would name the cluster-wide roles of 0.1.0, which every database shares: choose a name of this database's own");
+  }
+  return { rolesPrefix: prefix };
 }
 
 /**

@@ -1,12 +1,14 @@
-// idemq roles sql                         print the script that creates the idemq roles
-// idemq roles grant ROLE --worker ...     make a login role a member of idemq roles
+// idemq roles sql                         print the script that creates an installation's roles
+// idemq roles grant ROLE --worker ...     make a login role a member of an installation's roles
+// idemq roles list                        an installation's roles and their members
 //
-// The roles and what each may call: docs/design.md, "Roles". The migration
-// creates them itself when the migrating role has CREATEROLE; otherwise a DBA
-// runs the script `roles sql` prints.
+// The roles and what each may call: docs/design.md, "Roles and privileges".
+// Each database with idemq has its own three roles (named at install). The
+// migration creates them itself when the migrating role has CREATEROLE;
+// otherwise a DBA runs the script `roles sql` prints.
 import type { Command } from "commander";
 import pg from "pg";
-import { grantRole, type RoleKind, ROLES, rolesScript } from "../../roles.ts";
+import { grantRole, ROLE_KINDS, roleMembers, rolesScript } from "../../roles.ts";
 import { openDatabase } from "../connect.ts";
 import { addExamples, type CommonOptions, databaseCommand } from "../define.ts";
 import { action, emit, UsageError } from "../output.ts";
@@ -20,18 +22,19 @@ interface GrantOptions extends CommonOptions {
 export function registerRolesCommands(program: Command): void {
   const roles = program
     .command("roles")
-    .description("the idemq roles: idemq_producer (enqueue), idemq_worker (run jobs), idemq_admin (everything)");
-  addExamples(roles, ["idemq roles sql > idemq-roles.sql", "idemq roles grant app_web --producer"]);
+    .description("each database's own idemq roles: producer (enqueue), worker (run jobs), admin (everything); named idemq_<database>_producer etc. by default");
+  addExamples(roles, ["idemq roles list", "idemq roles sql > idemq-roles.sql", "idemq roles grant app_web --producer"]);
 
   roles
     .command("sql")
-    .description("print the SQL that creates the idemq roles and grants their privileges (for a DBA: psql -v ON_ERROR_STOP=1 -f)")
+    .description("print the SQL that creates a database's idemq roles and grants their privileges (for a DBA: psql -v ON_ERROR_STOP=1 -f)")
     .addHelpText(
       "after",
       `
-Run it as a role with CREATEROLE (a superuser, or a managed service's admin
-role) in each database that has idemq; running it again changes nothing.
-\`idemq migrate\` creates the roles itself when the migrating role may.
+Run it in each database that has idemq, as a superuser or as the owner of
+schema idemq with CREATEROLE; running it again changes nothing. Each database
+gets its own roles (their names are in idemq.installation). \`idemq migrate\`
+creates them itself when the migrating role may.
 
 Examples:
   idemq roles sql > idemq-roles.sql && psql -v ON_ERROR_STOP=1 "$ADMIN_URL" -f idemq-roles.sql
@@ -43,15 +46,15 @@ Examples:
 
   const grant = roles
     .command("grant")
-    .description("make login role ROLE a member of idemq roles (at least one of --producer, --worker, --admin)")
+    .description("make login role ROLE a member of this database's idemq roles (at least one of --producer, --worker, --admin)")
     .argument("<role>", "an existing login role, e.g. the one your workers connect as")
-    .option("--producer", `grant ${ROLES.producer}: enqueue, enqueue_many`)
-    .option("--worker", `grant ${ROLES.worker}: claim, complete, fail, heartbeat, snooze, guard, effect_*, rescue, prune_keys, wait_for_jobs`)
-    .option("--admin", `grant ${ROLES.admin}: every function, and reading jobs`)
+    .option("--producer", "grant the producer role: enqueue, enqueue_many")
+    .option("--worker", "grant the worker role: claim, complete, fail, heartbeat, snooze, guard, effect_*, rescue, prune_keys, wait_for_jobs")
+    .option("--admin", "grant the admin role: every function, and reading jobs")
     .action(
       action(async (member: string, _options: GrantOptions, cmd: Command) => {
         const options = cmd.optsWithGlobals<GrantOptions>();
-        const kinds = (Object.keys(ROLES) as RoleKind[]).filter((kind) => options[kind]);
+        const kinds = ROLE_KINDS.filter((kind) => options[kind]);
         if (kinds.length === 0) throw new UsageError("say which role to grant: --producer, --worker or --admin (or several)");
         if (member.trim() === "") throw new UsageError("ROLE must not be empty: name the login role to grant");
         const db = await openDatabase({ databaseUrl: options.databaseUrl, json: options.json, requireSchema: false });
@@ -72,12 +75,37 @@ Examples:
         }
       }),
     );
+  const list = roles
+    .command("list")
+    .description("this database's idemq roles (producer, worker, admin) and their members")
+    .action(
+      action(async (_options: CommonOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<CommonOptions>();
+        const db = await openDatabase({ databaseUrl: options.databaseUrl, json: options.json, requireSchema: false });
+        const client = new pg.Client({ connectionString: db.url });
+        client.on("error", () => {});
+        try {
+          await client.connect();
+          const found = await roleMembers(client);
+          emit(
+            options,
+            { roles: found },
+            found.map((r) => `${r.kind.padEnd(8)} ${r.role}${r.exists ? "" : " (missing: run the script of `idemq roles sql`)"}: ${r.members.length > 0 ? r.members.join(", ") : "no members"}`),
+          );
+        } finally {
+          await client.end().catch(() => {});
+          await db.close();
+        }
+      }),
+    );
+  databaseCommand(list, ["idemq roles list", "idemq roles list --json --database-url postgres://.../orders"]);
+
   databaseCommand(grant, [
     "idemq roles grant app_worker --worker",
     "idemq roles grant app_web --producer --json",
     "idemq roles grant ops --admin",
     "",
-    "Roles are cluster-wide: the grant holds in every database of the server.",
+    "Each database with idemq has its own roles: the grant gives ROLE rights in this database only.",
     "It takes a superuser, or CREATEROLE (PostgreSQL 16 and later: with ADMIN OPTION on the idemq role).",
   ]);
 }

@@ -4,7 +4,7 @@
 // runnable job (per queue and task), and duplicate and rejection events per
 // task, from idemq.stats(); throughput and failure rate over the last
 // --window minutes from idemq.overview() (the admin's: another role gets the
-// counts and a line saying the rates need idemq_admin). --watch redraws every
+// counts and a line saying the rates need the admin role). --watch redraws every
 // few seconds until Ctrl-C (exit 0); with --json it prints one JSON object
 // per line.
 import type { Command } from "commander";
@@ -143,7 +143,7 @@ async function statsReport(client: Client, filter: Filter & { window: number }):
     report.rates = [...finished.values()].map((f) => ({ ...f, ...recentRates(f.succeeded, f.failed, filter.window) }));
   } catch (error) {
     if ((error as { code?: string }).code !== NOT_PERMITTED) throw error;
-    report.ratesUnavailable = "rates need EXECUTE on idemq.overview() (the idemq_admin role); the counts are complete";
+    report.ratesUnavailable = "rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete";
   }
   return report;
 }
