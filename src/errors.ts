@@ -160,23 +160,42 @@ export class SchemaMissingError extends IdemqError {
   /** The database's name, when the connection settings tell it. */
   readonly database: string | undefined;
 
-  constructor(database: string | undefined, fields: SqlErrorFields = {}, options?: ErrorOptions) {
-    super(schemaMissingMessage({ database }), fields, options);
+  /** The database's and this package's versions, when the schema is there but older (set by the start-up check). */
+  readonly versions: SchemaVersionsOf | undefined;
+
+  constructor(database: string | undefined, fields: SqlErrorFields = {}, options?: ErrorOptions, versions?: SchemaVersionsOf) {
+    super(schemaMissingMessage({ database }, versions), fields, options);
     this.database = database;
+    this.versions = versions;
   }
+}
+
+/** The versions an older schema's message names (schema-check.ts's SchemaVersions). */
+export interface SchemaVersionsOf {
+  databaseMigration: string | undefined;
+  packageVersion: string;
+  packageMigration: string;
 }
 
 /**
  * The one sentence for a database without the idemq schema, shared by the
  * library's SchemaMissingError and the CLI's check of a given URL.
  */
-export function schemaMissingMessage(target: { database?: string | undefined; where?: string | undefined }): string {
+export function schemaMissingMessage(target: { database?: string | undefined; where?: string | undefined }, versions?: SchemaVersionsOf): string {
   const database = target.database === undefined ? "the database" : `database ${target.database}`;
   const at = target.where === undefined ? "" : ` at ${target.where}`;
-  return (
-    `${database}${at} has no idemq schema (or it is older than this version of idemq): ` +
-    "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)"
-  );
+  const fix = "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)";
+  if (versions !== undefined) {
+    const has = versions.databaseMigration === undefined ? "an idemq schema older than 0.2.0" : `idemq ${releaseOfMigration(versions.databaseMigration)} (migration ${versions.databaseMigration})`;
+    return `${database}${at} has ${has}, older than this idemq ${versions.packageVersion} (migration ${versions.packageMigration}): ${fix}`;
+  }
+  return `${database}${at} has no idemq schema (or it is older than this version of idemq): ${fix}`;
+}
+
+/** The release in a migration's name (0002_release_0_2_0 is 0.2.0), else the name. */
+export function releaseOfMigration(migration: string): string {
+  const release = /^\d+_release_(\d+)_(\d+)_(\d+)$/.exec(migration);
+  return release ? `${release[1]}.${release[2]}.${release[3]}` : `a development version (${migration})`;
 }
 
 /** What PostgreSQL reports when something of schema idemq is not there, by SQLSTATE. */

@@ -123,7 +123,7 @@ async function runMigrations(options: MigrateOptions, log: (line: string) => voi
   // a 57P01 (the server shutting down) on it, during or right after the run,
   // would crash the process. So the client is always one we own and listen on.
   return withClient(options, async (dbClient) => {
-    const notice = (message: { message?: string }) => options.onNotice?.(message.message ?? "");
+    const notice = (message: { message?: string | undefined }) => void options.onNotice?.(message.message ?? "");
     dbClient.on("notice", notice);
     await recognisePreRelease(dbClient);
     await setInstallSettings(dbClient, installSettings(await appliedMigrations(dbClient), options.rolesPrefix));

@@ -112,6 +112,7 @@ export const SQL_FUNCTIONS = {
   worker_stopped: ["worker_id"],
   workers: [],
   unserved_jobs: ["seen_within"],
+  schema_version: [],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;

@@ -26,8 +26,8 @@
 --     payload: a worker's --metrics-port serves them).
 --     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
---     (the limits). All three: USAGE on schema idemq and the
---     constants active_states() and terminal_states().
+--     (the limits). All three: USAGE on schema idemq, the
+--     constants active_states() and terminal_states(), and schema_version().
 --   * Isolation: the cluster-wide roles of 0.1.0 (idemq_producer,
 --     idemq_worker, idemq_admin) hold nothing in this database, so a login
 --     made a member of another installation's roles can do nothing here.
@@ -68,7 +68,7 @@ DECLARE
   v_may_create boolean := (SELECT r.rolsuper OR r.rolcreaterole FROM pg_roles r WHERE r.rolname = current_user);
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
-  v_constants text[] := ARRAY['active_states', 'terminal_states'];
+  v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
   v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',

@@ -59,7 +59,7 @@ DECLARE
   v_may_create boolean := (SELECT r.rolsuper OR r.rolcreaterole FROM pg_roles r WHERE r.rolname = current_user);
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
-  v_constants text[] := ARRAY['active_states', 'terminal_states'];
+  v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
   v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
@@ -422,6 +422,22 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+-- ---- sql/functions/schema_version.sql ----
+CREATE OR REPLACE FUNCTION idemq.schema_version()
+RETURNS text
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT m.name::text FROM idemq_meta.migrations m ORDER BY m.run_on DESC, m.id DESC LIMIT 1
+$$;
+
+COMMENT ON FUNCTION idemq.schema_version() IS
+  'The latest migration applied to this database (its release is in the name), for version checks at start.';
+
+-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
+SELECT count(*) FROM idemq._grant_roles();
+
 -- ==== hand-written: after the functions (kept when migration:new amends this file) ====
 -- This installation's roles, named, created (when this role may), granted,
 -- and the cluster-wide roles' privileges here revoked.
@@ -741,6 +757,8 @@ $$;
 
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
+
+DROP FUNCTION idemq.schema_version;
 
 -- ==== hand-written: the reversal (kept when migration:new amends this file) ====
 -- The cluster-wide roles get their privileges back (0.1.0's _grant_roles,

@@ -12,7 +12,8 @@ import pg from "pg";
 import { Client } from "../client.ts";
 import { type DataDirServer, openDataDirServer } from "../embedded/data-dir-server.ts";
 import type { ProgressLine } from "../embedded/share.ts";
-import { isConnectionFailure, schemaMissingMessage } from "../errors.ts";
+import { isConnectionFailure, SchemaMissingError, schemaMissingMessage } from "../errors.ts";
+import { checkSchema } from "../schema-check.ts";
 import { migrate } from "../migrate.ts";
 import { displayPath, embeddedDataDir } from "./data-dir.ts";
 import { EXIT, SIGNAL_EXIT } from "./exit-codes.ts";
@@ -124,12 +125,15 @@ async function checkServer(url: string, requireSchema: boolean): Promise<void> {
   }
   try {
     if (!requireSchema) return;
-    const { rows } = await client.query<{ installed: boolean }>(
-      "SELECT to_regprocedure('idemq.enqueue_many(jsonb)') IS NOT NULL AS installed",
-    );
-    if (!rows[0]?.installed) {
-      throw new Error(schemaMissingMessage(target));
+    let schema;
+    try {
+      schema = await checkSchema(client);
+    } catch (error) {
+      if (error instanceof SchemaMissingError) throw new Error(schemaMissingMessage(target, error.versions), { cause: error });
+      throw error;
     }
+    // On stderr even with --json: stdout stays machine-readable.
+    if (schema.newer !== undefined) process.stderr.write(`idemq: ${schema.newer}\n`);
   } finally {
     await client.end().catch(() => {});
   }

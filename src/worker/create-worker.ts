@@ -150,7 +150,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /**
    * Checks the database has this version's idemq schema (else a
-   * SchemaMissingError naming `idemq migrate`), in listen mode checks that the
+   * SchemaMissingError naming both versions and `idemq migrate`; a newer
+   * schema is one warn log line), in listen mode checks that the
    * listen connection keeps its session and connects the listener, then
    * starts claiming, heartbeats and maintenance. Resolves once running.
    */
@@ -158,7 +159,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.lifecycle !== "new") throw new Error(`worker ${this.workerId} was already started`);
     this.lifecycle = "starting";
     try {
-      await checkSchema(this.pool);
+      const schema = await checkSchema(this.pool);
+      if (schema.newer !== undefined) {
+        this.state.emit("log", { level: "warn", message: `${schema.newer}; this worker runs on meanwhile`, workerId: this.workerId });
+      }
       if (this.settings.tracing) {
         const api = await loadOtelApi();
         if (api !== null) this.state.tracing = new AttemptTracing(api, this.workerId);

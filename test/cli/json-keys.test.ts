@@ -89,6 +89,7 @@ const INVOCATIONS: Record<string, () => string[]> = {
   purge: () => ["purge", "--older-than", "7d"],
   "prune-keys": () => ["prune-keys"],
   "roles grant": () => ["roles", "grant", role, "--producer"],
+  "roles list": () => ["roles", "list"],
   doctor: () => ["doctor"],
   // Its --json (minutes of work) is checked with badKeys in demo.test.ts.
   demo: () => [],

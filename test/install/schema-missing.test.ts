@@ -5,7 +5,9 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client, createWorker, IdemqError, SchemaMissingError } from "../../src/index.ts";
 import { fromPgError } from "../../src/errors.ts";
+import { PACKAGE_VERSION } from "../../src/schema-check.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
 const FIX =
@@ -106,10 +108,13 @@ describe("createWorker().start() on an unmigrated database", () => {
     );
   });
 
-  it("an older schema: 42883, naming the missing functions and parameters", async () => {
+  it("an older schema: 42883, naming the missing functions and parameters, and both versions", async () => {
     const worker = createWorker({ pool: older.pool, handleSignals: false, tasks: { t: async () => {} } });
     const error = await rejection(worker.start());
-    expect(error.message).toBe(`database ${older.name} ${FIX}`);
+    expect(error.message).toBe(
+      `database ${older.name} has an idemq schema older than 0.2.0, older than this idemq ${PACKAGE_VERSION} (migration ${MIGRATION_NAMES.at(-1)}): ` +
+        "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)",
+    );
     expect(error.code).toBe("42883");
     expect(error.detail).toContain("idemq.enqueue(task, payload, queue,");
     expect(error.detail).toContain("idemq.claim(worker_id, queues, batch_size, lease, tasks)");

@@ -146,6 +146,7 @@ const OPERATIONS: Operation[] = [
   { name: "unschedule", sql: () => ["SELECT idemq.unschedule(name => 'roles-schedule') AS removed", []] },
   { name: "active_states", sql: () => ["SELECT idemq.active_states() AS s", []] },
   { name: "terminal_states", sql: () => ["SELECT idemq.terminal_states() AS s", []] },
+  { name: "schema_version", sql: () => ["SELECT idemq.schema_version() AS v", []] },
   { name: "read jobs (payloads)", sql: () => ["SELECT j.payload FROM idemq.jobs j WHERE j.id = $1", [fx.enqueued]], check: (r) => expect(r).toEqual([{ payload: fx.payload }]) },
   { name: "read keys", sql: () => ["SELECT count(*) FROM idemq.keys", []] },
   { name: "update jobs directly", sql: () => ["UPDATE idemq.jobs SET result = '1' WHERE id = $1", [fx.held]] },
@@ -160,7 +161,7 @@ const OPERATIONS: Operation[] = [
   { name: "call a private helper", sql: () => ["SELECT idemq._raise_not_held(job_id => $1, attempt => 0, operation => 'x')", [fx.held]] },
 ];
 
-const CONSTANTS = ["active_states", "terminal_states"];
+const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
