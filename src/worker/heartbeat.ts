@@ -3,9 +3,12 @@
 // keeps its lease). A job missing from the answer was lost (rescued,
 // cancelled, taken by a newer attempt): HeldJobs fences it out (its
 // ctx.signal aborts and its result will be discarded; a buffered one is
-// dropped at once).
+// dropped at once). A job kept whose handler runs in a transaction gets that
+// transaction kept busy too (keepTransactionBusy): the server's idle timeout
+// on it is for workers whose heartbeats stopped.
 import * as sql from "../sql-api.ts";
 import type { HeldJob } from "./held-jobs.ts";
+import { keepTransactionBusy } from "./run-job.ts";
 import { JitteredTimer } from "./timers.ts";
 import { jobEvent, type WorkerState } from "./worker-state.ts";
 
@@ -50,7 +53,10 @@ export class Heartbeat {
         continue;
       }
       for (const held of jobs) {
-        if (kept.has(held.job.id)) continue;
+        if (kept.has(held.job.id)) {
+          keepTransactionBusy(held);
+          continue;
+        }
         const lostIn = this.state.held.fenceOut(held);
         if (lostIn === undefined) continue;
         lost++;

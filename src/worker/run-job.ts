@@ -10,6 +10,9 @@
 //   transaction back, the handler's writes included: job:lease-lost.
 //   A transactional task with neither a guardKey nor a job key runs unguarded
 //   (its writes still commit only together with complete()).
+//   While the handler runs, each heartbeat that kept the job's lease also
+//   keeps its transaction busy (keepTransactionBusy), so the server's idle
+//   timeout (beginStatement) ends the session of a frozen worker only.
 // A failed attempt is recorded by fail(): not retryable for PermanentError or
 // exceptOn/onlyOn; the task's own maxAttempts and backoff, when it has them,
 // go to fail(), which applies them to the counted attempts (snoozes do not
@@ -36,6 +39,30 @@ export class UnknownTaskError extends Error {
     this.name = "UnknownTaskError";
   }
 }
+
+/**
+ * The server ended a transactional job's session because its transaction sat
+ * idle past idle_in_transaction_session_timeout (SQLSTATE 25P03). Recorded as
+ * the attempt's error instead of pg's "Client has encountered a connection
+ * error and is not queryable", which the handler's next statement gets.
+ */
+export class IdleTransactionTimeoutError extends Error {
+  constructor(held: HeldJob, timeout: IdleTimeout, options?: ErrorOptions) {
+    super(
+      `job ${held.job.id} (${held.job.task}, attempt ${held.job.attempt}): the server ended its transaction after it sat idle ` +
+        `for ${timeout.ms} ms (idle_in_transaction_session_timeout: the lease, ${timeout.leaseMs} ms, + ${timeout.marginMs} ms), ` +
+        `and its writes rolled back. A live worker keeps the transaction busy at every heartbeat, so this worker's heartbeats ` +
+        `stopped or failed for that long (a blocked event loop, a frozen process, a lost connection to the database): ` +
+        `keep the transaction busy (do not block the event loop; make slow external calls before its first statement or ` +
+        `through ctx.effect) or give the task a longer lease`,
+      options,
+    );
+    this.name = "IdleTransactionTimeoutError";
+  }
+}
+
+/** SQLSTATE idle_in_transaction_session_timeout: the FATAL a session ended by that timeout gets. */
+const IDLE_IN_TRANSACTION_TIMEOUT = "25P03";
 
 type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
 
@@ -142,16 +169,23 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     return;
   }
   held.tx = client;
+  const idle = idleTimeout(state, held);
   let outcome: Outcome;
   let duplicateOf: string | undefined;
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
-    const begin = beginStatement(state, held);
+    const begin = beginStatement(idle);
     if (key === null) await client.query(begin);
     else if (!(await sql.beginWithGuard(client, key, held.job.task, begin))) duplicateOf = key;
     let result: unknown;
     if (duplicateOf === undefined) {
-      result = await task.run(held.job.payload, makeContext(state, held, client) as never);
+      handlerTransactions.set(held, { client, touching: false });
+      try {
+        result = await task.run(held.job.payload, makeContext(state, held, client) as never);
+      } finally {
+        // Before COMMIT or ROLLBACK is queued: no keep-busy statement may follow them onto a connection going back to the pool.
+        handlerTransactions.delete(held);
+      }
       if (held.snoozeDelay !== undefined) throw new Error("snoozed"); // roll back, then snooze
     }
     if (isReleased(held)) throw new Error("handed back at shutdown");
@@ -163,7 +197,10 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     });
     outcome = { ok: true, result };
   } catch (error) {
-    outcome = { ok: false, error };
+    // The server's FATAL reached the connection ('error', so `broken`) or the statement in flight; the
+    // handler's next statement only learns that the connection is gone. Say why it went.
+    const timedOut = [broken, error].some((e) => hasCode(e, IDLE_IN_TRANSACTION_TIMEOUT));
+    outcome = { ok: false, error: timedOut ? new IdleTransactionTimeoutError(held, idle, { cause: broken ?? error }) : error };
     if (!isReleased(held)) {
       try {
         await client.query("ROLLBACK");
@@ -243,18 +280,74 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   }
 }
 
+/** A transactional attempt's idle_in_transaction_session_timeout, and what it is made of. */
+interface IdleTimeout {
+  ms: number;
+  leaseMs: number;
+  marginMs: number;
+}
+
+/** The job's lease (the task's, else the worker's) plus idleInTransactionMargin. */
+function idleTimeout(state: WorkerState, held: HeldJob): IdleTimeout {
+  const leaseMs = held.task?.lease?.ms ?? state.settings.lease.ms;
+  const marginMs = state.settings.idleInTransactionMarginMs;
+  return { ms: Math.round(leaseMs + marginMs), leaseMs, marginMs };
+}
+
 /**
  * BEGIN for a transactional job, with idle_in_transaction_session_timeout a
  * little above the job's lease: the session of a worker that froze or was
  * cut off (its heartbeats stopped, its lease ran out, it can never commit)
  * is ended by the server instead of holding the guard row and its locks for
- * hours. A live handler must not leave its transaction idle that long. SET LOCAL, so it works through a transaction pooler and ends with
- * the transaction.
+ * hours. A live worker's handler may leave its transaction idle as long as
+ * it likes (an awaited HTTP call between two statements): every heartbeat
+ * that kept the lease restarts the server's idle timer
+ * (keepTransactionBusy), and heartbeats come every lease / 3. SET LOCAL, so
+ * it works through a transaction pooler and ends with the transaction.
  */
-function beginStatement(state: WorkerState, held: HeldJob): string {
-  const leaseMs = held.task?.lease?.ms ?? state.settings.lease.ms;
-  const timeoutMs = Math.round(leaseMs + state.settings.idleInTransactionMarginMs);
-  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`;
+function beginStatement(idle: IdleTimeout): string {
+  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idle.ms}`;
+}
+
+/**
+ * The transactional attempts whose handler runs now, with their transaction's
+ * connection; `touching` while a keep-busy statement is queued or running, so
+ * a handler blocked in a long statement does not collect one per heartbeat.
+ */
+const handlerTransactions = new WeakMap<HeldJob, { client: pg.PoolClient; touching: boolean }>();
+
+/**
+ * A statement with nothing in it but a comment: the server parses it to
+ * nothing and answers EmptyQueryResponse. It cannot fail (not even in a
+ * transaction a failed statement aborted), changes nothing, yet restarts the
+ * session's idle-in-transaction timer like any statement; pg_stat_activity
+ * shows who sent it.
+ */
+const KEEP_BUSY = "/* idemq: this job's heartbeat keeps its transaction busy */";
+
+/**
+ * A heartbeat kept `held`'s lease: when its handler runs in a transaction,
+ * restart that session's idle timer, so that the server ends it only once
+ * heartbeats stop (beginStatement). pg's Client queues the statement behind
+ * a statement of the handler's in flight. A connection already broken
+ * rejects it: the handler's own next statement reports that.
+ */
+export function keepTransactionBusy(held: HeldJob): void {
+  const tx = handlerTransactions.get(held);
+  if (tx === undefined || tx.touching || held.phase !== "started") return;
+  tx.touching = true;
+  const done = (): void => {
+    tx.touching = false;
+  };
+  tx.client.query(KEEP_BUSY).then(done, done);
+}
+
+/** The error, or one of its causes, has this SQLSTATE. */
+function hasCode(error: unknown, code: string): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if ((e as { code?: unknown }).code === code) return true;
+  }
+  return false;
 }
 
 function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean {
