@@ -6,8 +6,9 @@
 //   BEGIN; guard(guardKey(payload) ?? the job's idempotency key, task)
 //     false -> complete in the same transaction, COMMIT: job:duplicate, the handler never runs
 //     true  -> handler with ctx.tx; complete(job_id, attempt) in the same transaction; COMMIT
-//   IQ410 from complete (a newer attempt took the job) rolls the whole
-//   transaction back, the handler's writes included: job:lease-lost.
+//   IQ410 from complete (a newer attempt took the job, or an operator
+//   cancelled it) rolls the whole transaction back, the handler's writes
+//   included: job:lease-lost, or job:cancelled (lost.ts).
 //   A transactional task with neither a guardKey nor a job key runs unguarded
 //   (its writes still commit only together with complete()).
 //   While the handler runs, each heartbeat that kept the job's lease also
@@ -21,13 +22,14 @@
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
-import { EffectClaimLostError, JobNotFoundError, LeaseLostError, PermanentError } from "../errors.ts";
+import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
 import * as sql from "../sql-api.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";
 import { isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
+import { asLost, attemptLost } from "./lost.ts";
 import { jitter } from "./timers.ts";
 import type { NormalizedTask } from "./task-config.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
@@ -113,7 +115,7 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
     if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
     const error = asLost(caught);
-    if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
+    if (error instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(error));
     // The lease runs out and rescue() hands the job back: at least once.
     state.report(`complete of job ${held.job.id}`, error);
   } finally {
@@ -241,10 +243,14 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
  * may be intact, so the attempt is recorded and retried.
  */
 async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promise<void> {
-  if (error instanceof LeaseLostError && !(error instanceof EffectClaimLostError)) {
-    return leaseLost(state, held, leaseLostFields(error));
+  // The database said why (an IQ410 naming the job's state, or IQ404). The
+  // LeaseLostError ctx.signal aborted with says only that a heartbeat missed
+  // the job: then, as for any error of a fenced-out attempt, fail() below asks
+  // (fenced, it records nothing; its IQ410 tells a cancel from a lost lease).
+  const saidWhy = !(held.fencedOut && error === held.abortedBy);
+  if (error instanceof LeaseLostError && !(error instanceof EffectClaimLostError) && saidWhy) {
+    return attemptLost(state, held, leaseLostFields(error));
   }
-  if (held.fencedOut) return leaseLost(state, held, { reason: "the lease was lost while the handler ran; its error is discarded" });
   if (error instanceof EffectBusyError) {
     // "Not yet" is no failure: the job waits for the other run without spending an attempt.
     held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
@@ -272,7 +278,11 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     }
   } catch (caught) {
     const failError = asLost(caught);
-    if (failError instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(failError));
+    if (failError instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(failError));
+    // A heartbeat missed the job, and asking why failed: lost all the same, for a reason unknown.
+    if (held.fencedOut) {
+      return attemptLost(state, held, { reason: "lost while the handler ran (a heartbeat missed the job); its error is discarded" });
+    }
     held.trace?.end("retry", error); // not recorded: rescue() hands the job back when its lease runs out
     state.report(`fail of job ${held.job.id}`, failError);
   } finally {
@@ -373,28 +383,11 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
     if (ms !== undefined) state.wakeAt(Date.now() + ms);
   } catch (caught) {
     const error = asLost(caught);
-    if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
+    if (error instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(error));
     state.report(`snooze of job ${held.job.id}`, error);
   } finally {
     state.held.remove(held);
   }
-}
-
-/**
- * IQ404 from complete, fail or snooze of the job this attempt holds: the job
- * is gone, so this attempt holds it no more. Another attempt succeeded and
- * its retention (0) deleted it, or it finished and was purged. It is a lost
- * lease like IQ410 (the attempt's transaction rolls back), not a failure.
- */
-function asLost(error: unknown): unknown {
-  if (!(error instanceof JobNotFoundError)) return error;
-  return new LeaseLostError(`lease lost: the job is gone (${error.message})`, { code: "IQ410" }, { cause: error });
-}
-
-function leaseLost(state: WorkerState, held: HeldJob, why: { reason: string; currentState?: string }): void {
-  held.trace?.end("lease-lost", new LeaseLostError(why.reason, { code: "IQ410" }));
-  state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), ...why });
-  state.held.remove(held);
 }
 
 /** A handler's return value as a jsonb result; undefined when there is none to store. */
