@@ -177,8 +177,10 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
     const begin = beginStatement(idle);
+    const beginMadeAt = performance.now();
     if (key === null) await client.query(begin);
     else if (!(await sql.beginWithGuard(client, key, held.job.task, begin))) duplicateOf = key;
+    state.reached(beginMadeAt);
     let result: unknown;
     if (duplicateOf === undefined) {
       handlerTransactions.set(held, { client, touching: false });
@@ -194,9 +196,11 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     // Finished before the commit: a heartbeat that sees the job succeeded is not a loss.
     state.held.finish(held);
     // Fenced: IQ410 when a newer attempt holds the job, and everything above rolls back.
+    const commitMadeAt = performance.now();
     await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(state, held, result)).catch((error: unknown) => {
       throw asLost(error);
     });
+    state.reached(commitMadeAt);
     outcome = { ok: true, result };
   } catch (error) {
     // The server's FATAL reached the connection ('error', so `broken`) or the statement in flight; the
