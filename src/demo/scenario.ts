@@ -2,6 +2,7 @@
 import type { Client } from "../client.ts";
 import { isTerminalState } from "../contract.ts";
 import type { Job } from "../job-reads.ts";
+import { JOB_END_EVENTS } from "../worker/events.ts";
 import type { Figure } from "./figures.ts";
 import type { FakeEmailProvider } from "./fake-email-provider.ts";
 import type { FakeSupplier } from "./fake-supplier.ts";
@@ -58,7 +59,7 @@ export function onAnyEvent(workers: Iterable<DemoWorker>, listener: (event: Work
 
 /** The event that ends this attempt of the job (how it ended: success, retry, failed...). */
 export function endOfAttempt(job: { id: string; attempt: number }): (event: WorkerEvent) => boolean {
-  const endings = ["job:success", "job:retry", "job:failed", "job:duplicate", "job:lease-lost", "job:snoozed"];
+  const endings: readonly string[] = JOB_END_EVENTS;
   return (event) => event.jobId === job.id && event.attempt === job.attempt && endings.includes(event.event);
 }
 

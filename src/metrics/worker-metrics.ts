@@ -7,7 +7,7 @@
 // and the wake-up mode's two values. Never a job id, key, worker id or payload.
 import type { Worker } from "../worker/create-worker.ts";
 import { WAKE_UP_MODES } from "../worker/defaults.ts";
-import type { JobEvent, WorkerEvents } from "../worker/events.ts";
+import { JOB_END_EVENTS, type JobEndEventName, type JobEvent, type WorkerEvents } from "../worker/events.ts";
 import { METRICS_DEFAULTS } from "./defaults.ts";
 import { loadPromClient, registryOf } from "./prom-client.ts";
 import type { MetricsRegistry } from "./registry.ts";
@@ -23,8 +23,6 @@ export interface WorkerMetricsOptions {
   registry?: MetricsRegistry;
 }
 
-type JobEndEventName = "job:success" | "job:retry" | "job:failed" | "job:duplicate" | "job:lease-lost" | "job:snoozed";
-
 /** One counter per job event: its name, and what it counts. */
 const JOB_COUNTERS = {
   "job:start": ["idemq_worker_jobs_started_total", "Attempts this worker started (handlers run, or guards checked)"],
@@ -32,7 +30,8 @@ const JOB_COUNTERS = {
   "job:retry": ["idemq_worker_jobs_retried_total", "Attempts that failed with another attempt scheduled"],
   "job:failed": ["idemq_worker_jobs_failed_total", "Attempts that failed the job for good (out of attempts, or a permanent error)"],
   "job:duplicate": ["idemq_worker_jobs_duplicate_total", "Transactional attempts whose guard key was already done (completed, handler not run)"],
-  "job:lease-lost": ["idemq_worker_jobs_lease_lost_total", "Attempts that no longer held their job: result discarded"],
+  "job:cancelled": ["idemq_worker_jobs_cancelled_total", "Attempts whose job an operator cancelled while this worker held it: result discarded"],
+  "job:lease-lost": ["idemq_worker_jobs_lease_lost_total", "Attempts that no longer held their job (lease ran out, or the job is gone): result discarded"],
   "job:snoozed": ["idemq_worker_jobs_snoozed_total", "Attempts that snoozed (back to scheduled, not counted)"],
 } as const satisfies Record<"job:start" | JobEndEventName, readonly [string, string]>;
 
@@ -72,7 +71,7 @@ export async function collectWorkerMetrics(worker: Worker, options: WorkerMetric
     }),
   );
   const ended = (e: JobEvent & { durationMs: number }): void => duration.observe({ task: e.task }, e.durationMs / 1000);
-  for (const event of ["job:success", "job:retry", "job:failed", "job:duplicate", "job:lease-lost", "job:snoozed"] as const) {
+  for (const event of JOB_END_EVENTS) {
     listen(event, ended);
   }
 

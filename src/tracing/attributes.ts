@@ -41,7 +41,7 @@ export const TRACE_ATTRIBUTES = {
   duplicate: "idemq.duplicate",
   /** enqueueMany: how many elements were deduplicated against existing jobs. */
   duplicates: "idemq.duplicates",
-  /** How the attempt ended: succeeded, retry, failed, snoozed, lease-lost, duplicate, released. */
+  /** How the attempt ended: succeeded, retry, failed, snoozed, cancelled, lease-lost, duplicate, released. */
   outcome: "idemq.outcome",
 } as const;
 

@@ -5,7 +5,7 @@
 import type { ClaimedJob } from "../sql-api.ts";
 
 /** How an attempt ended, as its span's idemq.outcome says. */
-export type AttemptOutcome = "succeeded" | "retry" | "failed" | "snoozed" | "lease-lost" | "duplicate" | "released";
+export type AttemptOutcome = "succeeded" | "retry" | "failed" | "snoozed" | "cancelled" | "lease-lost" | "duplicate" | "released";
 
 /** An attempt's span, as run-job tells it how the attempt ended. */
 export interface AttemptTrace {

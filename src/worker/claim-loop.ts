@@ -102,7 +102,6 @@ export class ClaimLoop {
         await sleep(jitter(this.state.settings.errorBackoffMs), this.stopping.signal);
         continue;
       }
-      this.state.reached();
       this.claimed(jobs, room);
       this.state.emit("worker:claimed", { workerId: this.state.settings.workerId, jobs: jobs.length, asked: room });
       const wakeUps = this.wakeUps();

@@ -2,11 +2,12 @@
 // finished while the previous call was in flight. When the worker is idle the
 // first job is flushed at once, so batching never adds latency; under load
 // batches grow by themselves. complete_many skips attempts that lost their
-// lease; those jobs get job:lease-lost instead of job:success.
+// lease; those jobs get job:lease-lost (or job:cancelled) instead of job:success.
 import { LeaseLostError } from "../errors.ts";
 import * as sql from "../sql-api.ts";
 import { leaseLostFields } from "./events.ts";
 import type { HeldJob } from "./held-jobs.ts";
+import { asLost, attemptLost } from "./lost.ts";
 import { jitter, sleep } from "./timers.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
@@ -73,17 +74,20 @@ export class Completer {
    * complete() of the same (job_id, attempt) says why: fenced like
    * complete_many, it cannot complete a job that attempt no longer holds, and
    * its IQ410 names the job's state, so a job cancelled while it ran is
-   * reported as such (currentState "cancelled"). Lost leases are rare: one
-   * call each.
+   * reported as such (job:cancelled). Lost leases are rare: one call each.
    */
   private async reportSkipped(held: HeldJob): Promise<void> {
-    const lost = { ...jobEvent(this.state, held), durationMs: durationOf(held) };
     try {
       await sql.complete(this.state.calls, held.job.id, held.job.attempt, undefined);
-      this.state.emit("job:success", lost); // held after all (cannot happen: the attempt is fenced out for good)
-    } catch (error) {
-      if (error instanceof LeaseLostError) this.state.emit("job:lease-lost", { ...lost, ...leaseLostFields(error) });
-      else this.state.emit("job:lease-lost", { ...lost, reason: "complete_many skipped it: this attempt no longer holds the job" });
+      // held after all (cannot happen: the attempt is fenced out for good)
+      this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
+    } catch (caught) {
+      const error = asLost(caught);
+      const why =
+        error instanceof LeaseLostError
+          ? leaseLostFields(error)
+          : { reason: "complete_many skipped it: this attempt no longer holds the job" };
+      attemptLost(this.state, held, why);
     }
   }
 }

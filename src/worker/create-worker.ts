@@ -124,7 +124,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
     this.state = {
       pool: this.pool,
-      calls: timedCalls(this.pool, this.settings.callTimeoutMs),
+      calls: timedCalls(this.pool, this.settings.callTimeoutMs, (madeAt) => this.outage.reached(madeAt)),
       settings: this.settings,
       tasks,
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
@@ -132,7 +132,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       emit: (event, ...args) => safeEmit(this, event, args, (error) => this.report(`a "${event}" listener`, error)),
       listening: (event) => this.listenerCount(event) > 0,
       report: (during, error) => this.report(during, error),
-      reached: () => this.outage.reached(),
+      reached: (madeAt) => this.outage.reached(madeAt),
       wakeAt: (at) => this.wakeUps.wakeAt(at),
     };
     this.wakeUps =

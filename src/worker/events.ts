@@ -44,13 +44,21 @@ export interface WorkerEvents {
   /** A transactional task's guard key was already taken: completed without running the handler. */
   "job:duplicate": [JobEndEvent & { guardKey: string }];
   /**
-   * This attempt no longer holds the job: its result was discarded and its
-   * transaction rolled back. currentState is the job's state when the
-   * database said so (complete, fail or snooze refused): "cancelled" for a job
-   * an operator cancelled while it ran. Absent when a heartbeat (or
-   * complete_many) found the lease gone: neither says why.
+   * An operator cancelled the job (idemq.cancel) while this worker held it,
+   * running or waiting in the buffer: the attempt's result was discarded and
+   * its transaction rolled back; the job stays cancelled. `reason` says which
+   * call found out (lost.ts).
    */
-  "job:lease-lost": [JobEndEvent & { reason: string; currentState?: string }];
+  "job:cancelled": [JobEndEvent & { reason: string }];
+  /**
+   * This attempt no longer holds the job, and not because it was cancelled:
+   * its lease ran out and the job was rescued (perhaps taken by a newer
+   * attempt), or the job is gone. Its result was discarded and its
+   * transaction rolled back. currentState is the job's state when the
+   * database said so (complete, fail or snooze refused); absent when it did
+   * not (the job is gone, or the call that would have asked failed).
+   */
+  "job:lease-lost": [JobEndEvent & LostFields];
   /** Back to `scheduled` without spending an attempt. */
   "job:snoozed": [JobEndEvent & { delay: string }];
   /**
@@ -75,8 +83,29 @@ export interface WorkerEvents {
   log: [LogEntry];
 }
 
-/** job:lease-lost's reason and currentState, from the IQ410 the database raised. */
-export function leaseLostFields(error: LeaseLostError): { reason: string; currentState?: string } {
+/**
+ * The events that end an attempt (or a claimed job that never started), one
+ * per attempt: the one list the metrics, the CLI and the demo read.
+ */
+export const JOB_END_EVENTS = [
+  "job:success",
+  "job:retry",
+  "job:failed",
+  "job:duplicate",
+  "job:cancelled",
+  "job:lease-lost",
+  "job:snoozed",
+] as const satisfies readonly (keyof WorkerEvents)[];
+export type JobEndEventName = (typeof JOB_END_EVENTS)[number];
+
+/** Why an attempt no longer holds its job: job:lease-lost's fields, and job:cancelled's when currentState is "cancelled". */
+export interface LostFields {
+  reason: string;
+  currentState?: string;
+}
+
+/** The reason and currentState of a lost attempt, from the IQ410 the database raised. */
+export function leaseLostFields(error: LeaseLostError): LostFields {
   const currentState = error.currentState;
   if (currentState === undefined) return { reason: error.message };
   return { reason: currentState === "cancelled" ? `cancelled while this attempt ran (${error.message})` : error.message, currentState };

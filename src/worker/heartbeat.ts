@@ -3,11 +3,16 @@
 // keeps its lease). A job missing from the answer was lost (rescued,
 // cancelled, taken by a newer attempt): HeldJobs fences it out (its
 // ctx.signal aborts and its result will be discarded; a buffered one is
-// dropped at once).
+// dropped at once, and reported once a fenced call said why: lost.ts). A job
+// kept whose handler runs in a transaction gets that transaction kept busy
+// too (keepTransactionBusy): the server's idle timeout on it is for workers
+// whose heartbeats stopped.
 import * as sql from "../sql-api.ts";
 import type { HeldJob } from "./held-jobs.ts";
+import { reportLostInBuffer } from "./lost.ts";
+import { keepTransactionBusy } from "./run-job.ts";
 import { JitteredTimer } from "./timers.ts";
-import { jobEvent, type WorkerState } from "./worker-state.ts";
+import type { WorkerState } from "./worker-state.ts";
 
 export class Heartbeat {
   private readonly timer: JitteredTimer;
@@ -35,6 +40,7 @@ export class Heartbeat {
       else group.push(held);
     }
     let lost = 0;
+    const lostInBuffer: Promise<void>[] = [];
     for (const [lease, jobs] of byLease) {
       let kept: Set<string>;
       try {
@@ -50,19 +56,17 @@ export class Heartbeat {
         continue;
       }
       for (const held of jobs) {
-        if (kept.has(held.job.id)) continue;
+        if (kept.has(held.job.id)) {
+          keepTransactionBusy(held);
+          continue;
+        }
         const lostIn = this.state.held.fenceOut(held);
         if (lostIn === undefined) continue;
         lost++;
-        if (lostIn === "claimed") {
-          this.state.emit("job:lease-lost", {
-            ...jobEvent(this.state, held),
-            durationMs: 0,
-            reason: "lost while waiting in the buffer",
-          });
-        }
+        if (lostIn === "claimed") lostInBuffer.push(reportLostInBuffer(this.state, held));
       }
     }
+    await Promise.all(lostInBuffer);
     return lost;
   }
 }

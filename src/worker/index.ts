@@ -2,7 +2,7 @@
 export { createWorker, Worker } from "./create-worker.ts";
 export { EffectBusyError } from "./effect.ts";
 export { JobSnoozed } from "./job-context.ts";
-export { UnknownTaskError } from "./run-job.ts";
+export { IdleTransactionTimeoutError, UnknownTaskError } from "./run-job.ts";
 export { WorkerShutdownError } from "./shutdown.ts";
 export { defineTasks, WorkerConfigError } from "./task-config.ts";
 export type { ErrorInfo, JobEndEvent, JobEvent, LogEntry, WorkerEvents } from "./events.ts";

@@ -24,7 +24,7 @@ export abstract class MaintenanceService {
     private readonly soonAfterStart = false,
   ) {
     this.timer = new JitteredTimer(intervalMs, () => this.runOnce());
-    this.calls = timedCalls(state.pool, Math.max(state.settings.callTimeoutMs, intervalMs));
+    this.calls = timedCalls(state.pool, Math.max(state.settings.callTimeoutMs, intervalMs), (madeAt) => state.reached(madeAt));
   }
 
   /** Starts the timer; the first run comes after a jittered interval, or soon (soonAfterStart). */

@@ -6,10 +6,14 @@
 //   BEGIN; guard(guardKey(payload) ?? the job's idempotency key, task)
 //     false -> complete in the same transaction, COMMIT: job:duplicate, the handler never runs
 //     true  -> handler with ctx.tx; complete(job_id, attempt) in the same transaction; COMMIT
-//   IQ410 from complete (a newer attempt took the job) rolls the whole
-//   transaction back, the handler's writes included: job:lease-lost.
+//   IQ410 from complete (a newer attempt took the job, or an operator
+//   cancelled it) rolls the whole transaction back, the handler's writes
+//   included: job:lease-lost, or job:cancelled (lost.ts).
 //   A transactional task with neither a guardKey nor a job key runs unguarded
 //   (its writes still commit only together with complete()).
+//   While the handler runs, each heartbeat that kept the job's lease also
+//   keeps its transaction busy (keepTransactionBusy), so the server's idle
+//   timeout (beginStatement) ends the session of a frozen worker only.
 // A failed attempt is recorded by fail(): not retryable for PermanentError or
 // exceptOn/onlyOn; the task's own maxAttempts and backoff, when it has them,
 // go to fail(), which applies them to the counted attempts (snoozes do not
@@ -18,13 +22,14 @@
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
 import { toMilliseconds } from "../contract.ts";
-import { EffectClaimLostError, JobNotFoundError, LeaseLostError, PermanentError } from "../errors.ts";
+import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
 import * as sql from "../sql-api.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";
 import { isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
+import { asLost, attemptLost } from "./lost.ts";
 import { jitter } from "./timers.ts";
 import type { NormalizedTask } from "./task-config.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
@@ -36,6 +41,30 @@ export class UnknownTaskError extends Error {
     this.name = "UnknownTaskError";
   }
 }
+
+/**
+ * The server ended a transactional job's session because its transaction sat
+ * idle past idle_in_transaction_session_timeout (SQLSTATE 25P03). Recorded as
+ * the attempt's error instead of pg's "Client has encountered a connection
+ * error and is not queryable", which the handler's next statement gets.
+ */
+export class IdleTransactionTimeoutError extends Error {
+  constructor(held: HeldJob, timeout: IdleTimeout, options?: ErrorOptions) {
+    super(
+      `job ${held.job.id} (${held.job.task}, attempt ${held.job.attempt}): the server ended its transaction after it sat idle ` +
+        `for ${timeout.ms} ms (idle_in_transaction_session_timeout: the lease, ${timeout.leaseMs} ms, + ${timeout.marginMs} ms), ` +
+        `and its writes rolled back. A live worker keeps the transaction busy at every heartbeat, so this worker's heartbeats ` +
+        `stopped or failed for that long (a blocked event loop, a frozen process, a lost connection to the database): ` +
+        `keep the transaction busy (do not block the event loop; make slow external calls before its first statement or ` +
+        `through ctx.effect) or give the task a longer lease`,
+      options,
+    );
+    this.name = "IdleTransactionTimeoutError";
+  }
+}
+
+/** SQLSTATE idle_in_transaction_session_timeout: the FATAL a session ended by that timeout gets. */
+const IDLE_IN_TRANSACTION_TIMEOUT = "25P03";
 
 type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
 
@@ -86,7 +115,7 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
     if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
     const error = asLost(caught);
-    if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
+    if (error instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(error));
     // The lease runs out and rescue() hands the job back: at least once.
     state.report(`complete of job ${held.job.id}`, error);
   } finally {
@@ -142,28 +171,42 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     return;
   }
   held.tx = client;
+  const idle = idleTimeout(state, held);
   let outcome: Outcome;
   let duplicateOf: string | undefined;
   try {
     const key = task.guardKey?.(held.job.payload) ?? held.job.idempotencyKey;
-    const begin = beginStatement(state, held);
+    const begin = beginStatement(idle);
+    const beginMadeAt = performance.now();
     if (key === null) await client.query(begin);
     else if (!(await sql.beginWithGuard(client, key, held.job.task, begin))) duplicateOf = key;
+    state.reached(beginMadeAt);
     let result: unknown;
     if (duplicateOf === undefined) {
-      result = await task.run(held.job.payload, makeContext(state, held, client) as never);
+      handlerTransactions.set(held, { client, touching: false });
+      try {
+        result = await task.run(held.job.payload, makeContext(state, held, client) as never);
+      } finally {
+        // Before COMMIT or ROLLBACK is queued: no keep-busy statement may follow them onto a connection going back to the pool.
+        handlerTransactions.delete(held);
+      }
       if (held.snoozeDelay !== undefined) throw new Error("snoozed"); // roll back, then snooze
     }
     if (isReleased(held)) throw new Error("handed back at shutdown");
     // Finished before the commit: a heartbeat that sees the job succeeded is not a loss.
     state.held.finish(held);
     // Fenced: IQ410 when a newer attempt holds the job, and everything above rolls back.
+    const commitMadeAt = performance.now();
     await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(state, held, result)).catch((error: unknown) => {
       throw asLost(error);
     });
+    state.reached(commitMadeAt);
     outcome = { ok: true, result };
   } catch (error) {
-    outcome = { ok: false, error };
+    // The server's FATAL reached the connection ('error', so `broken`) or the statement in flight; the
+    // handler's next statement only learns that the connection is gone. Say why it went.
+    const timedOut = [broken, error].some((e) => hasCode(e, IDLE_IN_TRANSACTION_TIMEOUT));
+    outcome = { ok: false, error: timedOut ? new IdleTransactionTimeoutError(held, idle, { cause: broken ?? error }) : error };
     if (!isReleased(held)) {
       try {
         await client.query("ROLLBACK");
@@ -204,10 +247,14 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
  * may be intact, so the attempt is recorded and retried.
  */
 async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promise<void> {
-  if (error instanceof LeaseLostError && !(error instanceof EffectClaimLostError)) {
-    return leaseLost(state, held, leaseLostFields(error));
+  // The database said why (an IQ410 naming the job's state, or IQ404). The
+  // LeaseLostError ctx.signal aborted with says only that a heartbeat missed
+  // the job: then, as for any error of a fenced-out attempt, fail() below asks
+  // (fenced, it records nothing; its IQ410 tells a cancel from a lost lease).
+  const saidWhy = !(held.fencedOut && error === held.abortedBy);
+  if (error instanceof LeaseLostError && !(error instanceof EffectClaimLostError) && saidWhy) {
+    return attemptLost(state, held, leaseLostFields(error));
   }
-  if (held.fencedOut) return leaseLost(state, held, { reason: "the lease was lost while the handler ran; its error is discarded" });
   if (error instanceof EffectBusyError) {
     // "Not yet" is no failure: the job waits for the other run without spending an attempt.
     held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
@@ -235,7 +282,11 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     }
   } catch (caught) {
     const failError = asLost(caught);
-    if (failError instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(failError));
+    if (failError instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(failError));
+    // A heartbeat missed the job, and asking why failed: lost all the same, for a reason unknown.
+    if (held.fencedOut) {
+      return attemptLost(state, held, { reason: "lost while the handler ran (a heartbeat missed the job); its error is discarded" });
+    }
     held.trace?.end("retry", error); // not recorded: rescue() hands the job back when its lease runs out
     state.report(`fail of job ${held.job.id}`, failError);
   } finally {
@@ -243,18 +294,74 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   }
 }
 
+/** A transactional attempt's idle_in_transaction_session_timeout, and what it is made of. */
+interface IdleTimeout {
+  ms: number;
+  leaseMs: number;
+  marginMs: number;
+}
+
+/** The job's lease (the task's, else the worker's) plus idleInTransactionMargin. */
+function idleTimeout(state: WorkerState, held: HeldJob): IdleTimeout {
+  const leaseMs = held.task?.lease?.ms ?? state.settings.lease.ms;
+  const marginMs = state.settings.idleInTransactionMarginMs;
+  return { ms: Math.round(leaseMs + marginMs), leaseMs, marginMs };
+}
+
 /**
  * BEGIN for a transactional job, with idle_in_transaction_session_timeout a
  * little above the job's lease: the session of a worker that froze or was
  * cut off (its heartbeats stopped, its lease ran out, it can never commit)
  * is ended by the server instead of holding the guard row and its locks for
- * hours. A live handler must not leave its transaction idle that long. SET LOCAL, so it works through a transaction pooler and ends with
- * the transaction.
+ * hours. A live worker's handler may leave its transaction idle as long as
+ * it likes (an awaited HTTP call between two statements): every heartbeat
+ * that kept the lease restarts the server's idle timer
+ * (keepTransactionBusy), and heartbeats come every lease / 3. SET LOCAL, so
+ * it works through a transaction pooler and ends with the transaction.
  */
-function beginStatement(state: WorkerState, held: HeldJob): string {
-  const leaseMs = held.task?.lease?.ms ?? state.settings.lease.ms;
-  const timeoutMs = Math.round(leaseMs + state.settings.idleInTransactionMarginMs);
-  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${timeoutMs}`;
+function beginStatement(idle: IdleTimeout): string {
+  return `BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${idle.ms}`;
+}
+
+/**
+ * The transactional attempts whose handler runs now, with their transaction's
+ * connection; `touching` while a keep-busy statement is queued or running, so
+ * a handler blocked in a long statement does not collect one per heartbeat.
+ */
+const handlerTransactions = new WeakMap<HeldJob, { client: pg.PoolClient; touching: boolean }>();
+
+/**
+ * A statement with nothing in it but a comment: the server parses it to
+ * nothing and answers EmptyQueryResponse. It cannot fail (not even in a
+ * transaction a failed statement aborted), changes nothing, yet restarts the
+ * session's idle-in-transaction timer like any statement; pg_stat_activity
+ * shows who sent it.
+ */
+const KEEP_BUSY = "/* idemq: this job's heartbeat keeps its transaction busy */";
+
+/**
+ * A heartbeat kept `held`'s lease: when its handler runs in a transaction,
+ * restart that session's idle timer, so that the server ends it only once
+ * heartbeats stop (beginStatement). pg's Client queues the statement behind
+ * a statement of the handler's in flight. A connection already broken
+ * rejects it: the handler's own next statement reports that.
+ */
+export function keepTransactionBusy(held: HeldJob): void {
+  const tx = handlerTransactions.get(held);
+  if (tx === undefined || tx.touching || held.phase !== "started") return;
+  tx.touching = true;
+  const done = (): void => {
+    tx.touching = false;
+  };
+  tx.client.query(KEEP_BUSY).then(done, done);
+}
+
+/** The error, or one of its causes, has this SQLSTATE. */
+function hasCode(error: unknown, code: string): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if ((e as { code?: unknown }).code === code) return true;
+  }
+  return false;
 }
 
 function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean {
@@ -280,28 +387,11 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
     if (ms !== undefined) state.wakeAt(Date.now() + ms);
   } catch (caught) {
     const error = asLost(caught);
-    if (error instanceof LeaseLostError) return leaseLost(state, held, leaseLostFields(error));
+    if (error instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(error));
     state.report(`snooze of job ${held.job.id}`, error);
   } finally {
     state.held.remove(held);
   }
-}
-
-/**
- * IQ404 from complete, fail or snooze of the job this attempt holds: the job
- * is gone, so this attempt holds it no more. Another attempt succeeded and
- * its retention (0) deleted it, or it finished and was purged. It is a lost
- * lease like IQ410 (the attempt's transaction rolls back), not a failure.
- */
-function asLost(error: unknown): unknown {
-  if (!(error instanceof JobNotFoundError)) return error;
-  return new LeaseLostError(`lease lost: the job is gone (${error.message})`, { code: "IQ410" }, { cause: error });
-}
-
-function leaseLost(state: WorkerState, held: HeldJob, why: { reason: string; currentState?: string }): void {
-  held.trace?.end("lease-lost", new LeaseLostError(why.reason, { code: "IQ410" }));
-  state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), ...why });
-  state.held.remove(held);
 }
 
 /** A handler's return value as a jsonb result; undefined when there is none to store. */

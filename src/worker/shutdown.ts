@@ -5,6 +5,7 @@ import * as sql from "../sql-api.ts";
 import { LeaseLostError } from "../errors.ts";
 import { errorInfo, leaseLostFields } from "./events.ts";
 import { abortAttempt, type HeldJob } from "./held-jobs.ts";
+import { attemptLost } from "./lost.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 
 /** The reason ctx.signal aborts with when shutdownTimeout ran out. */
@@ -117,7 +118,7 @@ export async function handBack(state: WorkerState, held: HeldJob): Promise<void>
     else state.emit("job:retry", { ...event, retryAt: runAt });
   } catch (error) {
     if (error instanceof LeaseLostError) {
-      state.emit("job:lease-lost", { ...jobEvent(state, held), durationMs: durationOf(held), ...leaseLostFields(error) });
+      attemptLost(state, held, leaseLostFields(error));
     } else {
       state.report(`handing back job ${held.job.id}`, error);
     }

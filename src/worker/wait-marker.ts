@@ -60,8 +60,11 @@ export class WaitMarker {
 
   /** Runs one call; when it fails (or timed out) the connection is ended: what it holds is unknown. */
   private async bounded<T>(client: pg.Client, run: () => Promise<T>): Promise<T> {
+    const madeAt = performance.now();
     try {
-      return await run();
+      const answer = await run();
+      this.state.reached(madeAt);
+      return answer;
     } catch (error) {
       if (this.client !== undefined && (await this.client.catch(() => undefined)) === client) {
         this.client = undefined;

@@ -25,8 +25,11 @@ export interface WorkerState {
   listening(event: keyof WorkerEvents): boolean;
   /** worker:error for a failure outside a job (once per outage for connection failures: outage.ts). */
   report(during: string, error: unknown): void;
-  /** A call reached the database: ends an outage (worker:reconnected). */
-  reached(): void;
+  /**
+   * A call made at `madeAt` (performance.now()) got an answer from the
+   * database: ends an outage that began before it (worker:reconnected, outage.ts).
+   */
+  reached(madeAt: number): void;
   /** Wake the claim loop early at this time (a retry or snooze this worker scheduled). */
   wakeAt(at: number): void;
 }
@@ -36,13 +39,22 @@ export interface WorkerState {
  * the call rejects and the pool discards its connection), so no call can keep
  * the worker waiting for good: not a lock someone holds, not a stalled
  * connection. Keeps `options`, which error messages read the database from.
+ * `reached` hears of every call answered, with when it was made.
  */
-export function timedCalls(pool: pg.Pool, timeoutMs: number): Queryable {
+export function timedCalls(pool: pg.Pool, timeoutMs: number, reached?: (madeAt: number) => void): Queryable {
   return {
     options: pool.options,
     // runQuery passes a config object when it sets `types` (claim measures payload sizes as it parses them).
-    query: (text: string | pg.QueryConfig, values?: unknown[]) =>
-      pool.query({ ...(typeof text === "string" ? { text, values } : text), query_timeout: timeoutMs } as unknown as pg.QueryConfig),
+    query: (text: string | pg.QueryConfig, values?: unknown[]) => {
+      const madeAt = performance.now();
+      const config = { ...(typeof text === "string" ? { text, values } : text), query_timeout: timeoutMs };
+      const answer = pool.query(config as unknown as pg.QueryConfig);
+      if (reached === undefined) return answer;
+      return answer.then((result) => {
+        reached(madeAt);
+        return result;
+      });
+    },
   } as Queryable;
 }
 

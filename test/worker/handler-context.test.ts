@@ -61,7 +61,8 @@ describe("the handler context, made on first use", () => {
     expect(late!.aborted).toBe(true);
     expect(late!.reason).toBeInstanceOf(LeaseLostError);
     expect(late!.effect).toBe(late!.reason);
-    await waitFor(() => w.of("job:lease-lost").some((e) => e.jobId === lateJob.jobId), { what: "job:lease-lost of the late job" });
+    // Cancelled, not a lease run out: the complete() that found out says so (cancel-running.test.ts).
+    await waitFor(() => w.of("job:cancelled").some((e) => e.jobId === lateJob.jobId), { what: "job:cancelled of the late job" });
   });
 
   it("ctx.job and ctx.log are the same objects on every read; log and snooze work detached", async () => {

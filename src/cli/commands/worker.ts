@@ -11,7 +11,7 @@ import { pathToFileURL } from "node:url";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import type { Worker } from "../../worker/create-worker.ts";
 import { WAKE_UP_MODES, type WakeUpMode } from "../../worker/defaults.ts";
-import type { WorkerEvents } from "../../worker/events.ts";
+import { JOB_END_EVENTS, type WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
 import { type OpenDatabase, openDatabase, waitForServer } from "../connect.ts";
@@ -266,12 +266,7 @@ const EVENTS = [
   "worker:error",
   "worker:reconnected",
   "job:start",
-  "job:success",
-  "job:retry",
-  "job:failed",
-  "job:duplicate",
-  "job:lease-lost",
-  "job:snoozed",
+  ...JOB_END_EVENTS,
   "log",
 ] as const satisfies readonly (keyof WorkerEvents)[];
 
@@ -326,6 +321,7 @@ function prettyLine(event: string, p: Record<string, unknown>): string {
       return `${time} ${event} after ${(Number(p.downMs) / 1000).toFixed(1)} s (${String(p.failedCalls)} calls failed meanwhile)`;
     case "job:duplicate":
       return `${time} ${event}${job}${took}: guard key ${String(p.guardKey)} already done`;
+    case "job:cancelled":
     case "job:lease-lost":
       return `${time} ${event}${job}${took}: ${String(p.reason)}`;
     case "job:retry":
