@@ -24,8 +24,9 @@
 // `npx idemq`. Here, in the package's own repository, npx would find no idemq
 // in node_modules and fetch one from the registry, so ```sh blocks run
 // `npx idemq` as `node bin/idemq.js`, the file an installed package's
-// `npx idemq` runs (test/install/package.test.ts runs `npx idemq` in a real
-// app).
+// `npx idemq` runs, and a path into the installed package,
+// `node_modules/idemq/...`, as the same path in this repository
+// (test/install/package.test.ts runs both in a real app).
 import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -147,9 +148,11 @@ function blockFile(block: Block, extension: string): string {
   return file;
 }
 
-/** A shell block as it runs in this repository: `npx idemq` is the repository's bin/idemq.js (see the top). */
+/** A shell block as it runs in this repository: `npx idemq` is its bin/idemq.js, node_modules/idemq/ its root (see the top). */
 function inRepository(code: string): string {
-  return code.replace(/(^|[\s;&|(])npx idemq(?=\s|$)/gm, "$1node bin/idemq.js");
+  return code
+    .replace(/(^|[\s;&|(])npx idemq(?=\s|$)/gm, "$1node bin/idemq.js")
+    .replace(/(^|[\s="'])node_modules\/idemq\//gm, "$1");
 }
 
 async function runBlock(block: Block & { kind: Kind }, databaseUrl: string): Promise<Outcome> {
@@ -277,6 +280,9 @@ describe("README.md", () => {
     expect(shell.filter((b) => /(^|\s)npx idemq /m.test(b.code)).length).toBeGreaterThan(5);
     expect(inRepository("npx idemq migrate status\nnpx idemq jobs --json | jq . && npx idemq stats")).toBe(
       "node bin/idemq.js migrate status\nnode bin/idemq.js jobs --json | jq . && node bin/idemq.js stats",
+    );
+    expect(inRepository("npx idemq worker --tasks node_modules/idemq/examples/tasks.js")).toBe(
+      "node bin/idemq.js worker --tasks examples/tasks.js",
     );
   });
 

@@ -53,6 +53,34 @@ async function directorySize(path: string): Promise<number> {
   return total;
 }
 
+/**
+ * Runs the installed bin's worker in `cwd` until a job:success for which
+ * `wanted` holds, then SIGTERMs it (node itself runs the bin, not npx, so the
+ * signal reaches the worker); returns that event once the worker exited 0.
+ */
+async function workerRuns(cwd: string, args: string[], wanted: (event: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+  const bin = join(cwd, "node_modules", "idemq", "bin", "idemq.js");
+  const worker = spawn(process.execPath, [bin, "worker", ...args, "--log-format", "json", "--database-url", db.url], {
+    cwd,
+    env: { ...process.env, DATABASE_URL: "" },
+  });
+  let stderr = "";
+  worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<number | null>((done) => worker.on("exit", (code) => done(code)));
+  let success: Record<string, unknown> | undefined;
+  for await (const line of createInterface({ input: worker.stdout })) {
+    const event = JSON.parse(line) as Record<string, unknown>;
+    if (event.event === "job:success" && wanted(event)) {
+      success = event;
+      break;
+    }
+  }
+  worker.kill("SIGTERM");
+  expect(await exited, stderr).toBe(0);
+  expect(success, `no job:success; stderr: ${stderr}`).toBeDefined();
+  return success!;
+}
+
 let tmp: string;
 let app: string;
 let packedFiles: string[];
@@ -83,10 +111,14 @@ afterAll(async () => {
 });
 
 describe("the tarball", () => {
-  it("ships compiled JavaScript with types, the SQL, the docs and the LICENSE, and no TypeScript sources", () => {
+  it("ships compiled JavaScript with types, the SQL, the docs, the examples and the LICENSE, and no TypeScript sources", async () => {
     for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_init.sql", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
       expect(packedFiles, file).toContain(file);
     }
+    // The README runs them from node_modules/idemq/examples/: every one of them ships.
+    const examples = (await readdir(join(ROOT, "examples"))).map((file) => `examples/${file}`).sort();
+    expect(examples).toEqual(["examples/sql-only.sql", "examples/tasks.js", "examples/worker.js"]);
+    expect(packedFiles.filter((file) => file.startsWith("examples/")).sort()).toEqual(examples);
     expect(packedFiles.filter((file) => file.endsWith(".ts") && !file.endsWith(".d.ts"))).toEqual([]);
     expect(packedFiles.filter((file) => file.includes("tsbuildinfo"))).toEqual([]);
   });
@@ -141,6 +173,20 @@ console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt, tr
     );
     const out = await ok(process.execPath, ["main.js"], app, { DATABASE_URL: db.url });
     expect(JSON.parse(out)).toEqual({ greeted: ["Ada"], state: "succeeded", attempt: 1, traceparent: null });
+  });
+
+  it("the README's worker on the package's examples/tasks.js runs a job, without tsx", async () => {
+    const enqueued = JSON.parse(
+      await ok("npx", ["--no", "--", "idemq", "enqueue", "send_greeting", '{"name": "Ada"}', "--json", "--database-url", db.url], app),
+    ) as { jobId: string };
+    const success = await workerRuns(app, ["--tasks", "node_modules/idemq/examples/tasks.js"], (event) => event.jobId === enqueued.jobId);
+    expect(success).toMatchObject({ event: "job:success", task: "send_greeting", jobId: enqueued.jobId });
+  });
+
+  it("the package's examples/worker.js runs to its end with plain node, as its header says", async () => {
+    const out = await ok(process.execPath, ["node_modules/idemq/examples/worker.js"], app, { DATABASE_URL: db.url });
+    expect(out).toContain("ledger rows: 2 (three credit deliveries for two orders)");
+    expect(out).toContain("emails sent: 1 (two receipt jobs for one order)");
   });
 
   it("CommonJS gets the same API through require (Node >= 20.19 loads ES modules with require)", async () => {
@@ -286,28 +332,10 @@ describe("an app that has tsx of its own", () => {
     const enqueued = JSON.parse(
       await ok("npx", ["--no", "--", "idemq", "enqueue", "shout", '{"word": "hi"}', "--json", "--database-url", db.url], tsApp),
     ) as { jobId: string };
-    // The installed bin run by node itself (not through npx), so SIGTERM reaches the worker.
-    const bin = join(tsApp, "node_modules", "idemq", "bin", "idemq.js");
-    const worker = spawn(process.execPath, [bin, "worker", "--tasks", "tasks.ts", "--log-format", "json", "--database-url", db.url], {
-      cwd: tsApp,
-      env: { ...process.env, DATABASE_URL: "" },
-    });
-    let stderr = "";
-    worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-    const exited = new Promise<number | null>((done) => worker.on("exit", (code) => done(code)));
-    const lines = createInterface({ input: worker.stdout });
-    let success: Record<string, unknown> | undefined;
-    for await (const line of lines) {
-      const event = JSON.parse(line) as Record<string, unknown>;
-      if (event.event === "job:success") {
-        success = event;
-        break;
-      }
-    }
-    worker.kill("SIGTERM");
-    expect(await exited, stderr).toBe(0);
+    const success = await workerRuns(tsApp, ["--tasks", "tasks.ts"], (event) => event.event === "job:success");
     expect(success).toMatchObject({ jobId: enqueued.jobId, task: "shout" });
   });
+
 });
 
 describe("a strict TypeScript app against the shipped declarations", () => {

@@ -1,5 +1,5 @@
-// examples/worker.ts (the worker example in docs/worker.md) runs as written
-// against a migrated database and prints what it promises.
+// examples/worker.js (the worker example in docs/worker.md) runs as written,
+// with plain node, against a migrated database and prints what it promises.
 import { execFile } from "node:child_process";
 import { resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -14,13 +14,13 @@ afterAll(async () => {
   await db?.drop();
 });
 
-describe("examples/worker.ts", () => {
+describe("examples/worker.js", () => {
   it("runs to the end: one ledger row per order for three credit deliveries, one email for two receipt jobs", async () => {
     const root = resolve(import.meta.dirname, "..", "..");
     const result = await new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
       execFile(
         process.execPath,
-        ["--import", "tsx", "examples/worker.ts"],
+        ["examples/worker.js"],
         { cwd: root, env: { ...process.env, DATABASE_URL: db.url }, timeout: 60_000 },
         (error, stdout, stderr) => done({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
       );
