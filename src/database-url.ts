@@ -13,7 +13,7 @@ import { sharedServer } from "./embedded/running.ts";
  * `makeError` builds from `needs` and a sentence that says what to do.
  */
 export function defaultConnectionString(needs: string, makeError: (message: string) => Error): string {
-  const fromEnvironment = process.env.DATABASE_URL?.trim();
+  const fromEnvironment = process.env["DATABASE_URL"]?.trim();
   if (fromEnvironment) return fromEnvironment;
   const dataDir = embeddedDataDir();
   const server = sharedServer(dataDir);

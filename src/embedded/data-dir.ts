@@ -19,7 +19,7 @@ export const PORT_FILE = "idemq.port";
 
 /** The embedded server's data directory: IDEMQ_DATA_DIR or .idemq/pg, both relative to the current directory. */
 export function embeddedDataDir(): string {
-  return resolve(process.env.IDEMQ_DATA_DIR?.trim() || DEFAULT_DATA_DIR);
+  return resolve(process.env["IDEMQ_DATA_DIR"]?.trim() || DEFAULT_DATA_DIR);
 }
 
 /** The path as the user would type it: relative when under the current directory. */
