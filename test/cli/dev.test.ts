@@ -85,8 +85,8 @@ afterAll(async () => {
   await rm(app, { recursive: true, force: true });
 });
 
-async function startDev(): Promise<{ dev: CliProcess; url: string; port: number }> {
-  const dev = startCli(["dev"], { env, cwd: app });
+async function startDev(extraEnv: Record<string, string> = {}): Promise<{ dev: CliProcess; url: string; port: number }> {
+  const dev = startCli(["dev"], { env: { ...env, ...extraEnv }, cwd: app });
   const line = await dev.waitForLine((l) => l.startsWith("DATABASE_URL="), START_TIMEOUT_MS);
   const url = line.slice("DATABASE_URL=".length);
   expect(url).toMatch(URL_PATTERN);
@@ -183,8 +183,13 @@ describe("idemq dev", () => {
   it("keeps its address: the next run listens on the same port; a port taken meanwhile gives a new one, said and recorded", async () => {
     const first = await startDev();
     await stopDev(first.dev, "SIGTERM");
-    const again = await startDev();
+    // With DATABASE_URL set in its shell, it still runs the embedded server, and warns that the shell's apps would not use it.
+    const again = await startDev({ DATABASE_URL: "postgres://someone@db.invalid:5432/app" });
     expect(again.url).toBe(first.url);
+    await waitFor(() => again.dev.stderr().includes("DATABASE_URL is set"), { what: "the DATABASE_URL line" });
+    expect(again.dev.stderr().split("\n").at(-2)).toBe(
+      "idemq: DATABASE_URL is set in this shell: commands and apps that see it use that database, not this one; unset it to use this one",
+    );
     await stopDev(again.dev, "SIGHUP");
 
     const squatter = net.createServer();
