@@ -100,7 +100,8 @@ const ctx: Context = {
 };
 
 function packageVersion(name: string): string {
-  const url = new URL(name === "idemq" ? "../package.json" : `../node_modules/${name}/package.json`, import.meta.url);
+  // The peers are bench/package.json's, in bench/node_modules.
+  const url = new URL(name === "idemq" ? "../package.json" : `./node_modules/${name}/package.json`, import.meta.url);
   return (JSON.parse(readFileSync(url, "utf8")) as { version: string }).version;
 }
 

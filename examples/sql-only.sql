@@ -2,7 +2,8 @@
 -- complete and fail jobs. Run it with psql on a migrated database
 -- (`npx idemq migrate` first):
 --
---   psql -v ON_ERROR_STOP=1 -f examples/sql-only.sql "$DATABASE_URL"
+--   psql -v ON_ERROR_STOP=1 -f node_modules/idemq/examples/sql-only.sql "$DATABASE_URL"   # in an app that installed idemq
+--   psql -v ON_ERROR_STOP=1 -f examples/sql-only.sql "$DATABASE_URL"                      # in a clone of the repository
 --
 -- test/contract/examples.test.ts runs this file on a fresh database and checks its output.
 

@@ -5,6 +5,7 @@
 import { EventEmitter } from "node:events";
 import pg from "pg";
 import type { Duration, JobState } from "./contract.ts";
+import { defaultConnectionString } from "./database-url.ts";
 import { DuplicateJobError } from "./errors.ts";
 import { getJob, listJobs, type Job, type ListJobsFilter } from "./job-reads.ts";
 import * as sql from "./sql-api.ts";
@@ -44,7 +45,12 @@ export type ClientOptions =
       pool: pg.Pool;
     } & CommonClientOptions)
   | ({
-      connectionString: string;
+      /**
+       * Default: DATABASE_URL, else the embedded PostgreSQL that `idemq dev`
+       * runs for the current directory (.idemq/pg, or IDEMQ_DATA_DIR); with
+       * neither, the constructor throws, saying which to set up.
+       */
+      connectionString?: string | undefined;
       /** Further settings for the pool the Client creates (and ends in close()). */
       poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
     } & CommonClientOptions);
@@ -82,6 +88,8 @@ export interface ClientEvents {
   "client:error": [Error];
 }
 
+const CLIENT_NEEDS = "new Client() needs { connectionString }, { pool } or a pg.Pool";
+
 /**
  * Enqueue and admin calls. `new Client<typeof tasks>(...)` (tasks from
  * defineTasks) or `new Client<{ credit: { orderId: number } }>(...)` checks
@@ -96,19 +104,22 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
   /** null: tracing off (disabled, or @opentelemetry/api absent); undefined: not known until the API's import settles. */
   private producer: ProducerTracing | null | undefined;
 
-  constructor(options: ClientOptions | pg.Pool) {
+  constructor(options: ClientOptions | pg.Pool = {}) {
     super();
+    if (options === null || typeof options !== "object") throw new TypeError(CLIENT_NEEDS);
     if (isPool(options)) {
       this.pool = options;
       this.ownsPool = false;
     } else if ("pool" in options && options.pool !== undefined) {
       this.pool = options.pool;
       this.ownsPool = false;
-    } else if ("connectionString" in options && typeof options.connectionString === "string") {
-      this.pool = new pg.Pool({ ...options.poolConfig, connectionString: options.connectionString });
-      this.ownsPool = true;
     } else {
-      throw new TypeError("new Client() needs { connectionString }, { pool } or a pg.Pool");
+      const given = "connectionString" in options ? options.connectionString : undefined;
+      if (given !== undefined && typeof given !== "string") throw new TypeError(CLIENT_NEEDS);
+      const connectionString = given ?? defaultConnectionString(CLIENT_NEEDS, (message) => new TypeError(message));
+      const poolConfig = "poolConfig" in options ? options.poolConfig : undefined;
+      this.pool = new pg.Pool({ ...poolConfig, connectionString });
+      this.ownsPool = true;
     }
     const onError = isPool(options) ? undefined : options.onError;
     const tracing = isPool(options) ? undefined : options.tracing;

@@ -15,7 +15,7 @@ import type { ProgressLine } from "../embedded/share.ts";
 import { isConnectionFailure, SchemaMissingError, schemaMissingMessage } from "../errors.ts";
 import { checkSchema } from "../schema-check.ts";
 import { migrate } from "../migrate.ts";
-import { displayPath, embeddedDataDir } from "./data-dir.ts";
+import { displayPath, embeddedDataDir } from "../embedded/data-dir.ts";
 import { EXIT, SIGNAL_EXIT } from "./exit-codes.ts";
 import { UsageError } from "./output.ts";
 
@@ -38,6 +38,8 @@ export interface OpenDatabaseOptions {
    * CLI commands in the directory use the embedded server it starts.
    */
   share?: boolean | undefined;
+  /** Run the embedded server in this process, never use another's (`idemq dev`): see DataDirServerOptions.own. */
+  own?: boolean | undefined;
   /**
    * How long to wait for a given URL's server while it cannot be reached (down,
    * restarting, starting up): 0 (default) fails at once; Infinity waits for good.
@@ -222,6 +224,7 @@ async function openEmbedded(options: OpenDatabaseOptions): Promise<OpenDatabase>
   const server = await openDataDirServer(dataDir, shown, {
     database: EMBEDDED_DATABASE,
     share: options.share ?? false,
+    own: options.own ?? false,
     progress: progressLine(options),
     signalExit: SIGNAL_EXIT,
     ...(options.migrate === false ? {} : { prepare: migrateEmbedded }),

@@ -8,7 +8,7 @@ import {
   JobNotFoundError,
   KeyReuseError,
 } from "../errors.ts";
-import { DEFAULT_DATA_DIR } from "./data-dir.ts";
+import { DEFAULT_DATA_DIR } from "../embedded/data-dir.ts";
 
 export const EXIT = {
   /** Success (doctor: healthy). */
@@ -84,11 +84,13 @@ export const ENVIRONMENT_HELP = `Database:
   --database-url <url> or DATABASE_URL: use that PostgreSQL (15 or later),
   migrated with \`idemq migrate\`. Without either, commands use an embedded
   PostgreSQL 18 with its data in ${DEFAULT_DATA_DIR} under the current directory
-  (IDEMQ_DATA_DIR moves it): started on 127.0.0.1 (a free port), database idemq
-  created and migrated, stopped when the command finishes. While a worker,
-  \`stats --watch\` or the demo runs it, other commands in the same directory
-  use that server (the worker prints its URL); otherwise they wait for each
-  other. \`migrate sql\` needs a URL (it writes a script for a DBA's server).
+  (IDEMQ_DATA_DIR moves it), on 127.0.0.1 at a port kept in the data directory,
+  database idemq created and migrated. \`idemq dev\` runs it until Ctrl-C and
+  prints its DATABASE_URL; while it (or a worker, \`stats --watch\`, the demo)
+  runs it, other commands in the same directory use that server, and so do
+  new Client() and createWorker() without a URL. Otherwise each command starts
+  it and stops it when it finishes (two at once take turns). \`migrate sql\`
+  needs a URL (it writes a script for a DBA's server).
 
 Environment:
   DATABASE_URL     connection string (same as --database-url)

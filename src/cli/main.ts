@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
 import { registerDashboardCommand } from "./commands/dashboard.ts";
 import { registerDemoCommand } from "./commands/demo.ts";
+import { registerDevCommand } from "./commands/dev.ts";
 import { registerDoctorCommand } from "./commands/doctor.ts";
 import { registerEnqueueCommand } from "./commands/enqueue.ts";
 import { registerJobsCommands } from "./commands/jobs.ts";
@@ -29,6 +30,7 @@ export function buildProgram(): Command {
     .showSuggestionAfterError()
     .exitOverride();
   registerMigrateCommands(program);
+  registerDevCommand(program);
   registerWorkerCommand(program);
   registerEnqueueCommand(program);
   registerJobsCommands(program);

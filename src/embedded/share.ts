@@ -18,7 +18,7 @@
 //   as the postmaster is gone (the CLI then exits).
 import { realpathSync } from "node:fs";
 import pg from "pg";
-import { type Lock, type LockContent, lockPath, readLock, sameHolder, tryLock } from "./data-dir-lock.ts";
+import { holderRunning, type Lock, type LockContent, lockPath, readLock, sameHolder, tryLock } from "./data-dir-lock.ts";
 import { pidAlive } from "./processes.ts";
 
 /** How long to wait for one holder to finish, or to have its server ready: longer than a cold start on a busy machine. */
@@ -91,6 +91,13 @@ function inUse(holder: LockContent, shown: string, waitMs: number): Error {
     `the data directory ${shown} is in use by PID ${holder.pid} (an idemq process: ${holder.command}), ` +
       `still after ${waitMs / 1000} s; stop it or pass --database-url${alternative}`,
   );
+}
+
+/** The live process that shares its server in `dataDir`, when that server answers (nothing is locked or waited for). */
+export async function servingHolder(dataDir: string): Promise<ServingHolder | undefined> {
+  const holder = readLock(lockPath(dataDir));
+  if (holder === undefined || holder.pid === process.pid || !holderRunning(holder)) return undefined;
+  return serving(holder, dataDir);
 }
 
 /** The holder, when it shares its server and that server is up and answers as the server of this data directory. */

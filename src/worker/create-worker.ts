@@ -3,6 +3,7 @@
 // one record of held jobs (HeldJobs), and runs the shutdown sequence.
 import { EventEmitter } from "node:events";
 import pg from "pg";
+import { defaultConnectionString } from "../database-url.ts";
 import { checkSchema } from "../schema-check.ts";
 import type { ClaimedJob } from "../sql-api.ts";
 import { Completer } from "./completer.ts";
@@ -34,6 +35,7 @@ type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
 
 /** How long stop() waits for the pool to close before giving up on connections a stuck handler holds. */
 const POOL_END_TIMEOUT_MS = 5000;
+const WORKER_NEEDS = "createWorker needs { connectionString } or { pool }";
 
 export function createWorker(options: WorkerOptions): Worker {
   return new Worker(options);
@@ -91,7 +93,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       // The LISTEN and wait-marker connections cannot come from the pool (they are held for good): same settings, own clients.
       const { max: _max, min: _min, idleTimeoutMillis: _idle, ...clientConfig } = options.pool.options as pg.PoolConfig;
       listenConfig = clientConfig;
-    } else if (typeof options.connectionString === "string" && options.connectionString !== "") {
+    } else if (options.connectionString === undefined || (typeof options.connectionString === "string" && options.connectionString !== "")) {
+      const connectionString =
+        options.connectionString ?? defaultConnectionString(WORKER_NEEDS, (message) => new WorkerConfigError(message));
       this.pool = new pg.Pool({
         fallback_application_name: APPLICATION_NAME.pool,
         // One connection per running transactional job, plus claim, completion, heartbeat and maintenance.
@@ -99,16 +103,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
         keepAlive: true,
         keepAliveInitialDelayMillis: this.settings.keepAliveDelayMs,
         ...options.poolConfig,
-        connectionString: options.connectionString,
+        connectionString,
       });
       this.ownsPool = true;
       listenConfig = {
-        connectionString: options.connectionString,
+        connectionString,
         keepAlive: true,
         keepAliveInitialDelayMillis: this.settings.keepAliveDelayMs,
       };
     } else {
-      throw new WorkerConfigError("createWorker needs { connectionString } or { pool }");
+      throw new WorkerConfigError(WORKER_NEEDS);
     }
     if (options.listenConnectionString !== undefined) {
       // Split: LISTEN and the wait marker on a connection that keeps its session, claims and jobs through the pool.

@@ -253,7 +253,12 @@ interface WorkerSettings {
 export type WorkerOptions = WorkerSettings &
   (
     | {
-        connectionString: string;
+        /**
+         * Default: DATABASE_URL, else the embedded PostgreSQL that `idemq dev`
+         * runs for the current directory (.idemq/pg, or IDEMQ_DATA_DIR); with
+         * neither, createWorker throws, saying which to set up.
+         */
+        connectionString?: string | undefined;
         /** Settings for the pool the worker creates (default max: concurrency + 4). */
         poolConfig?: Omit<pg.PoolConfig, "connectionString"> | undefined;
         pool?: undefined;

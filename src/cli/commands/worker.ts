@@ -15,7 +15,7 @@ import { JOB_END_EVENTS, type WorkerEvents } from "../../worker/events.ts";
 import { normalizeTasks, WorkerConfigError } from "../../worker/task-config.ts";
 import type { ModuleWorkerOptions, Tasks } from "../../worker/types.ts";
 import { type OpenDatabase, openDatabase, waitForServer } from "../connect.ts";
-import { DEFAULT_DATA_DIR, displayPath } from "../data-dir.ts";
+import { DEFAULT_DATA_DIR, displayPath } from "../../embedded/data-dir.ts";
 import { prepareToImport } from "../typescript-loader.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { errorLine, reportError, UsageError } from "../output.ts";

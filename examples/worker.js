@@ -1,9 +1,14 @@
+// @ts-check
 // A worker from start to finish: enqueue a few jobs, run a worker until they
-// are done, print what happened, stop.
+// are done, print what happened, stop. It uses the database in DATABASE_URL
+// (migrated once: `npx idemq migrate`), or, with DATABASE_URL unset, the
+// embedded PostgreSQL that `npx idemq dev` runs in the same directory:
 //
-//   export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
-//   node bin/idemq.js migrate
-//   npx tsx examples/worker.ts
+//   node node_modules/idemq/examples/worker.js   # in an app that installed idemq
+//   node examples/worker.js                      # in a clone of the repository (after npm ci)
+//
+// Plain JavaScript, checked by TypeScript through its JSDoc types (// @ts-check);
+// in a TypeScript app the same code takes type annotations instead.
 //
 // It shows the three ways a second delivery is made harmless: a transactional
 // task guarded by a business key (two deliveries of one credit, one ledger
@@ -12,22 +17,24 @@
 // retried.
 import { Client, createWorker } from "idemq";
 
-const connectionString = process.env.DATABASE_URL;
-if (!connectionString) {
-  console.error("Set DATABASE_URL (and run `node bin/idemq.js migrate` once).");
-  process.exit(2);
-}
-
-const idemq = new Client({ connectionString });
+// No connection string: DATABASE_URL, else the server of `npx idemq dev` (the error says so when neither is there).
+const idemq = new Client();
 await idemq.pool.query(
   "CREATE TABLE IF NOT EXISTS example_ledger (order_id bigint NOT NULL, amount int NOT NULL, job_id bigint NOT NULL)",
 );
 
 // A stand-in for an email API that honours idempotency keys: a key it has
 // seen returns the first answer again instead of sending a second email.
-const sentEmails = new Map<string, { messageId: string }>();
+/** @type {Map<string, { messageId: string }>} */
+const sentEmails = new Map();
 const emailApi = {
-  async send(to: string, subject: string, opts: { idempotencyKey: string }): Promise<{ messageId: string }> {
+  /**
+   * @param {string} to
+   * @param {string} subject
+   * @param {{ idempotencyKey: string }} opts
+   * @returns {Promise<{ messageId: string }>}
+   */
+  async send(to, subject, opts) {
     let answer = sentEmails.get(opts.idempotencyKey);
     if (answer === undefined) {
       answer = { messageId: `msg-${sentEmails.size + 1}` };
@@ -41,7 +48,6 @@ const emailApi = {
 class InvalidAddress extends Error {}
 
 const worker = createWorker({
-  connectionString,
   queues: ["example"],
   concurrency: 5,
   tasks: {
@@ -49,8 +55,8 @@ const worker = createWorker({
     // the guard row commits in the same transaction as the ledger row.
     credit: {
       transactional: true,
-      guardKey: (p: { orderId: number }) => `example-credit:order-${p.orderId}`,
-      run: async (p: { orderId: number; amount: number }, ctx) => {
+      guardKey: (/** @type {{ orderId: number }} */ p) => `example-credit:order-${p.orderId}`,
+      run: async (/** @type {{ orderId: number; amount: number }} */ p, ctx) => {
         await ctx.tx.query("INSERT INTO example_ledger (order_id, amount, job_id) VALUES ($1, $2, $3)", [
           p.orderId,
           p.amount,
@@ -63,7 +69,7 @@ const worker = createWorker({
       maxAttempts: 3,
       backoff: { kind: "fixed", delays: ["200ms", "500ms"] },
       exceptOn: [InvalidAddress],
-      run: async (p: { orderId: number; to: string }, ctx) => {
+      run: async (/** @type {{ orderId: number; to: string }} */ p, ctx) => {
         if (!p.to.includes("@")) throw new InvalidAddress(`not an email address: ${p.to}`);
         return ctx.effect(`example-receipt:order-${p.orderId}`, (key) =>
           emailApi.send(p.to, `Receipt for order ${p.orderId}`, { idempotencyKey: key }),
@@ -82,7 +88,8 @@ const worker = createWorker({
   },
 });
 
-const show = (what: string) => (e: { task: string; jobId: string; attempt: number; error?: { message: string } }) =>
+/** @param {string} what */
+const show = (what) => (/** @type {{ task: string; jobId: string; attempt: number; error?: { message: string } }} */ e) =>
   console.log(`${what.padEnd(10)} ${e.task}#${e.jobId} attempt ${e.attempt}${e.error ? `: ${e.error.message}` : ""}`);
 worker.on("job:success", show("success"));
 worker.on("job:duplicate", show("duplicate"));
@@ -104,7 +111,7 @@ const jobs = await idemq.enqueueMany([
   { task: "send_receipt", payload: { orderId: order + 1, to: "nobody" }, queue: "example" },
   { task: "flaky_report", queue: "example" },
 ]);
-const ids = jobs.map((j) => j.jobId!);
+const ids = jobs.map((j) => /** @type {string} */ (j.jobId));
 
 // Wait until every job has finished, one way or the other.
 const deadline = Date.now() + 30_000;
