@@ -2,8 +2,11 @@
 // encoding, SQL error mapping and the shape of the generated calls. The SQL
 // side of each guarantee is tested against a real PostgreSQL elsewhere.
 
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import pg from "pg";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import {
   ACTIVE_STATES,
   ERROR_CODES,
@@ -463,7 +466,15 @@ describe("Client", () => {
     await pool.end();
   });
 
-  it("refuses a constructor argument it cannot use", () => {
-    expect(() => new Client({} as never)).toThrow(/connectionString/);
+  it("refuses a constructor argument it cannot use: with neither DATABASE_URL nor a running dev server, it says what to do", async () => {
+    const empty = await mkdtemp(join(tmpdir(), "idemq-no-dev-"));
+    vi.stubEnv("DATABASE_URL", "");
+    vi.stubEnv("IDEMQ_DATA_DIR", join(empty, "pg"));
+    try {
+      expect(() => new Client({} as never)).toThrow(/connectionString.*DATABASE_URL is not set, and no embedded PostgreSQL is running in .*run `npx idemq dev`/s);
+    } finally {
+      vi.unstubAllEnvs();
+      await rm(empty, { recursive: true, force: true });
+    }
   });
 });

@@ -289,6 +289,7 @@ describe("bad input", () => {
       "active_states",
       "rescue",
       "schedules",
+      "schema_version",
       "stats",
       "terminal_states",
       "tick",
