@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Writes test/contract/catalog.snapshot.json: schema idemq as pg_catalog describes it
 // after `migrate` on an empty database (columns, constraints, indexes, enums,
-// function signatures...), so every schema change shows in review (STYLE.md §2).
+// function signatures...), so every schema change shows in review.
 // test/contract/catalog-snapshot.test.ts compares a freshly migrated database with it.
 //
 //   node scripts/catalog-snapshot.mjs            write the snapshot

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Writes docs/sql-api.md from the headers of sql/functions/*.sql (STYLE.md §1):
+// Writes docs/sql-api.md from the headers of sql/functions/*.sql :
 // public functions first, then private helpers, each with its signature,
 // purpose, Guarantees, Concurrency, Errors and Tests, and the one-line
 // COMMENT ON FUNCTION as its summary. The headers are the source; the page is
@@ -20,7 +20,7 @@ const SECTIONS = ["Guarantees", "Concurrency", "Errors", "Tests"];
 export function parseHeader(fileName, text) {
   const name = fileName.replace(/\.sql$/, "");
   const fail = (why) => {
-    throw new Error(`sql/functions/${fileName}: ${why} (see STYLE.md §1)`);
+    throw new Error(`sql/functions/${fileName}: ${why} (a header is: the signature, a blank line, the purpose, then Guarantees, Concurrency, Errors and Tests)`);
   };
   const lines = text.split("\n");
   const end = lines.findIndex((l) => !l.startsWith("--"));

@@ -1,4 +1,4 @@
-// Migrations are the only install path (STYLE.md §2): node-pg-migrate runs the
+// Migrations are the only install path (docs/design.md, "Migrations and releases"): node-pg-migrate runs the
 // plain .sql files in sql/migrations, recording them in idemq_meta.migrations.
 import { readFile } from "node:fs/promises";
 import { basename, dirname, extname, resolve } from "node:path";

@@ -1,11 +1,12 @@
-// The contract between the SQL, its files and the TypeScript mirror of it
-// (STYLE.md §1-3): TS constants equal the catalog's enums and state sets; the
-// literal state lists the planner needs spelled out use real states; the
-// error registry covers every SQLSTATE the SQL raises; the typed call module
-// names every public function's parameters; defaults live once; the installed
-// functions match sql/functions/ (drift) and the latest migration state equals
-// sql/functions/; every function file carries the STYLE.md header; PUBLIC
-// executes nothing, and every function pins search_path (or is bound at CREATE).
+// The contract between the SQL, its files and the TypeScript mirror of it:
+// TS constants equal the catalog's enums and state sets; the literal state
+// lists the planner needs spelled out use real states; the error registry
+// covers every SQLSTATE the SQL raises; the typed call module names every
+// public function's parameters; defaults live once; the installed functions
+// match sql/functions/ (drift) and the latest migration state equals
+// sql/functions/; every function file carries its header (signature, purpose,
+// Guarantees, Concurrency, Errors, Tests); PUBLIC executes nothing, and every
+// function pins search_path (or is bound at CREATE).
 import { execFile } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -403,7 +404,7 @@ describe("drift: installed functions equal sql/functions/", () => {
   });
 });
 
-describe("function file headers (STYLE.md §1)", () => {
+describe("function file headers"), () => {
   it.each(functionFiles.map((f) => [f.name, f] as const))("%s.sql: signature, purpose, Guarantees, Concurrency, Errors, Tests, COMMENT ON FUNCTION", (_n, f) => {
     const lines = f.text.split("\n");
     const headerEnd = lines.findIndex((l) => !l.startsWith("--"));

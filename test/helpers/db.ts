@@ -1,5 +1,5 @@
 // Database helpers for test files. Each test file gets its own database, a
-// clone of the migrated template (STYLE.md §4); SQL tests run inside
+// clone of the migrated template; SQL tests run inside
 // transactions that roll back; errors are asserted by SQLSTATE and DETAIL.
 import { randomBytes } from "node:crypto";
 import pg from "pg";

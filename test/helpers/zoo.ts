@@ -1,4 +1,4 @@
-// The job zoo (STYLE.md §4): one job in each of the 8 states, plus variants
+// The job zoo: one job in each of the 8 states, plus variants
 // (a processing job whose lease ran out, a processing job on its last attempt,
 // and the scheduled parent the awaiting job waits on), all made through the
 // real functions. Direct UPDATEs only move timestamps into the past. Build it
