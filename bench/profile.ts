@@ -140,7 +140,7 @@ try {
         plans.push(msg.message);
       }
     });
-    const claimed = await c.query(`SELECT id, attempt FROM idemq.claim(worker_id => 'profile', batch_size => ${batch})`);
+    const claimed = await c.query(`SELECT job_id AS id, attempt FROM idemq.claim(worker_id => 'profile', batch_size => ${batch})`);
     const ids = claimed.rows.map((r: { id: string }) => r.id);
     const attempts = claimed.rows.map((r: { attempt: number }) => r.attempt);
     await c.query("SELECT count(*) FROM idemq.complete_many($1::bigint[], $2::int[])", [ids, attempts]);

@@ -19,8 +19,8 @@ SELECT job_id = :invoice_job AS same_job, deduplicated
 FROM idemq.enqueue(task => 'send_invoice', payload => '{"order_id": 42}',
                    queue => 'example', idempotency_key => 'invoice:42');
 
-\echo '== 3. A worker claims it under a 30-second lease; (id, attempt) is the fencing token'
-SELECT id AS claimed_id, attempt AS claimed_attempt
+\echo '== 3. A worker claims it under a 30-second lease; (job_id, attempt) is the fencing token'
+SELECT job_id AS claimed_id, attempt AS claimed_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 SELECT id, task, state, attempt, locked_by FROM idemq.jobs WHERE id = :claimed_id;
 
@@ -37,7 +37,7 @@ SELECT job_id AS charge_job
 FROM idemq.enqueue(task => 'charge_card', payload => '{"order_id": 42, "amount": 1000}',
                    queue => 'example', max_attempts => 3,
                    backoff => '{"kind": "fixed", "delays": ["5 seconds"]}') \gset
-SELECT id AS charge_id, attempt AS charge_attempt
+SELECT job_id AS charge_id, attempt AS charge_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 -- retry_at => now() retries at once; leave it out to wait for the backoff (5 seconds here).
 -- fail() returns the new state and the run_at it chose (NULL when the job failed for good).
@@ -45,7 +45,7 @@ SELECT state AS state_after_failure
 FROM idemq.fail(job_id => :charge_id, attempt => :charge_attempt,
                 error => '{"class": "CardDeclined", "message": "try again"}',
                 retryable => true, retry_at => now());
-SELECT id AS charge_id, attempt AS charge_attempt
+SELECT job_id AS charge_id, attempt AS charge_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 \echo 'claimed again: attempt' :charge_attempt
 SELECT idemq.complete(job_id => :charge_id, attempt => :charge_attempt);

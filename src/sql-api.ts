@@ -472,7 +472,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
   if (sizes.length !== rows.length) throw new Error(`claim: ${rows.length} rows but ${sizes.length} payloads measured`);
   return rows.map((r, i) => ({
     payloadBytes: sizes[i]!,
-    id: r.id,
+    id: r.job_id,
     task: r.task,
     queue: r.queue,
     payload: r.payload,
@@ -502,7 +502,7 @@ export async function stopWaiting(client: pg.ClientBase, queues?: readonly strin
 }
 
 interface ClaimedJobRow {
-  id: string;
+  job_id: string;
   task: string;
   queue: string;
   payload: unknown;

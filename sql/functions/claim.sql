@@ -12,8 +12,11 @@
 --   * tasks: only jobs of these tasks (NULL: any task). A worker passes the
 --     tasks it has, so a job of a task it lacks is left to a worker that has
 --     it instead of spending an attempt.
+--   * Returns rows of idemq.claimed_job: job_id, task, queue, payload,
+--     attempt, max_attempts, idempotency_key, lease_expires_at, reclaimed,
+--     traceparent, in claim order.
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
---     worker_id, lease_expires_at = now() + lease. (id, attempt) is the
+--     worker_id, lease_expires_at = now() + lease. (job_id, attempt) is the
 --     fencing token for complete, fail, snooze and heartbeat.
 --   * reclaimed is true when the previous attempt lost its lease (its effect
 --     may have happened: reconcile first).

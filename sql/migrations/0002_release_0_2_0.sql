@@ -12,6 +12,11 @@
 -- transaction commits ("unsafe use of new value"), in a CHECK, an index
 -- predicate or a SQL-language function body alike, and each migration
 -- commits on its own, so the next migration can use it.
+
+-- A job's id is job_id in every row a function returns (enqueue and
+-- enqueue_many already named it so; claim's rows called it id). Renamed in
+-- place: claim's PL/pgSQL body returns its columns by position.
+ALTER TYPE idemq.claimed_job RENAME ATTRIBUTE id TO job_id;
 -- ==== end hand-written ====
 
 -- ---- sql/functions/_excerpt.sql ----
@@ -534,4 +539,5 @@ COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
 
 -- ==== hand-written: the reversal (kept when migration:new amends this file) ====
 -- The reversal of the schema changes above goes here, after the functions.
+ALTER TYPE idemq.claimed_job RENAME ATTRIBUTE job_id TO id;
 -- ==== end hand-written ====

@@ -20,7 +20,7 @@ import {
 } from "./jobs.ts";
 
 export interface ClaimedJob {
-  id: string;
+  job_id: string;
   task: string;
   queue: string;
   payload: unknown;
@@ -45,8 +45,9 @@ export interface ClaimArgs {
 export async function claim(db: Queryable, args: ClaimArgs = {}): Promise<ClaimedJob[]> {
   const values: unknown[] = [];
   const list = namedArgs({ worker_id: "w1", ...args }, { worker_id: "text", queues: "text[]", batch_size: "int", lease: "interval", tasks: "text[]" }, values);
-  const { rows } = await db.query<ClaimedJob>(`SELECT * FROM idemq.claim(${list})`, values);
-  return rows;
+  const { rows } = await db.query<ClaimedJob & { id?: string }>(`SELECT * FROM idemq.claim(${list})`, values);
+  // A database at 0001 (install/upgrade.test.ts builds its zoo there) names the job's id `id`; 0.2.0 renamed it job_id.
+  return rows.map(({ id, ...row }) => (id === undefined ? row : { ...row, job_id: id }));
 }
 
 /** Claims exactly one job and returns it; throws when there is none. */
@@ -63,7 +64,7 @@ export async function claimOne(db: Queryable, args: ClaimArgs = {}): Promise<Cla
 export async function claimJob(db: Queryable, id: string): Promise<number> {
   const { queue } = await jobRow(db, id);
   const rows = await claim(db, { worker_id: "test-worker", queues: [queue] });
-  expect(rows.map((r) => r.id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
+  expect(rows.map((r) => r.job_id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
   return rows[0]!.attempt;
 }
 

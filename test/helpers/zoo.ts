@@ -6,7 +6,7 @@
 // operation, and changed() names exactly the rows that moved.
 import { expect } from "vitest";
 import { enqueue, sql, type EnqueueArgs, type Queryable } from "./jobs.ts";
-import { claim } from "./work.ts";
+import { claim, type ClaimedJob } from "./work.ts";
 
 export const ZOO_NAMES = [
   "scheduled",
@@ -57,7 +57,7 @@ async function enqueueZoo(c: Queryable, name: ZooName, args: EnqueueArgs = {}): 
   return made.job_id;
 }
 
-async function claimQueue(c: Queryable, name: ZooName): Promise<{ id: string; attempt: number }> {
+async function claimQueue(c: Queryable, name: ZooName): Promise<ClaimedJob> {
   const rows = await claim(c, { worker_id: "zoo-worker", queues: [`zoo.${name}`] });
   expect(rows, `claim of zoo.${name}`).toHaveLength(1);
   return rows[0]!;
@@ -111,7 +111,7 @@ export async function buildZoo(c: Queryable): Promise<Zoo> {
   const first = await claimQueue(c, "lastAttempt");
   await c.query(
     `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "first"}', retry_at => now())`,
-    [first.id, first.attempt],
+    [first.job_id, first.attempt],
   );
   attempts.lastAttempt = (await claimQueue(c, "lastAttempt")).attempt;
 

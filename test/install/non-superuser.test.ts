@@ -40,7 +40,7 @@ async function useEverything(owner: LoginRole, database: string): Promise<void> 
   await one("SELECT idemq.wait_for_jobs(queues => ARRAY['q'])");
   await one("SELECT idemq.stop_waiting(queues => ARRAY['q'])");
   const claimed = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
-  expect(claimed).toMatchObject({ id, attempt: 1 });
+  expect(claimed).toMatchObject({ job_id: id, attempt: 1 });
   await one("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[1])", [id]);
   expect(await one(`SELECT * FROM idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "boom"}')`, [id])).toMatchObject({
     state: "scheduled",
@@ -49,13 +49,13 @@ async function useEverything(owner: LoginRole, database: string): Promise<void> 
   expect(await one("SELECT j.errors->0->>'message' AS message FROM idemq.jobs j WHERE j.id = $1", [id])).toEqual({ message: "boom" });
   await one("SELECT idemq.reschedule(job_id => $1, run_at => now())", [id]);
   const again = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
-  expect(again).toMatchObject({ id, attempt: 2 });
+  expect(again).toMatchObject({ job_id: id, attempt: 2 });
   await one("SELECT idemq.snooze(job_id => $1, attempt => 2, run_at => now())", [id]);
   const third = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
   await one("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, third.attempt]);
   const [second] = (await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q2'])")).rows;
-  expect(await one("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id", [second.id, second.attempt])).toEqual({
-    id: second.id,
+  expect(await one("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id", [second.job_id, second.attempt])).toEqual({
+    id: second.job_id,
   });
   expect(await one("SELECT idemq.guard(key => 'g') AS go")).toEqual({ go: true });
   await one("SELECT * FROM idemq.effect_claim(key => 'e', owner => 'o')");

@@ -308,7 +308,7 @@ describe("retry", () => {
     await withZoo(async (c, zoo) => {
       await call(c, "retry", zoo.expired.id);
       expect((await facts(c, zoo.expired.id)).expires_at).toBeNull();
-      const { rows } = await c.query("SELECT id FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [
+      const { rows } = await c.query("SELECT job_id AS id FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [
         zoo.expired.queue,
       ]);
       expect(rows.map((r) => r.id)).toEqual([zoo.expired.id]);

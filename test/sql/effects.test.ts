@@ -138,7 +138,7 @@ async function claimFor(c: Queryable, key: string, jobId: string, attempt: numbe
 async function secondAttempt(c: Queryable): Promise<string> {
   const queue = unique("effect-attempts");
   const id = await makeJob(c, { queue });
-  expect(await claimOne(c, { queues: [queue] })).toMatchObject({ id, attempt: 1 });
+  expect(await claimOne(c, { queues: [queue] })).toMatchObject({ job_id: id, attempt: 1 });
   return id;
 }
 
@@ -151,7 +151,7 @@ describe("effect_claim for a job attempt", () => {
       await expireLease(c, id);
       expect(await rescue(c)).toBe(1);
       const queue = (await c.query<{ queue: string }>("SELECT queue FROM idemq.jobs WHERE id = $1", [id])).rows[0]!.queue;
-      expect(await claimOne(c, { queues: [queue] })).toMatchObject({ id, attempt: 2 });
+      expect(await claimOne(c, { queues: [queue] })).toMatchObject({ job_id: id, attempt: 2 });
 
       // The claim is seconds old, far from the 10-minute stale_after.
       expect(await claimFor(c, "charge:1", id, 2)).toEqual({ status: "reclaimed", result: null });

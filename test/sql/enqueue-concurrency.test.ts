@@ -129,7 +129,7 @@ describe("one key whose job is terminal, many connections", () => {
     const queue = unique("q");
     const work = { task: "charge", payload: { order: 6 }, idempotency_key: key, queue };
     const old = await enqueue(db.pool, work);
-    const claimed = await db.pool.query("SELECT id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [
+    const claimed = await db.pool.query("SELECT job_id AS id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [
       queue,
     ]);
     await db.pool.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', retryable => false)", [

@@ -232,7 +232,7 @@ describe("fail", () => {
 
       // The next attempt is the job's one counted attempt: its failure fails the job.
       const again = await claimOne(c);
-      expect(again).toMatchObject({ id, attempt: 2 });
+      expect(again).toMatchObject({ job_id: id, attempt: 2 });
       expect(await fail(c, id, again.attempt)).toBe("failed");
     });
   });

@@ -55,8 +55,8 @@ describe("fencing", () => {
   it("after a rescue, the next claim is attempt 2 with reclaimed = true", async () => {
     await inRollback(db.pool, async (c) => {
       const { id, first, second } = await takenOver(c, "q");
-      expect(first).toMatchObject({ id, attempt: 1, reclaimed: false });
-      expect(second).toMatchObject({ id, attempt: 2, reclaimed: true });
+      expect(first).toMatchObject({ job_id: id, attempt: 1, reclaimed: false });
+      expect(second).toMatchObject({ job_id: id, attempt: 2, reclaimed: true });
       expect(await jobRow(c, id)).toMatchObject({ state: "processing", attempt: 2, locked_by: "new" });
     });
   });

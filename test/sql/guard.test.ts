@@ -181,7 +181,7 @@ describe("guard and complete inlined with BEGIN / COMMIT (src/sql-api.ts)", () =
       const { rows: jobRows } = await c.query(
         "SELECT job_id FROM idemq.enqueue(task => 'inline', payload => '{}')",
       );
-      const [claimed] = (await c.query("SELECT id, attempt FROM idemq.claim('w', NULL, 1)")).rows;
+      const [claimed] = (await c.query("SELECT job_id AS id, attempt FROM idemq.claim('w', NULL, 1)")).rows;
       expect(claimed.id).toBe(jobRows[0].job_id);
       expect(await sqlApi.beginWithGuard(c, key, task)).toBe(true);
       const result = { quote: "it's", backslash: "a\\b", nested: [1, { x: null }], text: "é ✓" };
@@ -203,7 +203,7 @@ describe("guard and complete inlined with BEGIN / COMMIT (src/sql-api.ts)", () =
     const c = await db.pool.connect();
     try {
       await c.query("SELECT idemq.enqueue(task => 'inline-fenced', payload => '{}')");
-      const [claimed] = (await c.query("SELECT id, attempt FROM idemq.claim('w', ARRAY['default'], 1)")).rows;
+      const [claimed] = (await c.query("SELECT job_id AS id, attempt FROM idemq.claim('w', ARRAY['default'], 1)")).rows;
       expect(await sqlApi.beginWithGuard(c, "inline-fenced:1")).toBe(true);
       await expect(sqlApi.completeAndCommit(c, claimed.id, claimed.attempt + 1)).rejects.toMatchObject({ code: "IQ410" });
       await expect(c.query("SELECT 1")).rejects.toMatchObject({ code: "25P02" });

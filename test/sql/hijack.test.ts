@@ -146,7 +146,7 @@ function workerCalls(queue: string): [string, Call][] {
       "claim",
       async (s) => {
         const r = await s.query("SELECT * FROM idemq.claim(worker_id => 'hj', queues => ARRAY[$1::text], batch_size => 10, tasks => ARRAY['hj'])", [queue]);
-        jobs = r.rows.map((row) => ({ id: row.id, attempt: row.attempt })).sort((a, b) => Number(a.id) - Number(b.id));
+        jobs = r.rows.map((row) => ({ id: row.job_id, attempt: row.attempt })).sort((a, b) => Number(a.id) - Number(b.id));
         expect(jobs).toHaveLength(5);
         return r;
       },
@@ -224,7 +224,7 @@ function retentionZeroCalls(queue: string): [string, Call][] {
           JSON.stringify([0, 1].map((i) => ({ task: "hj", queue, idempotency_key: `${queue}-z${i}` }))),
         ]);
         const r = await s.query("SELECT * FROM idemq.claim(worker_id => 'hj', queues => ARRAY[$1::text], batch_size => 2)", [queue]);
-        jobs = r.rows.map((row) => ({ id: row.id, attempt: row.attempt }));
+        jobs = r.rows.map((row) => ({ id: row.job_id, attempt: row.attempt }));
         expect(jobs).toHaveLength(2);
         return r;
       },

@@ -377,7 +377,7 @@ describe("worker_id_bytes: claim", () => {
       await refused(c, "SELECT * FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [`${"é".repeat(128)}w`, queue]);
       expect(await jobRow(c, id)).toEqual(before);
       const wide = "é".repeat(128); // 256 bytes
-      const { rows } = await c.query("SELECT id FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [wide, queue]);
+      const { rows } = await c.query("SELECT job_id AS id FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [wide, queue]);
       expect(rows.map((r) => r.id)).toEqual([id]);
       expect((await jobRow(c, id)).locked_by).toBe(wide);
     });

@@ -60,7 +60,7 @@ describe("rescue: lost leases", () => {
     await inRollback(db.pool, async (c) => {
       const queue = unique("line");
       const early = await makeJob(c, { queue, run_at: sql("now() - interval '1 hour'") });
-      expect((await claimOne(c, { queues: [queue] })).id).toBe(early);
+      expect((await claimOne(c, { queues: [queue] })).job_id).toBe(early);
       const later = await makeJob(c, { queue, run_at: sql("now() - interval '30 minutes'") });
       await expireLease(c, early, "10 seconds");
       expect(await rescue(c)).toBe(1);
@@ -71,7 +71,7 @@ describe("rescue: lost leases", () => {
       );
       expect(rows).toEqual([{ due_before_later: true }]);
       const next = await claimOne(c, { queues: [queue] });
-      expect(next).toMatchObject({ id: early, reclaimed: true });
+      expect(next).toMatchObject({ job_id: early, reclaimed: true });
     });
   });
 

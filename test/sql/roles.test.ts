@@ -69,7 +69,7 @@ const OPERATIONS: Operation[] = [
     name: "claim",
     sql: () => ["SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1::text])", [fx.queue]],
     // The one way a worker reads a payload.
-    check: (r) => expect(r).toEqual([expect.objectContaining({ id: fx.enqueued, payload: fx.payload })]),
+    check: (r) => expect(r).toEqual([expect.objectContaining({ job_id: fx.enqueued, payload: fx.payload })]),
   },
   { name: "complete", sql: () => ["SELECT idemq.complete(job_id => $1, attempt => $2)", [fx.held, fx.heldAttempt]] },
   {

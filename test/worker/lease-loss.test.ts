@@ -66,7 +66,7 @@ async function takeOver(jobId: string): Promise<void> {
     await thief.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [jobId]);
     await thief.query("SELECT idemq.rescue()");
     const { rows } = await thief.query<{ id: string; attempt: number }>(
-      "SELECT id, attempt FROM idemq.claim(worker_id => 'thief', queues => ARRAY['lease'], batch_size => 1)",
+      "SELECT job_id AS id, attempt FROM idemq.claim(worker_id => 'thief', queues => ARRAY['lease'], batch_size => 1)",
     );
     expect(rows).toEqual([{ id: jobId, attempt: 2 }]);
     await thief.query("COMMIT");
