@@ -1,10 +1,14 @@
 -- idemq from plain SQL: any client that speaks SQL can enqueue, claim,
 -- complete and fail jobs. Run it with psql on a migrated database
--- (`npx idemq migrate` first):
+-- (`npx idemq migrate` first, as the schema's owner), logged in as a role
+-- that is a member of idemq_producer and idemq_worker and of nothing else
+-- (`npx idemq roles grant app --producer --worker`): it needs no table
+-- privilege, and reads jobs through idemq.job(), not idemq.jobs.
 --
---   psql -v ON_ERROR_STOP=1 -f examples/sql-only.sql "$DATABASE_URL"
+--   psql -v ON_ERROR_STOP=1 -f examples/sql-only.sql "postgres://app:...@host/db"
 --
--- test/contract/examples.test.ts runs this file on a fresh database and checks its output.
+-- test/contract/examples.test.ts runs this file as such a login on a fresh
+-- database and checks its output.
 
 \pset footer off
 
@@ -22,7 +26,8 @@ FROM idemq.enqueue(task => 'send_invoice', payload => '{"order_id": 42}',
 \echo '== 3. A worker claims it under a 30-second lease; (job_id, attempt) is the fencing token'
 SELECT job_id AS claimed_id, attempt AS claimed_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
-SELECT id, task, state, attempt, locked_by FROM idemq.jobs WHERE id = :claimed_id;
+-- idemq.job(): a job's state and outcome, for producers and workers alike (no payload: see docs/sql-api.md).
+SELECT job_id, task, state, attempt, locked_by FROM idemq.job(:claimed_id);
 
 \echo '== 4. Complete it in the transaction that writes its effect (guarded: once per key)'
 BEGIN;
@@ -30,7 +35,7 @@ SELECT idemq.guard(key => 'invoice-email:42', task => 'send_invoice') AS go_ahea
 -- ... the job's own writes go here, in the same transaction ...
 SELECT idemq.complete(job_id => :claimed_id, attempt => :claimed_attempt, result => '{"sent": true}');
 COMMIT;
-SELECT id, state, result FROM idemq.jobs WHERE id = :claimed_id;
+SELECT job_id, state, result FROM idemq.job(:claimed_id);
 
 \echo '== 5. A job that fails, is retried, then succeeds'
 SELECT job_id AS charge_job
@@ -49,8 +54,8 @@ SELECT job_id AS charge_id, attempt AS charge_attempt
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 \echo 'claimed again: attempt' :charge_attempt
 SELECT idemq.complete(job_id => :charge_id, attempt => :charge_attempt);
-SELECT id, state, attempt, jsonb_array_length(errors) AS errors, errors->0->>'class' AS first_error
-FROM idemq.jobs WHERE id = :charge_id;
+SELECT job_id, state, attempt, jsonb_array_length(errors) AS errors, errors->0->>'class' AS first_error
+FROM idemq.job(:charge_id);
 
 \echo '== 6. stats(): jobs per queue, task and state; events per task'
 SELECT * FROM idemq.stats() WHERE metric <> 'oldest_runnable_seconds';

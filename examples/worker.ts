@@ -1,9 +1,19 @@
 // A worker from start to finish: enqueue a few jobs, run a worker until they
 // are done, print what happened, stop.
 //
-//   export DATABASE_URL=postgres://postgres@127.0.0.1:5432/test
-//   node bin/idemq.js migrate
-//   npx tsx examples/worker.ts
+// It runs as the role an application would use: a login that is a member of
+// idemq_producer and idemq_worker and of no other idemq role, with no
+// privilege on idemq's tables (it reads its jobs with Client.getJob, i.e.
+// idemq.job()). It creates one table of its own, example_ledger, so it
+// needs CREATE on a schema in its search_path (PostgreSQL 15 and later give
+// PUBLIC none on schema public).
+//
+//   node bin/idemq.js migrate --database-url "$OWNER_URL"      # as the schema's owner
+//   node bin/idemq.js roles grant app --producer --worker --database-url "$OWNER_URL"
+//   psql "$OWNER_URL" -c 'GRANT CREATE ON SCHEMA public TO app'
+//   DATABASE_URL=postgres://app:...@127.0.0.1:5432/test npx tsx examples/worker.ts
+//
+// test/contract/examples.test.ts runs it as such a login.
 //
 // It shows the three ways a second delivery is made harmless: a transactional
 // task guarded by a business key (two deliveries of one credit, one ledger

@@ -13,6 +13,39 @@ export type RoleKind = keyof typeof ROLES;
 export type RoleName = (typeof ROLES)[RoleKind];
 
 /**
+ * The public functions idemq_producer and idemq_worker may call, besides the
+ * constants active_states() and terminal_states() (idemq_admin: every
+ * one), as idemq._grant_roles() grants them; for help texts.
+ * test/contract/contract.test.ts holds these lists equal to the catalog's
+ * grants.
+ */
+export const ROLE_FUNCTIONS = {
+  producer: ["enqueue", "enqueue_many", "job"],
+  worker: [
+    "job",
+    "claim",
+    "complete",
+    "complete_many",
+    "fail",
+    "heartbeat",
+    "snooze",
+    "guard",
+    "effect_claim",
+    "effect_done",
+    "effect_release",
+    "rescue",
+    "wait_for_jobs",
+    "stop_waiting",
+    "prune_keys",
+    "tick",
+    "apply_retention",
+    "worker_seen",
+    "worker_stopped",
+    "stats",
+  ],
+} as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
+
+/**
  * The script `idemq roles sql` prints: creates the three roles (NOLOGIN)
  * where missing, tolerating a concurrent creator, then, in a database that
  * has idemq installed, gives them their privileges. Run it as a role with

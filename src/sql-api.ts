@@ -68,6 +68,7 @@ export const SQL_FUNCTIONS = {
     "traceparent",
   ],
   enqueue_many: ["jobs"],
+  job: ["job_id"],
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
   complete: ["job_id", "attempt", "result"],
   complete_many: ["job_ids", "attempts"],
@@ -412,6 +413,38 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
     " ORDER BY r.ordinal",
   );
   return rows.map((r) => ({ ordinal: r.ordinal, jobId: r.job_id, outcome: r.outcome }));
+}
+
+// ---------------------------------------------------------------- read
+
+/** A job as idemq.job() returns it (the columns of idemq.job_row). */
+export interface JobRow {
+  job_id: string;
+  task: string;
+  queue: string;
+  /** null unless the session's login may read idemq.jobs (idemq_admin): see sql/functions/job.sql. */
+  payload: unknown;
+  state: JobState;
+  priority: number;
+  run_at: Date | null;
+  attempt: number;
+  uncounted: number;
+  max_attempts: number;
+  idempotency_key: string | null;
+  locked_by: string | null;
+  locked_at: Date | null;
+  lease_expires_at: Date | null;
+  errors: unknown[] | null;
+  result: unknown;
+  created_at: Date;
+  finished_at: Date | null;
+  expires_at: Date | null;
+}
+
+/** One job's state and outcome (idemq.job(), which every idemq role may call); undefined when there is no such job. */
+export async function job(db: Queryable, jobId: JobIdInput): Promise<JobRow | undefined> {
+  const rows = await call<"job", JobRow>(db, "job", { job_id: toJobId(jobId) });
+  return rows[0];
 }
 
 // ---------------------------------------------------------------- work

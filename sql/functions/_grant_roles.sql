@@ -6,7 +6,8 @@
 --
 -- Guarantees:
 --   * PUBLIC has EXECUTE on no function of idemq, public or private.
---   * idemq_producer: enqueue, enqueue_many. idemq_worker: claim, complete,
+--   * idemq_producer: enqueue, enqueue_many, job (a job's state and outcome,
+--     no payload). idemq_worker: job, claim, complete,
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
@@ -26,7 +27,7 @@
 -- Concurrency: GRANT updates the functions' catalog rows; migrations run it
 --   under node-pg-migrate's lock, one per database.
 -- Errors: 42501 when the caller neither owns the functions nor is a superuser.
--- Tests: test/sql/roles.test.ts, test/install/non-superuser.test.ts
+-- Tests: test/sql/roles.test.ts, test/install/non-superuser.test.ts, test/contract/contract.test.ts
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
 LANGUAGE plpgsql VOLATILE
@@ -38,8 +39,8 @@ DECLARE
   v_name text;
   v_role text;
   v_constants text[] := ARRAY['active_states', 'terminal_states'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
-  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats'];

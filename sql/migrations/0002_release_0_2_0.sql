@@ -17,6 +17,30 @@
 -- enqueue_many already named it so; claim's rows called it id). Renamed in
 -- place: claim's PL/pgSQL body returns its columns by position.
 ALTER TYPE idemq.claimed_job RENAME ATTRIBUTE id TO job_id;
+
+-- What idemq.job() returns: a type, not RETURNS TABLE, because a TABLE column
+-- may not share its name with the parameter job_id.
+CREATE TYPE idemq.job_row AS (
+  job_id bigint,
+  task text,
+  queue text,
+  payload jsonb,
+  state idemq.job_state,
+  priority integer,
+  run_at timestamptz,
+  attempt integer,
+  uncounted integer,
+  max_attempts integer,
+  idempotency_key text,
+  locked_by text,
+  locked_at timestamptz,
+  lease_expires_at timestamptz,
+  errors jsonb,
+  result jsonb,
+  created_at timestamptz,
+  finished_at timestamptz,
+  expires_at timestamptz
+);
 -- ==== end hand-written ====
 
 -- ---- sql/functions/_excerpt.sql ----
@@ -34,6 +58,66 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
+
+-- ---- sql/functions/_grant_roles.sql ----
+CREATE OR REPLACE FUNCTION idemq._grant_roles()
+RETURNS TABLE(role text, privilege text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_fn regprocedure;
+  v_name text;
+  v_role text;
+  v_constants text[] := ARRAY['active_states', 'terminal_states'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+                           'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
+                           'worker_seen', 'worker_stopped', 'stats'];
+BEGIN
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace
+  LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
+  END LOOP;
+  FOREACH v_role IN ARRAY ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'] LOOP
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
+    role := v_role;
+    privilege := 'USAGE ON SCHEMA idemq';
+    RETURN NEXT;
+    FOR v_fn, v_name IN
+      SELECT p.oid::regprocedure, p.proname FROM pg_proc p
+      WHERE p.pronamespace = 'idemq'::regnamespace AND left(p.proname, 1) <> '_'
+      ORDER BY p.proname
+    LOOP
+      CONTINUE WHEN NOT (v_name = ANY (v_constants)
+                         OR (v_role = 'idemq_producer' AND v_name = ANY (v_producer))
+                         OR (v_role = 'idemq_worker' AND v_name = ANY (v_worker))
+                         OR v_role = 'idemq_admin');
+      EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+      privilege := format('EXECUTE ON FUNCTION %s', v_fn);
+      RETURN NEXT;
+    END LOOP;
+    IF v_role = 'idemq_admin' THEN
+      EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO idemq_admin';
+      privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
+      RETURN NEXT;
+      -- The limits are the admin's to change (their ranges are CHECKed).
+      IF to_regclass('idemq.settings') IS NOT NULL THEN
+        EXECUTE 'GRANT UPDATE (value) ON idemq.settings TO idemq_admin';
+        privilege := 'UPDATE (value) ON idemq.settings';
+        RETURN NEXT;
+      END IF;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._grant_roles() IS
+  'Grant idemq_producer, idemq_worker and idemq_admin (those that exist) what their names say, PUBLIC nothing; returns what it granted.';
 
 -- ---- sql/functions/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
@@ -173,6 +257,39 @@ $$;
 COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
+-- ---- sql/functions/job.sql ----
+CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
+RETURNS SETOF idemq.job_row
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_payloads boolean;
+BEGIN
+  IF job.job_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'job: job_id must not be NULL',
+      HINT = 'Pass the id enqueue() returned.';
+  END IF;
+  -- session_user, not current_user: inside SECURITY DEFINER current_user is
+  -- the owner. A session that may SET ROLE away from its login can SET it
+  -- back, so the login's privilege is the one that counts.
+  v_payloads := has_table_privilege(session_user, 'idemq.jobs', 'SELECT');
+  RETURN QUERY
+  SELECT j.id, j.task, j.queue, CASE WHEN v_payloads THEN j.payload END, j.state, j.priority,
+         j.run_at, j.attempt, j.uncounted, j.max_attempts, j.idempotency_key, j.locked_by,
+         j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
+         j.expires_at
+  FROM idemq.jobs j
+  WHERE j.id = job.job_id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.job(bigint) IS
+  'One job''s state and outcome (no row when it does not exist); the payload only for a login that may read idemq.jobs.';
+
 -- ---- sql/functions/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
@@ -283,6 +400,9 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
+SELECT count(*) FROM idemq._grant_roles();
+
 -- Down Migration
 
 -- sql/functions/_excerpt.sql as of 0001_release_0_1_0
@@ -295,6 +415,66 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, for error messages (bounded whatever the input).';
+
+-- sql/functions/_grant_roles.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq._grant_roles()
+RETURNS TABLE(role text, privilege text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_fn regprocedure;
+  v_name text;
+  v_role text;
+  v_constants text[] := ARRAY['active_states', 'terminal_states'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
+  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+                           'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
+                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
+                           'worker_seen', 'worker_stopped', 'stats'];
+BEGIN
+  FOR v_fn IN
+    SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace
+  LOOP
+    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
+  END LOOP;
+  FOREACH v_role IN ARRAY ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'] LOOP
+    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
+    EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
+    role := v_role;
+    privilege := 'USAGE ON SCHEMA idemq';
+    RETURN NEXT;
+    FOR v_fn, v_name IN
+      SELECT p.oid::regprocedure, p.proname FROM pg_proc p
+      WHERE p.pronamespace = 'idemq'::regnamespace AND left(p.proname, 1) <> '_'
+      ORDER BY p.proname
+    LOOP
+      CONTINUE WHEN NOT (v_name = ANY (v_constants)
+                         OR (v_role = 'idemq_producer' AND v_name = ANY (v_producer))
+                         OR (v_role = 'idemq_worker' AND v_name = ANY (v_worker))
+                         OR v_role = 'idemq_admin');
+      EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+      privilege := format('EXECUTE ON FUNCTION %s', v_fn);
+      RETURN NEXT;
+    END LOOP;
+    IF v_role = 'idemq_admin' THEN
+      EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO idemq_admin';
+      privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
+      RETURN NEXT;
+      -- The limits are the admin's to change (their ranges are CHECKed).
+      IF to_regclass('idemq.settings') IS NOT NULL THEN
+        EXECUTE 'GRANT UPDATE (value) ON idemq.settings TO idemq_admin';
+        privilege := 'UPDATE (value) ON idemq.settings';
+        RETURN NEXT;
+      END IF;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._grant_roles() IS
+  'Grant idemq_producer, idemq_worker and idemq_admin (those that exist) what their names say, PUBLIC nothing; returns what it granted.';
 
 -- sql/functions/enqueue.sql as of 0001_release_0_1_0
 CREATE OR REPLACE FUNCTION idemq.enqueue(
@@ -537,7 +717,10 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+DROP FUNCTION idemq.job;
+
 -- ==== hand-written: the reversal (kept when migration:new amends this file) ====
 -- The reversal of the schema changes above goes here, after the functions.
 ALTER TYPE idemq.claimed_job RENAME ATTRIBUTE job_id TO id;
+DROP TYPE idemq.job_row;
 -- ==== end hand-written ====

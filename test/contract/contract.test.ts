@@ -25,6 +25,7 @@ import {
 } from "../../src/contract.ts";
 import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
 import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql-api.ts";
+import { ROLE_FUNCTIONS, ROLES } from "../../src/roles.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
 
@@ -439,6 +440,19 @@ describe("function file headers (STYLE.md §1)", () => {
 });
 
 describe("privileges", () => {
+  it("src/roles.ts's ROLE_FUNCTIONS are the functions idemq_producer and idemq_worker may execute (besides the constants), as _grant_roles grants", async () => {
+    for (const kind of ["producer", "worker"] as const) {
+      const { rows } = await db.pool.query<{ name: string }>(
+        `SELECT p.proname AS name FROM pg_proc p
+          WHERE p.pronamespace = 'idemq'::regnamespace AND has_function_privilege($1, p.oid, 'EXECUTE')
+            AND p.proname NOT IN ('active_states', 'terminal_states')
+          ORDER BY 1`,
+        [ROLES[kind]],
+      );
+      expect(rows.map((r) => r.name), ROLES[kind]).toEqual([...ROLE_FUNCTIONS[kind]].sort());
+    }
+  });
+
   it("PUBLIC may execute no function of idemq, public or private (the roles get theirs: test/sql/roles.test.ts)", async () => {
     const { rows } = await db.pool.query<{ name: string; public_exec: boolean }>(`
       SELECT p.proname AS name, has_function_privilege('public', p.oid, 'EXECUTE') AS public_exec

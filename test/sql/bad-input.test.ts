@@ -94,6 +94,8 @@ const CASES: Case[] = [
   c("enqueue_many", "after not an array", `${M}(jobs => '[{"task": "t", "after": 5}]')`, "22023"),
   c("enqueue_many", "one bad element among good ones", `${M}(jobs => '[{"task": "ok"}, {"task": "ok", "max_attempts": 0}, {"task": "ok"}]')`, "22023"),
   c("enqueue_many", "after naming no job", `${M}(jobs => '[{"task": "t"}, {"task": "t", "after": [987654321]}]')`, "IQ404"),
+  // job
+  c("job", "NULL job_id", "SELECT * FROM idemq.job(job_id => NULL)", "22004"),
   // claim
   c("claim", "NULL worker_id", `${CL}(worker_id => NULL)`, "22004"),
   c("claim", "empty worker_id", `${CL}(worker_id => '')`, "22023"),

@@ -130,6 +130,15 @@ function producerCalls(queue: string): [string, Call][] {
     ],
     ["active_states", (s) => s.query("SELECT idemq.active_states()")],
     ["terminal_states", (s) => s.query("SELECT idemq.terminal_states()")],
+    [
+      "job",
+      async (s) => {
+        const made = await s.query<{ job_id: string }>("SELECT job_id FROM idemq.enqueue(task => 'hj', queue => $1)", [queue]);
+        const r = await s.query("SELECT * FROM idemq.job(job_id => $1)", [made.rows[0]!.job_id]);
+        expect(r.rows).toHaveLength(1);
+        return r;
+      },
+    ],
   ];
 }
 
@@ -151,6 +160,7 @@ function workerCalls(queue: string): [string, Call][] {
         return r;
       },
     ],
+    ["job", (s) => s.query("SELECT * FROM idemq.job(job_id => $1)", [jobs[0]!.id])],
     ["heartbeat", (s) => s.query("SELECT * FROM idemq.heartbeat(job_ids => $1::bigint[], attempts => $2::int[])", [jobs.map((j) => j.id), jobs.map((j) => j.attempt)])],
     ["complete", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => '{\"ok\": true}')", job(0))],
     ["complete_many (a parent: its child is released)", (s) => s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", job(1))],

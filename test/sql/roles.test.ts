@@ -54,8 +54,8 @@ afterAll(async () => {
 interface Operation {
   name: string;
   sql: () => [string, unknown[]];
-  /** Checks the answer of an allowed call. */
-  check?: (rows: Record<string, unknown>[]) => void;
+  /** Checks the answer of an allowed call (`who` made it). */
+  check?: (rows: Record<string, unknown>[], who: Who) => void;
 }
 
 const OPERATIONS: Operation[] = [
@@ -64,6 +64,12 @@ const OPERATIONS: Operation[] = [
     name: "enqueue_many",
     sql: () => ["SELECT * FROM idemq.enqueue_many(jobs => $1::jsonb)", [JSON.stringify([{ task: "roles", queue: fx.queue }])]],
     check: (r) => expect(r[0]).toMatchObject({ outcome: "created" }),
+  },
+  {
+    name: "job",
+    sql: () => ["SELECT job_id, state::text, payload FROM idemq.job(job_id => $1)", [fx.enqueued]],
+    // A job's state for every role; its payload only for one that may read idemq.jobs.
+    check: (r, who) => expect(r).toEqual([{ job_id: fx.enqueued, state: "enqueued", payload: who === "admin" ? fx.payload : null }]),
   },
   {
     name: "claim",
@@ -157,13 +163,13 @@ const OPERATIONS: Operation[] = [
 
 const CONSTANTS = ["active_states", "terminal_states"];
 const WORKER_OPS = [
-  "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
+  "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
   "worker_seen", "worker_stopped", "stats",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {
-  producer: ["enqueue", "enqueue_many", ...CONSTANTS],
+  producer: ["enqueue", "enqueue_many", "job", ...CONSTANTS],
   worker: [...WORKER_OPS, ...CONSTANTS],
   admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "change a limit (idemq.settings.value)"],
   stranger: [],
@@ -185,7 +191,7 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
       try {
         if (ALLOWED[who].includes(op.name)) {
           const { rows } = await session.query(text, values);
-          op.check?.(rows);
+          op.check?.(rows, who);
         } else {
           expect(await sqlState(session.query(text, values))).toBe("42501");
         }

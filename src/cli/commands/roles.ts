@@ -6,7 +6,7 @@
 // runs the script `roles sql` prints.
 import type { Command } from "commander";
 import pg from "pg";
-import { grantRole, type RoleKind, ROLES, rolesScript } from "../../roles.ts";
+import { grantRole, ROLE_FUNCTIONS, type RoleKind, ROLES, rolesScript } from "../../roles.ts";
 import { openDatabase } from "../connect.ts";
 import { addExamples, type CommonOptions, databaseCommand } from "../define.ts";
 import { action, emit, UsageError } from "../output.ts";
@@ -20,7 +20,7 @@ interface GrantOptions extends CommonOptions {
 export function registerRolesCommands(program: Command): void {
   const roles = program
     .command("roles")
-    .description("the idemq roles: idemq_producer (enqueue), idemq_worker (run jobs), idemq_admin (everything)");
+    .description("the idemq roles: idemq_producer (enqueue, read a job's outcome), idemq_worker (run jobs), idemq_admin (everything)");
   addExamples(roles, ["idemq roles sql > idemq-roles.sql", "idemq roles grant app_web --producer"]);
 
   roles
@@ -45,8 +45,8 @@ Examples:
     .command("grant")
     .description("make login role ROLE a member of idemq roles (at least one of --producer, --worker, --admin)")
     .argument("<role>", "an existing login role, e.g. the one your workers connect as")
-    .option("--producer", `grant ${ROLES.producer}: enqueue, enqueue_many`)
-    .option("--worker", `grant ${ROLES.worker}: claim, complete, fail, heartbeat, snooze, guard, effect_*, rescue, prune_keys, wait_for_jobs`)
+    .option("--producer", `grant ${ROLES.producer}: ${ROLE_FUNCTIONS.producer.join(", ")}`)
+    .option("--worker", `grant ${ROLES.worker}: ${ROLE_FUNCTIONS.worker.join(", ")}`)
     .option("--admin", `grant ${ROLES.admin}: every function, and reading jobs`)
     .action(
       action(async (member: string, _options: GrantOptions, cmd: Command) => {
