@@ -23,8 +23,11 @@ SELECT job_id = :invoice_job AS same_job, deduplicated
 FROM idemq.enqueue(task => 'send_invoice', payload => '{"order_id": 42}',
                    queue => 'example', idempotency_key => 'invoice:42');
 
-\echo '== 3. A worker claims it under a 30-second lease; (job_id, attempt) is the fencing token'
-SELECT job_id AS claimed_id, attempt AS claimed_attempt
+\echo '== 3. A worker claims it under a 30-second lease; (job_id, attempt, lease_token) is the fencing token'
+-- The lease token is this claim's secret: complete, fail, snooze and
+-- heartbeat need it, so no other worker can finish the job by guessing its
+-- attempt number.
+SELECT job_id AS claimed_id, attempt AS claimed_attempt, lease_token AS claimed_token
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 -- idemq.job(): a job's state and outcome, for producers and workers alike (no payload: see docs/sql-api.md).
 SELECT job_id, task, state, attempt, locked_by FROM idemq.job(:claimed_id);
@@ -33,7 +36,8 @@ SELECT job_id, task, state, attempt, locked_by FROM idemq.job(:claimed_id);
 BEGIN;
 SELECT idemq.guard(key => 'invoice-email:42', task => 'send_invoice') AS go_ahead;
 -- ... the job's own writes go here, in the same transaction ...
-SELECT idemq.complete(job_id => :claimed_id, attempt => :claimed_attempt, result => '{"sent": true}');
+SELECT idemq.complete(job_id => :claimed_id, attempt => :claimed_attempt, lease_token => :'claimed_token',
+                      result => '{"sent": true}');
 COMMIT;
 SELECT job_id, state, result FROM idemq.job(:claimed_id);
 
@@ -42,18 +46,18 @@ SELECT job_id AS charge_job
 FROM idemq.enqueue(task => 'charge_card', payload => '{"order_id": 42, "amount": 1000}',
                    queue => 'example', max_attempts => 3,
                    backoff => '{"kind": "fixed", "delays": ["5 seconds"]}') \gset
-SELECT job_id AS charge_id, attempt AS charge_attempt
+SELECT job_id AS charge_id, attempt AS charge_attempt, lease_token AS charge_token
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 -- retry_at => now() retries at once; leave it out to wait for the backoff (5 seconds here).
 -- fail() returns the new state and the run_at it chose (NULL when the job failed for good).
 SELECT state AS state_after_failure
-FROM idemq.fail(job_id => :charge_id, attempt => :charge_attempt,
+FROM idemq.fail(job_id => :charge_id, attempt => :charge_attempt, lease_token => :'charge_token',
                 error => '{"class": "CardDeclined", "message": "try again"}',
                 retryable => true, retry_at => now());
-SELECT job_id AS charge_id, attempt AS charge_attempt
+SELECT job_id AS charge_id, attempt AS charge_attempt, lease_token AS charge_token
 FROM idemq.claim(worker_id => 'psql-worker', queues => ARRAY['example']) \gset
 \echo 'claimed again: attempt' :charge_attempt
-SELECT idemq.complete(job_id => :charge_id, attempt => :charge_attempt);
+SELECT idemq.complete(job_id => :charge_id, attempt => :charge_attempt, lease_token => :'charge_token');
 SELECT job_id, state, attempt, jsonb_array_length(errors) AS errors, errors->0->>'class' AS first_error
 FROM idemq.job(:charge_id);
 

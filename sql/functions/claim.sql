@@ -14,10 +14,16 @@
 --     it instead of spending an attempt.
 --   * Returns rows of idemq.claimed_job: job_id, task, queue, payload,
 --     attempt, max_attempts, idempotency_key, lease_expires_at, reclaimed,
---     traceparent, in claim order.
+--     traceparent, lease_token, in claim order.
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
---     worker_id, lease_expires_at = now() + lease. (job_id, attempt) is the
---     fencing token for complete, fail, snooze and heartbeat.
+--     worker_id, lease_expires_at = now() + lease, and a new lease_token
+--     (gen_random_uuid(): 122 random bits). (job_id, attempt, lease_token)
+--     is the fencing token for complete, complete_many, fail, snooze,
+--     heartbeat and effect_claim's job binding: the attempt fences out a
+--     stale attempt of the same worker pool, the token another worker that
+--     guesses the attempt (attempts are small numbers). The token is handed
+--     out here only, to the caller: no function returns it again and no
+--     error names it.
 --   * reclaimed is true when the previous attempt lost its lease (its effect
 --     may have happened: reconcile first).
 --   * traceparent: the trace context enqueue stored (NULL without one), so
@@ -271,14 +277,15 @@ BEGIN
   WITH claimed AS (
     UPDATE idemq.jobs AS j
     SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false,
+        lease_token = gen_random_uuid()
     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
               j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.priority, j.run_at
+              j.traceparent, j.lease_token, j.priority, j.run_at
   )
   SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token
   FROM claimed c
   ORDER BY c.priority DESC, c.run_at, c.id;
 END;

@@ -24,6 +24,9 @@
 --   * What it does show (state, attempts, errors, result, the locking
 --     worker's id) any producer or worker may read for any job: results
 --     and error messages should carry no secret.
+--   * Never the job's lease_token: that is the holding attempt's alone
+--     (claim() hands it out once), the part of the fencing token another
+--     worker cannot guess.
 --   * One primary-key probe.
 -- Concurrency: a plain read (no lock): the job as committed when the
 --   statement began.

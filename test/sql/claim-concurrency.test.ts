@@ -34,8 +34,8 @@ describe("claim concurrency", () => {
             handedOut.set(row.job_id, (handedOut.get(row.job_id) ?? 0) + 1);
           }
           const done = await client.query<{ id: string }>(
-            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[]) AS id",
-            [rows.map((r) => r.job_id), rows.map((r) => r.attempt)],
+            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[]) AS id",
+            [rows.map((r) => r.job_id), rows.map((r) => r.attempt), rows.map((r) => r.lease_token)],
           );
           expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.job_id).sort(byId));
         }
@@ -86,8 +86,8 @@ describe("claim concurrency", () => {
             handedOut.set(row.job_id, (handedOut.get(row.job_id) ?? 0) + 1);
           }
           const done = await client.query<{ id: string }>(
-            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[]) AS id",
-            [rows.map((r) => r.job_id), rows.map((r) => r.attempt)],
+            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[]) AS id",
+            [rows.map((r) => r.job_id), rows.map((r) => r.attempt), rows.map((r) => r.lease_token)],
           );
           expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.job_id).sort(byId));
         }

@@ -260,7 +260,7 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
       const running = await makeJob(c, { task: `${p}-running`, queue: `${p}-q9`, priority: 100 });
       const done = await makeJob(c, { task: `${p}-done`, queue: `${p}-q9`, priority: 100 });
       await c.query("SELECT count(*) FROM idemq.claim('other', ARRAY[$1], 10, tasks => ARRAY[$2, $3])", [`${p}-q9`, `${p}-running`, `${p}-done`]);
-      await c.query("SELECT idemq.complete($1, 1)", [done]);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [done]);
       const expected = claimOrder(jobs, () => true);
       expect(expected).toHaveLength(36);
       for (const batchSize of [1, 4, 7]) {
@@ -312,7 +312,7 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
       const p = unique("none");
       const [running, done] = [await makeJob(c, { queue: p }), await makeJob(c, { queue: p })];
       await claim(c, { queues: [p], batch_size: 2 });
-      await c.query("SELECT idemq.complete($1, 1)", [done]);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [done]);
       // Repeated: PL/pgSQL switches plans after the fifth call.
       for (let i = 0; i < 7; i++) {
         const before = await fetched();

@@ -160,7 +160,7 @@ describe("claim", () => {
       expect((await jobRow(c, child)).state).toBe("awaiting");
       const [only] = await claim(c, { batch_size: 10 });
       expect(only!.job_id).toBe(parent);
-      await c.query("SELECT idemq.complete($1, 1)", [parent]);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent]);
       expect((await jobRow(c, child)).state).toBe("enqueued");
       expect((await claim(c, { batch_size: 10 })).map((r) => r.job_id)).toEqual([child]);
     });
@@ -229,7 +229,7 @@ describe("claim, heartbeat and complete_many read jobs by index, whatever the ta
       await seed(4000);
       for (let i = 0; i < 8; i++) {
         await c.query(
-          "SELECT idemq.complete_many(array_agg(job_id), array_agg(attempt)) FROM idemq.claim('seed', ARRAY[$1], 500)",
+          "SELECT idemq.complete_many(array_agg(job_id), array_agg(attempt), array_agg(lease_token)) FROM idemq.claim('seed', ARRAY[$1], 500)",
           [queue],
         );
       }
@@ -239,12 +239,12 @@ describe("claim, heartbeat and complete_many read jobs by index, whatever the ta
         Number((await c.query("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'idemq.jobs'::regclass")).rows[0].seq_scan);
       const before = await seqScans();
       for (const [queues, tasks] of [[null, null], [[queue], null], [[queue], ["t0"]]]) {
-        const { rows } = await c.query("SELECT job_id AS id, attempt FROM idemq.claim('w', $1::text[], 250, tasks => $2::text[])", [queues, tasks]);
+        const { rows } = await c.query("SELECT job_id AS id, attempt, lease_token FROM idemq.claim('w', $1::text[], 250, tasks => $2::text[])", [queues, tasks]);
         expect(rows).toHaveLength(250);
-        const pairs = [rows.map((r) => r.id), rows.map((r) => r.attempt)];
-        const beat = await c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[])", pairs);
+        const pairs = [rows.map((r) => r.id), rows.map((r) => r.attempt), rows.map((r) => r.lease_token)];
+        const beat = await c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[], lease_tokens => $3::uuid[])", pairs);
         expect(beat.rows).toHaveLength(250);
-        const done = await c.query("SELECT * FROM idemq.complete_many($1::bigint[], $2::int[])", pairs);
+        const done = await c.query("SELECT * FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[])", pairs);
         expect(done.rows).toHaveLength(250);
       }
       expect(await seqScans()).toBe(before);

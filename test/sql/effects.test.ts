@@ -17,7 +17,7 @@ import { underSavepoint } from "../helpers/savepoint.ts";
 import { EffectClaimLostError, LeaseLostError } from "../../src/errors.ts";
 import { effectDone, effectRelease } from "../../src/sql-api.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
-import { claimOne, expireLease, rescue } from "../helpers/work.ts";
+import { claimOne, expireLease, HOLDER_TOKEN, rescue } from "../helpers/work.ts";
 
 let db: TestDatabase;
 
@@ -124,10 +124,10 @@ describe("effect_claim answers", () => {
   });
 });
 
-/** effect_claim for a job attempt (as the worker calls it). */
+/** effect_claim for a job attempt (as the worker calls it), with the lease token of whichever attempt holds the job (HOLDER_TOKEN). */
 async function claimFor(c: Queryable, key: string, jobId: string, attempt: number): Promise<Claim> {
   const { rows } = await c.query<Claim>(
-    "SELECT * FROM idemq.effect_claim(key => $1, owner => $2, job_id => $3, attempt => $4)",
+    `SELECT * FROM idemq.effect_claim(key => $1, owner => $2, job_id => $3, attempt => $4, lease_token => ${HOLDER_TOKEN("$3")})`,
     [key, `job:${jobId}:${attempt}`, jobId, attempt],
   );
   expect(rows).toHaveLength(1);

@@ -189,7 +189,7 @@ describe("rescue: deadlines", () => {
         made[`processing.${edge}`] = running;
         const done = await makeJob(c, { queue: `done.${edge}` });
         await claimOne(c, { queues: [`done.${edge}`] });
-        await c.query("SELECT idemq.complete($1, 1)", [done]);
+        await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [done]);
         made[`succeeded.${edge}`] = done;
         await c.query(`UPDATE idemq.jobs SET expires_at = ${deadline} WHERE id = ANY($1::bigint[])`, [
           Object.entries(made)

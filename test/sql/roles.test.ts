@@ -26,6 +26,7 @@ const fx = {
   enqueued: "",
   held: "",
   heldAttempt: 0,
+  heldToken: "",
   failed: "",
   payload: { secret: "only claim hands this out" },
 };
@@ -38,11 +39,17 @@ beforeAll(async () => {
 
   fx.enqueued = await makeJob(db.pool, { task: "roles", queue: fx.queue, payload: fx.payload });
   fx.held = await makeJob(db.pool, { task: "roles", queue: fx.heldQueue });
-  fx.heldAttempt = (await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue] })).attempt;
+  const held = await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue] });
+  fx.heldAttempt = held.attempt;
+  fx.heldToken = held.lease_token;
   const failedQueue = unique("roles-failed");
   fx.failed = await makeJob(db.pool, { task: "roles", queue: failedQueue, max_attempts: 1 });
-  const { attempt } = await claimOne(db.pool, { queues: [failedQueue] });
-  await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retryable => false)`, [fx.failed, attempt]);
+  const failing = await claimOne(db.pool, { queues: [failedQueue] });
+  await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retryable => false, lease_token => $3)`, [
+    fx.failed,
+    failing.attempt,
+    failing.lease_token,
+  ]);
   await db.pool.query("SELECT idemq.effect_claim(key => 'roles-effect', owner => 'o')");
 }, 60_000);
 
@@ -77,23 +84,32 @@ const OPERATIONS: Operation[] = [
     // The one way a worker reads a payload.
     check: (r) => expect(r).toEqual([expect.objectContaining({ job_id: fx.enqueued, payload: fx.payload })]),
   },
-  { name: "complete", sql: () => ["SELECT idemq.complete(job_id => $1, attempt => $2)", [fx.held, fx.heldAttempt]] },
+  { name: "complete", sql: () => ["SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]] },
   {
     name: "complete_many",
-    sql: () => ["SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [fx.held, fx.heldAttempt]],
+    sql: () => [
+      "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid])",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
     check: (r) => expect(r).toHaveLength(1),
   },
   {
     name: "fail",
-    sql: () => [`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}')`, [fx.held, fx.heldAttempt]],
+    sql: () => [`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}', lease_token => $3)`, [fx.held, fx.heldAttempt, fx.heldToken]],
     check: (r) => expect(r[0]).toMatchObject({ state: "scheduled" }),
   },
   {
     name: "heartbeat",
-    sql: () => ["SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [fx.held, fx.heldAttempt]],
+    sql: () => [
+      "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid])",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
     check: (r) => expect(r).toHaveLength(1),
   },
-  { name: "snooze", sql: () => ["SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute')", [fx.held, fx.heldAttempt]] },
+  {
+    name: "snooze",
+    sql: () => ["SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute', lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
+  },
   { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
   {
     name: "effect_claim",

@@ -46,8 +46,8 @@ describe("NOTIFY only while a session waits", () => {
       [queue],
     ]);
     expect(claimed).toHaveLength(2);
-    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"again\"}', true, now())", [claimed[0].id, claimed[0].attempt]);
-    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', false)", [claimed[1].id, claimed[1].attempt]);
+    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"again\"}', true, now(), lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [claimed[0].id, claimed[0].attempt]);
+    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', false, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [claimed[1].id, claimed[1].attempt]);
     await sender.query("SELECT idemq.retry($1)", [claimed[1].id]);
     expect(await heard(queue)).toBe(0);
     const { rows } = await sender.query(

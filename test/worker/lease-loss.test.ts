@@ -96,7 +96,7 @@ describe("a plain task whose lease is taken over", () => {
     expect(job).toMatchObject({ state: "processing", attempt: 2, lockedBy: "thief", result: null });
     expect(w.of("job:success").some((e) => e.jobId === jobId)).toBe(false);
     // The fence the worker relies on: attempt 1 can no longer complete the job.
-    await expectSqlError(db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [jobId]), {
+    await expectSqlError(db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [jobId]), {
       code: "IQ410",
       detail: { job_id: Number(jobId), attempt: 1, current_state: "processing" },
     });
