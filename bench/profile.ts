@@ -140,10 +140,11 @@ try {
         plans.push(msg.message);
       }
     });
-    const claimed = await c.query(`SELECT id, attempt FROM idemq.claim(worker_id => 'profile', batch_size => ${batch})`);
+    const claimed = await c.query(`SELECT job_id AS id, attempt, lease_token FROM idemq.claim(worker_id => 'profile', batch_size => ${batch})`);
     const ids = claimed.rows.map((r: { id: string }) => r.id);
     const attempts = claimed.rows.map((r: { attempt: number }) => r.attempt);
-    await c.query("SELECT count(*) FROM idemq.complete_many($1::bigint[], $2::int[])", [ids, attempts]);
+    const tokens = claimed.rows.map((r: { lease_token: string }) => r.lease_token);
+    await c.query("SELECT count(*) FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[])", [ids, attempts, tokens]);
     out();
     out(`## Plans: claim(batch_size ${batch}) and complete_many of those, ${batch} other jobs in flight`);
     for (const plan of plans) {

@@ -9,6 +9,13 @@
 // and loads through your project's tsx. send_greeting is a plain task; credit
 // is transactional: its ledger row, the guard row and complete() commit
 // together, so a second delivery of the same order credits nothing.
+//
+// The worker runs as a login that is a member of this database's worker role
+// and of no other idemq role (`npx idemq roles grant app_worker --worker`);
+// credit creates its table, ledger, so that login also needs CREATE on a
+// schema in its search_path (`GRANT CREATE ON SCHEMA public TO app_worker`:
+// PostgreSQL 15 and later give PUBLIC none). test/contract/examples.test.ts
+// runs it as such a login, with jobs enqueued by a producer login.
 
 /** @type {import("idemq").Tasks} */
 export const tasks = {

@@ -10,6 +10,19 @@
 // Plain JavaScript, checked by TypeScript through its JSDoc types (// @ts-check);
 // in a TypeScript app the same code takes type annotations instead.
 //
+// It runs as the role an application would use: a login that is a member of
+// this database's producer and worker roles and of no other idemq role, with
+// no privilege on idemq's tables (it reads its jobs with Client.getJob, i.e.
+// idemq.job()). It creates one table of its own, example_ledger, so it
+// needs CREATE on a schema in its search_path (PostgreSQL 15 and later give
+// PUBLIC none on schema public):
+//
+//   npx idemq migrate --database-url "$OWNER_URL"      # as the schema's owner
+//   npx idemq roles grant app --producer --worker --database-url "$OWNER_URL"
+//   psql "$OWNER_URL" -c 'GRANT CREATE ON SCHEMA public TO app'
+//
+// test/contract/examples.test.ts runs it as such a login.
+//
 // It shows the three ways a second delivery is made harmless: a transactional
 // task guarded by a business key (two deliveries of one credit, one ledger
 // row), ctx.effect for an email (claim first, the key passed to the email

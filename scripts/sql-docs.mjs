@@ -1,9 +1,15 @@
 #!/usr/bin/env node
 // Writes docs/sql-api.md from the headers of sql/functions/*.sql :
 // public functions first, then private helpers, each with its signature,
-// purpose, Guarantees, Concurrency, Errors and Tests, and the one-line
-// COMMENT ON FUNCTION as its summary. The headers are the source; the page is
-// generated, and test/contract/docs.test.ts fails when it is stale.
+// purpose, what it returns, Guarantees, Concurrency, Errors and Tests, and the
+// one-line COMMENT ON FUNCTION as its summary. The headers are the source; the
+// page is generated, and test/contract/docs.test.ts fails when it is stale.
+// What a function returns, every column included, comes from the committed
+// catalog snapshot (test/contract/catalog.snapshot.json, which
+// test/contract/catalog-snapshot.test.ts holds equal to a migrated database):
+// a header names a composite type (`RETURNS SETOF idemq.claimed_job`) but
+// not its columns, which only the catalog has. So after a schema change, run
+// scripts/catalog-snapshot.mjs first, then this.
 //
 //   node scripts/sql-docs.mjs           (or: npm run docs:sql)  write docs/sql-api.md
 //   node scripts/sql-docs.mjs --check   exit 1 when docs/sql-api.md differs from what the headers give
@@ -14,7 +20,83 @@ import { fileURLToPath } from "node:url";
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const functionsDir = path.join(root, "sql", "functions");
 const target = path.join(root, "docs", "sql-api.md");
+const snapshotPath = path.join(root, "test", "contract", "catalog.snapshot.json");
 const SECTIONS = ["Guarantees", "Concurrency", "Errors", "Tests"];
+
+/** Splits "a t, b numeric(10,2)" at its top-level commas. */
+function splitTopLevel(list) {
+  const parts = [];
+  let depth = 0;
+  let start = 0;
+  for (let i = 0; i < list.length; i++) {
+    const c = list[i];
+    if (c === "(") depth++;
+    else if (c === ")") depth--;
+    else if (c === "," && depth === 0) {
+      parts.push(list.slice(start, i).trim());
+      start = i + 1;
+    }
+  }
+  parts.push(list.slice(start).trim());
+  return parts.filter((p) => p !== "");
+}
+
+/**
+ * What a function returns, as the catalog snapshot says: { set, columns }
+ * for rows (RETURNS TABLE, or a composite type or table of schema idemq,
+ * expanded to its columns in order; `type` names the composite), or
+ * { set, scalar } for a single value. Throws, naming the fix, when the
+ * snapshot has no such function.
+ */
+export function resultOf(name, snapshot) {
+  const fns = snapshot.functions.filter((f) => f.name === name);
+  if (fns.length !== 1) {
+    throw new Error(`sql/functions/${name}.sql: the catalog snapshot has ${fns.length} functions idemq.${name}; run node scripts/catalog-snapshot.mjs first`);
+  }
+  const result = fns[0].result;
+  const table = /^TABLE\((.*)\)$/s.exec(result);
+  if (table) {
+    const columns = splitTopLevel(table[1]).map((c) => {
+      const space = c.indexOf(" ");
+      return { name: c.slice(0, space), type: c.slice(space + 1) };
+    });
+    return { set: true, columns };
+  }
+  const set = result.startsWith("SETOF ");
+  const type = set ? result.slice("SETOF ".length) : result;
+  if (type === "record") {
+    // OUT parameters: one row of them (the catalog prints them among the arguments).
+    const columns = splitTopLevel(fns[0].arguments)
+      .filter((a) => a.startsWith("OUT ") || a.startsWith("INOUT "))
+      .map((a) => {
+        const [, name, argType] = /^(?:IN)?OUT (\S+) (.+)$/.exec(a);
+        return { name, type: argType };
+      });
+    if (columns.length > 0) return { set, columns };
+  }
+  const relation = type.startsWith("idemq.") ? snapshot.relations.find((r) => r.name === type.slice("idemq.".length) && ["c", "r"].includes(r.kind)) : undefined;
+  if (relation === undefined) return { set, scalar: type };
+  const columns = snapshot.columns
+    .filter((c) => c.relation === relation.name)
+    .sort((a, b) => a.position - b.position)
+    .map((c) => ({ name: c.name, type: c.type }));
+  return { set, type, columns };
+}
+
+/** The "Returns" line of a function's section. */
+export function renderResult(name, result) {
+  if (result.columns !== undefined) {
+    const rows = result.set ? "rows" : "one row";
+    const of = result.type === undefined ? "" : ` of \`${result.type}\``;
+    return `**Returns:** ${rows}${of}, with the columns ${result.columns.map((c) => `\`${c.name}\` ${c.type}`).join(", ")}.`;
+  }
+  if (result.scalar === "void") return "**Returns:** nothing (`void`).";
+  if (result.scalar === "trigger") return "**Returns:** `trigger` (a trigger function).";
+  // SELECT * FROM f() names a scalar's one column after the function.
+  return result.set
+    ? `**Returns:** a set of \`${result.scalar}\` values (one column, \`${name}\` in \`SELECT * FROM idemq.${name}(...)\`).`
+    : `**Returns:** one \`${result.scalar}\` value.`;
+}
 
 /** Parses one function file's header. Throws, naming the file, when the header lacks a part. */
 export function parseHeader(fileName, text) {
@@ -114,8 +196,8 @@ function anchor(name) {
   return `idemq${name}`.toLowerCase().replace(/[^a-z0-9_-]/g, "");
 }
 
-function renderFunction(f) {
-  const parts = [`### idemq.${f.name}`, "", "```sql", f.signature, "```", "", toMarkdown(f.purpose), ""];
+function renderFunction(f, snapshot) {
+  const parts = [`### idemq.${f.name}`, "", "```sql", f.signature, "```", "", toMarkdown(f.purpose), "", renderResult(f.name, resultOf(f.name, snapshot)), ""];
   for (const s of f.sections) {
     const title = `**${s.label}${s.qualifier ? ` ${s.qualifier}` : ""}:**`;
     let text = toMarkdown(s.lines);
@@ -127,7 +209,7 @@ function renderFunction(f) {
 }
 
 /** The whole page, from the files in `dir`. */
-export function renderSqlDocs(dir = functionsDir) {
+export function renderSqlDocs(dir = functionsDir, snapshot = JSON.parse(readFileSync(snapshotPath, "utf8"))) {
   const files = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
   const fns = files.map((f) => parseHeader(f, readFileSync(path.join(dir, f), "utf8")));
   const publicFns = fns.filter((f) => !f.name.startsWith("_"));
@@ -145,18 +227,23 @@ export function renderSqlDocs(dir = functionsDir) {
     "a parameter left out takes its DEFAULT. Errors: class `22` or `IQ404`/`IQ409`/`IQ410`/`IQ412`/`IQ422`,",
     "each with a HINT (see [design.md](design.md#error-codes)). Job states and their transitions: [state-machine.md](state-machine.md).",
     "",
+    "Each function's **Returns** lists every column of the rows it returns, in order (a composite type's too, from the catalog).",
+    "A job's id is `job_id` in every row a function returns (a job a row refers to in another role: `last_job_id`, as `schedules()` has it);",
+    "its other fields keep their `idemq.jobs` column names. What a release may change in them, and what it may not, is in",
+    "[design.md](design.md#migrations-and-releases).",
+    "",
     "## Public functions",
     "",
     index(publicFns),
     "",
-    ...publicFns.map(renderFunction),
+    ...publicFns.map((f) => renderFunction(f, snapshot)),
     "## Private helpers",
     "",
     "Used by the public functions only; EXECUTE is revoked from PUBLIC.",
     "",
     index(privateFns),
     "",
-    ...privateFns.map(renderFunction),
+    ...privateFns.map((f) => renderFunction(f, snapshot)),
   ]
     .join("\n")
     .replace(/\n{3,}/g, "\n\n")

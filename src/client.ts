@@ -283,11 +283,16 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     });
   }
 
+  /**
+   * A job's state and outcome (idemq.job(): any idemq role may call it, a
+   * producer included); null when there is no such job. Its payload is null
+   * unless the login may read idemq.jobs (idemq_admin).
+   */
   getJob(jobId: JobIdInput, opts: InTransaction = {}): Promise<Job | null> {
     return getJob(this.db(opts), jobId);
   }
 
-  /** Newest first. */
+  /** Newest first. An admin read of idemq.jobs (idemq_admin). */
   listJobs(filter: ListJobsFilter & InTransaction = {}): Promise<Job[]> {
     return listJobs(this.db(filter), filter);
   }

@@ -113,7 +113,7 @@ export const ERROR_CODES = {
   IQ400: "bad argument",
   IQ404: "no such job",
   IQ409: "enqueue rejected by the duplicate policy",
-  IQ410: "lease lost: this (job_id, attempt) no longer holds the job, or an effect claim is not this owner's",
+  IQ410: "lease lost: this (job_id, attempt, lease_token) no longer holds the job, or an effect claim is not this owner's",
   IQ412: "the job's state does not allow this operation",
   IQ422: "idempotency key reused for different work while its job is active",
 } as const;

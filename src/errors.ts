@@ -74,7 +74,7 @@ export class DuplicateJobError extends IdemqError {
 
 /**
  * IQ410: this attempt no longer holds its job — complete, fail or snooze by
- * a `(job_id, attempt)` that was rescued, cancelled or taken over by a newer
+ * a `(job_id, attempt, lease_token)` that was rescued, cancelled or taken over by a newer
  * attempt (DETAIL `job_id`, `attempt`, `current_state`; never the current
  * attempt, which would be the fencing token of whichever attempt holds it now).
  * A worker also aborts `ctx.signal` with one when a heartbeat finds the lease
@@ -117,7 +117,7 @@ export class LeaseLostError extends IdemqError {
 export class EffectClaimLostError extends LeaseLostError {
   /** The effect's key. */
   readonly key: string;
-  /** The owner whose claim it no longer is (`job:<id>:<attempt>@<worker>` for a worker's ctx.effect). */
+  /** The owner whose claim it no longer is (`job:<id>:<attempt>@<worker>#<digest of the lease token>` for a worker's ctx.effect). */
   readonly owner: string;
 
   constructor(message: string, fields: SqlErrorFields = {}, options?: ErrorOptions) {

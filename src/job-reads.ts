@@ -1,15 +1,23 @@
-// Admin reads of idemq.jobs (getJob, listJobs). These are the only SQL the
-// client writes by hand rather than as a call of an idemq.* function: reading
-// the documented jobs view for admin tools is allowed; writing never is.
+// Reads of jobs. getJob calls idemq.job(), which every idemq role may call (a
+// producer learns what became of its job). listJobs, countJobs, jobLinks and
+// keyEntry are admin reads of idemq.jobs and the tables beside it, the only
+// SQL the client writes by hand rather than as a call of an idemq.* function:
+// reading the tables for admin tools (CLI, dashboard) is allowed; writing
+// never is.
 
 import { CLIENT_DEFAULTS, type JobState } from "./contract.ts";
 import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
-import { runQuery, type Queryable } from "./sql-api.ts";
+import { job as jobCall, runQuery, type JobRow, type Queryable } from "./sql-api.ts";
 
 export interface Job {
   id: string;
   task: string;
   queue: string;
+  /**
+   * The job's payload, or null when the connection's login may not read
+   * idemq.jobs (a producer or worker; idemq_admin may): getJob reads through
+   * idemq.job(), which shows nobody a payload they could not SELECT.
+   */
   payload: unknown;
   state: JobState;
   priority: number;
@@ -53,31 +61,10 @@ export interface ListJobsFilter {
   limit?: number | undefined;
 }
 
+/** The columns listJobs reads, named as idemq.job() returns them (JobRow). */
 const JOB_COLUMNS =
-  "j.id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.uncounted, j.max_attempts, " +
+  "j.id AS job_id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.uncounted, j.max_attempts, " +
   "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at";
-
-interface JobRow {
-  id: string;
-  task: string;
-  queue: string;
-  payload: unknown;
-  state: JobState;
-  priority: number;
-  run_at: Date | null;
-  attempt: number;
-  uncounted: number;
-  max_attempts: number;
-  idempotency_key: string | null;
-  locked_by: string | null;
-  locked_at: Date | null;
-  lease_expires_at: Date | null;
-  errors: unknown[] | null;
-  result: unknown;
-  created_at: Date;
-  finished_at: Date | null;
-  expires_at: Date | null;
-}
 
 /** The lowest max_attempts fail() recorded (it records the limit each failed attempt counted against), else the job's. */
 function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
@@ -92,7 +79,7 @@ function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
 function toJob(r: JobRow): Job {
   const errors = r.errors ?? [];
   return {
-    id: r.id,
+    id: r.job_id,
     task: r.task,
     queue: r.queue,
     payload: r.payload,
@@ -129,9 +116,10 @@ export function attemptsText(job: Job): string {
   return `${job.countedAttempts} of ${job.attemptLimit}${notes.length === 0 ? "" : ` (${notes.join("; ")})`}`;
 }
 
+/** One job, through idemq.job() (any idemq role); null when there is no such job. */
 export async function getJob(db: Queryable, jobId: JobIdInput): Promise<Job | null> {
-  const rows = await runQuery<JobRow>(db, `SELECT ${JOB_COLUMNS} FROM idemq.jobs j WHERE j.id = $1`, [toJobId(jobId)]);
-  return rows[0] === undefined ? null : toJob(rows[0]);
+  const row = await jobCall(db, jobId);
+  return row === undefined ? null : toJob(row);
 }
 
 /**

@@ -12,6 +12,39 @@ export type RoleKind = (typeof ROLE_KINDS)[number];
 export type InstallationRoles = Record<RoleKind, string>;
 
 /**
+ * The public functions the producer and worker roles may call, besides the
+ * constants active_states(), terminal_states() and schema_version() (the
+ * admin: every one), as idemq._grant_roles() grants them; for help texts.
+ * test/contract/contract.test.ts holds these lists equal to the catalog's
+ * grants.
+ */
+export const ROLE_FUNCTIONS = {
+  producer: ["enqueue", "enqueue_many", "job"],
+  worker: [
+    "job",
+    "claim",
+    "complete",
+    "complete_many",
+    "fail",
+    "heartbeat",
+    "snooze",
+    "guard",
+    "effect_claim",
+    "effect_done",
+    "effect_release",
+    "rescue",
+    "wait_for_jobs",
+    "stop_waiting",
+    "prune_keys",
+    "tick",
+    "apply_retention",
+    "worker_seen",
+    "worker_stopped",
+    "stats",
+  ],
+} as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
+
+/**
  * The script `idemq roles sql` prints: in the database it runs in, creates
  * that installation's three roles (NOLOGIN) where missing and gives them
  * their privileges (idemq._grant_roles). Run it as a role with CREATEROLE

@@ -68,15 +68,16 @@ export const SQL_FUNCTIONS = {
     "traceparent",
   ],
   enqueue_many: ["jobs"],
-  claim: ["worker_id", "queues", "batch_size", "lease", "tasks"],
-  complete: ["job_id", "attempt", "result"],
-  complete_many: ["job_ids", "attempts"],
-  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts", "counted"],
-  heartbeat: ["job_ids", "attempts", "lease"],
-  snooze: ["job_id", "attempt", "run_at"],
+  job: ["job_id"],
+  claim: ["worker_id", "queues", "batch_size", "lease", "tasks", "token"],
+  complete: ["job_id", "attempt", "result", "lease_token"],
+  complete_many: ["job_ids", "attempts", "lease_tokens"],
+  fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts", "counted", "lease_token"],
+  heartbeat: ["job_ids", "attempts", "lease", "lease_tokens"],
+  snooze: ["job_id", "attempt", "run_at", "lease_token"],
   rescue: [],
   guard: ["key", "task"],
-  effect_claim: ["key", "owner", "stale_after", "job_id", "attempt"],
+  effect_claim: ["key", "owner", "stale_after", "job_id", "attempt", "lease_token"],
   effect_done: ["key", "owner", "result"],
   effect_release: ["key", "owner"],
   cancel: ["job_id"],
@@ -415,6 +416,38 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
   return rows.map((r) => ({ ordinal: r.ordinal, jobId: r.job_id, outcome: r.outcome }));
 }
 
+// ---------------------------------------------------------------- read
+
+/** A job as idemq.job() returns it (the columns of idemq.job_row). */
+export interface JobRow {
+  job_id: string;
+  task: string;
+  queue: string;
+  /** null unless the session's login may read idemq.jobs (idemq_admin): see sql/functions/job.sql. */
+  payload: unknown;
+  state: JobState;
+  priority: number;
+  run_at: Date | null;
+  attempt: number;
+  uncounted: number;
+  max_attempts: number;
+  idempotency_key: string | null;
+  locked_by: string | null;
+  locked_at: Date | null;
+  lease_expires_at: Date | null;
+  errors: unknown[] | null;
+  result: unknown;
+  created_at: Date;
+  finished_at: Date | null;
+  expires_at: Date | null;
+}
+
+/** One job's state and outcome (idemq.job(), which every idemq role may call); undefined when there is no such job. */
+export async function job(db: Queryable, jobId: JobIdInput): Promise<JobRow | undefined> {
+  const rows = await call<"job", JobRow>(db, "job", { job_id: toJobId(jobId) });
+  return rows[0];
+}
+
 // ---------------------------------------------------------------- work
 
 export interface ClaimOptions {
@@ -440,12 +473,20 @@ export interface ClaimedJob {
   traceparent: string | null;
   /** The size of the payload as it arrived: bytes of UTF-8 of its JSON text (the worker's prefetch budget counts these). */
   payloadBytes: number;
+  /**
+   * This claim's lease token (a uuid), which complete, fail, snooze and
+   * heartbeat of this attempt must present: no other worker can guess it.
+   * Never logged, never stored elsewhere: it is what fences the attempt.
+   */
+  leaseToken: string;
 }
 
-/** The fencing token of one attempt. */
+/** The fencing token of one attempt: the job, the attempt and the lease token claim() returned with it. */
 export interface JobAttempt {
   jobId: JobIdInput;
   attempt: number;
+  /** null only for an attempt claimed before 0.2.0 (claim() gave none). */
+  leaseToken: string | null;
 }
 
 export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJob[]> {
@@ -466,6 +507,8 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
       batch_size: integer(opts.batchSize, "batchSize"),
       lease: interval(opts.lease),
       tasks: opts.tasks === undefined ? undefined : [...opts.tasks],
+      // Always a lease token: no other worker can finish, fail or extend these attempts by guessing them.
+      token: true,
     },
     "",
     claimTypes(sizes),
@@ -473,7 +516,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
   if (sizes.length !== rows.length) throw new Error(`claim: ${rows.length} rows but ${sizes.length} payloads measured`);
   return rows.map((r, i) => ({
     payloadBytes: sizes[i]!,
-    id: r.id,
+    id: r.job_id,
     task: r.task,
     queue: r.queue,
     payload: r.payload,
@@ -482,6 +525,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     idempotencyKey: r.idempotency_key,
     reclaimed: r.reclaimed,
     traceparent: r.traceparent,
+    leaseToken: r.lease_token,
   }));
 }
 
@@ -503,7 +547,7 @@ export async function stopWaiting(client: pg.ClientBase, queues?: readonly strin
 }
 
 interface ClaimedJobRow {
-  id: string;
+  job_id: string;
   task: string;
   queue: string;
   payload: unknown;
@@ -514,21 +558,36 @@ interface ClaimedJobRow {
   lease_expires_at: string;
   reclaimed: boolean;
   traceparent: string | null;
+  lease_token: string;
 }
 
-function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attempts: number[] } {
-  if (!Array.isArray(jobs)) throw bad("jobs must be an array of { jobId, attempt }");
+function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attempts: number[]; lease_tokens: (string | null)[] } {
+  if (!Array.isArray(jobs)) throw bad("jobs must be an array of { jobId, attempt, leaseToken }");
   return {
     job_ids: jobs.map((j) => toJobId(j.jobId)),
     attempts: jobs.map((j) => integer(j.attempt, "attempt")!),
+    lease_tokens: jobs.map((j) => leaseToken(j.leaseToken)),
   };
 }
 
-export async function complete(db: Queryable, jobId: JobIdInput, attempt: number, result?: unknown): Promise<void> {
+/** A lease token as SQL takes it: claim()'s uuid text, or null (an attempt claimed before 0.2.0). */
+function leaseToken(token: string | null): string | null {
+  if (token !== null && typeof token !== "string") throw bad("leaseToken must be the lease_token claim() returned (a uuid string) or null");
+  return token;
+}
+
+export async function complete(
+  db: Queryable,
+  jobId: JobIdInput,
+  attempt: number,
+  token: string | null,
+  result?: unknown,
+): Promise<void> {
   await call(db, "complete", {
     job_id: toJobId(jobId),
     attempt: integer(attempt, "attempt"),
     result: jsonb(result, "result"),
+    lease_token: leaseToken(token),
   });
 }
 
@@ -537,12 +596,13 @@ export async function completeAndCommit(
   client: pg.ClientBase,
   jobId: JobIdInput,
   attempt: number,
+  token: string | null,
   result?: unknown,
 ): Promise<void> {
   await callInline(
     client,
     "complete",
-    { job_id: toJobId(jobId), attempt: integer(attempt, "attempt"), result: jsonb(result, "result") },
+    { job_id: toJobId(jobId), attempt: integer(attempt, "attempt"), result: jsonb(result, "result"), lease_token: leaseToken(token) },
     { after: "COMMIT" },
   );
 }
@@ -555,17 +615,24 @@ export async function completeMany(db: Queryable, jobs: readonly JobAttempt[]): 
 
 /**
  * completeMany() for the worker's batches, whose ids are claim()'s (digit
- * strings) and attempts integers: sent as array literals, unchecked, since
- * checking and pg's array escaping cost more per job than the rest of the call.
+ * strings), attempts integers and lease tokens claim()'s uuids: sent as
+ * array literals, unchecked, since checking and pg's array escaping cost
+ * more per job than the rest of the call (none of the three needs quoting).
  */
 export async function completeClaimed(db: Queryable, jobs: readonly { readonly job: ClaimedJob }[]): Promise<string[]> {
   let ids = "";
   let attempts = "";
+  let tokens = "";
   for (const { job } of jobs) {
     ids += ids === "" ? job.id : `,${job.id}`;
     attempts += attempts === "" ? String(job.attempt) : `,${job.attempt}`;
+    tokens += tokens === "" ? job.leaseToken : `,${job.leaseToken}`;
   }
-  const rows = await call<"complete_many", { r: string }>(db, "complete_many", { job_ids: `{${ids}}`, attempts: `{${attempts}}` });
+  const rows = await call<"complete_many", { r: string }>(db, "complete_many", {
+    job_ids: `{${ids}}`,
+    attempts: `{${attempts}}`,
+    lease_tokens: `{${tokens}}`,
+  });
   return rows.map((row) => row.r);
 }
 
@@ -593,6 +660,7 @@ export async function fail(
   db: Queryable,
   jobId: JobIdInput,
   attempt: number,
+  token: string | null,
   error: unknown,
   opts: FailOptions = {},
 ): Promise<FailOutcome> {
@@ -605,6 +673,7 @@ export async function fail(
     backoff: opts.backoff === undefined ? undefined : JSON.stringify(toBackoffJson(opts.backoff)),
     max_attempts: opts.maxAttempts === undefined ? undefined : integer(opts.maxAttempts, "maxAttempts"),
     counted: opts.counted,
+    lease_token: leaseToken(token),
   });
   const { state, run_at: runAt } = rows[0]!;
   return state === "failed" ? { state, runAt: null } : { state, runAt: runAt! };
@@ -628,12 +697,14 @@ export async function snooze(
   db: Queryable,
   jobId: JobIdInput,
   attempt: number,
+  token: string | null,
   when: { runAt: Instant; delay?: undefined } | { delay: Duration; runAt?: undefined },
 ): Promise<void> {
   await call(db, "snooze", {
     job_id: toJobId(jobId),
     attempt: integer(attempt, "attempt"),
     run_at: runAtArg(when, "snooze"),
+    lease_token: leaseToken(token),
   });
 }
 
@@ -887,6 +958,7 @@ export async function effectClaim(
     stale_after: interval(opts.staleAfter),
     job_id: opts.attemptOf === undefined ? undefined : toJobId(opts.attemptOf.jobId),
     attempt: opts.attemptOf === undefined ? undefined : integer(opts.attemptOf.attempt, "attempt"),
+    lease_token: opts.attemptOf === undefined ? undefined : leaseToken(opts.attemptOf.leaseToken),
   });
   const row = rows[0]!;
   return { status: row.status, result: row.result };

@@ -137,7 +137,7 @@ export const idemq: System = {
     for (;;) {
       const claimed = await sql.claim(db, { workerId: "bench-seed", batchSize: 1000 });
       if (claimed.length === 0) break;
-      await sql.completeMany(db, claimed.map((j) => ({ jobId: j.id, attempt: j.attempt })));
+      await sql.completeMany(db, claimed.map((j) => ({ jobId: j.id, attempt: j.attempt, leaseToken: j.leaseToken })));
     }
   },
 };

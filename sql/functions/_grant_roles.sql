@@ -17,7 +17,8 @@
 --     (superuser or CREATEROLE); otherwise `idemq roles sql` prints the
 --     script a DBA runs to create them and call this again.
 --   * PUBLIC has EXECUTE on no function of idemq, public or private.
---   * producer: enqueue, enqueue_many. worker: claim, complete,
+--   * producer: enqueue, enqueue_many, job (a job's state and outcome, no
+--     payload). worker: job, claim, complete,
 --     complete_many, fail, heartbeat, snooze, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
@@ -50,7 +51,8 @@
 -- Errors: 42501 when the caller neither owns the functions nor is a
 --   superuser; 22023 an idemq.roles_prefix that differs from the recorded
 --   names, or makes a name over 63 bytes.
--- Tests: test/sql/roles.test.ts, test/install/isolation.test.ts, test/install/non-superuser.test.ts
+-- Tests: test/sql/roles.test.ts, test/install/isolation.test.ts, test/install/non-superuser.test.ts,
+--   test/contract/contract.test.ts
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
 LANGUAGE plpgsql VOLATILE
@@ -69,8 +71,8 @@ DECLARE
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
-  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats'];

@@ -1,7 +1,8 @@
 -- idemq._held(lease_expires_at timestamptz, locked_by text) RETURNS boolean
 --
 -- Is the job held by an attempt (processing, under a lease)? Fenced calls
--- test it with the job's id and attempt: idemq._held(j.lease_expires_at, j.locked_by).
+-- test it with the job's id, attempt and lease token:
+-- idemq._held(j.lease_expires_at, j.locked_by).
 --
 -- Guarantees: the one definition of "held". Written as the lease columns,
 --   which constraint jobs_lease_iff_processing ties to state = 'processing':

@@ -1,16 +1,21 @@
 -- idemq._raise_not_held(job_id bigint, attempt int, operation text) RETURNS void
 --
 -- Raises the right error after `operation` found no job `job_id` held by
--- attempt `attempt`: IQ404 when the job does not exist, IQ410 (lease lost)
--- when it does. Called by complete, fail and snooze after their fenced UPDATE
--- matched nothing, so the happy path costs no extra read.
+-- attempt `attempt` with the lease token given: IQ404 when the job does not
+-- exist, IQ410 (lease lost) when it does. Called by complete, fail and snooze
+-- after their fenced UPDATE matched nothing, so the happy path costs no
+-- extra read.
 --
--- Guarantees: always raises.
+-- Guarantees: always raises. The same IQ410 whether the attempt is stale or
+--   the token is not the one claim() gave that attempt: telling them apart
+--   would confirm a guessed attempt to a caller without the token.
 -- Concurrency: reads the job without locking it; the state named in the
 --   message is the committed state at that moment.
--- Errors: IQ404; IQ410 with DETAIL {"job_id","attempt","current_state"}. Neither
---   the message nor the DETAIL names the current attempt: with the job id it
---   is the fencing token of whichever attempt holds the job now.
+-- Errors: IQ404; IQ410 with DETAIL {"job_id","attempt","current_state"}.
+--   Neither the message, the DETAIL nor the HINT names the current attempt
+--   or any lease token: they are what fences the attempt holding the job
+--   now. (This helper is never given the caller's token, so it cannot echo
+--   it either.)
 -- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
 RETURNS void
@@ -37,8 +42,8 @@ BEGIN
                      operation, _raise_not_held.attempt, _raise_not_held.job_id, v_job.state),
     DETAIL = jsonb_build_object('job_id', _raise_not_held.job_id, 'attempt', _raise_not_held.attempt,
                                 'current_state', v_job.state)::text,
-    HINT = 'Another attempt took the job over (lease expired and rescued, or cancelled): '
-           'roll back this attempt''s work and stop.';
+    HINT = 'Another attempt took the job over (lease expired and rescued, or cancelled), or the lease_token '
+           'passed is not the one claim() returned with this attempt: roll back this attempt''s work and stop.';
 END;
 $$;
 

@@ -1,5 +1,5 @@
 -- idemq.claim(worker_id text, queues text[] DEFAULT NULL, batch_size int DEFAULT 1,
---   lease interval DEFAULT '30 seconds', tasks text[] DEFAULT NULL)
+--   lease interval DEFAULT '30 seconds', tasks text[] DEFAULT NULL, token boolean DEFAULT false)
 --   RETURNS SETOF idemq.claimed_job
 --
 -- Hands up to batch_size runnable jobs to a worker, each under a lease.
@@ -12,9 +12,22 @@
 --   * tasks: only jobs of these tasks (NULL: any task). A worker passes the
 --     tasks it has, so a job of a task it lacks is left to a worker that has
 --     it instead of spending an attempt.
+--   * Returns rows of idemq.claimed_job: id, task, queue, payload,
+--     attempt, max_attempts, idempotency_key, lease_expires_at, reclaimed,
+--     traceparent, lease_token, job_id, in claim order. id is job_id under
+--     its 0.1.0 name, kept so 0.1.0 consumers read it through an upgrade
+--     (deprecated: read job_id).
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
---     worker_id, lease_expires_at = now() + lease. (id, attempt) is the
---     fencing token for complete, fail, snooze and heartbeat.
+--     worker_id, lease_expires_at = now() + lease. With token => true it also
+--     gets a new lease_token (gen_random_uuid(): 122 random bits), and
+--     (job_id, attempt, lease_token) is the fencing token for complete,
+--     complete_many, fail, snooze, heartbeat and effect_claim's job binding:
+--     the attempt fences out a stale attempt of the same worker pool, the
+--     token another worker that guesses the attempt (attempts are small
+--     numbers). The token is handed out here only, to the caller: no function
+--     returns it again and no error names it. Without it (the default, as
+--     0.1.0 claimed) lease_token is NULL and (job_id, attempt) fences alone:
+--     the TypeScript worker always asks for one; a SQL consumer should too.
 --   * reclaimed is true when the previous attempt lost its lease (its effect
 --     may have happened: reconcile first).
 --   * traceparent: the trace context enqueue stored (NULL without one), so
@@ -45,7 +58,7 @@
 --   skipped, not waited for. A claim of several keys locks only the jobs it
 --   takes, and a held job at its merge's frontier or bound is passed over
 --   like any other (test/sql/claim-keys.test.ts).
--- Errors: 22004 worker_id/batch_size NULL; 22023 empty worker_id, worker_id over
+-- Errors: 22004 worker_id/batch_size NULL (token NULL is false); 22023 empty worker_id, worker_id over
 --   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
 --   queue or task name, bad lease.
 -- Tests: test/sql/claim.test.ts, test/sql/claim-keys.test.ts, test/sql/claim-concurrency.test.ts,
@@ -55,7 +68,8 @@ CREATE OR REPLACE FUNCTION idemq.claim(
   queues text[] DEFAULT NULL,
   batch_size int DEFAULT 1,
   lease interval DEFAULT '30 seconds',
-  tasks text[] DEFAULT NULL)
+  tasks text[] DEFAULT NULL,
+  token boolean DEFAULT false)
 RETURNS SETOF idemq.claimed_job
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -268,18 +282,19 @@ BEGIN
   WITH claimed AS (
     UPDATE idemq.jobs AS j
     SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false,
+        lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
               j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.priority, j.run_at
+              j.traceparent, j.lease_token, j.priority, j.run_at
   )
   SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id
   FROM claimed c
   ORDER BY c.priority DESC, c.run_at, c.id;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[]) IS
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[], boolean) IS
   'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';

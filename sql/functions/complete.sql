@@ -1,11 +1,16 @@
--- idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL) RETURNS void
+-- idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL,
+--   lease_token uuid DEFAULT NULL) RETURNS void
 --
--- Marks a job succeeded, fenced by (job_id, attempt).
+-- Marks a job succeeded, fenced by (job_id, attempt, lease_token).
 --
 -- Guarantees:
 --   * locked_by keeps the worker whose attempt succeeded (for the job's timeline).
 --   * Succeeds only while that attempt holds the job (state processing,
---     same attempt); otherwise raises IQ410 and changes nothing. Called in the
+--     same attempt, the lease_token claim() returned with it); otherwise
+--     raises IQ410 and changes nothing. Another worker that guesses the
+--     attempt but lacks the token gets IQ410 too. lease_token NULL matches
+--     only a job claimed without one (by claim() before 0.2.0, whose
+--     holders pass none). Called in the
 --     transaction that wrote the job's effect, a lost lease rolls the effect
 --     back with it: a stale worker can never commit.
 --   * Holding includes a lease that ran out but was not yet rescued.
@@ -21,9 +26,10 @@
 -- Concurrency: row lock on the job; a concurrent rescue() or cancel() either
 --   commits first (then this raises IQ410) or waits for this transaction.
 -- Errors: IQ404 no such job; IQ410 lease lost (DETAIL {"job_id","attempt",
---   "current_state"}); 22004 NULL job_id/attempt.
+--   "current_state"}; no token in it); 22004 NULL job_id/attempt.
 -- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts, test/sql/retention-zero.test.ts
-CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL)
+CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL,
+                                          lease_token uuid DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -41,7 +47,9 @@ BEGIN
     -- succeeded key is made here; a job with children takes the UPDATE below.
     WITH gone AS (
       DELETE FROM idemq.jobs AS j
-      WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
+      WHERE j.id = complete.job_id AND j.attempt = complete.attempt
+        AND j.lease_token IS NOT DISTINCT FROM complete.lease_token
+        AND idemq._held(j.lease_expires_at, j.locked_by)
         AND NOT j.has_children
         AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
                                    v_r.zero_queues, v_r.kept_queues)
@@ -59,12 +67,14 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'succeeded', result = complete.result, finished_at = now(),
       lease_expires_at = NULL
-  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by);
+  WHERE j.id = complete.job_id AND j.attempt = complete.attempt
+    AND j.lease_token IS NOT DISTINCT FROM complete.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by);
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
   END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb) IS
-  'Mark a job succeeded if attempt still holds it; IQ410 (lease lost) otherwise, so the caller''s transaction rolls back.';
+COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb, uuid) IS
+  'Mark a job succeeded if attempt (with its lease token) still holds it; IQ410 (lease lost) otherwise, so the caller''s transaction rolls back.';

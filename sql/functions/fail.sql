@@ -1,6 +1,7 @@
 -- idemq.fail(job_id bigint, attempt int, error jsonb, retryable boolean DEFAULT true,
 --   retry_at timestamptz DEFAULT NULL, backoff jsonb DEFAULT NULL,
---   max_attempts int DEFAULT NULL, counted boolean DEFAULT true)
+--   max_attempts int DEFAULT NULL, counted boolean DEFAULT true,
+--   lease_token uuid DEFAULT NULL)
 --   RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 --
 -- Records a failed attempt; schedules a retry or fails the job for good.
@@ -30,14 +31,15 @@
 --     and the retry runs at retry_at or at once, with no backoff.
 --   * A retry already due (retry_at not in the future) NOTIFYs idemq_jobs
 --     when a listener waits (_notify_waiting).
---   * Fenced like complete(): a stale attempt changes nothing.
+--   * Fenced like complete(), by (job_id, attempt, lease_token): a stale
+--     attempt, or another worker without the attempt's token, changes nothing.
 --   * The returned run_at is the one source of the retry time: a worker reports
 --     it instead of computing the backoff again.
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL job_id/attempt/error/retryable/counted;
 --   22023 error is not a JSON object or string, a malformed backoff,
 --   max_attempts < 1, retry_at infinity or -infinity.
--- Tests: test/sql/fail.test.ts, test/sql/backoff.test.ts
+-- Tests: test/sql/fail.test.ts, test/sql/backoff.test.ts, test/sql/fencing.test.ts
 CREATE OR REPLACE FUNCTION idemq.fail(
   job_id bigint,
   attempt int,
@@ -46,7 +48,8 @@ CREATE OR REPLACE FUNCTION idemq.fail(
   retry_at timestamptz DEFAULT NULL,
   backoff jsonb DEFAULT NULL,
   max_attempts int DEFAULT NULL,
-  counted boolean DEFAULT true)
+  counted boolean DEFAULT true,
+  lease_token uuid DEFAULT NULL)
 RETURNS TABLE(state idemq.job_state, run_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -90,7 +93,9 @@ BEGIN
 
   SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
   FROM idemq.jobs j
-  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt
+    AND j.lease_token IS NOT DISTINCT FROM fail.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
   FOR NO KEY UPDATE;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
@@ -125,5 +130,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean) IS
+COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean, uuid) IS
   'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';

@@ -1,4 +1,5 @@
--- idemq.snooze(job_id bigint, attempt int, run_at timestamptz) RETURNS void
+-- idemq.snooze(job_id bigint, attempt int, run_at timestamptz, lease_token uuid DEFAULT NULL)
+--   RETURNS void
 --
 -- Puts a held job back to `scheduled` at run_at without spending an attempt.
 --
@@ -6,13 +7,13 @@
 --   * Waiting on a rate limit or a dependency is not a failure: no error is
 --     recorded and the snoozed attempt does not count against max_attempts
 --     (attempt still advances on the next claim, since it is the fencing token).
---   * Fenced like complete().
+--   * Fenced like complete(), by (job_id, attempt, lease_token).
 --   * A run_at not in the future NOTIFYs idemq_jobs when a listener waits
 --     (_notify_waiting).
 -- Concurrency: row lock on the job, as complete().
 -- Errors: IQ404; IQ410 lease lost; 22004 NULL arguments; 22023 run_at infinity or -infinity.
--- Tests: test/sql/snooze.test.ts
-CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz)
+-- Tests: test/sql/snooze.test.ts, test/sql/fencing.test.ts
+CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz, lease_token uuid DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -31,7 +32,9 @@ BEGIN
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt
+    AND j.lease_token IS NOT DISTINCT FROM snooze.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
   RETURNING j.queue INTO v_queue;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
@@ -42,5 +45,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz) IS
+COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz, uuid) IS
   'Reschedule a held job without spending an attempt (rate limits, dependencies).';

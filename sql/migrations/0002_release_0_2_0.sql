@@ -23,6 +23,44 @@ CREATE TABLE idemq.installation (
 );
 COMMENT ON TABLE idemq.installation IS
   'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
+
+-- What idemq.job() returns: a type, not RETURNS TABLE, because a TABLE column
+-- may not share its name with the parameter job_id.
+CREATE TYPE idemq.job_row AS (
+  job_id bigint,
+  task text,
+  queue text,
+  payload jsonb,
+  state idemq.job_state,
+  priority integer,
+  run_at timestamptz,
+  attempt integer,
+  uncounted integer,
+  max_attempts integer,
+  idempotency_key text,
+  locked_by text,
+  locked_at timestamptz,
+  lease_expires_at timestamptz,
+  errors jsonb,
+  result jsonb,
+  created_at timestamptz,
+  finished_at timestamptz,
+  expires_at timestamptz
+);
+
+-- The lease token: a random value claim(..., token => true) sets on each job
+-- it hands out and returns with it, which complete, complete_many, fail,
+-- heartbeat, snooze and effect_claim's job binding then require besides the
+-- attempt, so a member of the worker role cannot finish a job another worker
+-- holds by guessing its attempt number. NULL on a job claimed without it (as
+-- 0.1.0's workers and claims made before this migration do): a NULL token
+-- matches only those, so 0.1.0 workers keep working through an upgrade.
+ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
+-- A job's id is job_id in every row a function returns. claim's rows named it
+-- id in 0.1.0, and a 0.1.0 worker reads that name while an upgrade runs: id
+-- stays where it is (deprecated, the same value) and job_id is appended, as
+-- a release appends columns (docs/design.md, "Migrations and releases").
+ALTER TYPE idemq.claimed_job ADD ATTRIBUTE lease_token uuid, ADD ATTRIBUTE job_id bigint;
 -- ==== end hand-written ====
 
 -- ---- sql/functions/_excerpt.sql ----
@@ -40,6 +78,88 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq._pairs_by_id;
+-- ---- sql/functions/_pairs_by_id.sql ----
+CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[], lease_tokens uuid[],
+                                              operation text, null_hint text,
+                                              OUT ids bigint[], OUT attempts_by_id int[], OUT tokens_by_id uuid[])
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF job_ids IS NULL OR attempts IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: job_ids and attempts must not be NULL', operation),
+      HINT = null_hint;
+  END IF;
+  IF cardinality(job_ids) <> cardinality(attempts) OR cardinality(job_ids) > 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: job_ids (%s) and attempts (%s) must have the same length, at most 10000',
+                       operation, cardinality(job_ids), cardinality(attempts)),
+      HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
+  END IF;
+  IF cardinality(lease_tokens) <> cardinality(job_ids) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: job_ids (%s) and lease_tokens (%s) must have the same length',
+                       operation, cardinality(job_ids), cardinality(lease_tokens)),
+      HINT = 'lease_tokens[i] is the lease_token claim() returned with job_ids[i].';
+  END IF;
+  -- plpgsql, not LANGUAGE sql: a SQL function with a SET clause is never
+  -- inlined, and PostgreSQL 15-17 parse and plan its body again at every
+  -- call from complete_many's or heartbeat's statement (18 caches it);
+  -- plpgsql keeps the plan for the session. As LANGUAGE sql, `npm run bench
+  -- -- profile` (process.c10, 20,000 jobs, PG15): 180 us per call, 19.3 us
+  -- per completed job.
+  -- unnest pads a NULL lease_tokens with NULLs: a NULL token for each id.
+  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}'),
+         coalesce(array_agg(t.token ORDER BY t.id), '{}')
+    INTO ids, attempts_by_id, tokens_by_id
+  FROM (SELECT DISTINCT ON (u.id) u.id, u.attempt, u.token
+        FROM unnest(job_ids, attempts, lease_tokens) AS u(id, attempt, token)
+        WHERE u.id IS NOT NULL
+        ORDER BY u.id, u.attempt DESC NULLS LAST, u.token) t;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], uuid[], text, text) IS
+  'Check (job_id, attempt, lease_token) entries and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
+
+-- ---- sql/functions/_raise_not_held.sql ----
+CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_job record;
+BEGIN
+  IF _raise_not_held.job_id IS NULL OR _raise_not_held.attempt IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: job_id and attempt must not be NULL', operation),
+      HINT = 'Pass the id and attempt that claim() returned: together they are the fencing token.';
+  END IF;
+  SELECT j.state INTO v_job FROM idemq.jobs j WHERE j.id = _raise_not_held.job_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ404',
+      MESSAGE = format('%s: job %s does not exist', operation, _raise_not_held.job_id),
+      HINT = 'Check the job id; finished jobs may have been purged.';
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'IQ410',
+    MESSAGE = format('%s: lease lost: attempt %s no longer holds job %s (it is %s)',
+                     operation, _raise_not_held.attempt, _raise_not_held.job_id, v_job.state),
+    DETAIL = jsonb_build_object('job_id', _raise_not_held.job_id, 'attempt', _raise_not_held.attempt,
+                                'current_state', v_job.state)::text,
+    HINT = 'Another attempt took the job over (lease expired and rescued, or cancelled), or the lease_token '
+           'passed is not the one claim() returned with this attempt: roll back this attempt''s work and stop.';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
+  'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
 -- ---- sql/functions/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
@@ -60,8 +180,8 @@ DECLARE
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
-  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats'];
@@ -173,6 +293,460 @@ $$;
 
 COMMENT ON FUNCTION idemq._grant_roles() IS
   'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.claim;
+-- ---- sql/functions/claim.sql ----
+CREATE OR REPLACE FUNCTION idemq.claim(
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  batch_size int DEFAULT 1,
+  lease interval DEFAULT '30 seconds',
+  tasks text[] DEFAULT NULL,
+  token boolean DEFAULT false)
+RETURNS SETOF idemq.claimed_job
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Generic plans, planned once per session: with custom plans (the first five
+-- calls, and then whenever a custom plan's estimate beats the generic one, as
+-- it does for the key lookups below, which know the array lengths) PL/pgSQL
+-- planned the key statements at every call: claim(tasks => '{x}') 2.2 ms a
+-- call against 0.65 ms generic (500 calls, same session, loaded machine).
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_lost bigint[];
+  v_key_tasks text[];
+  v_key_queues text[];
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'claim: worker_id must be a non-empty string',
+      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
+  END IF;
+  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
+      HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
+  END IF;
+  IF NOT idemq._names_valid(queues) THEN
+    PERFORM idemq._raise_bad_names('claim', 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
+  END IF;
+  IF NOT idemq._names_valid(tasks) THEN
+    PERFORM idemq._raise_bad_names('claim', 'tasks', tasks, 'any task',
+      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
+  END IF;
+  PERFORM idemq._check_lease(lease, 'claim');
+
+  -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
+  -- update them by primary key. One UPDATE joined to the locking subquery let
+  -- the planner hash the whole jobs table for claims of a few hundred (seen in
+  -- EXPLAIN: a sequential scan of every row, finished ones included, per
+  -- claim); "id = ANY (array)" is an index probe per job whatever the table
+  -- holds. The jobs whose previous attempt lost its lease are noted before the
+  -- update resets the flag.
+  --
+  -- One index holds the runnable jobs: jobs_runnable_by_task_queue
+  -- (_name_key(task), _name_key(queue), priority DESC, run_at, id), walked
+  -- one (task, queue) key at a time, where an equality on both leading
+  -- columns leaves that key's jobs, already in claim order; each walk then
+  -- compares the names themselves (a Filter), so two names with one 64-bit
+  -- key never mix (_name_key). The keys: the listed tasks crossed with the
+  -- listed queues; for a list that is NULL, the values present among
+  -- runnable jobs, read by a loose index scan (one index descent per value:
+  -- "next key after this one", the name read from the row found), and for
+  -- an unfiltered claim the (task, queue) pairs present, read the same way;
+  -- so finding the keys costs the number of distinct keys, tasks or queues,
+  -- not backlogs. The loose scans read keys, not names: a name whose key
+  -- another name present shares is not listed (_name_key says what that
+  -- costs).
+  -- Why keys and not the names (migration 0028): with the variable-width
+  -- names first, every comparison of an index insertion walked them to
+  -- reach priority, run_at and id: 84.4k -> 71.4k instructions per job of
+  -- a 10,000-job enqueue_many (callgrind, PostgreSQL 15).
+  -- Planner trap (why the index leads with task and queue, migration 0019):
+  -- a filter on queue or task checked on the rows of a walk over an index
+  -- in claim order alone (the former jobs_runnable (priority DESC, run_at,
+  -- id)) reads every runnable job of the other queues and tasks before it
+  -- finds none of its own. EXPLAIN (ANALYZE, BUFFERS), generic plan
+  -- (PG15), 200,000 runnable jobs in queue A, a claim on the empty queue B:
+  -- Index Scan using jobs_runnable, Rows Removed by Filter: 200000, 6,394
+  -- buffers, 138-166 ms; claim(queues => '{B}') 54-59 ms. Walking this
+  -- index per key: 0 rows removed, 3 buffers; claim(queues => '{B}', tasks
+  -- => '{t}') 0.36-0.49 ms a call (500 calls, one session, loaded machine).
+  -- Second trap, in the pair scan: "next pair" must be the row comparison
+  -- (task key, queue key) > (k.task_key, k.queue_key), which is an Index
+  -- Cond that starts the descent at the next pair. Spelt "j.task > $1 OR
+  -- (j.task = $1 AND j.queue > $2)" it is a Filter on a walk from the first
+  -- entry: EXPLAIN (ANALYZE, BUFFERS), generic plan, 50,000 runnable jobs
+  -- over 50 pairs, the step after the 49th pair: Rows Removed by Filter:
+  -- 44000, 917 buffers, 8.6 ms; as a row comparison, 5 buffers, 0.04 ms.
+  -- Third trap (0028), in the queue scan of a claim by tasks: a task-name
+  -- Filter on its step ("j.task = k.task") made the planner expect one row
+  -- and read the task's whole key with a Bitmap Heap Scan and a sort
+  -- (EXPLAIN ANALYZE, generic plan, 50,000 runnable jobs over 10 pairs:
+  -- rows=2500 per step); on the keys alone it is an Index Scan that stops
+  -- at the first entry (rows=1 per step). So the step compares keys only.
+  -- Fourth trap (0019, gone with jobs_runnable): with statistics that saw
+  -- one queue and one task, an equality on either looked like it kept every
+  -- row, and a generic plan tied the two indexes and walked jobs_runnable
+  -- with the filter again (Rows Removed by Filter: 100000 per key, 201 ms);
+  -- the schema sets n_distinct = 100 on both columns, which the key columns
+  -- of the index (expressions, with statistics of their own) no longer
+  -- read. n_distinct stays (the schema's, harmless here).
+  IF queues IS NULL AND tasks IS NULL THEN
+    WITH RECURSIVE present(task_key, queue_key, task, queue) AS (
+      (SELECT idemq._name_key(j.task), idemq._name_key(j.queue), j.task, j.queue
+       FROM idemq.jobs j
+       WHERE j.state IN ('enqueued', 'scheduled')
+       ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
+       LIMIT 1)
+      UNION ALL
+      SELECT n.task_key, n.queue_key, n.task, n.queue
+      FROM present k
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.task) AS task_key, idemq._name_key(j.queue) AS queue_key, j.task, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND (idemq._name_key(j.task), idemq._name_key(j.queue)) > (k.task_key, k.queue_key)
+        ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present k;
+  ELSIF tasks IS NULL THEN
+    WITH RECURSIVE present(task_key, task) AS (
+      (SELECT idemq._name_key(j.task), j.task
+       FROM idemq.jobs j
+       WHERE j.state IN ('enqueued', 'scheduled')
+       ORDER BY idemq._name_key(j.task)
+       LIMIT 1)
+      UNION ALL
+      SELECT n.task_key, n.task
+      FROM present t
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.task) AS task_key, j.task
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled') AND idemq._name_key(j.task) > t.task_key
+        ORDER BY idemq._name_key(j.task)
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
+           coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
+  ELSIF queues IS NULL THEN
+    WITH RECURSIVE present(task, queue_key, queue) AS (
+      SELECT u.task, n.queue_key, n.queue
+      FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND idemq._name_key(j.task) = idemq._name_key(u.task)
+        ORDER BY idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
+      UNION ALL
+      SELECT k.task, n.queue_key, n.queue
+      FROM present k
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND idemq._name_key(j.task) = idemq._name_key(k.task)
+          AND idemq._name_key(j.queue) > k.queue_key
+        ORDER BY idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present k;
+  ELSE
+    SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) t
+    CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
+  END IF;
+
+  IF cardinality(v_key_tasks) = 0 THEN
+    -- No runnable job of any key asked for (unfiltered: none at all).
+    RETURN;
+  ELSIF cardinality(v_key_tasks) = 1 THEN
+    -- One key (a worker of one task, or of one queue and one task; an
+    -- unfiltered claim while one key has runnable jobs): its walk is the
+    -- claim order itself, locked as it goes.
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
+    FROM (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
+        AND idemq._name_key(j.queue) = idemq._name_key(v_key_queues[1])
+        AND j.task = v_key_tasks[1]
+        AND j.queue = v_key_queues[1]
+        AND j.run_at <= now()
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    ) p;
+  ELSE
+    -- Several keys: _claim_merge reads each key only as far as the claim
+    -- order needs and locks the jobs it takes (its header says how, and
+    -- what it costs). Only a claim of several keys pays its call.
+    SELECT m.ids, m.lost INTO v_ids, v_lost
+    FROM idemq._claim_merge(v_key_tasks, v_key_queues, batch_size) m;
+  END IF;
+  IF cardinality(v_ids) = 0 THEN
+    RETURN;
+  END IF;
+
+  RETURN QUERY
+  WITH claimed AS (
+    UPDATE idemq.jobs AS j
+    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false,
+        lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
+    WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+              j.traceparent, j.lease_token, j.priority, j.run_at
+  )
+  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id
+  FROM claimed c
+  ORDER BY c.priority DESC, c.run_at, c.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[], boolean) IS
+  'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.complete;
+-- ---- sql/functions/complete.sql ----
+CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL,
+                                          lease_token uuid DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_r record;
+  v_gone int;
+BEGIN
+  SELECT * INTO v_r FROM idemq._success_retention() z;
+  IF v_r.any_zero THEN
+    -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)
+    -- does not fire for a DELETE, so the ledger write it makes for a
+    -- succeeded key is made here; a job with children takes the UPDATE below.
+    WITH gone AS (
+      DELETE FROM idemq.jobs AS j
+      WHERE j.id = complete.job_id AND j.attempt = complete.attempt
+        AND j.lease_token IS NOT DISTINCT FROM complete.lease_token
+        AND idemq._held(j.lease_expires_at, j.locked_by)
+        AND NOT j.has_children
+        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
+                                   v_r.zero_queues, v_r.kept_queues)
+      RETURNING j.id, j.idempotency_key
+    ), ledger AS (
+      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
+      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
+    )
+    SELECT count(*) INTO v_gone FROM gone;
+    IF v_gone = 1 THEN
+      RETURN;
+    END IF;
+  END IF;
+
+  UPDATE idemq.jobs AS j
+  SET state = 'succeeded', result = complete.result, finished_at = now(),
+      lease_expires_at = NULL
+  WHERE j.id = complete.job_id AND j.attempt = complete.attempt
+    AND j.lease_token IS NOT DISTINCT FROM complete.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by);
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb, uuid) IS
+  'Mark a job succeeded if attempt (with its lease token) still holds it; IQ410 (lease lost) otherwise, so the caller''s transaction rolls back.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.complete_many;
+-- ---- sql/functions/complete_many.sql ----
+CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[], lease_tokens uuid[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+  v_tokens uuid[];
+  v_r record;
+  v_gone bigint[];
+BEGIN
+  -- The pairs checked and sorted by id (_pairs_by_id), so width_bucket() finds an id's
+  -- attempt by binary search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
+  -- per job whatever the table holds: joined to the arrays instead, the planner
+  -- hashed or scanned the whole table for batches of a few hundred (seen in
+  -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
+  -- a row changed concurrently (rescue, a new claim) is re-checked on its newest
+  -- version and skipped if no longer held by that attempt. No row lock first:
+  -- that wrote a WAL record per job for nothing. "Held" is _held(), the lease
+  -- columns, not "state = 'processing'", which matches the jobs_leases partial
+  -- index: the planner then scanned every job in flight once per pair.
+  SELECT p.ids, p.attempts_by_id, p.tokens_by_id INTO v_ids, v_attempts, v_tokens
+  FROM idemq._pairs_by_id(job_ids, attempts, lease_tokens, 'complete_many',
+                          'Pass arrays of equal length: the ids, attempts and lease tokens claim() returned.') p;
+
+  SELECT * INTO v_r FROM idemq._success_retention() z;
+  IF v_r.any_zero THEN
+    -- Retention 0: delete instead of update, with the ledger write the
+    -- trigger would make (as in complete()). The ids left (children, another
+    -- retention, lost leases) take the UPDATE below in a statement of its
+    -- own, so a row changed meanwhile (an enqueue setting has_children) is
+    -- judged on its newest version; when every id went, it is skipped.
+    WITH gone AS (
+      DELETE FROM idemq.jobs AS j
+      WHERE j.id = ANY (v_ids)
+        AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+        AND j.lease_token IS NOT DISTINCT FROM v_tokens[width_bucket(j.id, v_ids)]
+        AND idemq._held(j.lease_expires_at, j.locked_by)
+        AND NOT j.has_children
+        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
+                                   v_r.zero_queues, v_r.kept_queues)
+      RETURNING j.id, j.idempotency_key
+    ), ledger AS (
+      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
+      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
+    )
+    SELECT coalesce(array_agg(g.id), '{}') INTO v_gone FROM gone g;
+    RETURN QUERY SELECT unnest(v_gone);
+    IF cardinality(v_gone) = cardinality(v_ids) THEN
+      RETURN;
+    END IF;
+    -- What is left, still sorted by id (width_bucket needs the order).
+    SELECT array_agg(p.id ORDER BY p.id), array_agg(p.attempt ORDER BY p.id), array_agg(p.token ORDER BY p.id)
+      INTO v_ids, v_attempts, v_tokens
+    FROM unnest(v_ids, v_attempts, v_tokens) p(id, attempt, token) WHERE NOT p.id = ANY (v_gone);
+  END IF;
+
+  RETURN QUERY
+  UPDATE idemq.jobs AS j
+  SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+  WHERE j.id = ANY (v_ids)
+    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+    AND j.lease_token IS NOT DISTINCT FROM v_tokens[width_bucket(j.id, v_ids)]
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.complete_many(bigint[], int[], uuid[]) IS
+  'Mark many (job_id, attempt, lease_token) entries succeeded; returns the ids completed, skipping lost leases.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.effect_claim;
+-- ---- sql/functions/effect_claim.sql ----
+CREATE OR REPLACE FUNCTION idemq.effect_claim(
+  key text,
+  owner text,
+  stale_after interval DEFAULT '10 minutes',
+  job_id bigint DEFAULT NULL,
+  attempt int DEFAULT NULL,
+  lease_token uuid DEFAULT NULL)
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL)
+     OR (effect_claim.lease_token IS NOT NULL AND effect_claim.job_id IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: job_id, attempt and lease_token go together',
+      HINT = 'Pass all three (the job, attempt and lease token this claim is made for, as claim() returned them) or none.';
+  END IF;
+  PERFORM idemq._check_key_bytes('effect_claim', effect_claim.key, effect_claim.owner);
+  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    -- Stale, or left by an earlier attempt of the job the caller holds now
+    -- (fencing: that attempt can no longer finish, so its claim is dead).
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
+        job_id = effect_claim.job_id, attempt = effect_claim.attempt
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
+           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
+               AND EXISTS (SELECT 1 FROM idemq.jobs j
+                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
+                             AND j.lease_token IS NOT DISTINCT FROM effect_claim.lease_token
+                             AND idemq._held(j.lease_expires_at, j.locked_by))));
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int, uuid) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
 
 -- ---- sql/functions/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
@@ -312,6 +886,175 @@ $$;
 COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.fail;
+-- ---- sql/functions/fail.sql ----
+CREATE OR REPLACE FUNCTION idemq.fail(
+  job_id bigint,
+  attempt int,
+  error jsonb,
+  retryable boolean DEFAULT true,
+  retry_at timestamptz DEFAULT NULL,
+  backoff jsonb DEFAULT NULL,
+  max_attempts int DEFAULT NULL,
+  counted boolean DEFAULT true,
+  lease_token uuid DEFAULT NULL)
+RETURNS TABLE(state idemq.job_state, run_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- No "#variable_conflict error" line: the parameter named "error" (fixed by
+-- the contract) would be read there as the variable; nor SET
+-- plpgsql.variable_conflict, which only a superuser may set (it kept anyone
+-- else from installing idemq). Every name in the body is qualified, so it
+-- means the same under any setting (the default is error).
+AS $$
+DECLARE
+  v_error jsonb;
+  v_job record;
+  v_state idemq.job_state;
+  v_due record;
+  v_problem text;
+BEGIN
+  IF fail.error IS NULL OR fail.retryable IS NULL OR fail.counted IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'fail: error, retryable and counted must not be NULL',
+      HINT = 'Pass the error as {"class": "TimeoutError", "message": "..."}.';
+  END IF;
+  v_error := idemq._error_entry(fail.error);
+  IF v_error IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: error must be a JSON object or string, not %s', idemq._excerpt(fail.error::text)),
+      HINT = 'Pass {"class": "TimeoutError", "message": "...", "stack": "..."}.';
+  END IF;
+  v_problem := idemq._backoff_problem(fail.backoff);
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: %s', v_problem),
+      HINT = 'Pass NULL to use the job''s own backoff.';
+  END IF;
+  IF fail.max_attempts < 1 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: max_attempts must be NULL or >= 1, not %s', fail.max_attempts),
+      HINT = 'Pass NULL to use the job''s own max_attempts.';
+  END IF;
+  PERFORM idemq._check_instant('fail', 'retry_at', fail.retry_at);
+
+  SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
+  FROM idemq.jobs j
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt
+    AND j.lease_token IS NOT DISTINCT FROM fail.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
+  END IF;
+  v_state := CASE WHEN NOT fail.retryable THEN 'failed'
+                  WHEN NOT fail.counted THEN 'scheduled'
+                  WHEN v_job.attempt - v_job.uncounted >= least(v_job.max_attempts, fail.max_attempts) THEN 'failed'
+                  ELSE 'scheduled' END;
+
+  UPDATE idemq.jobs AS j
+  SET state = v_state,
+      run_at = CASE WHEN v_state <> 'scheduled' THEN j.run_at
+                    WHEN NOT fail.counted THEN coalesce(fail.retry_at, now())
+                    ELSE coalesce(fail.retry_at, now() + idemq._backoff_delay(coalesce(nullif(fail.backoff, 'null'), v_job.backoff),
+                                                                  v_job.attempt - v_job.uncounted)) END,
+      uncounted = j.uncounted + CASE WHEN fail.counted THEN 0 ELSE 1 END,
+      finished_at = CASE WHEN v_state = 'failed' THEN now() END,
+      errors = idemq._append_error(j.errors, v_error || jsonb_build_object(
+        'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,
+        'max_attempts', least(v_job.max_attempts, fail.max_attempts))),
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = fail.job_id
+  RETURNING j.run_at, j.queue INTO v_due;
+  -- A retry due at once (retry_at in the past, a zero delay) must not wait
+  -- for a worker's fallback poll.
+  IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
+    PERFORM idemq._notify_waiting(v_due.queue);
+  END IF;
+  state := v_state;
+  run_at := CASE WHEN v_state = 'scheduled' THEN v_due.run_at END;
+  RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean, uuid) IS
+  'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.heartbeat;
+-- ---- sql/functions/heartbeat.sql ----
+CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds',
+                                           lease_tokens uuid[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+  v_tokens uuid[];
+BEGIN
+  -- As in complete_many: the pairs checked and sorted by id (_pairs_by_id),
+  -- width_bucket() finding an id's attempt by binary search, and "id = ANY
+  -- (ids)", a primary-key probe per job whatever the table holds (joined to
+  -- the arrays, the planner hashed or scanned the whole table). The attempt
+  -- and the held-check are re-checked on the newest row version.
+  SELECT p.ids, p.attempts_by_id, p.tokens_by_id INTO v_ids, v_attempts, v_tokens
+  FROM idemq._pairs_by_id(job_ids, attempts, lease_tokens, 'heartbeat',
+                          'Pass arrays of equal length: the ids, attempts and lease tokens of the jobs this worker runs.') p;
+  PERFORM idemq._check_lease(lease, 'heartbeat');
+
+  RETURN QUERY
+  UPDATE idemq.jobs AS j
+  SET lease_expires_at = now() + lease
+  WHERE j.id = ANY (v_ids)
+    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+    AND j.lease_token IS NOT DISTINCT FROM v_tokens[width_bucket(j.id, v_ids)]
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
+  'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
+
+-- ---- sql/functions/job.sql ----
+CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
+RETURNS SETOF idemq.job_row
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_payloads boolean;
+BEGIN
+  IF job.job_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'job: job_id must not be NULL',
+      HINT = 'Pass the id enqueue() returned.';
+  END IF;
+  -- session_user, not current_user: inside SECURITY DEFINER current_user is
+  -- the owner. A session that may SET ROLE away from its login can SET it
+  -- back, so the login's privilege is the one that counts.
+  v_payloads := has_table_privilege(session_user, 'idemq.jobs', 'SELECT');
+  RETURN QUERY
+  SELECT j.id, j.task, j.queue, CASE WHEN v_payloads THEN j.payload END, j.state, j.priority,
+         j.run_at, j.attempt, j.uncounted, j.max_attempts, j.idempotency_key, j.locked_by,
+         j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
+         j.expires_at
+  FROM idemq.jobs j
+  WHERE j.id = job.job_id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.job(bigint) IS
+  'One job''s state and outcome (no row when it does not exist); the payload only for a login that may read idemq.jobs.';
+
 -- ---- sql/functions/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
@@ -435,6 +1178,47 @@ $$;
 COMMENT ON FUNCTION idemq.schema_version() IS
   'The latest migration applied to this database (its release is in the name), for version checks at start.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.snooze;
+-- ---- sql/functions/snooze.sql ----
+CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz, lease_token uuid DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_queue text;
+BEGIN
+  IF snooze.run_at IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'snooze: run_at must not be NULL',
+      HINT = 'Pass when the job should run again, e.g. now() + interval ''1 minute''.';
+  END IF;
+  PERFORM idemq._check_instant('snooze', 'run_at', snooze.run_at);
+  UPDATE idemq.jobs AS j
+  SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt
+    AND j.lease_token IS NOT DISTINCT FROM snooze.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.queue INTO v_queue;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
+  END IF;
+  IF snooze.run_at <= now() THEN
+    PERFORM idemq._notify_waiting(v_queue);
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz, uuid) IS
+  'Reschedule a held job without spending an attempt (rate limits, dependencies).';
+
+-- Private helpers are for the public functions only.
+REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
+
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
 SELECT count(*) FROM idemq._grant_roles();
 
@@ -516,6 +1300,519 @@ $$;
 
 COMMENT ON FUNCTION idemq._grant_roles() IS
   'Grant idemq_producer, idemq_worker and idemq_admin (those that exist) what their names say, PUBLIC nothing; returns what it granted.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq._pairs_by_id;
+-- sql/functions/_pairs_by_id.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[], operation text, null_hint text,
+                                              OUT ids bigint[], OUT attempts_by_id int[])
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF job_ids IS NULL OR attempts IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: job_ids and attempts must not be NULL', operation),
+      HINT = null_hint;
+  END IF;
+  IF cardinality(job_ids) <> cardinality(attempts) OR cardinality(job_ids) > 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: job_ids (%s) and attempts (%s) must have the same length, at most 10000',
+                       operation, cardinality(job_ids), cardinality(attempts)),
+      HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
+  END IF;
+  -- plpgsql, not LANGUAGE sql: a SQL function with a SET clause is never
+  -- inlined, and PostgreSQL 15-17 parse and plan its body again at every
+  -- call from complete_many's or heartbeat's statement (18 caches it);
+  -- plpgsql keeps the plan for the session. As LANGUAGE sql, `npm run bench
+  -- -- profile` (process.c10, 20,000 jobs, PG15): 180 us per call, 19.3 us
+  -- per completed job.
+  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
+    INTO ids, attempts_by_id
+  FROM (SELECT u.id, max(u.attempt) AS attempt
+        FROM unnest(job_ids, attempts) AS u(id, attempt)
+        WHERE u.id IS NOT NULL
+        GROUP BY u.id) t;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], text, text) IS
+  'Check (job_id, attempt) pairs and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
+
+-- sql/functions/_raise_not_held.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_job record;
+BEGIN
+  IF _raise_not_held.job_id IS NULL OR _raise_not_held.attempt IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: job_id and attempt must not be NULL', operation),
+      HINT = 'Pass the id and attempt that claim() returned: together they are the fencing token.';
+  END IF;
+  SELECT j.state INTO v_job FROM idemq.jobs j WHERE j.id = _raise_not_held.job_id;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'IQ404',
+      MESSAGE = format('%s: job %s does not exist', operation, _raise_not_held.job_id),
+      HINT = 'Check the job id; finished jobs may have been purged.';
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = 'IQ410',
+    MESSAGE = format('%s: lease lost: attempt %s no longer holds job %s (it is %s)',
+                     operation, _raise_not_held.attempt, _raise_not_held.job_id, v_job.state),
+    DETAIL = jsonb_build_object('job_id', _raise_not_held.job_id, 'attempt', _raise_not_held.attempt,
+                                'current_state', v_job.state)::text,
+    HINT = 'Another attempt took the job over (lease expired and rescued, or cancelled): '
+           'roll back this attempt''s work and stop.';
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
+  'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.claim;
+-- sql/functions/claim.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.claim(
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  batch_size int DEFAULT 1,
+  lease interval DEFAULT '30 seconds',
+  tasks text[] DEFAULT NULL)
+RETURNS SETOF idemq.claimed_job
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Generic plans, planned once per session: with custom plans (the first five
+-- calls, and then whenever a custom plan's estimate beats the generic one, as
+-- it does for the key lookups below, which know the array lengths) PL/pgSQL
+-- planned the key statements at every call: claim(tasks => '{x}') 2.2 ms a
+-- call against 0.65 ms generic (500 calls, same session, loaded machine).
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_lost bigint[];
+  v_key_tasks text[];
+  v_key_queues text[];
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'claim: worker_id must be a non-empty string',
+      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
+  END IF;
+  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
+      HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
+  END IF;
+  IF NOT idemq._names_valid(queues) THEN
+    PERFORM idemq._raise_bad_names('claim', 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
+  END IF;
+  IF NOT idemq._names_valid(tasks) THEN
+    PERFORM idemq._raise_bad_names('claim', 'tasks', tasks, 'any task',
+      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
+  END IF;
+  PERFORM idemq._check_lease(lease, 'claim');
+
+  -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
+  -- update them by primary key. One UPDATE joined to the locking subquery let
+  -- the planner hash the whole jobs table for claims of a few hundred (seen in
+  -- EXPLAIN: a sequential scan of every row, finished ones included, per
+  -- claim); "id = ANY (array)" is an index probe per job whatever the table
+  -- holds. The jobs whose previous attempt lost its lease are noted before the
+  -- update resets the flag.
+  --
+  -- One index holds the runnable jobs: jobs_runnable_by_task_queue
+  -- (_name_key(task), _name_key(queue), priority DESC, run_at, id), walked
+  -- one (task, queue) key at a time, where an equality on both leading
+  -- columns leaves that key's jobs, already in claim order; each walk then
+  -- compares the names themselves (a Filter), so two names with one 64-bit
+  -- key never mix (_name_key). The keys: the listed tasks crossed with the
+  -- listed queues; for a list that is NULL, the values present among
+  -- runnable jobs, read by a loose index scan (one index descent per value:
+  -- "next key after this one", the name read from the row found), and for
+  -- an unfiltered claim the (task, queue) pairs present, read the same way;
+  -- so finding the keys costs the number of distinct keys, tasks or queues,
+  -- not backlogs. The loose scans read keys, not names: a name whose key
+  -- another name present shares is not listed (_name_key says what that
+  -- costs).
+  -- Why keys and not the names (migration 0028): with the variable-width
+  -- names first, every comparison of an index insertion walked them to
+  -- reach priority, run_at and id: 84.4k -> 71.4k instructions per job of
+  -- a 10,000-job enqueue_many (callgrind, PostgreSQL 15).
+  -- Planner trap (why the index leads with task and queue, migration 0019):
+  -- a filter on queue or task checked on the rows of a walk over an index
+  -- in claim order alone (the former jobs_runnable (priority DESC, run_at,
+  -- id)) reads every runnable job of the other queues and tasks before it
+  -- finds none of its own. EXPLAIN (ANALYZE, BUFFERS), generic plan
+  -- (PG15), 200,000 runnable jobs in queue A, a claim on the empty queue B:
+  -- Index Scan using jobs_runnable, Rows Removed by Filter: 200000, 6,394
+  -- buffers, 138-166 ms; claim(queues => '{B}') 54-59 ms. Walking this
+  -- index per key: 0 rows removed, 3 buffers; claim(queues => '{B}', tasks
+  -- => '{t}') 0.36-0.49 ms a call (500 calls, one session, loaded machine).
+  -- Second trap, in the pair scan: "next pair" must be the row comparison
+  -- (task key, queue key) > (k.task_key, k.queue_key), which is an Index
+  -- Cond that starts the descent at the next pair. Spelt "j.task > $1 OR
+  -- (j.task = $1 AND j.queue > $2)" it is a Filter on a walk from the first
+  -- entry: EXPLAIN (ANALYZE, BUFFERS), generic plan, 50,000 runnable jobs
+  -- over 50 pairs, the step after the 49th pair: Rows Removed by Filter:
+  -- 44000, 917 buffers, 8.6 ms; as a row comparison, 5 buffers, 0.04 ms.
+  -- Third trap (0028), in the queue scan of a claim by tasks: a task-name
+  -- Filter on its step ("j.task = k.task") made the planner expect one row
+  -- and read the task's whole key with a Bitmap Heap Scan and a sort
+  -- (EXPLAIN ANALYZE, generic plan, 50,000 runnable jobs over 10 pairs:
+  -- rows=2500 per step); on the keys alone it is an Index Scan that stops
+  -- at the first entry (rows=1 per step). So the step compares keys only.
+  -- Fourth trap (0019, gone with jobs_runnable): with statistics that saw
+  -- one queue and one task, an equality on either looked like it kept every
+  -- row, and a generic plan tied the two indexes and walked jobs_runnable
+  -- with the filter again (Rows Removed by Filter: 100000 per key, 201 ms);
+  -- the schema sets n_distinct = 100 on both columns, which the key columns
+  -- of the index (expressions, with statistics of their own) no longer
+  -- read. n_distinct stays (the schema's, harmless here).
+  IF queues IS NULL AND tasks IS NULL THEN
+    WITH RECURSIVE present(task_key, queue_key, task, queue) AS (
+      (SELECT idemq._name_key(j.task), idemq._name_key(j.queue), j.task, j.queue
+       FROM idemq.jobs j
+       WHERE j.state IN ('enqueued', 'scheduled')
+       ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
+       LIMIT 1)
+      UNION ALL
+      SELECT n.task_key, n.queue_key, n.task, n.queue
+      FROM present k
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.task) AS task_key, idemq._name_key(j.queue) AS queue_key, j.task, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND (idemq._name_key(j.task), idemq._name_key(j.queue)) > (k.task_key, k.queue_key)
+        ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present k;
+  ELSIF tasks IS NULL THEN
+    WITH RECURSIVE present(task_key, task) AS (
+      (SELECT idemq._name_key(j.task), j.task
+       FROM idemq.jobs j
+       WHERE j.state IN ('enqueued', 'scheduled')
+       ORDER BY idemq._name_key(j.task)
+       LIMIT 1)
+      UNION ALL
+      SELECT n.task_key, n.task
+      FROM present t
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.task) AS task_key, j.task
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled') AND idemq._name_key(j.task) > t.task_key
+        ORDER BY idemq._name_key(j.task)
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
+           coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
+  ELSIF queues IS NULL THEN
+    WITH RECURSIVE present(task, queue_key, queue) AS (
+      SELECT u.task, n.queue_key, n.queue
+      FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND idemq._name_key(j.task) = idemq._name_key(u.task)
+        ORDER BY idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
+      UNION ALL
+      SELECT k.task, n.queue_key, n.queue
+      FROM present k
+      CROSS JOIN LATERAL (
+        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
+        FROM idemq.jobs j
+        WHERE j.state IN ('enqueued', 'scheduled')
+          AND idemq._name_key(j.task) = idemq._name_key(k.task)
+          AND idemq._name_key(j.queue) > k.queue_key
+        ORDER BY idemq._name_key(j.queue)
+        LIMIT 1
+      ) n
+    )
+    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM present k;
+  ELSE
+    SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
+    INTO v_key_tasks, v_key_queues
+    FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) t
+    CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
+  END IF;
+
+  IF cardinality(v_key_tasks) = 0 THEN
+    -- No runnable job of any key asked for (unfiltered: none at all).
+    RETURN;
+  ELSIF cardinality(v_key_tasks) = 1 THEN
+    -- One key (a worker of one task, or of one queue and one task; an
+    -- unfiltered claim while one key has runnable jobs): its walk is the
+    -- claim order itself, locked as it goes.
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
+    FROM (
+      SELECT j.id, j.lease_lost
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
+        AND idemq._name_key(j.queue) = idemq._name_key(v_key_queues[1])
+        AND j.task = v_key_tasks[1]
+        AND j.queue = v_key_queues[1]
+        AND j.run_at <= now()
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT batch_size
+      FOR UPDATE SKIP LOCKED
+    ) p;
+  ELSE
+    -- Several keys: _claim_merge reads each key only as far as the claim
+    -- order needs and locks the jobs it takes (its header says how, and
+    -- what it costs). Only a claim of several keys pays its call.
+    SELECT m.ids, m.lost INTO v_ids, v_lost
+    FROM idemq._claim_merge(v_key_tasks, v_key_queues, batch_size) m;
+  END IF;
+  IF cardinality(v_ids) = 0 THEN
+    RETURN;
+  END IF;
+
+  RETURN QUERY
+  WITH claimed AS (
+    UPDATE idemq.jobs AS j
+    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
+    WHERE j.id = ANY (v_ids)
+    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+              j.traceparent, j.priority, j.run_at
+  )
+  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
+  FROM claimed c
+  ORDER BY c.priority DESC, c.run_at, c.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[]) IS
+  'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.complete;
+-- sql/functions/complete.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_r record;
+  v_gone int;
+BEGIN
+  SELECT * INTO v_r FROM idemq._success_retention() z;
+  IF v_r.any_zero THEN
+    -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)
+    -- does not fire for a DELETE, so the ledger write it makes for a
+    -- succeeded key is made here; a job with children takes the UPDATE below.
+    WITH gone AS (
+      DELETE FROM idemq.jobs AS j
+      WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
+        AND NOT j.has_children
+        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
+                                   v_r.zero_queues, v_r.kept_queues)
+      RETURNING j.id, j.idempotency_key
+    ), ledger AS (
+      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
+      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
+    )
+    SELECT count(*) INTO v_gone FROM gone;
+    IF v_gone = 1 THEN
+      RETURN;
+    END IF;
+  END IF;
+
+  UPDATE idemq.jobs AS j
+  SET state = 'succeeded', result = complete.result, finished_at = now(),
+      lease_expires_at = NULL
+  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by);
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb) IS
+  'Mark a job succeeded if attempt still holds it; IQ410 (lease lost) otherwise, so the caller''s transaction rolls back.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.complete_many;
+-- sql/functions/complete_many.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+  v_r record;
+  v_gone bigint[];
+BEGIN
+  -- The pairs checked and sorted by id (_pairs_by_id), so width_bucket() finds an id's
+  -- attempt by binary search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
+  -- per job whatever the table holds: joined to the arrays instead, the planner
+  -- hashed or scanned the whole table for batches of a few hundred (seen in
+  -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
+  -- a row changed concurrently (rescue, a new claim) is re-checked on its newest
+  -- version and skipped if no longer held by that attempt. No row lock first:
+  -- that wrote a WAL record per job for nothing. "Held" is _held(), the lease
+  -- columns, not "state = 'processing'", which matches the jobs_leases partial
+  -- index: the planner then scanned every job in flight once per pair.
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts
+  FROM idemq._pairs_by_id(job_ids, attempts, 'complete_many',
+                          'Pass two arrays of equal length: the ids and attempts claim() returned.') p;
+
+  SELECT * INTO v_r FROM idemq._success_retention() z;
+  IF v_r.any_zero THEN
+    -- Retention 0: delete instead of update, with the ledger write the
+    -- trigger would make (as in complete()). The ids left (children, another
+    -- retention, lost leases) take the UPDATE below in a statement of its
+    -- own, so a row changed meanwhile (an enqueue setting has_children) is
+    -- judged on its newest version; when every id went, it is skipped.
+    WITH gone AS (
+      DELETE FROM idemq.jobs AS j
+      WHERE j.id = ANY (v_ids)
+        AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+        AND idemq._held(j.lease_expires_at, j.locked_by)
+        AND NOT j.has_children
+        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
+                                   v_r.zero_queues, v_r.kept_queues)
+      RETURNING j.id, j.idempotency_key
+    ), ledger AS (
+      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
+      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
+    )
+    SELECT coalesce(array_agg(g.id), '{}') INTO v_gone FROM gone g;
+    RETURN QUERY SELECT unnest(v_gone);
+    IF cardinality(v_gone) = cardinality(v_ids) THEN
+      RETURN;
+    END IF;
+    -- What is left, still sorted by id (width_bucket needs the order).
+    SELECT array_agg(p.id ORDER BY p.id), array_agg(p.attempt ORDER BY p.id) INTO v_ids, v_attempts
+    FROM unnest(v_ids, v_attempts) p(id, attempt) WHERE NOT p.id = ANY (v_gone);
+  END IF;
+
+  RETURN QUERY
+  UPDATE idemq.jobs AS j
+  SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+  WHERE j.id = ANY (v_ids)
+    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.complete_many(bigint[], int[]) IS
+  'Mark many (job_id, attempt) pairs succeeded; returns the ids completed, skipping lost leases.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.effect_claim;
+-- sql/functions/effect_claim.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.effect_claim(
+  key text,
+  owner text,
+  stale_after interval DEFAULT '10 minutes',
+  job_id bigint DEFAULT NULL,
+  attempt int DEFAULT NULL)
+RETURNS TABLE(status text, result jsonb)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_round int := 0;
+  v_row record;
+BEGIN
+  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
+      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
+  END IF;
+  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
+      HINT = 'stale_after should exceed the longest the external call can take.';
+  END IF;
+  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'effect_claim: job_id and attempt go together',
+      HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
+  END IF;
+  PERFORM idemq._check_key_bytes('effect_claim', effect_claim.key, effect_claim.owner);
+  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
+
+  LOOP
+    v_round := v_round + 1;
+    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
+    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
+    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
+    IF FOUND THEN
+      status := 'claimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    -- Stale, or left by an earlier attempt of the job the caller holds now
+    -- (fencing: that attempt can no longer finish, so its claim is dead).
+    UPDATE idemq.effects AS e
+    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
+        job_id = effect_claim.job_id, attempt = effect_claim.attempt
+    WHERE e.key = effect_claim.key AND e.status = 'claimed'
+      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
+           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
+               AND EXISTS (SELECT 1 FROM idemq.jobs j
+                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
+                             AND idemq._held(j.lease_expires_at, j.locked_by))));
+    IF FOUND THEN
+      status := 'reclaimed'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+
+    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
+    IF FOUND THEN
+      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
+      result := v_row.result;
+      RETURN NEXT; RETURN;
+    END IF;
+    -- released between our statements: claim again
+    IF v_round >= 10 THEN
+      status := 'busy'; result := NULL;
+      RETURN NEXT; RETURN;
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int) IS
+  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
 
 -- sql/functions/enqueue.sql as of 0001_release_0_1_0
 CREATE OR REPLACE FUNCTION idemq.enqueue(
@@ -655,6 +1952,136 @@ $$;
 COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.fail;
+-- sql/functions/fail.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.fail(
+  job_id bigint,
+  attempt int,
+  error jsonb,
+  retryable boolean DEFAULT true,
+  retry_at timestamptz DEFAULT NULL,
+  backoff jsonb DEFAULT NULL,
+  max_attempts int DEFAULT NULL,
+  counted boolean DEFAULT true)
+RETURNS TABLE(state idemq.job_state, run_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- No "#variable_conflict error" line: the parameter named "error" (fixed by
+-- the contract) would be read there as the variable; nor SET
+-- plpgsql.variable_conflict, which only a superuser may set (it kept anyone
+-- else from installing idemq). Every name in the body is qualified, so it
+-- means the same under any setting (the default is error).
+AS $$
+DECLARE
+  v_error jsonb;
+  v_job record;
+  v_state idemq.job_state;
+  v_due record;
+  v_problem text;
+BEGIN
+  IF fail.error IS NULL OR fail.retryable IS NULL OR fail.counted IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'fail: error, retryable and counted must not be NULL',
+      HINT = 'Pass the error as {"class": "TimeoutError", "message": "..."}.';
+  END IF;
+  v_error := idemq._error_entry(fail.error);
+  IF v_error IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: error must be a JSON object or string, not %s', idemq._excerpt(fail.error::text)),
+      HINT = 'Pass {"class": "TimeoutError", "message": "...", "stack": "..."}.';
+  END IF;
+  v_problem := idemq._backoff_problem(fail.backoff);
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: %s', v_problem),
+      HINT = 'Pass NULL to use the job''s own backoff.';
+  END IF;
+  IF fail.max_attempts < 1 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('fail: max_attempts must be NULL or >= 1, not %s', fail.max_attempts),
+      HINT = 'Pass NULL to use the job''s own max_attempts.';
+  END IF;
+  PERFORM idemq._check_instant('fail', 'retry_at', fail.retry_at);
+
+  SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
+  FROM idemq.jobs j
+  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
+  FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
+  END IF;
+  v_state := CASE WHEN NOT fail.retryable THEN 'failed'
+                  WHEN NOT fail.counted THEN 'scheduled'
+                  WHEN v_job.attempt - v_job.uncounted >= least(v_job.max_attempts, fail.max_attempts) THEN 'failed'
+                  ELSE 'scheduled' END;
+
+  UPDATE idemq.jobs AS j
+  SET state = v_state,
+      run_at = CASE WHEN v_state <> 'scheduled' THEN j.run_at
+                    WHEN NOT fail.counted THEN coalesce(fail.retry_at, now())
+                    ELSE coalesce(fail.retry_at, now() + idemq._backoff_delay(coalesce(nullif(fail.backoff, 'null'), v_job.backoff),
+                                                                  v_job.attempt - v_job.uncounted)) END,
+      uncounted = j.uncounted + CASE WHEN fail.counted THEN 0 ELSE 1 END,
+      finished_at = CASE WHEN v_state = 'failed' THEN now() END,
+      errors = idemq._append_error(j.errors, v_error || jsonb_build_object(
+        'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,
+        'max_attempts', least(v_job.max_attempts, fail.max_attempts))),
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = fail.job_id
+  RETURNING j.run_at, j.queue INTO v_due;
+  -- A retry due at once (retry_at in the past, a zero delay) must not wait
+  -- for a worker's fallback poll.
+  IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
+    PERFORM idemq._notify_waiting(v_due.queue);
+  END IF;
+  state := v_state;
+  run_at := CASE WHEN v_state = 'scheduled' THEN v_due.run_at END;
+  RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean) IS
+  'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.heartbeat;
+-- sql/functions/heartbeat.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+BEGIN
+  -- As in complete_many: the pairs checked and sorted by id (_pairs_by_id),
+  -- width_bucket() finding an id's attempt by binary search, and "id = ANY
+  -- (ids)", a primary-key probe per job whatever the table holds (joined to
+  -- the arrays, the planner hashed or scanned the whole table). The attempt
+  -- and the held-check are re-checked on the newest row version.
+  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts
+  FROM idemq._pairs_by_id(job_ids, attempts, 'heartbeat',
+                          'Pass two arrays of equal length: the ids and attempts of the jobs this worker runs.') p;
+  PERFORM idemq._check_lease(lease, 'heartbeat');
+
+  RETURN QUERY
+  UPDATE idemq.jobs AS j
+  SET lease_expires_at = now() + lease
+  WHERE j.id = ANY (v_ids)
+    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval) IS
+  'Extend the leases of (job_id, attempt) pairs still held; ids missing from the answer were lost.';
+
 -- sql/functions/retry.sql as of 0001_release_0_1_0
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
@@ -758,7 +2185,48 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.snooze;
+-- sql/functions/snooze.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_queue text;
+BEGIN
+  IF snooze.run_at IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'snooze: run_at must not be NULL',
+      HINT = 'Pass when the job should run again, e.g. now() + interval ''1 minute''.';
+  END IF;
+  PERFORM idemq._check_instant('snooze', 'run_at', snooze.run_at);
+  UPDATE idemq.jobs AS j
+  SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.queue INTO v_queue;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
+  END IF;
+  IF snooze.run_at <= now() THEN
+    PERFORM idemq._notify_waiting(v_queue);
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz) IS
+  'Reschedule a held job without spending an attempt (rate limits, dependencies).';
+
 DROP FUNCTION idemq.schema_version;
+DROP FUNCTION idemq.job;
+REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
+
+-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
+SELECT count(*) FROM idemq._grant_roles();
 
 -- ==== hand-written: the reversal (kept when migration:new amends this file) ====
 -- The cluster-wide roles get their privileges back (0.1.0's _grant_roles,
@@ -780,4 +2248,7 @@ BEGIN
   END LOOP;
 END $$;
 DROP TABLE idemq.installation;
+DROP TYPE idemq.job_row;
+ALTER TYPE idemq.claimed_job DROP ATTRIBUTE job_id, DROP ATTRIBUTE lease_token;
+ALTER TABLE idemq.jobs DROP COLUMN lease_token;
 -- ==== end hand-written ====

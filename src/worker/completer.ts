@@ -71,14 +71,14 @@ export class Completer {
   }
   /**
    * complete_many names only the jobs it completed. For one it skipped, a
-   * complete() of the same (job_id, attempt) says why: fenced like
+   * complete() of the same (job_id, attempt, lease_token) says why: fenced like
    * complete_many, it cannot complete a job that attempt no longer holds, and
    * its IQ410 names the job's state, so a job cancelled while it ran is
    * reported as such (job:cancelled). Lost leases are rare: one call each.
    */
   private async reportSkipped(held: HeldJob): Promise<void> {
     try {
-      await sql.complete(this.state.calls, held.job.id, held.job.attempt, undefined);
+      await sql.complete(this.state.calls, held.job.id, held.job.attempt, held.job.leaseToken, undefined);
       // held after all (cannot happen: the attempt is fenced out for good)
       this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });
     } catch (caught) {

@@ -17,6 +17,7 @@
 //
 // Every call runs on the pool in its own transaction, also in a transactional
 // task: the claim must be committed before the external call is made.
+import { createHash } from "node:crypto";
 import * as sql from "../sql-api.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import type { EffectOptions } from "./types.ts";
@@ -32,9 +33,17 @@ export class EffectBusyError extends Error {
   }
 }
 
-/** The owner of an effect claim: one attempt of one job on one worker. */
+/**
+ * The owner of an effect claim: one attempt of one job on one worker, and a
+ * digest of the attempt's lease token. effect_done and effect_release trust
+ * whoever names the owner, and a job's id, attempt and worker are no secret
+ * (idemq.job() shows them to every worker): without the digest another
+ * worker could finish or release this attempt's claims. A digest, not the
+ * token: an owner appears in errors (EffectClaimLostError) and records.
+ */
 export function effectOwner(state: WorkerState, held: HeldJob): string {
-  return `job:${held.job.id}:${held.job.attempt}@${state.settings.workerId}`;
+  const digest = createHash("sha256").update(held.job.leaseToken).digest("hex").slice(0, 16);
+  return `job:${held.job.id}:${held.job.attempt}@${state.settings.workerId}#${digest}`;
 }
 
 export async function runEffect<T>(
@@ -51,7 +60,7 @@ export async function runEffect<T>(
   const owner = effectOwner(state, held);
   const claim = await sql.effectClaim(state.calls, key, owner, {
     staleAfter: options.staleAfter,
-    attemptOf: { jobId: held.job.id, attempt: held.job.attempt },
+    attemptOf: { jobId: held.job.id, attempt: held.job.attempt, leaseToken: held.job.leaseToken },
   });
   switch (claim.status) {
     case "done":

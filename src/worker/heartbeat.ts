@@ -47,7 +47,7 @@ export class Heartbeat {
         kept = new Set(
           await sql.heartbeat(
             this.state.calls,
-            jobs.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt })),
+            jobs.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt, leaseToken: h.job.leaseToken })),
             { lease },
           ),
         );

@@ -48,7 +48,7 @@ export function attemptLost(state: WorkerState, held: HeldJob, why: LostFields, 
 export async function reportLostInBuffer(state: WorkerState, held: HeldJob): Promise<void> {
   let why: LostFields = { reason: "lost while waiting in the buffer" };
   try {
-    await sql.snooze(state.calls, held.job.id, held.job.attempt, { delay: 0 });
+    await sql.snooze(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, { delay: 0 });
   } catch (caught) {
     const error = asLost(caught);
     if (error instanceof LeaseLostError) {

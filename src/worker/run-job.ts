@@ -110,7 +110,7 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
     return;
   }
   try {
-    await sql.complete(state.calls, held.job.id, held.job.attempt, result);
+    await sql.complete(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, result);
     held.trace?.end("succeeded");
     if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
@@ -197,7 +197,7 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     state.held.finish(held);
     // Fenced: IQ410 when a newer attempt holds the job, and everything above rolls back.
     const commitMadeAt = performance.now();
-    await sql.completeAndCommit(client, held.job.id, held.job.attempt, storable(state, held, result)).catch((error: unknown) => {
+    await sql.completeAndCommit(client, held.job.id, held.job.attempt, held.job.leaseToken, storable(state, held, result)).catch((error: unknown) => {
       throw asLost(error);
     });
     state.reached(commitMadeAt);
@@ -268,7 +268,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
   // chose: the event reports it and the claim loop wakes for it.
   const info = errorInfo(error);
   try {
-    const { state: jobState, runAt } = await sql.fail(state.calls, held.job.id, held.job.attempt, info, {
+    const { state: jobState, runAt } = await sql.fail(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, info, {
       retryable,
       ...(task?.backoff === undefined ? {} : { backoff: task.backoff }),
       ...(task?.maxAttempts === undefined ? {} : { maxAttempts: task.maxAttempts }),
@@ -375,7 +375,7 @@ function isPermanent(task: NormalizedTask | undefined, error: unknown): boolean 
 async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
   const delay = held.snoozeDelay!;
   try {
-    await sql.snooze(state.calls, held.job.id, held.job.attempt, { delay });
+    await sql.snooze(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, { delay });
     held.trace?.end("snoozed");
     state.emit("job:snoozed", { ...jobEvent(state, held), durationMs: durationOf(held), delay: String(delay) });
     let ms: number | undefined;

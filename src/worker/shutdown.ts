@@ -78,7 +78,7 @@ async function giveBack(state: WorkerState, claimed: readonly HeldJob[]): Promis
   await Promise.all(
     claimed.map(async (held) => {
       try {
-        await sql.snooze(state.calls, held.job.id, held.job.attempt, { delay: 0 });
+        await sql.snooze(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, { delay: 0 });
       } catch (error) {
         // Lost anyway, or the lease runs out and rescue() hands it back.
         if (!(error instanceof LeaseLostError)) state.report(`releasing unstarted job ${held.job.id}`, error);
@@ -109,7 +109,7 @@ export async function handBack(state: WorkerState, held: HeldJob): Promise<void>
   const info = errorInfo(reason);
   try {
     // The attempt was cut short, it did not fail: it is not spent and no backoff applies.
-    const { state: jobState, runAt } = await sql.fail(state.calls, held.job.id, held.job.attempt, info, {
+    const { state: jobState, runAt } = await sql.fail(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, info, {
       retryable: true,
       counted: false,
     });

@@ -140,7 +140,7 @@ describe("idemq jobs show", () => {
     // Attempt 1 fails.
     await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-a', queues => ARRAY[$1])", [queue]);
     await db.pool.query(
-      `SELECT idemq.fail(job_id => $1, attempt => 1, error => '{"class": "TimeoutError", "message": "supplier timed out"}', retry_at => now())`,
+      `SELECT idemq.fail(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "TimeoutError", "message": "supplier timed out"}', retry_at => now())`,
       [id],
     );
     // Attempt 2 loses its lease and is rescued.
@@ -149,7 +149,7 @@ describe("idemq jobs show", () => {
     await db.pool.query("SELECT idemq.rescue()");
     // Attempt 3 is snoozed (nothing recorded); attempt 4 is running.
     await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-c', queues => ARRAY[$1])", [queue]);
-    await db.pool.query("SELECT idemq.snooze(job_id => $1, attempt => 3, run_at => now())", [id]);
+    await db.pool.query("SELECT idemq.snooze(job_id => $1, attempt => 3, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => now())", [id]);
     await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-d', queues => ARRAY[$1])", [queue]);
     const { rows } = await db.pool.query<{ locked_at: Date }>("SELECT locked_at FROM idemq.jobs WHERE id = $1", [id]);
 
@@ -186,11 +186,11 @@ describe("idemq jobs show", () => {
     const id = await jobIn(db.pool, "enqueued", { task: "send_invoice", payload: { orderId: 7 }, idempotency_key: unique("invoice") });
     const attempt = await claimJob(db.pool, id);
     await db.pool.query(
-      `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "SmtpError", "message": "421 try later"}', retry_at => now())`,
+      `SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "SmtpError", "message": "421 try later"}', retry_at => now())`,
       [id, attempt],
     );
     const second = await claimJob(db.pool, id);
-    await db.pool.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, second]);
+    await db.pool.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id, second]);
 
     const result = await jobs(["show", id]);
     expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
@@ -213,7 +213,7 @@ describe("idemq jobs show", () => {
       await db.pool.query("UPDATE idemq.jobs SET run_at = now() WHERE id = $1", [id]);
       await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [queue]);
       await db.pool.query(
-        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "no"}', max_attempts => 3)`,
+        `SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "E", "message": "no"}', max_attempts => 3)`,
         [id, attempt],
       );
     }
@@ -235,7 +235,7 @@ describe("idemq jobs show", () => {
     const queue = unique("q");
     const { job_id: id } = await enqueue(db.pool, { task: "flaky", queue, max_attempts: 1 });
     await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-a', queues => ARRAY[$1])", [queue]);
-    await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "first"}')`, [id]);
+    await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "E", "message": "first"}')`, [id]);
     expect((await jobs(["retry", id])).code).toBe(EXIT.OK);
     await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'worker-b', queues => ARRAY[$1])", [queue]);
     expect((await jobs(["cancel", id])).code).toBe(EXIT.OK); // while attempt 2 runs
@@ -276,7 +276,7 @@ describe("idemq jobs show", () => {
     const id = await jobIn(db.pool, "enqueued", { task: "traced" });
     const attempt = await claimJob(db.pool, id);
     const stack = "TypeError: x is undefined\n    at run (tasks.ts:3:9)\n    at step (worker.ts:10:2)";
-    await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb)", [
+    await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => $3::jsonb)", [
       id,
       attempt,
       JSON.stringify({ class: "TypeError", message: "x is undefined", stack }),

@@ -45,7 +45,7 @@ beforeAll(async () => {
   shownJob = await jobIn(db.pool, "enqueued", { queue, task, idempotency_key: unique("k") });
   const attempt = await claimJob(db.pool, shownJob);
   await db.pool.query(
-    `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m", "stack": "at x"}', retryable => false)`,
+    `SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "E", "message": "m", "stack": "at x"}', retryable => false)`,
     [shownJob, attempt],
   );
   await db.pool.query("SELECT idemq.retry(job_id => $1)", [shownJob]);

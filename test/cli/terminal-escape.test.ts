@@ -77,9 +77,9 @@ describe("human output escapes what anyone enqueued; --json keeps it exact", () 
 
   it("idemq jobs and jobs show, with a hostile worker id and error", async () => {
     const worker = `w${ESC}]0;owned\u0007${RLO}`;
-    const { rows } = await db.pool.query("SELECT id, attempt FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [worker, queue]);
+    const { rows } = await db.pool.query("SELECT job_id AS id, attempt FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [worker, queue]);
     expect(rows.map((r) => r.id)).toEqual([jobId]);
-    await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb)", [
+    await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => $3::jsonb)", [
       jobId,
       rows[0].attempt,
       JSON.stringify({ class: `Err${ESC}[1m`, message: `boom ${ESC}[2J${RLO} done`, stack: `at ${ESC}c` }),

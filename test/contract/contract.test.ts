@@ -26,6 +26,7 @@ import {
 } from "../../src/contract.ts";
 import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
 import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql-api.ts";
+import { installationRoles, ROLE_FUNCTIONS } from "../../src/roles.ts";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
 
@@ -404,7 +405,7 @@ describe("drift: installed functions equal sql/functions/", () => {
   });
 });
 
-describe("function file headers"), () => {
+describe("function file headers", () => {
   it.each(functionFiles.map((f) => [f.name, f] as const))("%s.sql: signature, purpose, Guarantees, Concurrency, Errors, Tests, COMMENT ON FUNCTION", (_n, f) => {
     const lines = f.text.split("\n");
     const headerEnd = lines.findIndex((l) => !l.startsWith("--"));
@@ -440,6 +441,20 @@ describe("function file headers"), () => {
 });
 
 describe("privileges", () => {
+  it("src/roles.ts's ROLE_FUNCTIONS are the functions the producer and worker roles may execute (besides the constants), as _grant_roles grants", async () => {
+    const ROLES = await installationRoles(db.pool);
+    for (const kind of ["producer", "worker"] as const) {
+      const { rows } = await db.pool.query<{ name: string }>(
+        `SELECT p.proname AS name FROM pg_proc p
+          WHERE p.pronamespace = 'idemq'::regnamespace AND has_function_privilege($1, p.oid, 'EXECUTE')
+            AND p.proname NOT IN ('active_states', 'terminal_states', 'schema_version')
+          ORDER BY 1`,
+        [ROLES[kind]],
+      );
+      expect(rows.map((r) => r.name), ROLES[kind]).toEqual([...ROLE_FUNCTIONS[kind]].sort());
+    }
+  });
+
   it("PUBLIC may execute no function of idemq, public or private (the roles get theirs: test/sql/roles.test.ts)", async () => {
     const { rows } = await db.pool.query<{ name: string; public_exec: boolean }>(`
       SELECT p.proname AS name, has_function_privilege('public', p.oid, 'EXECUTE') AS public_exec

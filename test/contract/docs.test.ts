@@ -58,6 +58,44 @@ describe("docs/sql-api.md", () => {
   });
 });
 
+describe("docs/sql-api.md: what each function returns", () => {
+  let db: TestDatabase;
+  beforeAll(async () => {
+    db = await freshDatabase({ poolSize: 1 });
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  it("lists every column of every function's rows, in order, as the migrated catalog has them (composite types expanded)", async () => {
+    // The output columns: OUT and TABLE parameters, else a composite result type's attributes; none for a scalar.
+    const { rows } = await db.pool.query<{ name: string; columns: string[] }>(`
+      SELECT p.proname AS name,
+             CASE WHEN p.proargmodes IS NOT NULL AND p.proargmodes::text[] && ARRAY['o', 'b', 't']
+                  THEN array(SELECT n FROM unnest(p.proargnames, p.proargmodes::text[]) WITH ORDINALITY u(n, m, i)
+                             WHERE m IN ('o', 'b', 't') ORDER BY i)
+                  ELSE array(SELECT a.attname::text FROM pg_type t JOIN pg_attribute a ON a.attrelid = t.typrelid
+                             WHERE t.oid = p.prorettype AND t.typtype = 'c' AND a.attnum > 0 AND NOT a.attisdropped
+                             ORDER BY a.attnum)
+             END AS columns
+      FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace`);
+    const doc = readFileSync(join(ROOT, "docs", "sql-api.md"), "utf8");
+    const sections = new Map(doc.split(/^### idemq\./m).slice(1).map((s) => [s.slice(0, s.indexOf("\n")), s]));
+    expect(rows.length).toBeGreaterThan(50);
+    let withRows = 0;
+    for (const { name, columns } of rows) {
+      const line = /^\*\*Returns:\*\* .*$/m.exec(sections.get(name) ?? "")?.[0];
+      expect(line, `docs/sql-api.md: idemq.${name} has a **Returns:** line`).toBeDefined();
+      const listed = line!.includes(" with the columns ") ? [...line!.split(" with the columns ")[1]!.matchAll(/`(\w+)` /g)].map((m) => m[1]) : [];
+      expect(listed, `docs/sql-api.md: the columns idemq.${name} returns`).toEqual(columns);
+      if (columns.length > 0) withRows++;
+    }
+    // claim's rows (idemq.claimed_job) among them, a job's id named job_id as in enqueue's.
+    expect(withRows).toBeGreaterThan(15);
+    expect(sections.get("claim")).toMatch(/^\*\*Returns:\*\* rows of `idemq\.claimed_job`, with the columns `job_id` bigint, `task` text, /m);
+  });
+});
+
 /** A function as the catalog has it: its input parameters and what it returns. */
 interface CatalogFunction {
   names: string[];

@@ -50,14 +50,14 @@ function moves(before: Map<string, string>, after: Map<string, string>, by: stri
   return seen;
 }
 
-// The calls, by named parameters; a job's attempt is read from its row, so a
-// step after a claim holds the attempt the claim gave.
+// The calls, by named parameters; a job's attempt and lease token are read
+// from its row, so a step after a claim holds the attempt the claim gave.
 const q = (text: string, values: (zoo: Zoo) => unknown[] = () => []): Call => (c, zoo) => c.query(text, values(zoo));
 const onJob = (fn: string, args = ""): ((job: (zoo: Zoo) => ZooJob) => Call) => (job) =>
   q(`SELECT idemq.${fn}(job_id => j.id${args}) FROM idemq.jobs j WHERE j.id = $1`, (zoo) => [job(zoo).id]);
-const withAttempt = (fn: string, args = "") => onJob(fn, `, attempt => j.attempt${args}`);
+const withAttempt = (fn: string, args = "") => onJob(fn, `, attempt => j.attempt, lease_token => j.lease_token${args}`);
 const pairs = (fn: string) => (job: (zoo: Zoo) => ZooJob): Call =>
-  q(`SELECT idemq.${fn}(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt]) FROM idemq.jobs j WHERE j.id = $1`, (zoo) => [
+  q(`SELECT idemq.${fn}(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt], lease_tokens => ARRAY[j.lease_token]) FROM idemq.jobs j WHERE j.id = $1`, (zoo) => [
     job(zoo).id,
   ]);
 

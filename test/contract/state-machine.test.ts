@@ -41,7 +41,7 @@ async function enqMany(c: C, element: Record<string, unknown>): Promise<string> 
 
 async function completeMany(c: C, job: { id: string; attempt: number }): Promise<void> {
   const { rows } = await c.query(
-    "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id",
+    "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[(SELECT lease_token FROM idemq.jobs WHERE id = $1)]) AS id",
     [job.id, job.attempt],
   );
   expect(rows.map((r) => r.id)).toEqual([job.id]);
@@ -180,7 +180,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await processing(c);
       await from(job.id);
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [job.id, job.attempt]);
+      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [job.id, job.attempt]);
       return job.id;
     },
   },
@@ -207,7 +207,7 @@ const T: Transition[] = [
     run: async (c, from) => {
       const job = await processing(c);
       await from(job.id);
-      await c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute')", [
+      await c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => now() + interval '1 minute')", [
         job.id,
         job.attempt,
       ]);
@@ -272,7 +272,7 @@ const T: Transition[] = [
           const parent = await processing(c);
           const child = await enq(c, { ...args, after: [parent.id] });
           await from(child.id);
-          if (by === "complete") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [parent.id, parent.attempt]);
+          if (by === "complete") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.id, parent.attempt]);
           else await completeMany(c, parent);
           return child.id;
         },
@@ -370,8 +370,8 @@ const T: Transition[] = [
         await from(id);
         const call =
           fn === "complete"
-            ? "SELECT idemq.complete(job_id => j.id, attempt => j.attempt) FROM idemq.jobs j WHERE j.id = $1"
-            : "SELECT idemq.complete_many(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt]) FROM idemq.jobs j WHERE j.id = $1";
+            ? "SELECT idemq.complete(job_id => j.id, attempt => j.attempt, lease_token => j.lease_token) FROM idemq.jobs j WHERE j.id = $1"
+            : "SELECT idemq.complete_many(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt], lease_tokens => ARRAY[j.lease_token]) FROM idemq.jobs j WHERE j.id = $1";
         await c.query(call, [id]);
         return id;
       },

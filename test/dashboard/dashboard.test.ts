@@ -35,7 +35,7 @@ beforeAll(async () => {
   zoo = await buildZoo(db.pool);
   charged = await makeJob(db.pool, { task: "charge", queue: "payments", payload: { order: 42 }, max_attempts: 1, idempotency_key: "order:42" });
   const attempt = await claimJob(db.pool, charged);
-  await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, error => $3)", [
+  await db.pool.query("SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => $3)", [
     charged,
     attempt,
     JSON.stringify({ class: "CardDeclined", message: "card declined by issuer", stack: "CardDeclined: card declined by issuer\n    at charge (payments.ts:12)" }),

@@ -20,7 +20,7 @@ import {
 } from "./jobs.ts";
 
 export interface ClaimedJob {
-  id: string;
+  job_id: string;
   task: string;
   queue: string;
   payload: unknown;
@@ -30,6 +30,36 @@ export interface ClaimedJob {
   lease_expires_at: Date;
   reclaimed: boolean;
   traceparent: string | null;
+  /** undefined on a database at 0001, whose claim() gave no token. */
+  lease_token: string;
+}
+
+/**
+ * How a test presents an attempt to complete, fail, snooze or heartbeat:
+ * a claim's row (its attempt and lease_token, as a worker presents them; a
+ * row claimed at 0001 has no lease_token, and none is passed), or an
+ * attempt number alone, presented with the lease token of whichever attempt
+ * holds the job now, read from idemq.jobs (HOLDER_TOKEN), for tests not
+ * about the token: a stale attempt number is still fenced out by its
+ * attempt. Tests of the token pass a row with the token they mean.
+ */
+export type Attempt = number | { attempt: number; lease_token?: string | null };
+
+/** The lease token of whichever attempt holds job `idParam` now, as SQL (see Attempt). */
+export const HOLDER_TOKEN = (idParam: string): string => `(SELECT h.lease_token FROM idemq.jobs h WHERE h.id = ${idParam})`;
+
+/** HOLDER_TOKEN of each id of the bigint[] `idsParam`, in its order, as SQL (complete_many's and heartbeat's lease_tokens). */
+export const HOLDER_TOKENS = (idsParam: string): string =>
+  `ARRAY(SELECT h.lease_token FROM unnest(${idsParam}::bigint[]) WITH ORDINALITY u(id, n) LEFT JOIN idemq.jobs h ON h.id = u.id ORDER BY u.n)`;
+
+const attemptNumber = (a: Attempt): number => (typeof a === "number" ? a : a.attempt);
+
+/** `, lease_token => ...` for a call on job `idParam` (appended to `values` when given), presenting `a` (see Attempt). */
+export function tokenArg(a: Attempt, idParam: string, values: unknown[]): string {
+  if (typeof a === "number") return `, lease_token => ${HOLDER_TOKEN(idParam)}`;
+  if (a.lease_token === undefined) return "";
+  values.push(a.lease_token);
+  return `, lease_token => $${values.length}::uuid`;
 }
 
 /** claim() arguments; a Sql value (e.g. sql("NULL")) is inlined. */
@@ -45,8 +75,9 @@ export interface ClaimArgs {
 export async function claim(db: Queryable, args: ClaimArgs = {}): Promise<ClaimedJob[]> {
   const values: unknown[] = [];
   const list = namedArgs({ worker_id: "w1", ...args }, { worker_id: "text", queues: "text[]", batch_size: "int", lease: "interval", tasks: "text[]" }, values);
-  const { rows } = await db.query<ClaimedJob>(`SELECT * FROM idemq.claim(${list})`, values);
-  return rows;
+  const { rows } = await db.query<ClaimedJob & { id?: string }>(`SELECT * FROM idemq.claim(${list})`, values);
+  // A database at 0001 (install/upgrade.test.ts builds its zoo there) names the job's id `id`; 0.2.0 renamed it job_id.
+  return rows.map(({ id, ...row }) => (id === undefined ? row : { ...row, job_id: id }));
 }
 
 /** Claims exactly one job and returns it; throws when there is none. */
@@ -58,13 +89,18 @@ export async function claimOne(db: Queryable, args: ClaimArgs = {}): Promise<Cla
 
 /**
  * Claims job `id` (as worker "test-worker"), which must be the only runnable
- * job of its queue (give each job a unique() queue). Returns its attempt.
+ * job of its queue (give each job a unique() queue). Returns its claim row.
  */
-export async function claimJob(db: Queryable, id: string): Promise<number> {
+export async function claimJobRow(db: Queryable, id: string): Promise<ClaimedJob> {
   const { queue } = await jobRow(db, id);
   const rows = await claim(db, { worker_id: "test-worker", queues: [queue] });
-  expect(rows.map((r) => r.id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
-  return rows[0]!.attempt;
+  expect(rows.map((r) => r.job_id), `claim of job ${id} in queue ${queue}`).toEqual([id]);
+  return rows[0]!;
+}
+
+/** claimJobRow(), returning the attempt only. */
+export async function claimJob(db: Queryable, id: string): Promise<number> {
+  return (await claimJobRow(db, id)).attempt;
 }
 
 /** Sets a scheduled job's run_at to now() (of this transaction) so claim may take it. */
@@ -81,14 +117,15 @@ export async function expireLease(db: Queryable, id: string, ago = "1 second"): 
   if (rowCount !== 1) throw new Error(`job ${id} is not processing`);
 }
 
-export async function complete(db: Queryable, id: string, attempt: number, result?: unknown): Promise<void> {
-  if (result === undefined) await db.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt]);
-  else
-    await db.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => $3::jsonb)", [
-      id,
-      attempt,
-      JSON.stringify(result),
-    ]);
+export async function complete(db: Queryable, id: string, attempt: Attempt, result?: unknown): Promise<void> {
+  const values: unknown[] = [id, attemptNumber(attempt)];
+  let extra = "";
+  if (result !== undefined) {
+    values.push(JSON.stringify(result));
+    extra = ", result => $3::jsonb";
+  }
+  extra += tokenArg(attempt, "$1", values);
+  await db.query(`SELECT idemq.complete(job_id => $1, attempt => $2${extra})`, values);
 }
 
 export interface FailArgs {
@@ -107,38 +144,54 @@ export async function fail(...call: Parameters<typeof failRow>): Promise<string>
 export async function failRow(
   db: Queryable,
   id: string,
-  attempt: number,
+  attempt: Attempt,
   error: unknown = { class: "Boom", message: "boom" },
   args: FailArgs = {},
 ): Promise<{ state: string; run_at: string | null }> {
-  const values: unknown[] = [id, attempt, JSON.stringify(error)];
+  const values: unknown[] = [id, attemptNumber(attempt), JSON.stringify(error)];
   const extra = namedArgs(args as Record<string, unknown>, { retryable: "boolean", retry_at: "timestamptz", backoff: "jsonb", max_attempts: "int" }, values);
+  const token = tokenArg(attempt, "$1", values);
   const { rows } = await db.query<{ state: string; run_at: string | null }>(
-    `SELECT f.state::text AS state, f.run_at::text AS run_at FROM idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb${extra ? `, ${extra}` : ""}) f`,
+    `SELECT f.state::text AS state, f.run_at::text AS run_at FROM idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb${extra ? `, ${extra}` : ""}${token}) f`,
     values,
   );
   return rows[0]!;
 }
 
-export async function snooze(db: Queryable, id: string, attempt: number, runAt: Sql | string): Promise<void> {
+export async function snooze(db: Queryable, id: string, attempt: Attempt, runAt: Sql | string): Promise<void> {
+  const values: unknown[] = [id, attemptNumber(attempt)];
+  if (!(runAt instanceof Sql)) values.push(runAt);
   const at = runAt instanceof Sql ? runAt.text : "$3::timestamptz";
-  await db.query(
-    `SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => ${at})`,
-    runAt instanceof Sql ? [id, attempt] : [id, attempt, runAt],
-  );
+  const token = tokenArg(attempt, "$1", values);
+  await db.query(`SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => ${at}${token})`, values);
 }
 
+/**
+ * idemq.heartbeat(...) of `jobs`, each presented as a claim's row (with its
+ * lease_token) or as an id and attempt number alone (the holder's token:
+ * see Attempt); returns the ids extended, sorted.
+ */
 export async function heartbeat(
   db: Queryable,
-  jobs: ReadonlyArray<{ id: string; attempt: number }>,
+  jobs: ReadonlyArray<{ id: string; attempt: number; lease_token?: string | null }>,
   lease?: string,
 ): Promise<string[]> {
   const values: unknown[] = [jobs.map((j) => j.id), jobs.map((j) => j.attempt)];
-  if (lease !== undefined) values.push(lease);
+  let extra = "";
+  if (lease !== undefined) {
+    values.push(lease);
+    extra = `, lease => $${values.length}::interval`;
+  }
+  const given = jobs.filter((j) => j.lease_token !== undefined).length;
+  if (given > 0 && given < jobs.length) throw new Error("heartbeat helper: give every job a lease_token, or none");
+  if (given > 0) {
+    values.push(jobs.map((j) => j.lease_token));
+    extra += `, lease_tokens => $${values.length}::uuid[]`;
+  } else {
+    extra += `, lease_tokens => ${HOLDER_TOKENS("$1")}`;
+  }
   const { rows } = await db.query<{ id: string }>(
-    `SELECT id FROM idemq.heartbeat(job_ids => $1::bigint[], attempts => $2::int[]${
-      lease !== undefined ? ", lease => $3::interval" : ""
-    }) AS id ORDER BY id`,
+    `SELECT id FROM idemq.heartbeat(job_ids => $1::bigint[], attempts => $2::int[]${extra}) AS id ORDER BY id`,
     values,
   );
   return rows.map((row) => row.id);
@@ -165,16 +218,18 @@ export async function driveTo(db: Queryable, id: string, state: TerminalState | 
       await claimJob(db, id);
       break;
     case "succeeded":
-      await complete(db, id, await claimJob(db, id));
+      // The claim's row: at 0001 (install/upgrade.test.ts drives jobs there too) it has no token to pass.
+      await complete(db, id, await claimJobRow(db, id));
       break;
     case "failed": {
       // A plain SELECT idemq.fail(...), not failRow(): jobIn also drives jobs
       // on a database at 0001 (install/upgrade.test.ts), whose fail() returns
-      // the new state rather than a row.
-      const attempt = await claimJob(db, id);
+      // the new state rather than a row, and whose claim() gives no token.
+      const claimed = await claimJobRow(db, id);
+      const values: unknown[] = [id, claimed.attempt];
       await db.query(
-        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "TestError", "message": "boom"}', retryable => false)`,
-        [id, attempt],
+        `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "TestError", "message": "boom"}', retryable => false${tokenArg(claimed, "$1", values)})`,
+        values,
       );
       break;
     }

@@ -6,7 +6,7 @@
 // operation, and changed() names exactly the rows that moved.
 import { expect } from "vitest";
 import { enqueue, sql, type EnqueueArgs, type Queryable } from "./jobs.ts";
-import { claim } from "./work.ts";
+import { claim, tokenArg, type ClaimedJob } from "./work.ts";
 
 export const ZOO_NAMES = [
   "scheduled",
@@ -57,7 +57,7 @@ async function enqueueZoo(c: Queryable, name: ZooName, args: EnqueueArgs = {}): 
   return made.job_id;
 }
 
-async function claimQueue(c: Queryable, name: ZooName): Promise<{ id: string; attempt: number }> {
+async function claimQueue(c: Queryable, name: ZooName): Promise<ClaimedJob> {
   const rows = await claim(c, { worker_id: "zoo-worker", queues: [`zoo.${name}`] });
   expect(rows, `claim of zoo.${name}`).toHaveLength(1);
   return rows[0]!;
@@ -81,18 +81,23 @@ export async function buildZoo(c: Queryable): Promise<Zoo> {
   attempts.processing = (await claimQueue(c, "processing")).attempt;
 
   ids.succeeded = await enqueueZoo(c, "succeeded");
-  attempts.succeeded = (await claimQueue(c, "succeeded")).attempt;
-  await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => '{\"ok\": true}')", [
-    ids.succeeded,
-    attempts.succeeded,
-  ]);
+  const succeeded = await claimQueue(c, "succeeded");
+  attempts.succeeded = succeeded.attempt;
+  // tokenArg passes the claim's lease token, which a zoo built at 0001 (install/upgrade.test.ts) has not.
+  const succeededValues: unknown[] = [ids.succeeded, attempts.succeeded];
+  await c.query(
+    `SELECT idemq.complete(job_id => $1, attempt => $2, result => '{"ok": true}'${tokenArg(succeeded, "$1", succeededValues)})`,
+    succeededValues,
+  );
 
   // Failed by exhaustion: one attempt allowed, a retryable error.
   ids.failed = await enqueueZoo(c, "failed", { max_attempts: 1 });
-  attempts.failed = (await claimQueue(c, "failed")).attempt;
+  const failed = await claimQueue(c, "failed");
+  attempts.failed = failed.attempt;
+  const failedValues: unknown[] = [ids.failed, attempts.failed];
   await c.query(
-    `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "boom"}')`,
-    [ids.failed, attempts.failed],
+    `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "boom"}'${tokenArg(failed, "$1", failedValues)})`,
+    failedValues,
   );
 
   ids.cancelled = await enqueueZoo(c, "cancelled");
@@ -109,9 +114,10 @@ export async function buildZoo(c: Queryable): Promise<Zoo> {
   // Processing on its last attempt: 2 allowed, the first failed and was retried at once.
   ids.lastAttempt = await enqueueZoo(c, "lastAttempt", { max_attempts: 2 });
   const first = await claimQueue(c, "lastAttempt");
+  const firstValues: unknown[] = [first.job_id, first.attempt];
   await c.query(
-    `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "first"}', retry_at => now())`,
-    [first.id, first.attempt],
+    `SELECT idemq.fail(job_id => $1, attempt => $2, error => '{"class": "ZooError", "message": "first"}', retry_at => now()${tokenArg(first, "$1", firstValues)})`,
+    firstValues,
   );
   attempts.lastAttempt = (await claimQueue(c, "lastAttempt")).attempt;
 

@@ -96,7 +96,7 @@ describe("two installations on one server", () => {
   it("in the other database, each login connects and every idemq call and table read fails with 42501; nothing is written", async () => {
     const calls = await everyCall(b.db.pool);
     expect(calls.length).toBeGreaterThan(50);
-    expect(calls).toContain("SELECT idemq.claim(NULL::text, NULL::text[], NULL::integer, NULL::interval, NULL::text[])");
+    expect(calls).toContain("SELECT idemq.claim(NULL::text, NULL::text[], NULL::integer, NULL::interval, NULL::text[], NULL::boolean)");
     const before = (await b.db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs")).rows[0].n;
     for (const [mine, other] of [
       [a, b],

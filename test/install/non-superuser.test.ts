@@ -41,22 +41,28 @@ async function useEverything(owner: LoginRole, database: string): Promise<void> 
   await one("SELECT idemq.wait_for_jobs(queues => ARRAY['q'])");
   await one("SELECT idemq.stop_waiting(queues => ARRAY['q'])");
   const claimed = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
-  expect(claimed).toMatchObject({ id, attempt: 1 });
-  await one("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[1])", [id]);
-  expect(await one(`SELECT * FROM idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "boom"}')`, [id])).toMatchObject({
+  expect(claimed).toMatchObject({ job_id: id, attempt: 1 });
+  await one("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[1], lease_tokens => ARRAY[$2::uuid])", [id, claimed.lease_token]);
+  expect(await one(`SELECT * FROM idemq.fail(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "E", "message": "boom"}')`, [id])).toMatchObject({
     state: "scheduled",
   });
   // The error fail() recorded is there, as the owner reads it.
   expect(await one("SELECT j.errors->0->>'message' AS message FROM idemq.jobs j WHERE j.id = $1", [id])).toEqual({ message: "boom" });
   await one("SELECT idemq.reschedule(job_id => $1, run_at => now())", [id]);
   const again = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
-  expect(again).toMatchObject({ id, attempt: 2 });
-  await one("SELECT idemq.snooze(job_id => $1, attempt => 2, run_at => now())", [id]);
+  expect(again).toMatchObject({ job_id: id, attempt: 2 });
+  await one("SELECT idemq.snooze(job_id => $1, attempt => 2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => now())", [id]);
   const third = await one("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q'])");
-  await one("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, third.attempt]);
+  await one("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id, third.attempt]);
   const [second] = (await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['q2'])")).rows;
-  expect(await one("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int]) AS id", [second.id, second.attempt])).toEqual({
-    id: second.id,
+  expect(
+    await one("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid]) AS id", [
+      second.job_id,
+      second.attempt,
+      second.lease_token,
+    ]),
+  ).toEqual({
+    id: second.job_id,
   });
   expect(await one("SELECT idemq.guard(key => 'g') AS go")).toEqual({ go: true });
   await one("SELECT * FROM idemq.effect_claim(key => 'e', owner => 'o')");
@@ -105,7 +111,7 @@ describe("a non-superuser who owns the database", () => {
     const roles = await installationRoles(c);
     expect(roles).toEqual({ producer: `idemq_${database}_producer`, worker: `idemq_${database}_worker`, admin: `idemq_${database}_admin` });
     const { rows } = await c.query<{ role: string; exec: boolean }>(
-      `SELECT r AS role, has_function_privilege(r, 'idemq.claim(text,text[],integer,interval,text[])', 'EXECUTE') AS exec
+      `SELECT r AS role, has_function_privilege(r, 'idemq.claim(text,text[],integer,interval,text[],boolean)', 'EXECUTE') AS exec
          FROM unnest($1::text[]) r WHERE EXISTS (SELECT FROM pg_roles WHERE rolname = r)`,
       [[...Object.values(roles), "idemq_producer", "idemq_worker", "idemq_admin"]],
     );
@@ -132,11 +138,11 @@ describe("fail() without its SET plpgsql.variable_conflict", () => {
     const { rows } = await c.query("SELECT job_id FROM idemq.enqueue(task => 't', queue => 'vc', max_attempts => 2)");
     const id = rows[0].job_id;
     await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['vc'])");
-    const first = await c.query(`SELECT state::text, run_at IS NOT NULL AS has_run_at FROM idemq.fail(job_id => $1, attempt => 1, error => '{"class": "E", "message": "one"}')`, [id]);
+    const first = await c.query(`SELECT state::text, run_at IS NOT NULL AS has_run_at FROM idemq.fail(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "E", "message": "one"}')`, [id]);
     expect(first.rows).toEqual([{ state: "scheduled", has_run_at: true }]);
     await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [id]);
     await c.query("SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY['vc'])");
-    const last = await c.query(`SELECT state::text, run_at FROM idemq.fail(job_id => $1, attempt => 2, error => '"two"')`, [id]);
+    const last = await c.query(`SELECT state::text, run_at FROM idemq.fail(job_id => $1, attempt => 2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '"two"')`, [id]);
     expect(last.rows).toEqual([{ state: "failed", run_at: null }]);
     const job = await c.query("SELECT j.errors FROM idemq.jobs j WHERE j.id = $1", [id]);
     expect(job.rows[0].errors.map((e: { attempt: number; message: string; worker: string }) => [e.attempt, e.message, e.worker])).toEqual([

@@ -56,12 +56,15 @@ describe("Client on an unmigrated database", () => {
     }
   });
 
-  it("on a pool or in the caller's transaction too; enqueueMany and getJob as well", async () => {
+  it("on a pool or in the caller's transaction too; enqueueMany, getJob and listJobs as well", async () => {
     const client = new Client({ pool: empty.pool });
     const named = `database ${empty.name} ${FIX}`;
     expect((await rejection(client.enqueueMany([{ task: "t" }]))).message).toBe(named);
+    // getJob calls idemq.job(): no schema, as for the other calls.
+    const got = await rejection(client.getJob("1"));
+    expect([got.message, got.code]).toEqual([named, "3F000"]);
     // The admin reads name a table, not a function: 42P01.
-    const read = await rejection(client.getJob("1"));
+    const read = await rejection(client.listJobs());
     expect([read.message, read.code]).toEqual([named, "42P01"]);
     const tx = await empty.pool.connect();
     try {

@@ -122,24 +122,24 @@ describe("cancel", () => {
         const before = await snapshot(c, zoo);
         const detail = { job_id: Number(id), attempt, current_state: "cancelled" };
         await expectSqlError(
-          underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt])),
+          underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id, attempt])),
           { code: "IQ410", detail },
         );
         await expectSqlError(
-          underSavepoint(c, () => c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"late"')`, [id, attempt])),
+          underSavepoint(c, () => c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '"late"')`, [id, attempt])),
           {
             code: "IQ410",
             detail,
           },
         );
         await expectSqlError(
-          underSavepoint(c, () => c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now())", [id, attempt])),
+          underSavepoint(c, () => c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => now())", [id, attempt])),
           {
             code: "IQ410",
             detail,
           },
         );
-        const beat = await c.query("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [
+        const beat = await c.query("SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[(SELECT lease_token FROM idemq.jobs WHERE id = $1)])", [
           id,
           attempt,
         ]);
@@ -187,7 +187,7 @@ describe("cancel", () => {
       "SELECT attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY['race.cancel'])",
     );
     await worker.query("BEGIN");
-    await worker.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, claimed.rows[0]!.attempt]);
+    await worker.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id, claimed.rows[0]!.attempt]);
     // The handler is attached at once: the error may arrive before the worker's COMMIT returns.
     const cancelled = expectSqlError(operator.query("SELECT idemq.cancel(job_id => $1)", [id]), {
       code: "IQ412",
@@ -251,7 +251,7 @@ describe("retry", () => {
       expect(rows).toEqual([{ attempt: 2 }]);
       expect(await facts(c, id)).toMatchObject({ attempt: 2, uncounted: 1, max_attempts: 1, state: "processing" });
       const failed = await c.query(
-        `SELECT f.state::text AS s FROM idemq.fail(job_id => $1, attempt => 2, error => '{"class": "Again", "message": "again"}') f`,
+        `SELECT f.state::text AS s FROM idemq.fail(job_id => $1, attempt => 2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{"class": "Again", "message": "again"}') f`,
         [id],
       );
       expect(failed.rows[0].s).toBe("failed");
@@ -265,7 +265,7 @@ describe("retry", () => {
       const { id } = zoo.failed;
       await call(c, "retry", id);
       await expectSqlError(
-        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [id])),
+        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id])),
         {
           code: "IQ410",
           detail: { job_id: Number(id), attempt: 1, current_state: "enqueued" },
@@ -273,13 +273,13 @@ describe("retry", () => {
       );
       await c.query("SELECT * FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [zoo.failed.queue]);
       await expectSqlError(
-        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [id])),
+        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id])),
         {
           code: "IQ410",
           detail: { job_id: Number(id), attempt: 1, current_state: "processing" },
         },
       );
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => 2)", [id]);
+      await c.query("SELECT idemq.complete(job_id => $1, attempt => 2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id]);
       expect((await facts(c, id)).state).toBe("succeeded");
     });
   });
@@ -295,7 +295,7 @@ describe("retry", () => {
       );
       expect(claimed.rows).toEqual([{ attempt: attempt + 1 }]);
       await expectSqlError(
-        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, attempt])),
+        underSavepoint(c, () => c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id, attempt])),
         {
           code: "IQ410",
           detail: { job_id: Number(id), attempt, current_state: "processing" },
@@ -308,7 +308,7 @@ describe("retry", () => {
     await withZoo(async (c, zoo) => {
       await call(c, "retry", zoo.expired.id);
       expect((await facts(c, zoo.expired.id)).expires_at).toBeNull();
-      const { rows } = await c.query("SELECT id FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [
+      const { rows } = await c.query("SELECT job_id AS id FROM idemq.claim(worker_id => 'w2', queues => ARRAY[$1::text])", [
         zoo.expired.queue,
       ]);
       expect(rows.map((r) => r.id)).toEqual([zoo.expired.id]);
@@ -451,7 +451,7 @@ describe("reschedule", () => {
         "SELECT attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1::text])",
         [zoo.parent.queue],
       );
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [zoo.parent.id, rows[0]!.attempt]);
+      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [zoo.parent.id, rows[0]!.attempt]);
       expect((await facts(c, zoo.awaiting.id)).state).toBe("scheduled");
     });
   });

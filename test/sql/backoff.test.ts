@@ -25,7 +25,7 @@ async function retryDelays(c: pg.ClientBase, backoff: unknown, failures: number)
   const delays: number[] = [];
   for (let i = 1; i <= failures; i++) {
     const job = await claimOne(c, { queues: [queue] });
-    expect(job).toMatchObject({ id, attempt: i });
+    expect(job).toMatchObject({ job_id: id, attempt: i });
     expect(await fail(c, id, job.attempt)).toBe("scheduled");
     delays.push((await jobRow(c, id)).run_in);
     await makeDue(c, id);
@@ -129,7 +129,7 @@ describe("backoff delays", () => {
       ];
       for (const backoff of specs) {
         const id = await makeJob(c, { backoff, max_attempts: 2147483647 });
-        expect((await claimOne(c)).id).toBe(id);
+        expect((await claimOne(c)).job_id).toBe(id);
         // As if the job had already failed many times.
         await c.query("UPDATE idemq.jobs SET attempt = 100000 WHERE id = $1", [id]);
         expect(await fail(c, id, 100000)).toBe("scheduled");

@@ -94,6 +94,8 @@ const CASES: Case[] = [
   c("enqueue_many", "after not an array", `${M}(jobs => '[{"task": "t", "after": 5}]')`, "22023"),
   c("enqueue_many", "one bad element among good ones", `${M}(jobs => '[{"task": "ok"}, {"task": "ok", "max_attempts": 0}, {"task": "ok"}]')`, "22023"),
   c("enqueue_many", "after naming no job", `${M}(jobs => '[{"task": "t"}, {"task": "t", "after": [987654321]}]')`, "IQ404"),
+  // job
+  c("job", "NULL job_id", "SELECT * FROM idemq.job(job_id => NULL)", "22004"),
   // claim
   c("claim", "NULL worker_id", `${CL}(worker_id => NULL)`, "22004"),
   c("claim", "empty worker_id", `${CL}(worker_id => '')`, "22023"),
@@ -125,6 +127,7 @@ const CASES: Case[] = [
   c("complete_many", "NULL job_ids", "SELECT * FROM idemq.complete_many(job_ids => NULL, attempts => '{1}')", "22004"),
   c("complete_many", "NULL attempts", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => NULL)", "22004"),
   c("complete_many", "mismatched arrays", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => '{1, 2}')", "22023"),
+  c("complete_many", "lease_tokens of another length", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => '{}')", "22023"),
   c("complete_many", "more than 10,000 ids", "SELECT * FROM idemq.complete_many(job_ids => array_fill(1::bigint, ARRAY[10001]), attempts => array_fill(1, ARRAY[10001]))", "22023"),
   // fail
   c("fail", "NULL job_id", `SELECT idemq.fail(job_id => NULL, attempt => 1, error => '"x"')`, "22004"),
@@ -142,6 +145,7 @@ const CASES: Case[] = [
   c("heartbeat", "NULL job_ids", "SELECT * FROM idemq.heartbeat(job_ids => NULL, attempts => '{1}')", "22004"),
   c("heartbeat", "NULL attempts", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => NULL)", "22004"),
   c("heartbeat", "mismatched arrays", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => '{}')", "22023"),
+  c("heartbeat", "lease_tokens of another length", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => ARRAY[gen_random_uuid(), gen_random_uuid()])", "22023"),
   c("heartbeat", "lease 0", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => '0 s')", "22023"),
   c("heartbeat", "lease negative", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => '-1 minute')", "22023"),
   c("heartbeat", "NULL lease", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => NULL)", "22004"),
@@ -166,6 +170,7 @@ const CASES: Case[] = [
   c("effect_claim", "NULL stale_after", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => NULL)", "22004"),
   c("effect_claim", "key over key_bytes", "SELECT * FROM idemq.effect_claim(key => repeat('k', 513), owner => 'o')", "22023"),
   c("effect_claim", "owner over key_bytes", "SELECT * FROM idemq.effect_claim(key => 'k', owner => repeat('o', 513))", "22023"),
+  c("effect_claim", "lease_token without job_id and attempt", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', lease_token => gen_random_uuid())", "22023"),
   c("effect_claim", "stale_after over duration_days", "SELECT * FROM idemq.effect_claim(key => 'k', owner => 'o', stale_after => '2147483647 days')", "22023"),
   c("effect_done", "NULL key", "SELECT idemq.effect_done(key => NULL, owner => 'o', result => '{}')", "22004"),
   c("effect_done", "empty owner", "SELECT idemq.effect_done(key => 'k', owner => '', result => '{}')", "22023"),

@@ -31,13 +31,13 @@ describe("claim concurrency", () => {
           claimedHere += rows.length;
           for (const row of rows) {
             expect(row.attempt).toBe(1);
-            handedOut.set(row.id, (handedOut.get(row.id) ?? 0) + 1);
+            handedOut.set(row.job_id, (handedOut.get(row.job_id) ?? 0) + 1);
           }
           const done = await client.query<{ id: string }>(
-            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[]) AS id",
-            [rows.map((r) => r.id), rows.map((r) => r.attempt)],
+            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[]) AS id",
+            [rows.map((r) => r.job_id), rows.map((r) => r.attempt), rows.map((r) => r.lease_token)],
           );
-          expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.id).sort(byId));
+          expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.job_id).sort(byId));
         }
       }),
     );
@@ -83,13 +83,13 @@ describe("claim concurrency", () => {
           claimedHere += rows.length;
           for (const row of rows) {
             expect(row.attempt).toBe(1);
-            handedOut.set(row.id, (handedOut.get(row.id) ?? 0) + 1);
+            handedOut.set(row.job_id, (handedOut.get(row.job_id) ?? 0) + 1);
           }
           const done = await client.query<{ id: string }>(
-            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[]) AS id",
-            [rows.map((r) => r.id), rows.map((r) => r.attempt)],
+            "SELECT id FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[]) AS id",
+            [rows.map((r) => r.job_id), rows.map((r) => r.attempt), rows.map((r) => r.lease_token)],
           );
-          expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.id).sort(byId));
+          expect(done.rows.map((r) => r.id).sort(byId)).toEqual(rows.map((r) => r.job_id).sort(byId));
         }
       }),
     );
@@ -115,11 +115,11 @@ describe("claim concurrency", () => {
 
     await a.query("BEGIN");
     const byA = await claim(a, { worker_id: "A", queues: [queue], batch_size: 2 });
-    expect(byA.map((r) => r.id)).toEqual(ids.slice(0, 2));
+    expect(byA.map((r) => r.job_id)).toEqual(ids.slice(0, 2));
 
     // A's transaction is still open and holds its two rows.
     const byB = await claim(b, { worker_id: "B", queues: [queue], batch_size: 2 });
-    expect(byB.map((r) => r.id)).toEqual(ids.slice(2, 4));
+    expect(byB.map((r) => r.job_id)).toEqual(ids.slice(2, 4));
     const { rows: open } = await db.pool.query<{ state: string }>(
       "SELECT state FROM pg_stat_activity WHERE pid = $1",
       [await backendPid(a)],
@@ -128,7 +128,7 @@ describe("claim concurrency", () => {
 
     await a.query("COMMIT");
     const rest = await claim(b, { worker_id: "B", queues: [queue], batch_size: 10 });
-    expect(rest.map((r) => r.id)).toEqual(ids.slice(4));
+    expect(rest.map((r) => r.job_id)).toEqual(ids.slice(4));
 
     const { rows } = await db.pool.query<{ id: string; locked_by: string; attempt: number }>(
       "SELECT id, locked_by, attempt FROM idemq.jobs WHERE queue = $1 ORDER BY id",
@@ -144,10 +144,10 @@ describe("claim concurrency", () => {
     const a = await db.newClient();
     const b = await db.newClient();
     await a.query("BEGIN");
-    expect((await claim(a, { worker_id: "A", queues: [queue], batch_size: 2 })).map((r) => r.id)).toEqual(ids);
+    expect((await claim(a, { worker_id: "A", queues: [queue], batch_size: 2 })).map((r) => r.job_id)).toEqual(ids);
     expect(await claim(b, { worker_id: "B", queues: [queue], batch_size: 2 })).toEqual([]);
     await a.query("ROLLBACK");
     const byB = await claim(b, { worker_id: "B", queues: [queue], batch_size: 2 });
-    expect(byB.map((r) => [r.id, r.attempt])).toEqual(ids.map((id) => [id, 1]));
+    expect(byB.map((r) => [r.job_id, r.attempt])).toEqual(ids.map((id) => [id, 1]));
   });
 });

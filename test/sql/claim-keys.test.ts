@@ -72,7 +72,7 @@ describe("claim with queues or tasks: the global claim order across keys", () =>
         for (;;) {
           const rows = await claim(c, { queues, tasks, batch_size: 4 });
           if (rows.length === 0) break;
-          got.push(...rows.map((r) => r.id));
+          got.push(...rows.map((r) => r.job_id));
         }
         expect(got, JSON.stringify({ queues, tasks })).toEqual(expected);
         await c.query("ROLLBACK TO SAVEPOINT each_case");
@@ -86,9 +86,9 @@ describe("claim with queues or tasks: the global claim order across keys", () =>
       const jobs = await mixedJobs(c, p);
       await c.query("DELETE FROM idemq.jobs WHERE NOT (queue LIKE $1)", [`${p}-%`]);
       await c.query("SAVEPOINT before");
-      const all = (await claim(c, { batch_size: 1000 })).map((r) => r.id);
+      const all = (await claim(c, { batch_size: 1000 })).map((r) => r.job_id);
       await c.query("ROLLBACK TO SAVEPOINT before");
-      const listed = (await claim(c, { queues: [`${p}-q1`, `${p}-q2`, `${p}-q3`], batch_size: 1000 })).map((r) => r.id);
+      const listed = (await claim(c, { queues: [`${p}-q1`, `${p}-q2`, `${p}-q3`], batch_size: 1000 })).map((r) => r.job_id);
       expect(all).toEqual(claimOrder(jobs, () => true));
       expect(listed).toEqual(all);
     });
@@ -110,7 +110,7 @@ describe("claim with several keys skips jobs another transaction holds", () => {
       // The first three in claim order, across both queues.
       await holder.query("SELECT id FROM idemq.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE", [ids.slice(0, 3)]);
       const rows = await claim(db.pool, { queues: [`${p}-q1`, `${p}-q0`], batch_size: 4 });
-      expect(rows.map((r) => r.id)).toEqual(ids.slice(3, 7));
+      expect(rows.map((r) => r.job_id)).toEqual(ids.slice(3, 7));
       await holder.query("ROLLBACK");
       const { rows: states } = await db.pool.query<{ id: string; state: string }>(
         "SELECT id::text, state::text FROM idemq.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id",
@@ -118,7 +118,7 @@ describe("claim with several keys skips jobs another transaction holds", () => {
       );
       expect(states.map((s) => s.state)).toEqual(["enqueued", "enqueued", "enqueued", "processing", "processing", "processing", "processing", "enqueued"]);
       const rest = await claim(db.pool, { queues: [`${p}-q0`, `${p}-q1`], batch_size: 10 });
-      expect(rest.map((r) => r.id)).toEqual([...ids.slice(0, 3), ids[7]]);
+      expect(rest.map((r) => r.job_id)).toEqual([...ids.slice(0, 3), ids[7]]);
     } finally {
       await holder.query("ROLLBACK").catch(() => {});
     }
@@ -151,16 +151,16 @@ describe("claim with several keys skips jobs another transaction holds", () => {
       await holder.query("BEGIN");
       await holder.query("SELECT id FROM idemq.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE", [held]);
       const free = order.filter((id) => !held.includes(id));
-      expect((await claim(db.pool, { tasks, batch_size: 20 })).map((r) => r.id)).toEqual(free.slice(0, 20));
+      expect((await claim(db.pool, { tasks, batch_size: 20 })).map((r) => r.job_id)).toEqual(free.slice(0, 20));
       const got: string[] = [];
       for (;;) {
         const rows = await claim(db.pool, { tasks, batch_size: 7 });
         if (rows.length === 0) break;
-        got.push(...rows.map((r) => r.id));
+        got.push(...rows.map((r) => r.job_id));
       }
       expect(got).toEqual(free.slice(20));
       await holder.query("ROLLBACK");
-      expect((await claim(db.pool, { tasks, batch_size: 1000 })).map((r) => r.id)).toEqual(held);
+      expect((await claim(db.pool, { tasks, batch_size: 1000 })).map((r) => r.job_id)).toEqual(held);
     } finally {
       await holder.query("ROLLBACK").catch(() => {});
       await db.pool.query("DELETE FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [[...jobs.keys()]]);
@@ -195,7 +195,7 @@ describe("names that share a key (_name_key) never mix their jobs", () => {
       ];
       for (const { args, allowed, all } of cases) {
         await c.query("SAVEPOINT each_claim");
-        const got = (await claim(c, { ...args, batch_size: 100 })).map((r) => r.id);
+        const got = (await claim(c, { ...args, batch_size: 100 })).map((r) => r.job_id);
         const label = JSON.stringify(args);
         expect(got.length, label).toBeGreaterThan(0);
         expect(new Set(got).size, label).toBe(got.length);
@@ -260,7 +260,7 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
       const running = await makeJob(c, { task: `${p}-running`, queue: `${p}-q9`, priority: 100 });
       const done = await makeJob(c, { task: `${p}-done`, queue: `${p}-q9`, priority: 100 });
       await c.query("SELECT count(*) FROM idemq.claim('other', ARRAY[$1], 10, tasks => ARRAY[$2, $3])", [`${p}-q9`, `${p}-running`, `${p}-done`]);
-      await c.query("SELECT idemq.complete($1, 1)", [done]);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [done]);
       const expected = claimOrder(jobs, () => true);
       expect(expected).toHaveLength(36);
       for (const batchSize of [1, 4, 7]) {
@@ -270,7 +270,7 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
           const rows = await claim(c, { batch_size: batchSize });
           if (rows.length === 0) break;
           expect(rows.length).toBeLessThanOrEqual(batchSize);
-          got.push(...rows.map((r) => r.id));
+          got.push(...rows.map((r) => r.job_id));
         }
         expect(got, `batch_size ${batchSize}`).toEqual(expected);
         expect(got).not.toContain(running);
@@ -293,10 +293,10 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
       await holder.query("BEGIN");
       await holder.query("SELECT id FROM idemq.jobs WHERE id = ANY ($1::bigint[]) FOR UPDATE", [[ids[0], ids[2], ids[3]]]);
       const rows = await claim(db.pool, { batch_size: 4 });
-      expect(rows.map((r) => r.id)).toEqual([ids[1], ids[4], ids[5], ids[6]]);
+      expect(rows.map((r) => r.job_id)).toEqual([ids[1], ids[4], ids[5], ids[6]]);
       await holder.query("ROLLBACK");
       const rest = await claim(db.pool, { batch_size: 4 });
-      expect(rest.map((r) => r.id)).toEqual([ids[0], ids[2], ids[3], ids[7]]);
+      expect(rest.map((r) => r.job_id)).toEqual([ids[0], ids[2], ids[3], ids[7]]);
     } finally {
       await holder.query("ROLLBACK").catch(() => {});
       await db.pool.query("DELETE FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [ids]);
@@ -312,7 +312,7 @@ describe("claim with neither queues nor tasks: the keys are every (task, queue) 
       const p = unique("none");
       const [running, done] = [await makeJob(c, { queue: p }), await makeJob(c, { queue: p })];
       await claim(c, { queues: [p], batch_size: 2 });
-      await c.query("SELECT idemq.complete($1, 1)", [done]);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [done]);
       // Repeated: PL/pgSQL switches plans after the fifth call.
       for (let i = 0; i < 7; i++) {
         const before = await fetched();

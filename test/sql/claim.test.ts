@@ -33,7 +33,7 @@ describe("claim", () => {
       const top = await makeJob(c, { priority: 9, run_at: sql("now()") });
       const rows = await claim(c, { batch_size: 10 });
       // highEarlierB was enqueued first, so it has the lower id.
-      expect(rows.map((r) => r.id)).toEqual([top, highEarlierB, highEarlierA, highLater, low]);
+      expect(rows.map((r) => r.job_id)).toEqual([top, highEarlierB, highEarlierA, highLater, low]);
     });
   });
 
@@ -41,9 +41,9 @@ describe("claim", () => {
     await inRollback(db.pool, async (c) => {
       const ids: string[] = [];
       for (let i = 0; i < 5; i++) ids.push(await makeJob(c, { priority: 10 - i }));
-      expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(0, 2));
-      expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(2, 4));
-      expect((await claim(c, { batch_size: 2 })).map((r) => r.id)).toEqual(ids.slice(4));
+      expect((await claim(c, { batch_size: 2 })).map((r) => r.job_id)).toEqual(ids.slice(0, 2));
+      expect((await claim(c, { batch_size: 2 })).map((r) => r.job_id)).toEqual(ids.slice(2, 4));
+      expect((await claim(c, { batch_size: 2 })).map((r) => r.job_id)).toEqual(ids.slice(4));
       expect(await claim(c, { batch_size: 2 })).toEqual([]);
     });
   });
@@ -53,7 +53,7 @@ describe("claim", () => {
       const id = await makeJob(c, { task: "send", payload: { n: 1 }, queue: "mail", max_attempts: 4, idempotency_key: "k-1" });
       const [job] = await claim(c, { worker_id: "host:42", lease: "45 seconds" });
       expect(job).toMatchObject({
-        id,
+        job_id: id,
         task: "send",
         queue: "mail",
         payload: { n: 1 },
@@ -83,8 +83,8 @@ describe("claim", () => {
       const other = await makeJob(c, { queue: "c" });
       expect(await claim(c, { queues: ["nowhere"], batch_size: 10 })).toEqual([]);
       const ab = await claim(c, { queues: ["b", "a"], batch_size: 10 });
-      expect(ab.map((r) => r.id).sort()).toEqual([a, b].sort());
-      expect((await claim(c, { queues: null, batch_size: 10 })).map((r) => r.id)).toEqual([other]);
+      expect(ab.map((r) => r.job_id).sort()).toEqual([a, b].sort());
+      expect((await claim(c, { queues: null, batch_size: 10 })).map((r) => r.job_id)).toEqual([other]);
     });
   });
 
@@ -109,7 +109,7 @@ describe("claim", () => {
       expect(await claim(c)).toEqual([]);
       await makeDue(c, id); // run_at = now(): due exactly now
       expect((await jobRow(c, id)).state).toBe("scheduled");
-      expect((await claimOne(c)).id).toBe(id);
+      expect((await claimOne(c)).job_id).toBe(id);
     });
   });
 
@@ -120,7 +120,7 @@ describe("claim", () => {
       await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [atNow]);
       const justBefore = await makeJob(c, { expires_at: sql("now() + interval '1 microsecond'") });
       const rows = await claim(c, { batch_size: 10 });
-      expect(rows.map((r) => r.id)).toEqual([justBefore]);
+      expect(rows.map((r) => r.job_id)).toEqual([justBefore]);
       expect((await jobRow(c, past)).state).toBe("enqueued");
       expect((await jobRow(c, atNow)).state).toBe("enqueued");
     });
@@ -145,11 +145,11 @@ describe("claim", () => {
       await expireLease(c, id);
       expect(await rescue(c)).toBe(1);
       const second = await claimOne(c);
-      expect(second).toMatchObject({ id, attempt: 2, reclaimed: true });
+      expect(second).toMatchObject({ job_id: id, attempt: 2, reclaimed: true });
       // attempt 2 fails normally: attempt 3 is an ordinary retry, not a reclaim.
       expect(await fail(c, id, 2)).toBe("scheduled");
       await makeDue(c, id);
-      expect(await claimOne(c)).toMatchObject({ id, attempt: 3, reclaimed: false });
+      expect(await claimOne(c)).toMatchObject({ job_id: id, attempt: 3, reclaimed: false });
     });
   });
 
@@ -159,10 +159,10 @@ describe("claim", () => {
       const child = await makeJob(c, { after: [parent], priority: 100 });
       expect((await jobRow(c, child)).state).toBe("awaiting");
       const [only] = await claim(c, { batch_size: 10 });
-      expect(only!.id).toBe(parent);
-      await c.query("SELECT idemq.complete($1, 1)", [parent]);
+      expect(only!.job_id).toBe(parent);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent]);
       expect((await jobRow(c, child)).state).toBe("enqueued");
-      expect((await claim(c, { batch_size: 10 })).map((r) => r.id)).toEqual([child]);
+      expect((await claim(c, { batch_size: 10 })).map((r) => r.job_id)).toEqual([child]);
     });
   });
 
@@ -229,7 +229,7 @@ describe("claim, heartbeat and complete_many read jobs by index, whatever the ta
       await seed(4000);
       for (let i = 0; i < 8; i++) {
         await c.query(
-          "SELECT idemq.complete_many(array_agg(id), array_agg(attempt)) FROM idemq.claim('seed', ARRAY[$1], 500)",
+          "SELECT idemq.complete_many(array_agg(job_id), array_agg(attempt), array_agg(lease_token)) FROM idemq.claim('seed', ARRAY[$1], 500)",
           [queue],
         );
       }
@@ -239,12 +239,12 @@ describe("claim, heartbeat and complete_many read jobs by index, whatever the ta
         Number((await c.query("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'idemq.jobs'::regclass")).rows[0].seq_scan);
       const before = await seqScans();
       for (const [queues, tasks] of [[null, null], [[queue], null], [[queue], ["t0"]]]) {
-        const { rows } = await c.query("SELECT id, attempt FROM idemq.claim('w', $1::text[], 250, tasks => $2::text[])", [queues, tasks]);
+        const { rows } = await c.query("SELECT job_id AS id, attempt, lease_token FROM idemq.claim('w', $1::text[], 250, tasks => $2::text[])", [queues, tasks]);
         expect(rows).toHaveLength(250);
-        const pairs = [rows.map((r) => r.id), rows.map((r) => r.attempt)];
-        const beat = await c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[])", pairs);
+        const pairs = [rows.map((r) => r.id), rows.map((r) => r.attempt), rows.map((r) => r.lease_token)];
+        const beat = await c.query("SELECT * FROM idemq.heartbeat($1::bigint[], $2::int[], lease_tokens => $3::uuid[])", pairs);
         expect(beat.rows).toHaveLength(250);
-        const done = await c.query("SELECT * FROM idemq.complete_many($1::bigint[], $2::int[])", pairs);
+        const done = await c.query("SELECT * FROM idemq.complete_many($1::bigint[], $2::int[], $3::uuid[])", pairs);
         expect(done.rows).toHaveLength(250);
       }
       expect(await seqScans()).toBe(before);

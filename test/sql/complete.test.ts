@@ -5,7 +5,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { jobRow, makeJob } from "../helpers/jobs.ts";
-import { byId, claim, claimOne, complete, expireLease, fail, rescue } from "../helpers/work.ts";
+import { byId, claim, claimOne, complete, expireLease, fail, HOLDER_TOKENS, rescue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -18,7 +18,7 @@ afterAll(async () => {
 
 async function completeMany(c: pg.ClientBase, ids: unknown, attempts: unknown): Promise<string[]> {
   const { rows } = await c.query<{ id: string }>(
-    "SELECT id FROM idemq.complete_many(job_ids => $1::bigint[], attempts => $2::int[]) AS id",
+    `SELECT id FROM idemq.complete_many(job_ids => $1::bigint[], attempts => $2::int[], lease_tokens => ${HOLDER_TOKENS("$1")}) AS id`,
     [ids, attempts],
   );
   return rows.map((r) => r.id).sort(byId);

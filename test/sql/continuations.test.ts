@@ -147,14 +147,14 @@ describe("a parent that does not succeed cancels its awaiting children", () => {
       const child = await enqueue(c, { task: "child", after: [parent.job_id] });
       const attempt = await claimJob(c, parent.job_id);
       const { rows } = await c.query<{ state: string }>(
-        "SELECT f.state FROM idemq.fail($1, $2, '\"flaky\"', retry_at => now()) f",
+        "SELECT f.state FROM idemq.fail($1, $2, '\"flaky\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retry_at => now()) f",
         [parent.job_id, attempt],
       );
       expect(rows[0]!.state).toBe("scheduled");
       expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       // The last attempt fails too: now the child is cancelled.
       const last = await claimJob(c, parent.job_id);
-      await c.query("SELECT idemq.fail($1, $2, '\"flaky\"')", [parent.job_id, last]);
+      await c.query("SELECT idemq.fail($1, $2, '\"flaky\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, last]);
       expect((await jobRow(c, parent.job_id)).state).toBe("failed");
       expect((await jobRow(c, child.job_id)).state).toBe("cancelled");
     });
@@ -192,7 +192,7 @@ describe("parents already finished at enqueue time", () => {
       const child = await enqueue(c, { task: "child", after: [done, running] });
       expect((await jobRow(c, child.job_id)).state).toBe("awaiting");
       expect(await dependencies(c, child.job_id)).toEqual([running]);
-      await c.query("SELECT idemq.complete($1, 1)", [running]);
+      await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [running]);
       expect((await jobRow(c, child.job_id)).state).toBe("enqueued");
     });
   });
@@ -266,7 +266,7 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const attempt = await claimJob(db.pool, parent.job_id);
 
     await parentTx.query("BEGIN");
-    await parentTx.query("SELECT idemq.complete($1, $2)", [parent.job_id, attempt]);
+    await parentTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, attempt]);
 
     const childPid = await backendPid(childTx);
     const pending = enqueue(childTx, { task: "child", after: [parent.job_id] });
@@ -291,7 +291,7 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const child = await enqueue(childTx, { task: "child", after: [parent.job_id] });
 
     const parentPid = await backendPid(parentTx);
-    const completing = parentTx.query("SELECT idemq.complete($1, $2)", [parent.job_id, attempt]);
+    const completing = parentTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, attempt]);
     completing.catch(() => {});
     await waitUntilBlocked(db.pool, parentPid);
     await childTx.query("COMMIT");
@@ -312,11 +312,11 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const attemptB = await claimJob(db.pool, b.job_id);
 
     await firstTx.query("BEGIN");
-    await firstTx.query("SELECT idemq.complete($1, $2)", [a.job_id, attemptA]);
+    await firstTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [a.job_id, attemptA]);
     // Each saw the other's dependency row still there: without serialisation
     // on the child, neither would release it.
     const secondPid = await backendPid(secondTx);
-    const second = secondTx.query("SELECT idemq.complete($1, $2)", [b.job_id, attemptB]);
+    const second = secondTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b.job_id, attemptB]);
     second.catch(() => {});
     const blockers = await waitUntilBlocked(db.pool, secondPid);
     expect(blockers).toContain(await backendPid(firstTx));
@@ -339,9 +339,9 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const attemptB = await claimJob(db.pool, b.job_id);
 
     await completeTx.query("BEGIN");
-    await completeTx.query("SELECT idemq.complete($1, $2)", [b.job_id, attemptB]);
+    await completeTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b.job_id, attemptB]);
     const failPid = await backendPid(failTx);
-    const failing = failTx.query("SELECT idemq.fail($1, $2, '\"boom\"', retryable => false)", [a.job_id, attemptA]);
+    const failing = failTx.query("SELECT idemq.fail($1, $2, '\"boom\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [a.job_id, attemptA]);
     failing.catch(() => {});
     await waitUntilBlocked(db.pool, failPid);
     await completeTx.query("COMMIT");
@@ -359,7 +359,7 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     await childTx.query("BEGIN");
     const child = await enqueue(childTx, { task: "child", after: [parent.job_id] });
     const parentPid = await backendPid(parentTx);
-    const failing = parentTx.query("SELECT idemq.fail($1, $2, '\"boom\"', retryable => false)", [
+    const failing = parentTx.query("SELECT idemq.fail($1, $2, '\"boom\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [
       parent.job_id,
       attempt,
     ]);

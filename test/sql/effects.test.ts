@@ -17,7 +17,7 @@ import { underSavepoint } from "../helpers/savepoint.ts";
 import { EffectClaimLostError, LeaseLostError } from "../../src/errors.ts";
 import { effectDone, effectRelease } from "../../src/sql-api.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
-import { claimOne, expireLease, rescue } from "../helpers/work.ts";
+import { claimOne, expireLease, HOLDER_TOKEN, rescue } from "../helpers/work.ts";
 
 let db: TestDatabase;
 
@@ -124,10 +124,10 @@ describe("effect_claim answers", () => {
   });
 });
 
-/** effect_claim for a job attempt (as the worker calls it). */
+/** effect_claim for a job attempt (as the worker calls it), with the lease token of whichever attempt holds the job (HOLDER_TOKEN). */
 async function claimFor(c: Queryable, key: string, jobId: string, attempt: number): Promise<Claim> {
   const { rows } = await c.query<Claim>(
-    "SELECT * FROM idemq.effect_claim(key => $1, owner => $2, job_id => $3, attempt => $4)",
+    `SELECT * FROM idemq.effect_claim(key => $1, owner => $2, job_id => $3, attempt => $4, lease_token => ${HOLDER_TOKEN("$3")})`,
     [key, `job:${jobId}:${attempt}`, jobId, attempt],
   );
   expect(rows).toHaveLength(1);
@@ -138,7 +138,7 @@ async function claimFor(c: Queryable, key: string, jobId: string, attempt: numbe
 async function secondAttempt(c: Queryable): Promise<string> {
   const queue = unique("effect-attempts");
   const id = await makeJob(c, { queue });
-  expect(await claimOne(c, { queues: [queue] })).toMatchObject({ id, attempt: 1 });
+  expect(await claimOne(c, { queues: [queue] })).toMatchObject({ job_id: id, attempt: 1 });
   return id;
 }
 
@@ -151,7 +151,7 @@ describe("effect_claim for a job attempt", () => {
       await expireLease(c, id);
       expect(await rescue(c)).toBe(1);
       const queue = (await c.query<{ queue: string }>("SELECT queue FROM idemq.jobs WHERE id = $1", [id])).rows[0]!.queue;
-      expect(await claimOne(c, { queues: [queue] })).toMatchObject({ id, attempt: 2 });
+      expect(await claimOne(c, { queues: [queue] })).toMatchObject({ job_id: id, attempt: 2 });
 
       // The claim is seconds old, far from the 10-minute stale_after.
       expect(await claimFor(c, "charge:1", id, 2)).toEqual({ status: "reclaimed", result: null });

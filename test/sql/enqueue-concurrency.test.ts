@@ -129,10 +129,10 @@ describe("one key whose job is terminal, many connections", () => {
     const queue = unique("q");
     const work = { task: "charge", payload: { order: 6 }, idempotency_key: key, queue };
     const old = await enqueue(db.pool, work);
-    const claimed = await db.pool.query("SELECT id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [
+    const claimed = await db.pool.query("SELECT job_id AS id, attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1])", [
       queue,
     ]);
-    await db.pool.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', retryable => false)", [
+    await db.pool.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [
       old.job_id,
       claimed.rows[0].attempt,
     ]);

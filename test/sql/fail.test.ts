@@ -116,7 +116,7 @@ describe("fail", () => {
       const override = { backoff: { kind: "fixed", delays: ["7 seconds", "9 seconds"] }, max_attempts: 2 };
       // Attempt 1 is snoozed: it does not count.
       await claimOne(c);
-      await c.query("SELECT idemq.snooze(job_id => $1, attempt => 1, run_at => now())", [id]);
+      await c.query("SELECT idemq.snooze(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => now())", [id]);
       await claimOne(c);
       expect(await fail(c, id, 2, "first counted", override)).toBe("scheduled");
       // The first counted failure: the override's first delay, not the job's 2 seconds.
@@ -219,7 +219,7 @@ describe("fail", () => {
       const id = await makeJob(c, { backoff: FIXED, max_attempts: 1 });
       const job = await claimOne(c);
       const { rows } = await c.query(
-        `SELECT f.state, f.run_at = now() AS at_once FROM idemq.fail($1, $2, '{"class": "WorkerShutdownError", "message": "cut short"}', counted => false) f`,
+        `SELECT f.state, f.run_at = now() AS at_once FROM idemq.fail($1, $2, '{"class": "WorkerShutdownError", "message": "cut short"}', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), counted => false) f`,
         [id, job.attempt],
       );
       expect(rows).toEqual([{ state: "scheduled", at_once: true }]);
@@ -232,7 +232,7 @@ describe("fail", () => {
 
       // The next attempt is the job's one counted attempt: its failure fails the job.
       const again = await claimOne(c);
-      expect(again).toMatchObject({ id, attempt: 2 });
+      expect(again).toMatchObject({ job_id: id, attempt: 2 });
       expect(await fail(c, id, again.attempt)).toBe("failed");
     });
   });
@@ -243,7 +243,7 @@ describe("fail", () => {
       await claimOne(c);
       const { rows } = await c.query(
         `SELECT f.state, f.run_at = now() + interval '1 minute' AS at_retry_at
-         FROM idemq.fail($1, 1, '"x"', retry_at => now() + interval '1 minute', counted => false) f`,
+         FROM idemq.fail($1, 1, '"x"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retry_at => now() + interval '1 minute', counted => false) f`,
         [later],
       );
       expect(rows).toEqual([{ state: "scheduled", at_retry_at: true }]);
@@ -251,7 +251,7 @@ describe("fail", () => {
       const permanent = await makeJob(c, { max_attempts: 5, queue: unique("permanent") });
       const { queue } = await jobRow(c, permanent);
       await claimOne(c, { queues: [queue] });
-      const { rows: failed } = await c.query(`SELECT f.state FROM idemq.fail($1, 1, '"x"', retryable => false, counted => false) f`, [permanent]);
+      const { rows: failed } = await c.query(`SELECT f.state FROM idemq.fail($1, 1, '"x"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false, counted => false) f`, [permanent]);
       expect(failed).toEqual([{ state: "failed" }]);
     });
   });
@@ -266,13 +266,13 @@ describe("fail", () => {
         );
       }
       await underSavepoint(c, () =>
-        expectSqlError(c.query("SELECT idemq.fail($1, 1, NULL)", [id]), { code: "22004" }),
+        expectSqlError(c.query("SELECT idemq.fail($1, 1, NULL, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id]), { code: "22004" }),
       );
       await underSavepoint(c, () =>
-        expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', retryable => NULL)`, [id]), { code: "22004" }),
+        expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => NULL)`, [id]), { code: "22004" }),
       );
       await underSavepoint(c, () =>
-        expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', counted => NULL)`, [id]), { code: "22004" }),
+        expectSqlError(c.query(`SELECT idemq.fail($1, 1, '"x"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), counted => NULL)`, [id]), { code: "22004" }),
       );
       expect(await jobRow(c, id)).toMatchObject({ state: "processing", errors: [] });
     });

@@ -181,11 +181,11 @@ describe("guard and complete inlined with BEGIN / COMMIT (src/sql-api.ts)", () =
       const { rows: jobRows } = await c.query(
         "SELECT job_id FROM idemq.enqueue(task => 'inline', payload => '{}')",
       );
-      const [claimed] = (await c.query("SELECT id, attempt FROM idemq.claim('w', NULL, 1)")).rows;
+      const [claimed] = (await c.query("SELECT job_id AS id, attempt, lease_token FROM idemq.claim('w', NULL, 1)")).rows;
       expect(claimed.id).toBe(jobRows[0].job_id);
       expect(await sqlApi.beginWithGuard(c, key, task)).toBe(true);
       const result = { quote: "it's", backslash: "a\\b", nested: [1, { x: null }], text: "é ✓" };
-      await sqlApi.completeAndCommit(c, claimed.id, claimed.attempt, result);
+      await sqlApi.completeAndCommit(c, claimed.id, claimed.attempt, claimed.lease_token, result);
       const { rows } = await c.query("SELECT key FROM idemq.processed WHERE key = $1", [key]);
       expect(rows).toEqual([{ key }]);
       const { rows: done } = await c.query("SELECT state, result FROM idemq.jobs WHERE id = $1", [claimed.id]);
@@ -203,9 +203,9 @@ describe("guard and complete inlined with BEGIN / COMMIT (src/sql-api.ts)", () =
     const c = await db.pool.connect();
     try {
       await c.query("SELECT idemq.enqueue(task => 'inline-fenced', payload => '{}')");
-      const [claimed] = (await c.query("SELECT id, attempt FROM idemq.claim('w', ARRAY['default'], 1)")).rows;
+      const [claimed] = (await c.query("SELECT job_id AS id, attempt, lease_token FROM idemq.claim('w', ARRAY['default'], 1)")).rows;
       expect(await sqlApi.beginWithGuard(c, "inline-fenced:1")).toBe(true);
-      await expect(sqlApi.completeAndCommit(c, claimed.id, claimed.attempt + 1)).rejects.toMatchObject({ code: "IQ410" });
+      await expect(sqlApi.completeAndCommit(c, claimed.id, claimed.attempt + 1, claimed.lease_token)).rejects.toMatchObject({ code: "IQ410" });
       await expect(c.query("SELECT 1")).rejects.toMatchObject({ code: "25P02" });
       await c.query("ROLLBACK");
       const { rows } = await c.query("SELECT count(*)::int AS n FROM idemq.processed WHERE key = 'inline-fenced:1'");

@@ -1,9 +1,9 @@
 // No hijack (issue 11, item 3): objects planted in public and pg_temp never
 // run inside idemq, whatever the caller's search_path. Planted here: now(),
 // clock_timestamp(), md5(), random(), cardinality(), length(), unnest(),
-// jsonb_typeof(), pg_notify(), the advisory-lock functions; the operators =
-// on the idemq enums, on text, on bigint and on bigint[], <> on text, - on
-// jsonb; and relations named like idemq's tables, as views in public and in
+// jsonb_typeof(), pg_notify(), gen_random_uuid(), the advisory-lock
+// functions; the operators = on the idemq enums, on text, on bigint, on
+// bigint[] and on uuid, <> on text, - on jsonb; and relations named like idemq's tables, as views in public and in
 // each session's pg_temp. Every planted function, operator and view writes to
 // a log table when it runs. Every public function is then called by a
 // superuser and by a login of each idemq role, under `"$user", public` and
@@ -57,6 +57,7 @@ const PLANTS = [
   plantFunction("jsonb_typeof(j jsonb)", "text", "RETURN pg_catalog.jsonb_typeof(j);"),
   plantFunction("unnest(a bigint[])", "SETOF bigint", "RETURN QUERY SELECT pg_catalog.unnest(a);"),
   plantFunction("pg_notify(c text, p text)", "void", "PERFORM pg_catalog.pg_notify(c, p);"),
+  plantFunction("gen_random_uuid()", "uuid", "RETURN pg_catalog.gen_random_uuid();"),
   plantFunction("pg_try_advisory_lock(k bigint)", "boolean", "RETURN pg_catalog.pg_try_advisory_lock(k);"),
   plantFunction("pg_advisory_lock_shared(k bigint)", "void", "PERFORM pg_catalog.pg_advisory_lock_shared(k);"),
   plantFunction("pg_advisory_unlock(k bigint)", "boolean", "RETURN pg_catalog.pg_advisory_unlock(k);"),
@@ -68,6 +69,7 @@ const PLANTS = [
   plantOperator("<>", "text", "text", "boolean", "hj_ne_text"),
   plantOperator("=", "bigint", "bigint", "boolean", "hj_eq_bigint"),
   plantOperator("=", "bigint[]", "bigint[]", "boolean", "hj_eq_bigints"),
+  plantOperator("=", "uuid", "uuid", "boolean", "hj_eq_uuid"),
   plantOperator("-", "jsonb", "text[]", "jsonb", "hj_minus_jsonb"),
   ...TABLES.map((t) => `CREATE VIEW public.${t} AS SELECT 1 AS id WHERE public.hijack_seen('public.${t}');`),
 ];
@@ -130,13 +132,22 @@ function producerCalls(queue: string): [string, Call][] {
     ],
     ["active_states", (s) => s.query("SELECT idemq.active_states()")],
     ["terminal_states", (s) => s.query("SELECT idemq.terminal_states()")],
+    [
+      "job",
+      async (s) => {
+        const made = await s.query<{ job_id: string }>("SELECT job_id FROM idemq.enqueue(task => 'hj', queue => $1)", [queue]);
+        const r = await s.query("SELECT * FROM idemq.job(job_id => $1)", [made.rows[0]!.job_id]);
+        expect(r.rows).toHaveLength(1);
+        return r;
+      },
+    ],
   ];
 }
 
 /** Every worker function, on 5 jobs of `queue` (keyed, one with a child waiting on it). */
 function workerCalls(queue: string): [string, Call][] {
-  let jobs: { id: string; attempt: number }[] = [];
-  const job = (i: number) => [jobs[i]!.id, jobs[i]!.attempt];
+  let jobs: { id: string; attempt: number; token: string }[] = [];
+  const job = (i: number) => [jobs[i]!.id, jobs[i]!.attempt, jobs[i]!.token];
   return [
     ["wait_for_jobs", (s) => s.query("SELECT idemq.wait_for_jobs(queues => ARRAY[$1::text])", [queue])],
     ["stop_waiting", (s) => s.query("SELECT idemq.stop_waiting(queues => ARRAY[$1::text])", [queue])],
@@ -146,26 +157,38 @@ function workerCalls(queue: string): [string, Call][] {
       "claim",
       async (s) => {
         const r = await s.query("SELECT * FROM idemq.claim(worker_id => 'hj', queues => ARRAY[$1::text], batch_size => 10, tasks => ARRAY['hj'])", [queue]);
-        jobs = r.rows.map((row) => ({ id: row.id, attempt: row.attempt })).sort((a, b) => Number(a.id) - Number(b.id));
+        jobs = r.rows.map((row) => ({ id: row.job_id, attempt: row.attempt, token: row.lease_token })).sort((a, b) => Number(a.id) - Number(b.id));
         expect(jobs).toHaveLength(5);
         return r;
       },
     ],
-    ["heartbeat", (s) => s.query("SELECT * FROM idemq.heartbeat(job_ids => $1::bigint[], attempts => $2::int[])", [jobs.map((j) => j.id), jobs.map((j) => j.attempt)])],
-    ["complete", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => '{\"ok\": true}')", job(0))],
-    ["complete_many (a parent: its child is released)", (s) => s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", job(1))],
-    ["fail (retried)", (s) => s.query(`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}')`, job(2))],
+    ["job", (s) => s.query("SELECT * FROM idemq.job(job_id => $1)", [jobs[0]!.id])],
+    [
+      "heartbeat",
+      (s) =>
+        s.query("SELECT * FROM idemq.heartbeat(job_ids => $1::bigint[], attempts => $2::int[], lease_tokens => $3::uuid[])", [
+          jobs.map((j) => j.id),
+          jobs.map((j) => j.attempt),
+          jobs.map((j) => j.token),
+        ]),
+    ],
+    ["complete", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => '{\"ok\": true}', lease_token => $3)", job(0))],
+    [
+      "complete_many (a parent: its child is released)",
+      (s) => s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid])", job(1)),
+    ],
+    ["fail (retried)", (s) => s.query(`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}', lease_token => $3)`, job(2))],
     [
       "fail (for good, task backoff)",
       (s) =>
         s.query(
-          `SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '"m"', retryable => false, backoff => '{"kind": "polynomial"}', max_attempts => 3)`,
+          `SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '"m"', retryable => false, backoff => '{"kind": "polynomial"}', max_attempts => 3, lease_token => $3)`,
           job(3),
         ),
     ],
-    ["snooze", (s) => s.query("SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => $3::timestamptz)", [...job(4), at()])],
-    ["complete (lease lost: IQ410 as expected)", (s) => raisesUnderSavepoint(s, "IQ410", "SELECT idemq.complete(job_id => $1, attempt => $2)", job(0))],
-    ["fail (bad input: 22023 as expected)", (s) => raisesUnderSavepoint(s, "22023", "SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '[]')", job(0))],
+    ["snooze", (s) => s.query("SELECT idemq.snooze(job_id => $1, attempt => $2, lease_token => $3, run_at => $4::timestamptz)", [...job(4), at()])],
+    ["complete (lease lost: IQ410 as expected)", (s) => raisesUnderSavepoint(s, "IQ410", "SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", job(0))],
+    ["fail (bad input: 22023 as expected)", (s) => raisesUnderSavepoint(s, "22023", "SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '[]', lease_token => $3)", job(0))],
     ["guard", (s) => s.query("SELECT idemq.guard(key => $1, task => 'hj'), idemq.guard(key => $1, task => 'hj')", [`${queue}-g`])],
     ["effect_claim", (s) => s.query("SELECT * FROM idemq.effect_claim(key => $1, owner => 'o')", [`${queue}-e`])],
     ["effect_done", (s) => s.query("SELECT idemq.effect_done(key => $1, owner => 'o', result => '{}')", [`${queue}-e`])],
@@ -214,7 +237,7 @@ function adminCalls(queue: string): [string, Call][] {
 
 /** complete and complete_many on their deleting path (retention 0 for the queue), keyed jobs: the ledger write too. */
 function retentionZeroCalls(queue: string): [string, Call][] {
-  let jobs: { id: string; attempt: number }[] = [];
+  let jobs: { id: string; attempt: number; token: string }[] = [];
   return [
     ["set_retention (succeeded 0 for a queue)", (s) => s.query("SELECT idemq.set_retention(state => 'succeeded', keep => '0 seconds', queue => $1)", [queue])],
     [
@@ -224,17 +247,25 @@ function retentionZeroCalls(queue: string): [string, Call][] {
           JSON.stringify([0, 1].map((i) => ({ task: "hj", queue, idempotency_key: `${queue}-z${i}` }))),
         ]);
         const r = await s.query("SELECT * FROM idemq.claim(worker_id => 'hj', queues => ARRAY[$1::text], batch_size => 2)", [queue]);
-        jobs = r.rows.map((row) => ({ id: row.id, attempt: row.attempt }));
+        jobs = r.rows.map((row) => ({ id: row.job_id, attempt: row.attempt, token: row.lease_token }));
         expect(jobs).toHaveLength(2);
         return r;
       },
     ],
-    ["complete (retention 0: deleted)", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [jobs[0]!.id, jobs[0]!.attempt])],
+    ["complete (retention 0: deleted)", (s) => s.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", [jobs[0]!.id, jobs[0]!.attempt, jobs[0]!.token])],
     [
       "complete_many (retention 0: deleted)",
-      (s) => s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [jobs[1]!.id, jobs[1]!.attempt]),
+      (s) =>
+        s.query("SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid])", [
+          jobs[1]!.id,
+          jobs[1]!.attempt,
+          jobs[1]!.token,
+        ]),
     ],
-    ["complete (the job is gone: IQ404 as expected)", (s) => raisesUnderSavepoint(s, "IQ404", "SELECT idemq.complete(job_id => $1, attempt => $2)", [jobs[0]!.id, jobs[0]!.attempt])],
+    [
+      "complete (the job is gone: IQ404 as expected)",
+      (s) => raisesUnderSavepoint(s, "IQ404", "SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", [jobs[0]!.id, jobs[0]!.attempt, jobs[0]!.token]),
+    ],
   ];
 }
 

@@ -377,7 +377,7 @@ describe("worker_id_bytes: claim", () => {
       await refused(c, "SELECT * FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [`${"é".repeat(128)}w`, queue]);
       expect(await jobRow(c, id)).toEqual(before);
       const wide = "é".repeat(128); // 256 bytes
-      const { rows } = await c.query("SELECT id FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [wide, queue]);
+      const { rows } = await c.query("SELECT job_id AS id FROM idemq.claim(worker_id => $1, queues => ARRAY[$2])", [wide, queue]);
       expect(rows.map((r) => r.id)).toEqual([id]);
       expect((await jobRow(c, id)).locked_by).toBe(wide);
     });
@@ -478,7 +478,7 @@ describe("error history: fail() can always record a failure", () => {
     await inRollback(db.pool, async (c) => {
       const id = await makeJob(c, { queue: unique("limits") });
       const job = await claimJob(c, id);
-      const error = await refused(c, "SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb)", [
+      const error = await refused(c, "SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => $3::jsonb)", [
         id,
         job,
         JSON.stringify(Array.from({ length: 100_000 }, (_, i) => i)),
@@ -501,14 +501,14 @@ describe("instants: infinity and -infinity are refused where a job needs a real 
 
       const attempt = (await claimOne(c, { queues: [queue] })).attempt;
       for (const bad of ["infinity", "-infinity"]) {
-        await refused(c, "SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => $3::timestamptz)", [id, attempt, bad], /snooze: run_at/);
-        await refused(c, `SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retry_at => $3::timestamptz)`, [id, attempt, bad], /fail: retry_at/);
+        await refused(c, "SELECT idemq.snooze(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => $3::timestamptz)", [id, attempt, bad], /snooze: run_at/);
+        await refused(c, `SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '"x"', retry_at => $3::timestamptz)`, [id, attempt, bad], /fail: retry_at/);
       }
-      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retry_at => '294000-01-01')`, [id, attempt]);
+      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '"x"', retry_at => '294000-01-01')`, [id, attempt]);
       expect((await jobRow(c, id)).state).toBe("scheduled");
       await c.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [id]);
       const again = (await claimOne(c, { queues: [queue] })).attempt;
-      await c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => '4713-01-01 BC')", [id, again]);
+      await c.query("SELECT idemq.snooze(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), run_at => '4713-01-01 BC')", [id, again]);
       expect((await jobRow(c, id)).state).toBe("scheduled");
     });
   });

@@ -60,7 +60,7 @@ describe("rescue: lost leases", () => {
     await inRollback(db.pool, async (c) => {
       const queue = unique("line");
       const early = await makeJob(c, { queue, run_at: sql("now() - interval '1 hour'") });
-      expect((await claimOne(c, { queues: [queue] })).id).toBe(early);
+      expect((await claimOne(c, { queues: [queue] })).job_id).toBe(early);
       const later = await makeJob(c, { queue, run_at: sql("now() - interval '30 minutes'") });
       await expireLease(c, early, "10 seconds");
       expect(await rescue(c)).toBe(1);
@@ -71,7 +71,7 @@ describe("rescue: lost leases", () => {
       );
       expect(rows).toEqual([{ due_before_later: true }]);
       const next = await claimOne(c, { queues: [queue] });
-      expect(next).toMatchObject({ id: early, reclaimed: true });
+      expect(next).toMatchObject({ job_id: early, reclaimed: true });
     });
   });
 
@@ -189,7 +189,7 @@ describe("rescue: deadlines", () => {
         made[`processing.${edge}`] = running;
         const done = await makeJob(c, { queue: `done.${edge}` });
         await claimOne(c, { queues: [`done.${edge}`] });
-        await c.query("SELECT idemq.complete($1, 1)", [done]);
+        await c.query("SELECT idemq.complete($1, 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [done]);
         made[`succeeded.${edge}`] = done;
         await c.query(`UPDATE idemq.jobs SET expires_at = ${deadline} WHERE id = ANY($1::bigint[])`, [
           Object.entries(made)

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { count, enqueue, jobRow, keyRow, unique, type Queryable } from "../helpers/jobs.ts";
-import { claimJob, complete, failRow } from "../helpers/work.ts";
+import { claimJob, complete, failRow, HOLDER_TOKENS } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 let db: TestDatabase;
@@ -31,7 +31,7 @@ async function exists(c: Queryable, id: string): Promise<boolean> {
 
 async function completeMany(c: Queryable, ids: string[], attempts: number[]): Promise<string[]> {
   const { rows } = await c.query<{ id: string }>(
-    "SELECT id::text FROM idemq.complete_many(job_ids => $1::bigint[], attempts => $2::int[]) AS id ORDER BY 1",
+    `SELECT id::text FROM idemq.complete_many(job_ids => $1::bigint[], attempts => $2::int[], lease_tokens => ${HOLDER_TOKENS("$1")}) AS id ORDER BY 1`,
     [ids, attempts],
   );
   return rows.map((r) => r.id);

@@ -179,7 +179,7 @@ describe("purge", () => {
       await finishedAgo(c, a, "-1 day");
       expect(await purge(c, "1 hour")).toBe(2);
       expect(await exists(c, child.job_id)).toBe(false);
-      await c.query("SELECT idemq.complete($1, $2)", [b, await claimJob(c, b)]);
+      await c.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b, await claimJob(c, b)]);
       expect((await jobRow(c, b)).state).toBe("succeeded");
       expect(await count(c, "SELECT 1 FROM idemq.job_dependencies WHERE child_id = $1", [child.job_id])).toBe(0);
     });

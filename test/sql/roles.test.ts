@@ -27,6 +27,7 @@ const fx = {
   enqueued: "",
   held: "",
   heldAttempt: 0,
+  heldToken: "",
   failed: "",
   payload: { secret: "only claim hands this out" },
 };
@@ -43,11 +44,17 @@ beforeAll(async () => {
 
   fx.enqueued = await makeJob(db.pool, { task: "roles", queue: fx.queue, payload: fx.payload });
   fx.held = await makeJob(db.pool, { task: "roles", queue: fx.heldQueue });
-  fx.heldAttempt = (await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue] })).attempt;
+  const held = await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue] });
+  fx.heldAttempt = held.attempt;
+  fx.heldToken = held.lease_token;
   const failedQueue = unique("roles-failed");
   fx.failed = await makeJob(db.pool, { task: "roles", queue: failedQueue, max_attempts: 1 });
-  const { attempt } = await claimOne(db.pool, { queues: [failedQueue] });
-  await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retryable => false)`, [fx.failed, attempt]);
+  const failing = await claimOne(db.pool, { queues: [failedQueue] });
+  await db.pool.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"', retryable => false, lease_token => $3)`, [
+    fx.failed,
+    failing.attempt,
+    failing.lease_token,
+  ]);
   await db.pool.query("SELECT idemq.effect_claim(key => 'roles-effect', owner => 'o')");
 }, 60_000);
 
@@ -59,8 +66,8 @@ afterAll(async () => {
 interface Operation {
   name: string;
   sql: () => [string, unknown[]];
-  /** Checks the answer of an allowed call. */
-  check?: (rows: Record<string, unknown>[]) => void;
+  /** Checks the answer of an allowed call (`who` made it). */
+  check?: (rows: Record<string, unknown>[], who: Who) => void;
 }
 
 const OPERATIONS: Operation[] = [
@@ -71,28 +78,43 @@ const OPERATIONS: Operation[] = [
     check: (r) => expect(r[0]).toMatchObject({ outcome: "created" }),
   },
   {
+    name: "job",
+    sql: () => ["SELECT job_id, state::text, payload FROM idemq.job(job_id => $1)", [fx.enqueued]],
+    // A job's state for every role; its payload only for one that may read idemq.jobs.
+    check: (r, who) => expect(r).toEqual([{ job_id: fx.enqueued, state: "enqueued", payload: who === "admin" ? fx.payload : null }]),
+  },
+  {
     name: "claim",
     sql: () => ["SELECT * FROM idemq.claim(worker_id => 'w', queues => ARRAY[$1::text])", [fx.queue]],
     // The one way a worker reads a payload.
-    check: (r) => expect(r).toEqual([expect.objectContaining({ id: fx.enqueued, payload: fx.payload })]),
+    check: (r) => expect(r).toEqual([expect.objectContaining({ job_id: fx.enqueued, payload: fx.payload })]),
   },
-  { name: "complete", sql: () => ["SELECT idemq.complete(job_id => $1, attempt => $2)", [fx.held, fx.heldAttempt]] },
+  { name: "complete", sql: () => ["SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]] },
   {
     name: "complete_many",
-    sql: () => ["SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [fx.held, fx.heldAttempt]],
+    sql: () => [
+      "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid])",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
     check: (r) => expect(r).toHaveLength(1),
   },
   {
     name: "fail",
-    sql: () => [`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}')`, [fx.held, fx.heldAttempt]],
+    sql: () => [`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}', lease_token => $3)`, [fx.held, fx.heldAttempt, fx.heldToken]],
     check: (r) => expect(r[0]).toMatchObject({ state: "scheduled" }),
   },
   {
     name: "heartbeat",
-    sql: () => ["SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int])", [fx.held, fx.heldAttempt]],
+    sql: () => [
+      "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid])",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
     check: (r) => expect(r).toHaveLength(1),
   },
-  { name: "snooze", sql: () => ["SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute')", [fx.held, fx.heldAttempt]] },
+  {
+    name: "snooze",
+    sql: () => ["SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute', lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
+  },
   { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
   {
     name: "effect_claim",
@@ -163,13 +185,13 @@ const OPERATIONS: Operation[] = [
 
 const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
-  "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
+  "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
   "worker_seen", "worker_stopped", "stats",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {
-  producer: ["enqueue", "enqueue_many", ...CONSTANTS],
+  producer: ["enqueue", "enqueue_many", "job", ...CONSTANTS],
   worker: [...WORKER_OPS, ...CONSTANTS],
   admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "change a limit (idemq.settings.value)"],
   stranger: [],
@@ -191,7 +213,7 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
       try {
         if (ALLOWED[who].includes(op.name)) {
           const { rows } = await session.query(text, values);
-          op.check?.(rows);
+          op.check?.(rows, who);
         } else {
           expect(await sqlState(session.query(text, values))).toBe("42501");
         }
@@ -241,7 +263,7 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
     const before = (await db.pool.query(acl)).rows;
     const granted = (await db.pool.query<{ role: string; privilege: string }>("SELECT * FROM idemq._grant_roles()")).rows;
     expect(new Set(granted.map((g) => g.role))).toEqual(new Set(Object.values(ROLES)));
-    expect(granted).toContainEqual({ role: ROLES.worker, privilege: "EXECUTE ON FUNCTION idemq.claim(text,text[],integer,interval,text[])" });
+    expect(granted).toContainEqual({ role: ROLES.worker, privilege: "EXECUTE ON FUNCTION idemq.claim(text,text[],integer,interval,text[],boolean)" });
     expect((await db.pool.query(acl)).rows).toEqual(before);
   });
 });

@@ -112,7 +112,7 @@ describe("overlap", () => {
       await tickAt(c, "2030-01-01T12:00:10Z");
       const [first] = await slotJobs(c, name);
       const attempt = await claimJob(c, first!.id);
-      await c.query("SELECT idemq.fail(job_id => $1, attempt => $2, error => '{}')", [first!.id, attempt]);
+      await c.query("SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), error => '{}')", [first!.id, attempt]);
       expect(await tickAt(c, "2030-01-01T12:05:10Z")).toBe(1);
       expect((await scheduleRow(c, name))!.skipped).toBe("0");
     });

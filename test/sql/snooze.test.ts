@@ -39,7 +39,7 @@ describe("snooze", () => {
       const id = await makeJob(c);
       await claimOne(c);
       await snooze(c, id, 1, sql("now()"));
-      expect(await claimOne(c)).toMatchObject({ id, attempt: 2, reclaimed: false });
+      expect(await claimOne(c)).toMatchObject({ job_id: id, attempt: 2, reclaimed: false });
       await underSavepoint(c, () =>
         expectSqlError(complete(c, id, 1), {
           code: "IQ410",
@@ -58,7 +58,7 @@ describe("snooze", () => {
       await snooze(c, id, 1, sql("now() + interval '1 minute'"));
       await makeDue(c, id);
       const again = await claimOne(c);
-      expect(again).toMatchObject({ id, attempt: 2, max_attempts: 1 });
+      expect(again).toMatchObject({ job_id: id, attempt: 2, max_attempts: 1 });
       // The one counted attempt is this one: its failure is final.
       expect(await fail(c, id, 2, "boom")).toBe("failed");
       const row = await jobRow(c, id);
@@ -99,7 +99,7 @@ describe("snooze", () => {
       const id = await makeJob(c);
       await claimOne(c);
       await snooze(c, id, 1, sql("now() - interval '1 minute'"));
-      expect((await claimOne(c)).id).toBe(id);
+      expect((await claimOne(c)).job_id).toBe(id);
     });
   });
 

@@ -50,10 +50,10 @@ describe("stats", () => {
 
       // Terminal states in their own queue.
       const [ok] = await claim(c, { worker_id: "w", queues: ["q3"] }); // the parent: succeeded, so its child leaves awaiting
-      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [ok!.id, ok!.attempt]);
+      await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", [ok!.job_id, ok!.attempt, ok!.lease_token]);
       await makeJob(c, { task: "t", queue: "q4", max_attempts: 1 });
       const [bad] = await claim(c, { worker_id: "w", queues: ["q4"] });
-      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"x"')`, [bad!.id, bad!.attempt]);
+      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => $3, error => '"x"')`, [bad!.job_id, bad!.attempt, bad!.lease_token]);
       const gone = await makeJob(c, { task: "t", queue: "q4" });
       await c.query("SELECT idemq.cancel(job_id => $1)", [gone]);
       await makeJob(c, { task: "t", queue: "q4", expires_at: sql("now() - interval '1 second'") });
@@ -100,8 +100,8 @@ describe("stats", () => {
     await inRollback(db.pool, async (c) => {
       for (let i = 0; i < 3; i++) await makeJob(c, { task: "job", queue: "leases" });
       const held = await claim(c, { worker_id: "w", queues: ["leases"], batch_size: 3 });
-      await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 microsecond' WHERE id = $1", [held[0]!.id]);
-      await c.query("UPDATE idemq.jobs SET lease_expires_at = now() WHERE id = $1", [held[1]!.id]);
+      await c.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 microsecond' WHERE id = $1", [held[0]!.job_id]);
+      await c.query("UPDATE idemq.jobs SET lease_expires_at = now() WHERE id = $1", [held[1]!.job_id]);
       expect(await stats(c, ["lease_expired", "processing"])).toEqual([
         ["leases", "job", "lease_expired", 1],
         ["leases", "job", "processing", 3],
@@ -165,7 +165,7 @@ describe("stats", () => {
       // rejected (bulk): a failed key under reject_if_failed.
       await makeJob(c, { task: "charge", queue: "q2", idempotency_key: "r1", max_attempts: 1 });
       const [job] = await claim(c, { worker_id: "w", queues: ["q2"] });
-      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"no"')`, [job!.id, job!.attempt]);
+      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => $3, error => '"no"')`, [job!.job_id, job!.attempt, job!.lease_token]);
       const many = await c.query(
         `SELECT outcome FROM idemq.enqueue_many('[{"task": "charge", "idempotency_key": "r1", "duplicate_policy": "reject_if_failed"},
                                                   {"task": "charge", "idempotency_key": "r1", "duplicate_policy": "reject_if_failed"}]')
@@ -195,7 +195,7 @@ describe("stats", () => {
     await inRollback(db.pool, async (c) => {
       await makeJob(c, { task: "charge", queue: "q", idempotency_key: "r2", max_attempts: 1 });
       const [job] = await claim(c, { worker_id: "w", queues: ["q"] });
-      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, error => '"no"')`, [job!.id, job!.attempt]);
+      await c.query(`SELECT idemq.fail(job_id => $1, attempt => $2, lease_token => $3, error => '"no"')`, [job!.job_id, job!.attempt, job!.lease_token]);
       await expectSqlError(
         underSavepoint(c, () => c.query("SELECT * FROM idemq.enqueue(task => 'charge', idempotency_key => 'r2', duplicate_policy => 'reject_if_failed')", [])),
         { code: "IQ409" },

@@ -28,7 +28,7 @@ describe("traceparent: stored and claimed", () => {
       expect(rows[0]).toMatchObject({ deduplicated: false, job_traceparent: A });
       expect((await jobRow(c, rows[0].job_id)).traceparent).toBe(A);
       const [job] = await claim(c, { queues: [queue] });
-      expect(job).toMatchObject({ id: rows[0].job_id, traceparent: A, reclaimed: false });
+      expect(job).toMatchObject({ job_id: rows[0].job_id, traceparent: A, reclaimed: false });
     });
   });
 
@@ -37,7 +37,7 @@ describe("traceparent: stored and claimed", () => {
       const queue = unique("tp");
       const id = await makeJob(c, { queue });
       expect((await jobRow(c, id)).traceparent).toBeNull();
-      expect((await claim(c, { queues: [queue] }))[0]).toMatchObject({ id, traceparent: null });
+      expect((await claim(c, { queues: [queue] }))[0]).toMatchObject({ job_id: id, traceparent: null });
     });
   });
 

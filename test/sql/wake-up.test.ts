@@ -42,12 +42,12 @@ describe("NOTIFY only while a session waits", () => {
     const queue = unique("q");
     await enqueue(sender, { task: "t", queue });
     await enqueueMany(sender, [{ task: "t", queue }]);
-    const { rows: claimed } = await sender.query("SELECT id, attempt FROM idemq.claim('w', $1::text[], 2) ORDER BY id", [
+    const { rows: claimed } = await sender.query("SELECT job_id AS id, attempt FROM idemq.claim('w', $1::text[], 2) ORDER BY id", [
       [queue],
     ]);
     expect(claimed).toHaveLength(2);
-    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"again\"}', true, now())", [claimed[0].id, claimed[0].attempt]);
-    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', false)", [claimed[1].id, claimed[1].attempt]);
+    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"again\"}', true, now(), lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [claimed[0].id, claimed[0].attempt]);
+    await sender.query("SELECT idemq.fail($1, $2, '{\"message\": \"no\"}', false, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [claimed[1].id, claimed[1].attempt]);
     await sender.query("SELECT idemq.retry($1)", [claimed[1].id]);
     expect(await heard(queue)).toBe(0);
     const { rows } = await sender.query(
@@ -130,7 +130,7 @@ describe("the barrier: no wake-up is lost", () => {
     expect(await heard(queue)).toBe(1);
     const again = await waiter.query("SELECT idemq.wait_for_jobs($1::text[]) AS ready", [[queue]]);
     expect(again.rows[0].ready).toBe(true);
-    const claimed = await waiter.query("SELECT id FROM idemq.claim('w', $1::text[], 10) ORDER BY id", [[queue]]);
+    const claimed = await waiter.query("SELECT job_id AS id FROM idemq.claim('w', $1::text[], 10) ORDER BY id", [[queue]]);
     expect(claimed.rows.map((r) => r.id)).toContain(job_id);
     await waiter.end();
   });
@@ -162,7 +162,7 @@ describe("the barrier: no wake-up is lost", () => {
       notified?.();
     });
     const claimSome = async (): Promise<number> => {
-      const { rows } = await claimer.query("SELECT id FROM idemq.claim('w', $1::text[], $2)", [[queue], batch]);
+      const { rows } = await claimer.query("SELECT job_id AS id FROM idemq.claim('w', $1::text[], $2)", [[queue], batch]);
       for (const r of rows) claimed.add(r.id as string);
       return rows.length;
     };

@@ -64,6 +64,11 @@ describe("claim, send, die", () => {
     // Claimed and sent, not recorded as done.
     expect(await effectRow("welcome-email:1")).toMatchObject({ status: "claimed", reclaims: 0 });
     expect((await effectRow("welcome-email:1"))!.owner).toContain(`job:${jobId}:1@`);
+    // The owner ends in a digest of the attempt's lease token (another worker cannot name it), never the token itself.
+    const { rows: held } = await db.pool.query<{ lease_token: string }>("SELECT lease_token FROM idemq.jobs WHERE id = $1", [jobId]);
+    const owner = (await effectRow("welcome-email:1"))!.owner;
+    expect(owner).toMatch(/#[0-9a-f]{16}$/);
+    expect(owner).not.toContain(held[0]!.lease_token);
 
     first.child.kill("SIGKILL");
     expect((await first.exited).signal).toBe("SIGKILL");

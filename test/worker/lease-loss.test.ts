@@ -66,7 +66,7 @@ async function takeOver(jobId: string): Promise<void> {
     await thief.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [jobId]);
     await thief.query("SELECT idemq.rescue()");
     const { rows } = await thief.query<{ id: string; attempt: number }>(
-      "SELECT id, attempt FROM idemq.claim(worker_id => 'thief', queues => ARRAY['lease'], batch_size => 1)",
+      "SELECT job_id AS id, attempt FROM idemq.claim(worker_id => 'thief', queues => ARRAY['lease'], batch_size => 1)",
     );
     expect(rows).toEqual([{ id: jobId, attempt: 2 }]);
     await thief.query("COMMIT");
@@ -96,7 +96,7 @@ describe("a plain task whose lease is taken over", () => {
     expect(job).toMatchObject({ state: "processing", attempt: 2, lockedBy: "thief", result: null });
     expect(w.of("job:success").some((e) => e.jobId === jobId)).toBe(false);
     // The fence the worker relies on: attempt 1 can no longer complete the job.
-    await expectSqlError(db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [jobId]), {
+    await expectSqlError(db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [jobId]), {
       code: "IQ410",
       detail: { job_id: Number(jobId), attempt: 1, current_state: "processing" },
     });

@@ -38,7 +38,7 @@ async function finishedKey(key: string, ago: string, keyRetention?: string): Pro
     ...(keyRetention === undefined ? {} : { keyRetention }),
   });
   await db.pool.query("SELECT idemq.claim(worker_id => 'w', queues => ARRAY['maintenance'])");
-  await db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1)", [jobId]);
+  await db.pool.query("SELECT idemq.complete(job_id => $1, attempt => 1, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [jobId]);
   await db.pool.query("UPDATE idemq.keys SET finished_at = now() - $2::interval WHERE key = $1", [key, ago]);
 }
 

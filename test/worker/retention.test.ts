@@ -144,9 +144,9 @@ describe("retention 0 and a stale attempt", () => {
         await other.query("BEGIN");
         await other.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY ($1::bigint[])", [ids]);
         await other.query("SELECT idemq.rescue()");
-        const { rows } = await other.query("SELECT id, attempt FROM idemq.claim(worker_id => 'other', queues => ARRAY['retain-stale'], batch_size => 2)");
+        const { rows } = await other.query("SELECT job_id AS id, attempt FROM idemq.claim(worker_id => 'other', queues => ARRAY['retain-stale'], batch_size => 2)");
         expect(rows.map((r) => r.id).sort()).toEqual([...ids].sort());
-        for (const r of rows) await other.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [r.id, r.attempt]);
+        for (const r of rows) await other.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [r.id, r.attempt]);
         await other.query("COMMIT");
       } finally {
         other.release();

@@ -8,7 +8,7 @@
 // otherwise a DBA runs the script `roles sql` prints.
 import type { Command } from "commander";
 import pg from "pg";
-import { grantRole, ROLE_KINDS, roleMembers, rolesScript } from "../../roles.ts";
+import { grantRole, ROLE_FUNCTIONS, ROLE_KINDS, roleMembers, rolesScript } from "../../roles.ts";
 import { openDatabase } from "../connect.ts";
 import { addExamples, type CommonOptions, databaseCommand } from "../define.ts";
 import { action, emit, UsageError } from "../output.ts";
@@ -22,7 +22,7 @@ interface GrantOptions extends CommonOptions {
 export function registerRolesCommands(program: Command): void {
   const roles = program
     .command("roles")
-    .description("each database's own idemq roles: producer (enqueue), worker (run jobs), admin (everything); named idemq_<database>_producer etc. by default");
+    .description("each database's own idemq roles: producer (enqueue, read a job's outcome), worker (run jobs), admin (everything); named idemq_<database>_producer etc. by default");
   addExamples(roles, ["idemq roles list", "idemq roles sql > idemq-roles.sql", "idemq roles grant app_web --producer"]);
 
   roles
@@ -48,8 +48,8 @@ Examples:
     .command("grant")
     .description("make login role ROLE a member of this database's idemq roles (at least one of --producer, --worker, --admin)")
     .argument("<role>", "an existing login role, e.g. the one your workers connect as")
-    .option("--producer", "grant the producer role: enqueue, enqueue_many")
-    .option("--worker", "grant the worker role: claim, complete, fail, heartbeat, snooze, guard, effect_*, rescue, prune_keys, wait_for_jobs")
+    .option("--producer", `grant the producer role: ${ROLE_FUNCTIONS.producer.join(", ")}`)
+    .option("--worker", `grant the worker role: ${ROLE_FUNCTIONS.worker.join(", ")}`)
     .option("--admin", "grant the admin role: every function, and reading jobs")
     .action(
       action(async (member: string, _options: GrantOptions, cmd: Command) => {
