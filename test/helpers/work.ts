@@ -30,8 +30,8 @@ export interface ClaimedJob {
   lease_expires_at: Date;
   reclaimed: boolean;
   traceparent: string | null;
-  /** undefined on a database at 0001, whose claim() gave no token. */
-  lease_token: string;
+  /** undefined on a database at 0001; NULL for a claim without token => true. */
+  lease_token: string | null;
 }
 
 /**
@@ -69,14 +69,17 @@ export interface ClaimArgs {
   batch_size?: number | Sql;
   lease?: string | Sql;
   tasks?: string[] | null | Sql;
+  /** true: each job gets a lease token, which later calls must present. */
+  token?: boolean | Sql;
 }
 
 /** idemq.claim(...) as worker "w1" unless given, rows in the order claim returns them. */
 export async function claim(db: Queryable, args: ClaimArgs = {}): Promise<ClaimedJob[]> {
   const values: unknown[] = [];
-  const list = namedArgs({ worker_id: "w1", ...args }, { worker_id: "text", queues: "text[]", batch_size: "int", lease: "interval", tasks: "text[]" }, values);
+  const list = namedArgs({ worker_id: "w1", ...args }, { worker_id: "text", queues: "text[]", batch_size: "int", lease: "interval", tasks: "text[]", token: "boolean" }, values);
   const { rows } = await db.query<ClaimedJob & { id?: string }>(`SELECT * FROM idemq.claim(${list})`, values);
-  // A database at 0001 (install/upgrade.test.ts builds its zoo there) names the job's id `id`; 0.2.0 renamed it job_id.
+  // claim's rows name the job's id `id` (0.1.0) and, from 0.2.0 on, job_id too (the same value); a database at
+  // 0001 (install/upgrade.test.ts builds its zoo there) has id only.
   return rows.map(({ id, ...row }) => (id === undefined ? row : { ...row, job_id: id }));
 }
 

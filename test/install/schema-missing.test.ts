@@ -120,7 +120,7 @@ describe("createWorker().start() on an unmigrated database", () => {
     );
     expect(error.code).toBe("42883");
     expect(error.detail).toContain("idemq.enqueue(task, payload, queue,");
-    expect(error.detail).toContain("idemq.claim(worker_id, queues, batch_size, lease, tasks)");
+    expect(error.detail).toContain("idemq.claim(worker_id, queues, batch_size, lease, tasks, token)");
     await worker.wait();
   });
 });

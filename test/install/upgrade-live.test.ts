@@ -116,7 +116,8 @@ describe(`an installation of ${RELEASE}, upgraded to this checkout while its wor
       cli: oldCli,
       cwd: tmp,
       databaseUrl: oldLogin.urlFor(db.name),
-      args: ["--concurrency", "4"],
+      // The queue of the jobs enqueued before the upgrade; those after it are the new worker's.
+      args: ["--concurrency", "4", "--queues", "default"],
     });
     await waitFor(async () => (await count("SELECT count(*)::int AS n FROM public.upgrade_ledger")) >= 40, { what: "the old worker to be mid-stream" });
     const upgraded = await runCli(["migrate", "--json", "--database-url", db.url], { timeoutMs: 120_000 });
@@ -126,10 +127,11 @@ describe(`an installation of ${RELEASE}, upgraded to this checkout while its wor
     expect(upgraded.stderr).toContain(`idemq: ${oldLogin.name} (a member of the cluster-wide idemq_worker) is now a member of idemq_${db.name}_worker`);
     const upgradedAt = new Date();
     const doneAtUpgrade = await count("SELECT count(*)::int AS n FROM public.upgrade_ledger");
+    expect(await count("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = 'default' AND finished_at IS NULL"), "jobs left for the old worker after the upgrade").toBeGreaterThan(0);
 
     // ---- After the upgrade: new jobs, a tick of the schedule, and a worker of this checkout.
     await db.pool.query("SELECT * FROM idemq.enqueue_many($1::jsonb)", [
-      JSON.stringify(Array.from({ length: 100 }, (_, i) => ({ task: "step", payload: { n: 3000 + i } }))),
+      JSON.stringify(Array.from({ length: 100 }, (_, i) => ({ task: "step", payload: { n: 3000 + i }, queue: "after-upgrade" }))),
     ]);
     // The schedule made at 0.1.0 fires after the upgrade (its first slot may still be ahead: tick until it has).
     await waitFor(

@@ -5,6 +5,7 @@
 // rolls back whole. And another worker (a second login of idemq_worker) that
 // knows the job and guesses its attempt cannot either: it lacks the lease
 // token claim() gave the holder, and no error shows it that token.
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   backendPid,
@@ -44,10 +45,10 @@ afterAll(async () => {
 /** Attempt 1 claims, loses its lease, is rescued; attempt 2 claims. Returns both claims. */
 async function takenOver(c: pg.ClientBase, queue: string): Promise<{ id: string; first: ClaimedJob; second: ClaimedJob }> {
   const id = await makeJob(c, { queue });
-  const first = await claimOne(c, { worker_id: "old", queues: [queue] });
+  const first = await claimOne(c, { worker_id: "old", queues: [queue], token: true });
   await expireLease(c, id);
   expect(await rescue(c)).toBe(1);
-  const second = await claimOne(c, { worker_id: "new", queues: [queue] });
+  const second = await claimOne(c, { worker_id: "new", queues: [queue], token: true });
   return { id, first, second };
 }
 
@@ -212,7 +213,7 @@ describe("the lease token: a second worker login cannot finish, fail, snooze or 
   /** A job (committed, in a queue of its own) claimed by the holder's login: its claim row. */
   async function claimedByHolder(queue: string): Promise<ClaimedJob> {
     await makeJob(db.pool, { queue, payload: { n: 1 } });
-    return claimOne(holder, { worker_id: "holder", queues: [queue] });
+    return claimOne(holder, { worker_id: "holder", queues: [queue], token: true });
   }
 
   /** The IQ410 the thief gets: the attempt it guessed, the state, and nothing of the holder's token. */
@@ -229,7 +230,7 @@ describe("the lease token: a second worker login cannot finish, fail, snooze or 
     expect(job.lease_token).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect((await db.pool.query("SELECT lease_token FROM idemq.jobs WHERE id = $1", [job.job_id])).rows).toEqual([{ lease_token: job.lease_token }]);
     await snooze(holder, job.job_id, job, sql("now()"));
-    const again = await claimOne(holder, { worker_id: "holder", queues: ["fence-token"] });
+    const again = await claimOne(holder, { worker_id: "holder", queues: ["fence-token"], token: true });
     expect(again).toMatchObject({ job_id: job.job_id, attempt: job.attempt + 1 });
     expect(again.lease_token).not.toBe(job.lease_token);
     await complete(holder, again.job_id, again);
@@ -298,7 +299,7 @@ describe("the lease token: a second worker login cannot finish, fail, snooze or 
     // Attempt 1 loses its lease; the holder claims attempt 2.
     await expireLease(db.pool, first.job_id);
     expect(await rescue(db.pool)).toBe(1);
-    const second = await claimOne(holder, { worker_id: "holder", queues: [queue] });
+    const second = await claimOne(holder, { worker_id: "holder", queues: [queue], token: true });
     expect(second).toMatchObject({ job_id: first.job_id, attempt: first.attempt + 1 });
 
     const claimAs = (s: pg.Client, owner: string, token: string | null) =>
@@ -316,13 +317,13 @@ describe("the lease token: a second worker login cannot finish, fail, snooze or 
     await complete(holder, second.job_id, second);
   });
 
-  it("a job claimed without a token (by claim() before 0.2.0) is held by its attempt with a NULL token, and by no token", async () => {
+  it("a job claimed without a token (claim's default, as 0.1.0 claimed) is held by its attempt with a NULL token, and by no made-up token", async () => {
     await inRollback(db.pool, async (c) => {
       const id = await makeJob(c, { queue: "q-legacy" });
       const job = await claimOne(c, { queues: ["q-legacy"] });
-      // As the migration leaves a job an older claim() took: no token.
-      await c.query("UPDATE idemq.jobs SET lease_token = NULL WHERE id = $1", [id]);
-      await underSavepoint(c, () => expectSqlError(complete(c, id, job), lostBy(id, job.attempt)));
+      expect(job.lease_token).toBeNull();
+      expect((await c.query("SELECT lease_token FROM idemq.jobs WHERE id = $1", [id])).rows).toEqual([{ lease_token: null }]);
+      await underSavepoint(c, () => expectSqlError(complete(c, id, { ...job, lease_token: randomUUID() }), lostBy(id, job.attempt)));
       expect(await heartbeat(c, [{ id, attempt: job.attempt, lease_token: null }])).toEqual([id]);
       // As a 0.1.0 worker calls it: no lease_token argument at all.
       await c.query("SELECT idemq.complete(job_id => $1, attempt => $2)", [id, job.attempt]);

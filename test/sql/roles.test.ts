@@ -44,9 +44,9 @@ beforeAll(async () => {
 
   fx.enqueued = await makeJob(db.pool, { task: "roles", queue: fx.queue, payload: fx.payload });
   fx.held = await makeJob(db.pool, { task: "roles", queue: fx.heldQueue });
-  const held = await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue] });
+  const held = await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue], token: true });
   fx.heldAttempt = held.attempt;
-  fx.heldToken = held.lease_token;
+  fx.heldToken = held.lease_token!;
   const failedQueue = unique("roles-failed");
   fx.failed = await makeJob(db.pool, { task: "roles", queue: failedQueue, max_attempts: 1 });
   const failing = await claimOne(db.pool, { queues: [failedQueue] });
