@@ -55,7 +55,8 @@ CREATE TYPE idemq.job_row AS (
 -- holds by guessing its attempt number. NULL on a job claimed without it (as
 -- 0.1.0's workers and claims made before this migration do): a NULL token
 -- matches only those, so 0.1.0 workers keep working through an upgrade.
-ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
+-- (The column idemq.jobs.lease_token is added after the functions: its ALTER
+-- TABLE locks the jobs until this migration commits, so it comes last.)
 -- A job's id is job_id in every row a function returns. claim's rows named it
 -- id in 0.1.0, and a 0.1.0 worker reads that name while an upgrade runs: id
 -- stays where it is (deprecated, the same value) and job_id is appended, as
@@ -1226,6 +1227,11 @@ SELECT count(*) FROM idemq._grant_roles();
 -- This installation's roles, named, created (when this role may), granted,
 -- and the cluster-wide roles' privileges here revoked.
 SELECT count(*) FROM idemq._grant_roles();
+-- Last: this ALTER TABLE takes an ACCESS EXCLUSIVE lock on idemq.jobs (a
+-- catalog change only: a nullable column without a default rewrites
+-- nothing), held until the commit, which follows at once. The functions
+-- above that read the column are PL/pgSQL, resolved when they run.
+ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
 -- ==== end hand-written ====
 
 -- Down Migration
