@@ -13,6 +13,11 @@
 //                                       newest migration is not released yet, amend
 //                                       it instead (one upgrade file per release),
 //                                       keeping its hand-written parts
+//
+// Hand-written parts: Up has one before the functions (schema changes the
+// functions use) and one after them (what needs a function it creates, such
+// as a trigger on a new trigger function); Down has their reversals, one
+// before the functions are restored and one after.
 //   npm run migration:check             exit 1 unless the latest state equals
 //                                       sql/functions/ and released migrations
 //                                       match sql/released.sha256
@@ -129,7 +134,7 @@ export function signature(text) {
   return text.slice(start, text.indexOf("\nLANGUAGE ", start));
 }
 
-const HAND_WRITTEN = /^-- ==== hand-written: .* ====\n([\s\S]*?)^-- ==== end hand-written ====$/gm;
+const HAND_WRITTEN = /^-- ==== hand-written: (.*) ====\n([\s\S]*?)^-- ==== end hand-written ====$/gm;
 const DEFAULT_UP = [
   "-- Schema changes (tables, columns, indexes) go here, before the functions",
   "-- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a",
@@ -139,13 +144,40 @@ const DEFAULT_UP = [
   "-- commits on its own, so the next migration can use it.",
   "",
 ].join("\n");
+const DEFAULT_UP_AFTER = [
+  "-- What needs the functions above goes here: a trigger whose function is new",
+  "-- (CREATE TRIGGER needs the function; the part before the functions cannot",
+  "-- name it), and what must run under the new functions.",
+  "",
+].join("\n");
+const DEFAULT_DOWN_BEFORE = "-- The reversal of the part after the functions goes here, before the functions are restored.\n";
 const DEFAULT_DOWN = "-- The reversal of the schema changes above goes here, after the functions.\n";
+// The hand-written sections by the words after "hand-written: ", in the order a migration has them.
+const SECTIONS = {
+  up: "schema changes",
+  upAfter: "after the functions",
+  downBefore: "before the functions",
+  down: "the reversal",
+};
+const sectionStart = (key) => `-- ==== hand-written: ${SECTIONS[key]} (kept when migration:new amends this file) ====`;
 
-/** The hand-written parts of a migration this script wrote (its title line, Up and Down parts), to keep when it is amended. */
+/**
+ * The hand-written parts of a migration this script wrote (its title line, and
+ * the Up and Down parts before and after the functions), to keep when it is
+ * amended. A migration written before the parts after (Up) and before (Down)
+ * the functions existed has only the other two; those two then start empty.
+ */
 export function handWritten(text) {
-  const parts = [...text.matchAll(HAND_WRITTEN)].map((m) => m[1]);
-  if (parts.length !== 2) throw new Error("expected two hand-written sections (Up and Down) between '-- ==== hand-written: ... ====' and '-- ==== end hand-written ===='");
-  return { title: text.slice(0, text.indexOf("\n")), up: parts[0], down: parts[1] };
+  const parts = {};
+  for (const m of text.matchAll(HAND_WRITTEN)) {
+    const key = Object.keys(SECTIONS).find((k) => m[1].startsWith(SECTIONS[k]));
+    if (key === undefined || key in parts) throw new Error(`unexpected hand-written section "${m[1]}"`);
+    parts[key] = m[2];
+  }
+  if (parts.up === undefined || parts.down === undefined) {
+    throw new Error("expected the hand-written sections (Up and Down) between '-- ==== hand-written: ... ====' and '-- ==== end hand-written ===='");
+  }
+  return { title: text.slice(0, text.indexOf("\n")), ...parts };
 }
 
 /** The text of migration `name` carrying `diff` (see changes()), with `kept` hand-written parts (handWritten()) when amending. */
@@ -169,7 +201,7 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
     "-- after that it never changes again.",
     "-- Up Migration",
     "",
-    "-- ==== hand-written: schema changes (kept when migration:new amends this file) ====",
+    sectionStart("up"),
     `${(kept?.up ?? DEFAULT_UP).trimEnd()}`,
     "-- ==== end hand-written ====",
     "",
@@ -182,7 +214,9 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   // none of the roles' grants: idemq._grant_roles() gives them, where it exists.
   const regrant = ["-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).", "SELECT count(*) FROM idemq._grant_roles();", ""];
   if (files.has("_grant_roles") && diff.created.length + resigned.size > 0) lines.push(...regrant);
+  lines.push(sectionStart("upAfter"), `${(kept?.upAfter ?? DEFAULT_UP_AFTER).trimEnd()}`, "-- ==== end hand-written ====", "");
   lines.push("-- Down Migration", "");
+  lines.push(sectionStart("downBefore"), `${(kept?.downBefore ?? DEFAULT_DOWN_BEFORE).trimEnd()}`, "-- ==== end hand-written ====", "");
   for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
   for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
   const downRevokes = revoke([...diff.removed, ...resigned]);
@@ -190,7 +224,7 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   if (diff.created.length + downRevokes.length > 0) lines.push("");
   if (state.has("_grant_roles") && diff.removed.length + resigned.size > 0) lines.push(...regrant);
   lines.push(
-    "-- ==== hand-written: the reversal (kept when migration:new amends this file) ====",
+    sectionStart("down"),
     `${(kept?.down ?? DEFAULT_DOWN).trimEnd()}`,
     "-- ==== end hand-written ====",
     "",
@@ -307,7 +341,7 @@ function main(argv) {
   console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
   const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));
   if (resigned.length > 0) console.log(`Signature changed (dropped first, then created): ${resigned.map((n) => `idemq.${n}`).join(", ")}`);
-  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down), and run npm run migration:check.");
+  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down, before or after the functions), and run npm run migration:check.");
   return 0;
 }
 
