@@ -24,6 +24,13 @@ CREATE TABLE idemq.job_counts (
 );
 
 COMMENT ON TABLE idemq.job_counts IS 'Jobs per (queue, task, state): the sum of n per group. Appended by the triggers jobs_count_* on idemq.jobs in the writer''s transaction, folded by apply_retention(); never written otherwise.';
+
+-- Why tick() could not enqueue a schedule's job (a limit lowered after
+-- schedule() accepted it): _tick records it and goes on with the others.
+ALTER TABLE idemq.schedules
+    ADD COLUMN last_error text,
+    ADD COLUMN last_error_at timestamp with time zone,
+    ADD CONSTRAINT schedules_error_has_time CHECK (((last_error IS NULL) = (last_error_at IS NULL)));
 -- ==== end hand-written ====
 
 -- ---- sql/functions/_count_jobs.sql ----
@@ -94,6 +101,119 @@ END;
 
 COMMENT ON FUNCTION idemq._job_counts() IS
   'Jobs per queue, task and state, exact, summed from idemq.job_counts (never a count of idemq.jobs).';
+
+-- ---- sql/functions/_tick.sql ----
+CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_created int := 0;
+  v_s record;
+  v_spec jsonb;
+  v_on_time timestamptz[];
+  v_missed timestamptz[];
+  v_slot timestamptz;
+  v_last_job bigint;
+  v_last_slot timestamptz;
+  v_last_state idemq.job_state;
+  v_skipped int;
+  v_after bigint[];
+  v_job bigint;
+  v_deduplicated boolean;
+  v_new int;
+  v_state text;
+  v_message text;
+BEGIN
+  FOR v_s IN
+    SELECT s.name, s.cron, s.timezone, s.task, s.payload, s.queue, s.priority, s.max_attempts,
+           s.overlap, s.misfire, s.misfire_grace, s.next_at, s.last_job_id, s.last_slot_at
+    FROM idemq.schedules s
+    WHERE s.next_at <= _tick.at
+    ORDER BY s.next_at, s.name
+    FOR UPDATE SKIP LOCKED
+  LOOP
+    -- Each schedule in a subtransaction: a job enqueue refuses for the
+    -- schedule's own reason (a limit lowered after schedule() checked it)
+    -- undoes this schedule's slots only, and is recorded in the handler.
+    BEGIN
+      v_spec := idemq._cron_parse(v_s.cron);
+      v_on_time := idemq._cron_latest(v_spec, v_s.timezone,
+                                      greatest(v_s.next_at, _tick.at - v_s.misfire_grace + interval '1 microsecond'),
+                                      _tick.at, 100);
+      v_missed := '{}';
+      IF v_s.next_at <= _tick.at - v_s.misfire_grace THEN
+        IF v_s.misfire = 'all' THEN
+          v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace,
+                                         100 - cardinality(v_on_time));
+        ELSIF v_s.misfire = 'once' AND cardinality(v_on_time) = 0 THEN
+          v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace, 1);
+        END IF;
+      END IF;
+
+      v_last_job := v_s.last_job_id;
+      v_last_slot := v_s.last_slot_at;
+      v_skipped := 0;
+      v_new := 0;
+      FOREACH v_slot IN ARRAY v_missed || v_on_time LOOP
+        v_after := NULL;
+        IF v_s.overlap <> 'allow' THEN
+          SELECT j.state INTO v_last_state FROM idemq.jobs j WHERE j.id = v_last_job;
+          IF v_last_state = ANY (idemq.active_states()) THEN
+            IF v_s.overlap = 'skip' OR v_last_state <> 'processing' THEN
+              v_skipped := v_skipped + 1;
+              CONTINUE;
+            END IF;
+            v_after := ARRAY[v_last_job];
+          END IF;
+        END IF;
+        BEGIN
+          SELECT e.job_id, e.deduplicated INTO v_job, v_deduplicated
+          FROM idemq.enqueue(
+            task => v_s.task, payload => v_s.payload, queue => v_s.queue, priority => v_s.priority,
+            max_attempts => v_s.max_attempts,
+            idempotency_key => format('schedule:%s:%s', v_s.name,
+                                      to_char(v_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+            duplicate_policy => 'reject_always', after => v_after) e;
+        EXCEPTION WHEN SQLSTATE 'IQ409' OR SQLSTATE 'IQ422' THEN
+          -- The slot's key was used already: the slot ran (or was replayed) before.
+          CONTINUE;
+        END;
+        IF NOT v_deduplicated THEN
+          v_new := v_new + 1;
+        END IF;
+        v_last_job := v_job;
+        v_last_slot := v_slot;
+      END LOOP;
+
+      UPDATE idemq.schedules AS s
+      SET next_at = coalesce(idemq._cron_next(v_spec, v_s.timezone, _tick.at), 'infinity'),
+          last_slot_at = v_last_slot,
+          last_job_id = v_last_job,
+          skipped = s.skipped + v_skipped,
+          last_error = NULL,
+          last_error_at = NULL
+      WHERE s.name = v_s.name;
+      v_created := v_created + v_new;
+    EXCEPTION WHEN data_exception OR integrity_constraint_violation OR program_limit_exceeded
+                   OR SQLSTATE 'IQ404' THEN
+      -- Its slots are undone and its next_at stays (due: the next call tries
+      -- again); the row lock of the loop's FOR UPDATE is the transaction's.
+      GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+      UPDATE idemq.schedules AS s
+      SET last_error = format('%s (SQLSTATE %s)', v_message, v_state),
+          last_error_at = _tick.at
+      WHERE s.name = v_s.name;
+    END;
+  END LOOP;
+  RETURN v_created;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._tick(timestamptz) IS
+  'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
 
 -- ---- sql/functions/_oldest_runnable.sql ----
 CREATE OR REPLACE FUNCTION idemq._oldest_runnable()
@@ -597,6 +717,30 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.schedules;
+-- ---- sql/functions/schedules.sql ----
+CREATE OR REPLACE FUNCTION idemq.schedules()
+RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
+              priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
+              misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
+              last_job_state idemq.job_state, skipped bigint, created_at timestamptz, updated_at timestamptz,
+              last_error text, last_error_at timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.payload, s.priority, s.max_attempts, s.overlap,
+         s.misfire, s.misfire_grace, s.next_at, s.last_slot_at, s.last_job_id, j.state, s.skipped,
+         s.created_at, s.updated_at, s.last_error, s.last_error_at
+  FROM idemq.schedules s
+  LEFT JOIN idemq.jobs j ON j.id = s.last_job_id
+  ORDER BY s.name;
+$$;
+
+COMMENT ON FUNCTION idemq.schedules() IS
+  'List the recurring schedules, with the state of each one''s latest job.';
+
 -- ---- sql/functions/stats.sql ----
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
@@ -678,6 +822,98 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, for error messages (bounded whatever the input).';
+
+-- sql/functions/_tick.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_created int := 0;
+  v_s record;
+  v_spec jsonb;
+  v_on_time timestamptz[];
+  v_missed timestamptz[];
+  v_slot timestamptz;
+  v_last_job bigint;
+  v_last_slot timestamptz;
+  v_last_state idemq.job_state;
+  v_skipped int;
+  v_after bigint[];
+  v_job bigint;
+  v_deduplicated boolean;
+BEGIN
+  FOR v_s IN
+    SELECT s.name, s.cron, s.timezone, s.task, s.payload, s.queue, s.priority, s.max_attempts,
+           s.overlap, s.misfire, s.misfire_grace, s.next_at, s.last_job_id, s.last_slot_at
+    FROM idemq.schedules s
+    WHERE s.next_at <= _tick.at
+    ORDER BY s.next_at, s.name
+    FOR UPDATE SKIP LOCKED
+  LOOP
+    v_spec := idemq._cron_parse(v_s.cron);
+    v_on_time := idemq._cron_latest(v_spec, v_s.timezone,
+                                    greatest(v_s.next_at, _tick.at - v_s.misfire_grace + interval '1 microsecond'),
+                                    _tick.at, 100);
+    v_missed := '{}';
+    IF v_s.next_at <= _tick.at - v_s.misfire_grace THEN
+      IF v_s.misfire = 'all' THEN
+        v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace,
+                                       100 - cardinality(v_on_time));
+      ELSIF v_s.misfire = 'once' AND cardinality(v_on_time) = 0 THEN
+        v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace, 1);
+      END IF;
+    END IF;
+
+    v_last_job := v_s.last_job_id;
+    v_last_slot := v_s.last_slot_at;
+    v_skipped := 0;
+    FOREACH v_slot IN ARRAY v_missed || v_on_time LOOP
+      v_after := NULL;
+      IF v_s.overlap <> 'allow' THEN
+        SELECT j.state INTO v_last_state FROM idemq.jobs j WHERE j.id = v_last_job;
+        IF v_last_state = ANY (idemq.active_states()) THEN
+          IF v_s.overlap = 'skip' OR v_last_state <> 'processing' THEN
+            v_skipped := v_skipped + 1;
+            CONTINUE;
+          END IF;
+          v_after := ARRAY[v_last_job];
+        END IF;
+      END IF;
+      BEGIN
+        SELECT e.job_id, e.deduplicated INTO v_job, v_deduplicated
+        FROM idemq.enqueue(
+          task => v_s.task, payload => v_s.payload, queue => v_s.queue, priority => v_s.priority,
+          max_attempts => v_s.max_attempts,
+          idempotency_key => format('schedule:%s:%s', v_s.name,
+                                    to_char(v_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+          duplicate_policy => 'reject_always', after => v_after) e;
+      EXCEPTION WHEN SQLSTATE 'IQ409' OR SQLSTATE 'IQ422' THEN
+        -- The slot's key was used already: the slot ran (or was replayed) before.
+        CONTINUE;
+      END;
+      IF NOT v_deduplicated THEN
+        v_created := v_created + 1;
+      END IF;
+      v_last_job := v_job;
+      v_last_slot := v_slot;
+    END LOOP;
+
+    UPDATE idemq.schedules AS s
+    SET next_at = coalesce(idemq._cron_next(v_spec, v_s.timezone, _tick.at), 'infinity'),
+        last_slot_at = v_last_slot,
+        last_job_id = v_last_job,
+        skipped = s.skipped + v_skipped
+    WHERE s.name = v_s.name;
+  END LOOP;
+  RETURN v_created;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._tick(timestamptz) IS
+  'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
 
 -- sql/functions/apply_retention.sql as of 0001_release_0_1_0
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
@@ -1105,6 +1341,29 @@ $$;
 COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
   'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.schedules;
+-- sql/functions/schedules.sql as of 0001_release_0_1_0
+CREATE OR REPLACE FUNCTION idemq.schedules()
+RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
+              priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
+              misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
+              last_job_state idemq.job_state, skipped bigint, created_at timestamptz, updated_at timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.payload, s.priority, s.max_attempts, s.overlap,
+         s.misfire, s.misfire_grace, s.next_at, s.last_slot_at, s.last_job_id, j.state, s.skipped,
+         s.created_at, s.updated_at
+  FROM idemq.schedules s
+  LEFT JOIN idemq.jobs j ON j.id = s.last_job_id
+  ORDER BY s.name;
+$$;
+
+COMMENT ON FUNCTION idemq.schedules() IS
+  'List the recurring schedules, with the state of each one''s latest job.';
+
 -- sql/functions/stats.sql as of 0001_release_0_1_0
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
@@ -1141,7 +1400,11 @@ DROP FUNCTION idemq._oldest_runnable;
 DROP FUNCTION idemq._job_counts;
 DROP FUNCTION idemq._count_jobs;
 
+-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
+SELECT count(*) FROM idemq._grant_roles();
+
 -- ==== hand-written: the reversal (kept when migration:new amends this file) ====
 -- The reversal of the schema changes above goes here, after the functions.
 DROP TABLE idemq.job_counts;
+ALTER TABLE idemq.schedules DROP COLUMN last_error, DROP COLUMN last_error_at;
 -- ==== end hand-written ====
