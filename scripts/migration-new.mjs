@@ -13,6 +13,11 @@
 //                                       newest migration is not released yet, amend
 //                                       it instead (one upgrade file per release),
 //                                       keeping its hand-written parts
+//
+// Hand-written parts: Up has one before the functions (schema changes the
+// functions use) and one after them (what needs a function it creates, such
+// as a trigger on a new trigger function); Down has their reversals, one
+// before the functions are restored and one after.
 //   npm run migration:check             exit 1 unless the latest state equals
 //                                       sql/functions/ and released migrations
 //                                       match sql/released.sha256
@@ -144,7 +149,19 @@ const SECTIONS = {
       "-- commits on its own, so the next migration can use it.",
     ].join("\n"),
   },
-  after: { label: "after the functions", text: "-- Steps that call the functions above (backfills, grants) go here." },
+  after: {
+    label: "after the functions",
+    text: [
+      "-- What needs the functions above goes here: a trigger whose function is new",
+      "-- (CREATE TRIGGER needs the function; the part before the functions cannot",
+      "-- name it), backfills and grants that call them, and what must run under the",
+      "-- new functions.",
+    ].join("\n"),
+  },
+  downBefore: {
+    label: "before the functions",
+    text: "-- The reversal of the part after the functions goes here, before the functions are restored.",
+  },
   down: { label: "the reversal", text: "-- The reversal of the schema changes above goes here, after the functions." },
 };
 const section = (key, kept) => [
@@ -201,6 +218,7 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   if (files.has("_grant_roles") && diff.created.length + resigned.size > 0) lines.push(...regrant);
   lines.push(...section("after", kept), "");
   lines.push("-- Down Migration", "");
+  lines.push(...section("downBefore", kept), "");
   for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
   for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
   const downRevokes = revoke([...diff.removed, ...resigned]);
@@ -320,7 +338,7 @@ function main(argv) {
   console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
   const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));
   if (resigned.length > 0) console.log(`Signature changed (dropped first, then created): ${resigned.map((n) => `idemq.${n}`).join(", ")}`);
-  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down), and run npm run migration:check.");
+  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down, before or after the functions), and run npm run migration:check.");
   return 0;
 }
 

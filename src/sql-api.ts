@@ -789,6 +789,14 @@ export interface Schedule {
   skipped: number;
   createdAt: Date;
   updatedAt: Date;
+  /**
+   * Why the latest tick() could not enqueue this schedule's job ("<message>
+   * (SQLSTATE <code>)", e.g. a payload over a lowered payload_bytes); null
+   * once a tick enqueued it. The schedule stays due until then; the others fire.
+   */
+  lastError: string | null;
+  /** When that tick ran; null with lastError. */
+  lastErrorAt: Date | null;
 }
 
 /** The arguments of schedule(), checked: an unknown field is refused (a misspelt option must not be dropped silently). */
@@ -858,6 +866,8 @@ interface ScheduleRow {
   skipped: string;
   created_at: Date;
   updated_at: Date;
+  last_error: string | null;
+  last_error_at: Date | null;
 }
 
 /** Every schedule, by name. */
@@ -883,6 +893,8 @@ export async function schedules(db: Queryable): Promise<Schedule[]> {
     skipped: Number(r.skipped),
     createdAt: r.created_at,
     updatedAt: r.updated_at,
+    lastError: r.last_error,
+    lastErrorAt: r.last_error_at,
   }));
 }
 

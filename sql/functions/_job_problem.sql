@@ -23,7 +23,8 @@
 --     cost 15 us each, more than decoding (EXPLAIN VERBOSE shows the call
 --     when it is not inlined). The payload's JSON text is made only for an
 --     object (the cost of the payload_bytes rule: about 2 ms per 20,000
---     small payloads).
+--     small payloads), and rule 4's wording prints it once more, in
+--     _payload_problem.
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
@@ -42,10 +43,7 @@ RETURN CASE idemq._job_rule_broken(job, limits)
     ARRAY[format('payload must be a JSON object, not %s', idemq._excerpt(coalesce(job.payload::text, 'NULL'))),
           'Wrap the value in an object, e.g. {"value": ...}.']
   WHEN 4 THEN
-    ARRAY[format('payload is %s bytes of JSON text, over the limit of %s bytes (payload_bytes): %s',
-                 octet_length(job.payload::text), limits.payload_bytes, idemq._excerpt(job.payload::text)),
-          'Store large data elsewhere (a table, object storage) and put its id in the payload; '
-          'an admin can raise payload_bytes in idemq.settings.']
+    idemq._payload_problem(job.payload, limits.payload_bytes)
   WHEN 5 THEN
     ARRAY['queue must be a non-empty string', 'Leave queue out for the default queue.']
   WHEN 6 THEN

@@ -21,6 +21,17 @@
 --     key_retention not negative; 14 key_retention at most
 --     limits.duration_days days; 15 traceparent a W3C traceparent of version
 --     00 (_is_traceparent). The backoff is _backoff_problem's.
+--   * Rule 4 reads the payload's stored size first (pg_column_size, no work):
+--     its JSON text is at least (size - 8) / 15 bytes, so a payload stored in
+--     more than 16 x payload_bytes + 8 bytes breaks the rule without being
+--     printed. Why 15: the binary form (jsonb) spends at most 8 bytes on its
+--     headers, and per value at most 13 bytes (a 4-byte entry, 3 of
+--     alignment, a 6-byte numeric header) plus 2 per 4-digit numeric word
+--     plus its string bytes, while the text spends at least 1 byte per value,
+--     1 per numeric word and its string bytes (the worst ratio measured, an
+--     array of zeros or nested empty arrays, is 4). A stored size that is
+--     compressed is smaller, so the bound never refuses a payload that fits.
+--     Under the bound the text is printed and measured, as before.
 --   * NULL arguments other than task are the callers' (enqueue raises 22004,
 --     enqueue_many fills defaults).
 --   * A SQL function of one expression, inlined into its callers.
@@ -35,7 +46,11 @@ RETURN CASE
   WHEN job.task IS NULL OR job.task = '' THEN 1
   WHEN octet_length(job.task) > limits.task_bytes THEN 2
   WHEN jsonb_typeof(job.payload) IS DISTINCT FROM 'object' THEN 3
-  WHEN octet_length(job.payload::text) > limits.payload_bytes THEN 4
+  -- The stored size first: over 16 x payload_bytes + 8 the JSON text is surely
+  -- over payload_bytes (see the header), and printing a payload of 100 MB,
+  -- only to refuse it, cost seconds and the memory of its text.
+  WHEN pg_column_size(job.payload) > 16 * limits.payload_bytes + 8
+       OR octet_length(job.payload::text) > limits.payload_bytes THEN 4
   WHEN job.queue = '' THEN 5
   WHEN length(job.queue) > idemq._queue_name_limit() THEN 6
   WHEN NOT isfinite(job.run_at) THEN 7

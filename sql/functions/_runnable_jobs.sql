@@ -1,8 +1,10 @@
 -- idemq._runnable_jobs() RETURNS TABLE(queue text, task text, jobs bigint, oldest_seconds bigint)
 --
 -- The jobs claim() would hand out now, counted per queue and task, with the
--- age of the oldest: the one definition of "runnable" that stats() and
--- unserved_jobs() report.
+-- age of the oldest: what unserved_jobs() reports. It reads every runnable
+-- job; stats() and overview() take the age alone from _oldest_runnable(),
+-- which reads a few index entries per queue and task (same predicate, same
+-- capped age: test/sql/stats.test.ts holds the two equal).
 --
 -- Guarantees:
 --   * Runnable: state enqueued or scheduled, run_at <= now(), not past
@@ -12,11 +14,10 @@
 --     at the largest bigint: now() - min(run_at) fails (22008) for a run_at
 --     of -infinity or one far in the past, and one bad row must not take
 --     every count away.
--- Concurrency: plain reads; no locks beyond the snapshot. PARALLEL SAFE: as
---   a parallel-unsafe function it kept stats() from its parallel scan (on
---   100,000 runnable of 150,000 jobs, stats() took 1.26x as long as with
---   the same query inline; PARALLEL SAFE, 0.93-1.05x, in the same runs;
---   PostgreSQL 15, a loaded 2-core machine).
+-- Concurrency: plain reads; no locks beyond the snapshot. PARALLEL SAFE, so
+--   a caller's scan may run in parallel (as a parallel-unsafe function it
+--   kept stats(), then its caller, from its parallel scan: 1.26x as long on
+--   100,000 runnable of 150,000 jobs; PostgreSQL 15, a loaded 2-core machine).
 -- Errors: none.
 -- Tests: test/sql/stats.test.ts, test/sql/workers.test.ts
 CREATE OR REPLACE FUNCTION idemq._runnable_jobs()

@@ -24,15 +24,29 @@
 --     drops and counts it when the latest job has not started yet (that one
 --     is the waiting run).
 --   * Afterwards next_at is the first slot after `at`, last_slot_at the
---     latest slot run, last_job_id that slot's job.
+--     latest slot run, last_job_id that slot's job, and last_error and
+--     last_error_at are NULL.
+--   * One schedule cannot stop the others: each schedule's slots run in a
+--     subtransaction of their own. When an enqueue refuses a slot's job for
+--     a reason of the schedule's own (class 22, such as a payload over a
+--     payload_bytes an admin lowered after schedule() accepted it, or a task
+--     over task_bytes, or a key over key_bytes; class 23; class 54; IQ404),
+--     none of that schedule's slots of this call is enqueued, its next_at,
+--     last_slot_at, last_job_id and skipped stay, and last_error records
+--     "<message> (SQLSTATE <code>)" with last_error_at = `at`; the other
+--     schedules go on. It stays due: every later call tries it again, and
+--     the first that enqueues it (the limit raised, the schedule redefined)
+--     runs its slots by the misfire policy and clears last_error.
 -- Concurrency: locks each due schedule row FOR UPDATE SKIP LOCKED and holds
 --   it to commit: a concurrent tick skips a schedule another is handling,
 --   and once that one commits the row's next_at is past `at`. So any number
 --   of callers need no leader, and a slot gets exactly one job (the key makes
 --   that hold even when next_at is moved back). schedule()/unschedule() of a
---   schedule being ticked wait for the tick's commit.
--- Errors: those of enqueue() other than IQ409/IQ422 (e.g. a queue a later
---   validation refuses) abort the call.
+--   schedule being ticked wait for the tick's commit. One subtransaction per
+--   due schedule, and one per slot's enqueue inside it.
+-- Errors: none for a schedule's own refused job (recorded in last_error, see
+--   above). Other errors of enqueue() (a deadlock, a serialization failure,
+--   out of memory or disk: not the schedule's doing) abort the call as before.
 -- Tests: test/sql/schedules-tick.test.ts, test/sql/schedules-concurrency.test.ts
 CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
 RETURNS int
@@ -54,6 +68,9 @@ DECLARE
   v_after bigint[];
   v_job bigint;
   v_deduplicated boolean;
+  v_new int;
+  v_state text;
+  v_message text;
 BEGIN
   FOR v_s IN
     SELECT s.name, s.cron, s.timezone, s.task, s.payload, s.queue, s.priority, s.max_attempts,
@@ -63,60 +80,78 @@ BEGIN
     ORDER BY s.next_at, s.name
     FOR UPDATE SKIP LOCKED
   LOOP
-    v_spec := idemq._cron_parse(v_s.cron);
-    v_on_time := idemq._cron_latest(v_spec, v_s.timezone,
-                                    greatest(v_s.next_at, _tick.at - v_s.misfire_grace + interval '1 microsecond'),
-                                    _tick.at, 100);
-    v_missed := '{}';
-    IF v_s.next_at <= _tick.at - v_s.misfire_grace THEN
-      IF v_s.misfire = 'all' THEN
-        v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace,
-                                       100 - cardinality(v_on_time));
-      ELSIF v_s.misfire = 'once' AND cardinality(v_on_time) = 0 THEN
-        v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace, 1);
-      END IF;
-    END IF;
-
-    v_last_job := v_s.last_job_id;
-    v_last_slot := v_s.last_slot_at;
-    v_skipped := 0;
-    FOREACH v_slot IN ARRAY v_missed || v_on_time LOOP
-      v_after := NULL;
-      IF v_s.overlap <> 'allow' THEN
-        SELECT j.state INTO v_last_state FROM idemq.jobs j WHERE j.id = v_last_job;
-        IF v_last_state = ANY (idemq.active_states()) THEN
-          IF v_s.overlap = 'skip' OR v_last_state <> 'processing' THEN
-            v_skipped := v_skipped + 1;
-            CONTINUE;
-          END IF;
-          v_after := ARRAY[v_last_job];
+    -- Each schedule in a subtransaction: a job enqueue refuses for the
+    -- schedule's own reason (a limit lowered after schedule() checked it)
+    -- undoes this schedule's slots only, and is recorded in the handler.
+    BEGIN
+      v_spec := idemq._cron_parse(v_s.cron);
+      v_on_time := idemq._cron_latest(v_spec, v_s.timezone,
+                                      greatest(v_s.next_at, _tick.at - v_s.misfire_grace + interval '1 microsecond'),
+                                      _tick.at, 100);
+      v_missed := '{}';
+      IF v_s.next_at <= _tick.at - v_s.misfire_grace THEN
+        IF v_s.misfire = 'all' THEN
+          v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace,
+                                         100 - cardinality(v_on_time));
+        ELSIF v_s.misfire = 'once' AND cardinality(v_on_time) = 0 THEN
+          v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace, 1);
         END IF;
       END IF;
-      BEGIN
-        SELECT e.job_id, e.deduplicated INTO v_job, v_deduplicated
-        FROM idemq.enqueue(
-          task => v_s.task, payload => v_s.payload, queue => v_s.queue, priority => v_s.priority,
-          max_attempts => v_s.max_attempts,
-          idempotency_key => format('schedule:%s:%s', v_s.name,
-                                    to_char(v_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
-          duplicate_policy => 'reject_always', after => v_after) e;
-      EXCEPTION WHEN SQLSTATE 'IQ409' OR SQLSTATE 'IQ422' THEN
-        -- The slot's key was used already: the slot ran (or was replayed) before.
-        CONTINUE;
-      END;
-      IF NOT v_deduplicated THEN
-        v_created := v_created + 1;
-      END IF;
-      v_last_job := v_job;
-      v_last_slot := v_slot;
-    END LOOP;
 
-    UPDATE idemq.schedules AS s
-    SET next_at = coalesce(idemq._cron_next(v_spec, v_s.timezone, _tick.at), 'infinity'),
-        last_slot_at = v_last_slot,
-        last_job_id = v_last_job,
-        skipped = s.skipped + v_skipped
-    WHERE s.name = v_s.name;
+      v_last_job := v_s.last_job_id;
+      v_last_slot := v_s.last_slot_at;
+      v_skipped := 0;
+      v_new := 0;
+      FOREACH v_slot IN ARRAY v_missed || v_on_time LOOP
+        v_after := NULL;
+        IF v_s.overlap <> 'allow' THEN
+          SELECT j.state INTO v_last_state FROM idemq.jobs j WHERE j.id = v_last_job;
+          IF v_last_state = ANY (idemq.active_states()) THEN
+            IF v_s.overlap = 'skip' OR v_last_state <> 'processing' THEN
+              v_skipped := v_skipped + 1;
+              CONTINUE;
+            END IF;
+            v_after := ARRAY[v_last_job];
+          END IF;
+        END IF;
+        BEGIN
+          SELECT e.job_id, e.deduplicated INTO v_job, v_deduplicated
+          FROM idemq.enqueue(
+            task => v_s.task, payload => v_s.payload, queue => v_s.queue, priority => v_s.priority,
+            max_attempts => v_s.max_attempts,
+            idempotency_key => format('schedule:%s:%s', v_s.name,
+                                      to_char(v_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+            duplicate_policy => 'reject_always', after => v_after) e;
+        EXCEPTION WHEN SQLSTATE 'IQ409' OR SQLSTATE 'IQ422' THEN
+          -- The slot's key was used already: the slot ran (or was replayed) before.
+          CONTINUE;
+        END;
+        IF NOT v_deduplicated THEN
+          v_new := v_new + 1;
+        END IF;
+        v_last_job := v_job;
+        v_last_slot := v_slot;
+      END LOOP;
+
+      UPDATE idemq.schedules AS s
+      SET next_at = coalesce(idemq._cron_next(v_spec, v_s.timezone, _tick.at), 'infinity'),
+          last_slot_at = v_last_slot,
+          last_job_id = v_last_job,
+          skipped = s.skipped + v_skipped,
+          last_error = NULL,
+          last_error_at = NULL
+      WHERE s.name = v_s.name;
+      v_created := v_created + v_new;
+    EXCEPTION WHEN data_exception OR integrity_constraint_violation OR program_limit_exceeded
+                   OR SQLSTATE 'IQ404' THEN
+      -- Its slots are undone and its next_at stays (due: the next call tries
+      -- again); the row lock of the loop's FOR UPDATE is the transaction's.
+      GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+      UPDATE idemq.schedules AS s
+      SET last_error = format('%s (SQLSTATE %s)', v_message, v_state),
+          last_error_at = _tick.at
+      WHERE s.name = v_s.name;
+    END;
   END LOOP;
   RETURN v_created;
 END;

@@ -17,11 +17,23 @@
 --   * It also deletes up to batch_size rows of idemq.workers not seen
 --     (worker_seen) for worker_retention_seconds (default a day: a worker
 --     that crashed never said it stopped); they are not in the count.
+--   * Last, it folds idemq.job_counts (the rows _count_jobs appends, one per
+--     group and statement that changed a count) into one row per (queue,
+--     task, state), dropping the groups that sum to 0: the sums, so
+--     stats() and overview(), do not change; what they read shrinks back to
+--     about one row per group. Every worker calls it on its maintenance
+--     timer; a database without workers needs it scheduled (pg_cron), or
+--     that table grows with every statement that changes a job's state.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows a concurrent transaction holds
 --   (a retry, a purge, another worker's apply_retention, a worker_seen) are left for the
---   next call; concurrent callers never wait for each other.
+--   next call; concurrent callers never wait for each other. The fold takes
+--   the count rows committed before it looked, skipping those another
+--   caller's fold holds; writers only append, so it waits for none of them.
+--   It runs after the jobs are locked, so a TRUNCATE of idemq.jobs (whose
+--   trigger empties the counts) waits for the whole call, never the reverse.
 -- Errors: 22004 NULL batch_size; 22023 batch_size outside 1..10000.
--- Tests: test/sql/retention-policy.test.ts, test/worker/retention.test.ts
+-- Tests: test/sql/retention-policy.test.ts, test/worker/retention.test.ts,
+--   test/sql/job-counts.test.ts
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -97,6 +109,20 @@ BEGIN
       FOR UPDATE OF j SKIP LOCKED) x;
     v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
   END LOOP;
+
+  -- Fold the appended count rows (their deletions above included). Rows a
+  -- writer appends meanwhile are not seen and stay for the next call.
+  WITH taken AS MATERIALIZED (
+    SELECT c.ctid AS row_id FROM idemq.job_counts c FOR UPDATE SKIP LOCKED
+  ), folded AS (
+    DELETE FROM idemq.job_counts AS c USING taken t WHERE c.ctid = t.row_id
+    RETURNING c.queue, c.task, c.state, c.n
+  )
+  INSERT INTO idemq.job_counts (queue, task, state, n)
+  SELECT f.queue, f.task, f.state, sum(f.n)
+  FROM folded f
+  GROUP BY f.queue, f.task, f.state
+  HAVING sum(f.n) <> 0;
   RETURN batch_size - v_left;
 END;
 $$;

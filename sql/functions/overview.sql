@@ -1,21 +1,25 @@
 -- idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000) RETURNS TABLE(queue text, task text, metric text, value bigint, exact boolean)
 --
--- The dashboard's overview in one call that stays fast with millions of
--- finished jobs retained: stats() counts every row (0.35-0.5 s at 1,000,000).
+-- The dashboard's overview in one call that costs the same with millions of
+-- finished jobs retained: the counts are stats()'s (idemq.job_counts, never a
+-- count of the jobs table).
 --
 -- Guarantees: one row per (queue, task, metric), only non-zero values:
 --   * metric = an active state (scheduled, enqueued, processing, awaiting),
---     'lease_expired', 'oldest_runnable_seconds': exact, as stats() counts
---     them, per queue and task (read through the partial indexes on active
---     rows: jobs_runnable_by_task_queue, jobs_leases, jobs_awaiting).
+--     'lease_expired', 'oldest_runnable_seconds': exact, as stats() returns
+--     them, per queue and task (_job_counts(), jobs_leases,
+--     _oldest_runnable()).
 --   * metric = '<terminal state>_recent' (succeeded_recent, failed_recent,
 --     expired_recent, cancelled_recent): jobs that reached that state within
---     `recent` of now(), exact, per queue and task (jobs_by_finish).
---   * metric = a terminal state, queue and task NULL: all jobs in that state.
---     Exact (exact true) when at most exact_up_to; otherwise exact false and
---     value an estimate, at least exact_up_to + 1: the table's row estimate
---     (pg_class.reltuples) times the state's frequency in pg_stats, or
---     exact_up_to + 1 itself when the table has not been analysed.
+--     `recent` of now(), exact, per queue and task (jobs_by_finish: the jobs
+--     finished in the window are read, none before it).
+--   * metric = a terminal state, queue and task NULL: all jobs in that state,
+--     summed from _job_counts(). Exact (exact true) when at most exact_up_to;
+--     otherwise exact false and value an estimate, at least exact_up_to + 1:
+--     the table's row estimate (pg_class.reltuples) times the state's
+--     frequency in pg_stats, or exact_up_to + 1 itself when the table has not
+--     been analysed. The exact count costs the same whatever the cap (the
+--     dashboard passes the largest, 10,000,000).
 --   * metric = 'deduplicated' | 'rejected' | 'conflict' | 'guard_duplicate'
 --     (queue NULL): events per task since install, as stats() returns them.
 --   Every row but the estimated totals has exact true.
@@ -49,39 +53,25 @@ BEGIN
   IF exact_up_to NOT BETWEEN 0 AND 10000000 THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('overview: exact_up_to must be from 0 to 10000000, not %s', exact_up_to),
-      HINT = 'Totals over it are estimated; 10000 (the default) keeps the call fast.';
+      HINT = 'Totals over it are estimated; counting up to any cap costs the same (kept counts).';
   END IF;
 
-  -- Each branch names the state(s) as constants so the planner matches the
-  -- partial index of active rows instead of scanning the finished ones.
   RETURN QUERY
-  SELECT j.queue, j.task, j.state::text, count(*), true
-  FROM idemq.jobs j
-  WHERE j.state IN ('enqueued', 'scheduled')
-  GROUP BY j.queue, j.task, j.state
+  SELECT c.queue, c.task, c.state::text, c.jobs, true
+  FROM idemq._job_counts() c
+  WHERE c.state = ANY (idemq.active_states())
   UNION ALL
-  SELECT j.queue, j.task, 'processing', count(*), true
-  FROM idemq.jobs j WHERE j.state = 'processing'
-  GROUP BY j.queue, j.task
-  UNION ALL
-  SELECT j.queue, j.task, 'awaiting', count(*), true
-  FROM idemq.jobs j WHERE j.state = 'awaiting'
-  GROUP BY j.queue, j.task
-  UNION ALL
+  -- "state = 'processing'" is jobs_leases' predicate: the expired leases alone are read.
   SELECT j.queue, j.task, 'lease_expired', count(*), true
   FROM idemq.jobs j
   WHERE j.state = 'processing' AND j.lease_expires_at < now()
   GROUP BY j.queue, j.task
   UNION ALL
-  -- As stats() computes it (capped epoch seconds: a run_at of -infinity must not fail the call).
-  SELECT j.queue, j.task, 'oldest_runnable_seconds',
-         least(floor(extract(epoch FROM now()) - extract(epoch FROM min(j.run_at))),
-               9223372036854775807)::bigint, true
-  FROM idemq.jobs j
-  WHERE j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
-    AND (j.expires_at IS NULL OR j.expires_at > now())
-  GROUP BY j.queue, j.task
+  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds, true
+  FROM idemq._oldest_runnable() r
   UNION ALL
+  -- The terminal states as constants and finished_at bounded: jobs_by_finish
+  -- (state, finished_at) over finished rows, read for the window only.
   SELECT j.queue, j.task, j.state::text || '_recent', count(*), true
   FROM idemq.jobs j
   WHERE j.state IN ('succeeded', 'failed', 'expired', 'cancelled')
@@ -92,13 +82,15 @@ BEGIN
   FROM idemq.counters c
   GROUP BY c.task, c.event;
 
-  -- Totals per terminal state: counted through jobs_by_finish up to the cap,
-  -- estimated beyond it (a count(*) of a million rows is what this avoids).
-  FOREACH v_state IN ARRAY ARRAY['succeeded', 'failed', 'expired', 'cancelled']::idemq.job_state[] LOOP
-    SELECT count(*) INTO v_count
-    FROM (SELECT FROM idemq.jobs j
-          WHERE j.state = v_state AND j.finished_at IS NOT NULL
-          LIMIT exact_up_to + 1) s;
+  -- Totals per terminal state: exact from the kept counts; over the cap,
+  -- the estimate the contract promises (as before the counts were kept).
+  FOR v_state, v_count IN
+    SELECT t.state, coalesce(sum(c.jobs), 0)::bigint
+    FROM unnest(idemq.terminal_states()) WITH ORDINALITY AS t(state, ord)
+    LEFT JOIN idemq._job_counts() c ON c.state = t.state
+    GROUP BY t.state, t.ord
+    ORDER BY t.ord
+  LOOP
     CONTINUE WHEN v_count = 0;
     queue := NULL;
     task := NULL;

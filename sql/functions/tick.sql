@@ -10,10 +10,14 @@
 --   * Idempotent: any number of workers, or pg_cron, may call it at any
 --     time; no leader is needed. Call it more often than misfire_grace
 --     (default 1 minute), or on-time slots count as missed.
+--   * A schedule whose job enqueue refuses (a limit lowered after schedule()
+--     accepted it) is skipped, its error recorded in schedules().last_error,
+--     and stays due; the others fire (see _tick).
 -- Concurrency: schedule rows are locked FOR UPDATE SKIP LOCKED until
 --   commit: concurrent callers split the due schedules between them, and a
 --   slot gets exactly one job however many call at once.
--- Errors: none of its own (see _tick).
+-- Errors: none of its own; a schedule's refused job is recorded, not raised
+--   (see _tick).
 -- Tests: test/sql/schedules-tick.test.ts, test/sql/schedules-concurrency.test.ts,
 --   test/worker/ticker.test.ts
 CREATE OR REPLACE FUNCTION idemq.tick()

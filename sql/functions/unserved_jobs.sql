@@ -5,8 +5,9 @@
 -- seen (worker_seen) within seen_within has their queue and their task.
 --
 -- Guarantees:
---   * Runnable as stats() counts it (idemq._runnable_jobs: what claim() would
---     hand out now); jobs and oldest_runnable_seconds are that group's.
+--   * Runnable as idemq._runnable_jobs counts it (what claim() would hand
+--     out now; stats() reports the same age through _oldest_runnable); jobs
+--     and oldest_runnable_seconds are that group's.
 --   * A worker covers a job when its queues are NULL or hold the job's
 --     queue, and its tasks are NULL or hold the job's task (as claim()
 --     filters), and its last_seen_at is within seen_within of now().

@@ -1,7 +1,8 @@
 // GET /: counts per queue and task from overview() (exact for active jobs and
 // for recent finishes; terminal totals exact up to a cap, estimated beyond
 // it, and labelled so), throughput and failure rate over the window, and the
-// effects-once figures: duplicates and rejections per task.
+// effects-once figures: duplicates and rejections per task. overview() reads
+// kept counts, so the page costs the same however many jobs are retained.
 import { ACTIVE_STATES, TERMINAL_STATES } from "../contract.ts";
 import { recentRates } from "../rates.ts";
 import { overview, type OverviewRow, type Queryable } from "../sql-api.ts";
@@ -10,8 +11,11 @@ import { duration, number, stateBadge } from "./layout.ts";
 
 /** Windows the page offers, in minutes; the first is the default. */
 export const WINDOWS = [15, 5, 60] as const;
-/** Totals are counted exactly up to this, estimated above it. */
-export const EXACT_UP_TO = 10_000;
+/**
+ * Totals are exact up to this, estimated above it: the largest cap overview()
+ * takes. An exact total costs it no more than a capped one (kept counts).
+ */
+export const EXACT_UP_TO = 10_000_000;
 
 const EVENTS = ["deduplicated", "rejected", "conflict", "guard_duplicate"] as const;
 

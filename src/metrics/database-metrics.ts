@@ -2,6 +2,8 @@
 // time through idemq.stats() (one statement, no locks) on a connection of its
 // own, bounded by a short timeout, so a scrape never takes a worker's
 // connection or waits on one. Scrapes that overlap share one stats() call.
+// Every value is exact, and a scrape costs the same whatever the jobs table
+// holds: stats() sums kept counts (idemq.job_counts) instead of counting jobs.
 // When the database does not answer, the scrape still answers: these series
 // are left out and idemq_database_up is 0.
 import pg from "pg";
@@ -108,14 +110,14 @@ export async function collectDatabaseMetrics(options: DatabaseMetricsOptions): P
     set({}, s.seconds),
   );
   // Every state of each (queue, task) present, 0 included: stats() leaves zero counts out.
-  gauge("idemq_jobs", "Jobs by queue, task and state (stats())", ["queue", "task", "state"] as const, (set, s) => {
+  gauge("idemq_jobs", "Jobs by queue, task and state; exact (stats(): the counts kept per state, not a count of the table)", ["queue", "task", "state"] as const, (set, s) => {
     for (const [queue, task, metrics] of byQueueAndTask(s.rows)) {
       for (const state of JOB_STATES) set({ queue, task, state }, metrics.get(state) ?? 0);
     }
   });
   gauge(
     "idemq_jobs_lease_expired",
-    "Processing jobs whose lease ran out, not rescued yet (stats(): lease_expired)",
+    "Processing jobs whose lease ran out, not rescued yet; exact (stats(): lease_expired)",
     ["queue", "task"] as const,
     (set, s) => {
       for (const [queue, task, metrics] of byQueueAndTask(s.rows)) set({ queue, task }, metrics.get("lease_expired") ?? 0);
@@ -123,7 +125,7 @@ export async function collectDatabaseMetrics(options: DatabaseMetricsOptions): P
   );
   gauge(
     "idemq_oldest_runnable_age_seconds",
-    "Age of the oldest job claim() would hand out, by queue and task (0: none runnable); max by (queue) for a queue",
+    "Age of the oldest job claim() would hand out, by queue and task (0: none runnable); exact; max by (queue) for a queue",
     ["queue", "task"] as const,
     (set, s) => {
       for (const [queue, task, metrics] of byQueueAndTask(s.rows)) set({ queue, task }, metrics.get("oldest_runnable_seconds") ?? 0);
@@ -133,7 +135,7 @@ export async function collectDatabaseMetrics(options: DatabaseMetricsOptions): P
     names.push(name);
     new prom.Counter({
       name,
-      help: `${help}; per task, since install`,
+      help: `${help}; per task, since install; exact`,
       labelNames: ["task"] as const,
       registers,
       async collect() {

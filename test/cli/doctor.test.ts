@@ -169,6 +169,37 @@ describe("idemq doctor", () => {
     expect((await doctor(db, ["--max-wait", "30m"])).checks.schedules).toMatchObject({ status: "ok" });
   });
 
+  it("a schedule whose job tick() could not enqueue (payload_bytes lowered after it was made) is a problem naming it and the fix; raised again, the next tick clears it", async () => {
+    const db = await database();
+    const name = unique("report");
+    await db.pool.query(`SELECT idemq.schedule(name => $1, cron => '* * * * *', task => 'report', payload => $2::jsonb)`, [
+      name,
+      JSON.stringify({ blob: "x".repeat(200) }),
+    ]);
+    // Its slot due now (on time, within misfire_grace).
+    await db.pool.query("UPDATE idemq.schedules SET next_at = date_trunc('minute', now()) WHERE name = $1", [name]);
+    await db.pool.query("UPDATE idemq.settings SET value = 100 WHERE name = 'payload_bytes'");
+    expect((await db.pool.query("SELECT idemq.tick() AS n")).rows[0].n).toBe(0);
+
+    const failing = await doctor(db);
+    expect(failing.code).toBe(EXIT.DOCTOR_PROBLEMS);
+    expect(failing.checks.schedules).toMatchObject({
+      status: "problem",
+      failing: [{ name, lastError: expect.stringMatching(/payload_bytes.*\(SQLSTATE 22023\)$/), lastErrorAt: expect.any(String), nextAt: expect.any(String) }],
+      overdue: [],
+      message: expect.stringContaining(`1 schedule(s) whose job tick() could not enqueue, so they do not fire: ${name} (payload is `),
+      fix: expect.stringContaining(`idemq schedules add ${name}`),
+    });
+    expect(failing.checks.schedules!.fix).toContain("idemq.settings");
+    const human = await runCli(["doctor", "--database-url", db.url]);
+    expect(human.code).toBe(EXIT.DOCTOR_PROBLEMS);
+    expect(human.stdout).toContain(name);
+
+    await db.pool.query("UPDATE idemq.settings SET value = 1048576 WHERE name = 'payload_bytes'");
+    expect((await db.pool.query("SELECT idemq.tick() AS n")).rows[0].n).toBeGreaterThanOrEqual(1);
+    expect((await doctor(db)).checks.schedules).toMatchObject({ status: "ok", failing: [], overdue: [] });
+  });
+
   it("a runnable job of a task no worker has is a warning naming the task, queue, count, age and the worker to start", async () => {
     const db = await database();
     const queue = unique("q");

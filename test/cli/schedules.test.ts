@@ -159,6 +159,36 @@ describe("idemq schedules list", () => {
   });
 });
 
+describe("idemq schedules list: a schedule tick() could not enqueue", () => {
+  it("--json carries lastError and lastErrorAt (null once a tick enqueued it); the table is followed by a line saying why", async () => {
+    const name = unique("refused");
+    await client.schedule({ name, cron: "* * * * *", task: "report", payload: { blob: "x".repeat(200) } });
+    const beforeTick = (await client.schedules()).find((s) => s.name === name)!;
+    expect(beforeTick).toMatchObject({ lastError: null, lastErrorAt: null });
+    // Its slot due now (on time, within misfire_grace).
+    await db.pool.query("UPDATE idemq.schedules SET next_at = date_trunc('minute', now()) WHERE name = $1", [name]);
+    await db.pool.query("UPDATE idemq.settings SET value = 100 WHERE name = 'payload_bytes'");
+    try {
+      await db.pool.query("SELECT idemq.tick()");
+    } finally {
+      await db.pool.query("UPDATE idemq.settings SET value = 1048576 WHERE name = 'payload_bytes'");
+    }
+    const row = (await client.schedules()).find((s) => s.name === name)!;
+    expect(row.lastError).toMatch(/^payload is \d+ bytes of JSON text, over the limit of 100 bytes \(payload_bytes\).* \(SQLSTATE 22023\)$/);
+    expect(row.lastErrorAt).toBeInstanceOf(Date);
+
+    const json = await schedules(["list", "--json"]);
+    expect(JSON.parse(json.stdout).find((s: { name: string }) => s.name === name)).toEqual(await asJson(name));
+    const human = await schedules([]);
+    expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(human.stdout).toMatch(new RegExp(`^! ${name}: tick\\(\\) could not enqueue its job at \\S+Z \\(.+\\): payload is \\d+ bytes`, "m"));
+
+    await db.pool.query("SELECT idemq.tick()");
+    expect((await client.schedules()).find((s) => s.name === name)).toMatchObject({ lastError: null, lastErrorAt: null });
+    expect((await schedules([])).stdout).not.toContain(`! ${name}:`);
+  });
+});
+
 describe("idemq schedules remove", () => {
   it("removes a schedule (--json), and a name with no schedule is exit 5", async () => {
     const name = unique("gone");

@@ -6,11 +6,13 @@
 // that the table lacks fails its scenario; a row of the table that no scenario
 // saw fails the last test. The "Not transitions" of the document follow: with
 // no row "processing -> ... by claim", a claim that took a processing job would
-// fail here. (state-machine.test.ts proves each row once, by name.)
+// fail here. (state-machine.test.ts proves each row once, by name.) After each
+// call the kept job counts (idemq.job_counts) must still equal a count(*).
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DUPLICATE_POLICIES } from "../../src/contract.ts";
 import { freshDatabase, inRollback, type PgError, type TestDatabase } from "../helpers/db.ts";
+import { expectCountsExact } from "../helpers/job-counts.ts";
 import { documentedTransitions, transitionName, type Transition } from "../helpers/state-machine-doc.ts";
 import { ACTIVE_ZOO, buildZoo, TERMINAL_ZOO, ZOO_NAMES, type Zoo, type ZooJob, type ZooName } from "../helpers/zoo.ts";
 
@@ -222,6 +224,8 @@ describe("every move the functions make is a row of docs/state-machine.md", () =
           refused = true;
         }
         observed.push(...moves(before, refused ? before : await allStates(c), step.by));
+        // The kept counts (stats(), overview()) follow every move, whichever function made it.
+        if (!refused) await expectCountsExact(c, `after ${step.by} (step ${i + 1})`);
       }
       return observed;
     });

@@ -77,6 +77,8 @@ export interface ScheduleRow {
   last_job_id: string | null;
   last_job_state: string | null;
   skipped: string;
+  last_error: string | null;
+  last_error_at: Date | null;
 }
 
 /** The row idemq.schedules() returns for `name`, or undefined. */

@@ -177,7 +177,9 @@ describe("migration:check and migration:new", () => {
     const titled = written
       .replace(/^-- Migration .*$/m, `-- Migration ${NEXT}: the probe release.`)
       .replace("-- ==== end hand-written ====", "CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====")
-      .replace(/-- ==== end hand-written ====(?![\s\S]*-- ==== end hand-written)/, "DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====");
+      .replace(/-- ==== end hand-written ====(?![\s\S]*-- ==== end hand-written)/, "DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====")
+      .replace(/(-- ==== hand-written: after the functions .*\n)/, "$1CREATE INDEX probe_after ON idemq.probe_table (id);\n")
+      .replace(/(-- ==== hand-written: before the functions .*\n)/, "$1DROP INDEX idemq.probe_after;\n");
     await writeFile(file, titled);
     const fnFile = join(functions, "upgrade_probe.sql");
     await writeFile(fnFile, PUBLIC_FN.replace("|| '!'", "|| '!!'"));
@@ -192,6 +194,11 @@ describe("migration:check and migration:new", () => {
     expect(text.split("\n")[0]).toBe(`-- Migration ${NEXT}: the probe release.`);
     expect(text).toContain("CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====");
     expect(text).toContain("DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====");
+    // The parts after the functions (Up) and before them (Down) are kept too, in their places.
+    const [upText, downText] = text.split("-- Down Migration");
+    expect(upText!.indexOf("CREATE INDEX probe_after")).toBeGreaterThan(upText!.lastIndexOf("-- ---- sql/functions/"));
+    expect(downText!.indexOf("DROP INDEX idemq.probe_after;")).toBeLessThan(downText!.indexOf("-- sql/functions/"));
+    expect(downText!.indexOf("DROP INDEX idemq.probe_after;")).toBeGreaterThan(-1);
     expect(text).toContain("RETURN idemq._upgrade_probe() || '!!';");
     expect(text).not.toContain("RETURN idemq._upgrade_probe() || '!';");
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });

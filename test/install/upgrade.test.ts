@@ -1,7 +1,8 @@
 // The upgrade path (issue 9): a database at 0001 holding jobs in every state,
 // keys, guard rows and effect records is migrated to the latest version, and
-// a worker of the new version finishes every job correctly; down to 0001 and
-// up again, and `migrate sql` applied with psql, build the same catalog as a
+// a worker of the new version finishes every job correctly; the job counts
+// start exact, writes that waited for the migration included; down to 0001
+// and up again, and `migrate sql` applied with psql, build the same catalog as a
 // straight `migrate`; a migration can use an enum value the one before it
 // added in the same run; released migrations keep their recorded sha256.
 import { createHash } from "node:crypto";
@@ -15,8 +16,9 @@ import { migrate, migrationStatus, pendingSql, RELEASE_0_1_0 } from "../../src/m
 import type { TransactionalJobContext } from "../../src/index.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
 import { committedCatalog } from "../helpers/catalog-snapshot.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
-import { enqueue, POLICIES, TERMINAL_STATES } from "../helpers/jobs.ts";
+import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { expectCountsExact } from "../helpers/job-counts.ts";
+import { enqueue, makeJob, makeJobs, POLICIES, TERMINAL_STATES } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MIGRATION_NAMES, migrationPath } from "../helpers/migrations.ts";
 import { psqlFile } from "../helpers/psql.ts";
@@ -250,6 +252,47 @@ describe("a database at 0001 with jobs in every state, upgraded to the latest ve
     expect(diff.keys.sort()).toEqual([...active].sort());
     // The parent's completion released the job waiting on it.
     expect(diff.dependencies).toEqual({ removed: [`${zoo.parent.id}->${zoo.awaiting.id}`], added: [] });
+  });
+});
+
+describe("the job counts of stats() across the upgrade", () => {
+  it("start from every job at 0001, and count the writes that waited for the migration's lock, a 0.1.0 enqueue still running among them", async () => {
+    const db = await databaseAtFirst();
+    await buildZoo(db.pool);
+    await makeJobs(db.pool, 20, { task: "bulk", queue: "upgrade.counts" });
+    // A: a transaction of a 0.1.0 client, open when the migration starts: the migration's lock waits for it.
+    const a = await db.newClient();
+    await a.query("BEGIN");
+    await makeJob(a, { task: "in_flight_a", queue: "upgrade.counts" });
+    const aPid = await backendPid(a);
+    const migrating = migrate({ connectionString: db.url });
+    let migrationPid: number | undefined;
+    for (const deadline = Date.now() + 30_000; migrationPid === undefined; ) {
+      const { rows } = await db.pool.query<{ pid: number }>(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND $1 = ANY (pg_blocking_pids(pid))",
+        [aPid],
+      );
+      migrationPid = rows[0]?.pid;
+      if (migrationPid !== undefined) break;
+      if (Date.now() > deadline) throw new Error("the migration never waited for the open transaction");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    // B: a 0.1.0 enqueue() that starts now runs the old function and waits behind the migration's lock.
+    const b = await db.newClient();
+    const bPid = await backendPid(b);
+    const enqueuedB = makeJob(b, { task: "in_flight_b", queue: "upgrade.counts" });
+    expect(await waitUntilBlocked(db.pool, bPid)).toContain(migrationPid);
+    await a.query("COMMIT");
+    expect(await migrating).toEqual(MIGRATION_NAMES.slice(1));
+    await enqueuedB;
+
+    const kept = await expectCountsExact(db.pool, "after the upgrade");
+    expect(kept.filter(([queue]) => queue === "upgrade.counts")).toEqual([
+      ["upgrade.counts", "bulk", "enqueued", 20],
+      ["upgrade.counts", "in_flight_a", "enqueued", 1],
+      ["upgrade.counts", "in_flight_b", "enqueued", 1],
+    ]);
+    expect(kept.length).toBeGreaterThan(5);
   });
 });
 

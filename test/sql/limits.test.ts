@@ -200,6 +200,83 @@ describe("enqueue limits: enqueue and every enqueue_many element refuse alike", 
     });
   });
 
+  // A payload stored in more than 16 x payload_bytes + 8 bytes is refused by its
+  // stored size, before anything prints or decodes it (_job_rule_broken's rule
+  // 4); the error is the one its measured text gives. payload_bytes 1000 here:
+  // the bound is 16,008 bytes.
+  describe("payload_bytes by the stored size", () => {
+    /** An object of `n` keys, each with a string of 90 bytes: about 100 bytes of text, and of jsonb, per key. */
+    const objectOf = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "x".repeat(90)]));
+
+    it("over the bound: the same 22023, message and HINT as when the text is measured, from enqueue and from an enqueue_many element", async () => {
+      await inRollback(db.pool, async (c) => {
+        await c.query("UPDATE idemq.settings SET value = 1000 WHERE name = 'payload_bytes'");
+        const big = objectOf(1000);
+        const { rows } = await c.query<{ stored: number; text: number }>(
+          "SELECT pg_column_size($1::jsonb) AS stored, octet_length($1::jsonb::text) AS text",
+          [JSON.stringify(big)],
+        );
+        expect(rows[0]!.stored).toBeGreaterThan(16 * 1000 + 8);
+        const [single] = await refusedBoth(c, ", payload => $2", ["t", big], { task: "t", payload: big },
+          new RegExp(`payload is ${rows[0]!.text} bytes of JSON text, over the limit of 1000 bytes \\(payload_bytes\\): \\{"k0": "x{40}`));
+        expect(single!.hint).toBe(
+          "Store large data elsewhere (a table, object storage) and put its id in the payload; an admin can raise payload_bytes in idemq.settings. " +
+            "Fix the argument; nothing was enqueued.",
+        );
+      });
+    });
+
+    it("the bound never refuses a payload that fits: the densest binary forms (zeros, nested empty arrays) of at most payload_bytes bytes of text are enqueued", async () => {
+      await inRollback(db.pool, async (c) => {
+        await c.query("UPDATE idemq.settings SET value = 1000 WHERE name = 'payload_bytes'");
+        const zeros = { z: Array.from({ length: 330 }, () => 0) }; // "0, " each: 998 bytes of text
+        const nested = { a: JSON.parse(`${"[".repeat(495)}${"]".repeat(495)}`) };
+        for (const payload of [zeros, nested]) {
+          const { rows } = await c.query<{ stored: number; text: number }>(
+            "SELECT pg_column_size($1::jsonb) AS stored, octet_length($1::jsonb::text) AS text",
+            [JSON.stringify(payload)],
+          );
+          expect(rows[0]!.text).toBeLessThanOrEqual(1000);
+          expect(rows[0]!.stored, "stored larger than the text: what the bound must allow").toBeGreaterThan(rows[0]!.text * 3);
+          await createdBoth(c, ", payload => $2", ["t", payload], { task: "t", payload });
+        }
+      });
+    });
+
+    it("enqueue_many keeps the order of problems: an earlier element's, the element's own shape and task problems, come first; its rules after payload_bytes and later elements' come after", async () => {
+      await inRollback(db.pool, async (c) => {
+        await c.query("UPDATE idemq.settings SET value = 1000 WHERE name = 'payload_bytes'");
+        const big = objectOf(1000);
+        const refusedMany = (jobs: unknown[], message: RegExp) => refused(c, many, [JSON.stringify(jobs)], message);
+        await refusedMany([{ task: "" }, { task: "t", payload: big }], /^jobs\[1\] task must be a non-empty string/);
+        await refusedMany([{ task: "t", payload: big, colour: "red" }], /^jobs\[1\] has an unknown field "colour"/);
+        await refusedMany([{ task: "", payload: big }], /^jobs\[1\] task must be a non-empty string/);
+        await refusedMany([{ task: "t".repeat(300), payload: big }], /^jobs\[1\] task is 300 bytes/);
+        await refusedMany([{ task: "t", payload: big, queue: "" }], /^jobs\[1\] payload is \d+ bytes of JSON text, over the limit of 1000/);
+        await refusedMany([{ task: "t", payload: big }, { task: "" }], /^jobs\[1\] payload is \d+ bytes/);
+        // A later element that does not decode (a timestamp): the earlier oversized one still comes first.
+        await refusedMany([{ task: "t" }, { task: "t", payload: big }, { task: "t", run_at: "not a time" }], /^jobs\[2\] payload is \d+ bytes/);
+        await refusedMany([{ task: "t" }, { task: "t", payload: big }, { task: "t", payload: objectOf(2000) }], /^jobs\[2\] payload is \d+ bytes/);
+        // Not an object: that rule comes first, as before.
+        await refusedMany([{ task: "t", payload: Array.from({ length: 3000 }, () => "xxxxx") }], /^jobs\[1\] payload must be a JSON object, not \["xxxxx"/);
+      });
+    });
+
+    it("enqueue_many never decodes an element whose payload its stored size refuses: refused with 22023 under a temp_file_limit the decoding would break", async () => {
+      await inRollback(db.pool, async (c) => {
+        await c.query("UPDATE idemq.settings SET value = 1000 WHERE name = 'payload_bytes'");
+        // Decoding copies each element into tuplestores, spilled to temporary files past work_mem.
+        await c.query("SET LOCAL work_mem = '64kB'");
+        await c.query("SET LOCAL temp_file_limit = '256kB'");
+        const jobs = JSON.stringify([{ task: "t" }, { task: "t", payload: objectOf(10_000) }]); // about 1 MB
+        await refused(c, many, [jobs], /^jobs\[2\] payload is \d+ bytes of JSON text, over the limit of 1000 bytes/);
+        // The same element decoded (its payload under the bound) spills and breaks the limit: what the refusal above avoids.
+        await c.query("UPDATE idemq.settings SET value = 1000000 WHERE name = 'payload_bytes'");
+        await expectSqlError(underSavepoint(c, () => c.query(many, [jobs])), { code: "53400" });
+      });
+    });
+  });
+
   it("key_bytes: an idempotency key of key_bytes bytes is enqueued, one byte more is 22023 (not btree's 54000); nothing written", async () => {
     await inRollback(db.pool, async (c) => {
       const max = await limit(c, "key_bytes");

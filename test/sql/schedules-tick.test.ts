@@ -2,7 +2,9 @@
 // now()): each due slot once, with key schedule:<name>:<slot>; the overlap
 // policies skip (counted), allow and queue_one; the misfire policies once,
 // skip and all after a simulated downtime of 10 slots (next_at moved back),
-// with the misfire_grace boundary and the 100-slot bound. Each test runs in a
+// with the misfire_grace boundary and the 100-slot bound; a schedule whose job
+// enqueue refuses (a limit lowered after schedule()) is skipped with its error
+// recorded while the others fire. Each test runs in a
 // transaction that rolls back, so no test's schedules are due in another's.
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -258,6 +260,80 @@ describe("misfire after a downtime of 10 slots (11:15 .. 12:00 missed; ticks res
       expect(await tickAt(c, "2030-01-01T12:00:30.5Z")).toBe(1);
       expect(Date.now() - started).toBeLessThan(10_000);
       expect((await slotJobs(c, name)).map((j) => j.slot)).toEqual(["2030-01-01T12:00:30Z"]);
+    });
+  });
+});
+
+describe("a schedule whose job enqueue refuses (a limit lowered after schedule() accepted it)", () => {
+  const setLimit = (c: pg.ClientBase, name: string, value: number) =>
+    c.query("UPDATE idemq.settings SET value = $2 WHERE name = $1", [name, value]);
+
+  it("is skipped with its error recorded, the others fire; once the limit is raised the next tick fires it and clears the error", async () => {
+    await inRollback(db.pool, async (c) => {
+      const good = await every5(c, "2030-01-01T12:00:00Z", { payload: { n: 1 } });
+      const big = await every5(c, "2030-01-01T12:00:00Z", { payload: { blob: "x".repeat(200) } });
+      const long = await every5(c, "2030-01-01T12:00:00Z", { task: "a_task_name_of_30_bytes_______" });
+      await setLimit(c, "payload_bytes", 100);
+      await setLimit(c, "task_bytes", 20);
+
+      expect(await tickAt(c, "2030-01-01T12:00:10Z")).toBe(1);
+      expect((await slotJobs(c, good)).map((j) => j.slot)).toEqual(slots("12:00"));
+      expect(await slotJobs(c, big)).toEqual([]);
+      expect(await slotJobs(c, long)).toEqual([]);
+      expect(await scheduleRow(c, good)).toMatchObject({ next_at: new Date("2030-01-01T12:05:00Z"), last_error: null, last_error_at: null });
+      // Still due (next_at kept), nothing else of it changed, and why.
+      expect(await scheduleRow(c, big)).toMatchObject({
+        next_at: new Date("2030-01-01T12:00:00Z"), last_slot_at: null, last_job_id: null, skipped: "0",
+        last_error: expect.stringMatching(/^payload is \d+ bytes of JSON text, over the limit of 100 bytes \(payload_bytes\): .* \(SQLSTATE 22023\)$/),
+        last_error_at: new Date("2030-01-01T12:00:10Z"),
+      });
+      expect(await scheduleRow(c, long)).toMatchObject({
+        next_at: new Date("2030-01-01T12:00:00Z"),
+        last_error: expect.stringMatching(/task_bytes.*\(SQLSTATE 22023\)$/),
+        last_error_at: new Date("2030-01-01T12:00:10Z"),
+      });
+
+      // Every later tick tries again and records when.
+      expect(await tickAt(c, "2030-01-01T12:00:40Z")).toBe(0);
+      expect((await scheduleRow(c, big))!.last_error_at).toEqual(new Date("2030-01-01T12:00:40Z"));
+
+      // The limits raised: the next tick fires both (the 12:00 slot, missed by more than the grace: misfire once) and clears the errors.
+      await setLimit(c, "payload_bytes", 1048576);
+      await setLimit(c, "task_bytes", 256);
+      expect(await tickAt(c, "2030-01-01T12:02:00Z")).toBe(2);
+      for (const name of [big, long]) {
+        expect((await slotJobs(c, name)).map((j) => [j.slot, j.state])).toEqual([["2030-01-01T12:00:00Z", "enqueued"]]);
+        expect(await scheduleRow(c, name)).toMatchObject({
+          next_at: new Date("2030-01-01T12:05:00Z"), last_slot_at: new Date("2030-01-01T12:00:00Z"), last_error: null, last_error_at: null,
+        });
+      }
+    });
+  });
+
+  it("none of its slots of that call is kept: misfire all with 3 missed slots enqueues none of them, and the others still fire", async () => {
+    await inRollback(db.pool, async (c) => {
+      const good = await every5(c, "2030-01-01T12:00:00Z");
+      const bad = await every5(c, "2030-01-01T11:50:00Z", { payload: { blob: "x".repeat(200) }, misfire: "all", overlap: "allow" });
+      await setLimit(c, "payload_bytes", 100);
+      expect(await tickAt(c, "2030-01-01T12:00:10Z")).toBe(1);
+      expect(await slotJobs(c, bad)).toEqual([]);
+      expect((await slotJobs(c, good)).map((j) => j.slot)).toEqual(slots("12:00"));
+      expect((await scheduleRow(c, bad))!.last_error).toMatch(/payload_bytes/);
+      await setLimit(c, "payload_bytes", 1048576);
+      expect(await tickAt(c, "2030-01-01T12:00:20Z")).toBe(3);
+      expect((await slotJobs(c, bad)).map((j) => j.slot)).toEqual(slots("11:50", "11:55", "12:00"));
+    });
+  });
+
+  it("tick() itself returns normally (the error is the schedule's, not the caller's)", async () => {
+    await inRollback(db.pool, async (c) => {
+      const name = unique("now");
+      await schedule(c, { name, cron: "* * * * *", queue: unique("q"), payload: { blob: "x".repeat(200) } });
+      await c.query("UPDATE idemq.schedules SET next_at = date_trunc('minute', now()) WHERE name = $1", [name]);
+      await setLimit(c, "payload_bytes", 100);
+      const { rows } = await c.query<{ n: number }>("SELECT idemq.tick() AS n");
+      expect(rows[0]!.n).toBe(0);
+      expect((await scheduleRow(c, name))!.last_error).toMatch(/\(SQLSTATE 22023\)$/);
     });
   });
 });

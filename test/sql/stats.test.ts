@@ -155,6 +155,38 @@ describe("stats", () => {
     });
   });
 
+  it("oldest_runnable_seconds looks through every priority (a lower priority's older job counts) and steps over jobs past their deadline, as _runnable_jobs() counts it", async () => {
+    await inRollback(db.pool, async (c) => {
+      const aged = async (priority: number, seconds: number, more: Record<string, unknown> = {}) => {
+        const id = await makeJob(c, { task: "prio", queue: "prio", priority, ...more });
+        await c.query("UPDATE idemq.jobs SET run_at = now() - make_interval(secs => $2) WHERE id = $1", [id, seconds]);
+        return id;
+      };
+      await aged(5, 10);
+      await aged(0, 100);
+      await aged(0, 40);
+      await aged(-3, 70);
+      // Older, but past its deadline (rescue has not expired it yet): claim would not hand it out.
+      const late = await aged(2, 500, { expires_at: sql("now() + interval '1 hour'") });
+      await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [late]);
+      // Due later: scheduled, not runnable.
+      await makeJob(c, { task: "prio", queue: "prio", priority: -9, run_at: sql("now() + interval '1 hour'") });
+      // Another task in the queue, with one priority only.
+      await makeJob(c, { task: "other", queue: "prio", priority: 1 });
+      await c.query("UPDATE idemq.jobs SET run_at = now() - interval '7 seconds' WHERE task = 'other'");
+
+      const oldest = await stats(c, ["oldest_runnable_seconds"]);
+      expect(oldest).toEqual([
+        ["prio", "other", "oldest_runnable_seconds", 7],
+        ["prio", "prio", "oldest_runnable_seconds", 100],
+      ]);
+      const { rows } = await c.query<{ queue: string; task: string; oldest_seconds: string }>(
+        "SELECT queue, task, oldest_seconds FROM idemq._runnable_jobs() ORDER BY 1, 2",
+      );
+      expect(rows.map((r) => [r.queue, r.task, "oldest_runnable_seconds", Number(r.oldest_seconds)])).toEqual(oldest);
+    });
+  });
+
   it("events per task, queue NULL: deduplicated, rejected, conflict (enqueue_many) and guard_duplicate", async () => {
     await inRollback(db.pool, async (c) => {
       // deduplicated: by enqueue twice, and by enqueue_many once.

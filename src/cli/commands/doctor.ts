@@ -12,7 +12,9 @@
 //   leases       no job in processing whose lease expired more than a minute ago
 //   backlog      no queue whose oldest runnable job has waited longer than --max-wait
 //                (the age idemq.stats() reports: no worker takes that queue or task)
-//   schedules    no schedule whose next slot is overdue by more than --max-wait
+//   schedules    no schedule whose job tick() could not enqueue (a problem: a limit
+//                lowered after the schedule was made; schedules().last_error says
+//                which), and none whose next slot is overdue by more than --max-wait
 //                (no worker runs tick(): schedules fire only while one does)
 //   workers      no runnable job whose queue and task no worker seen within
 //                --worker-timeout claims (idemq.unserved_jobs(): workers
@@ -126,11 +128,13 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
     const findings: Finding[] = [await checkServer(client)];
     const schema = await checkSchema(db.url);
     findings.push(schema);
-    const installed = await runQuery<{ installed: boolean; horizon: boolean; schedules: boolean; workers: boolean }>(
+    const installed = await runQuery<{ installed: boolean; horizon: boolean; schedules: boolean; scheduleErrors: boolean; workers: boolean }>(
       client,
       `SELECT to_regclass('idemq.jobs') IS NOT NULL AND to_regprocedure('idemq.prune_keys(interval)') IS NOT NULL AS installed,
               to_regprocedure('idemq.retry_horizon(jsonb, int, int)') IS NOT NULL AS horizon,
               to_regprocedure('idemq.schedules()') IS NOT NULL AS schedules,
+              coalesce((SELECT 'last_error' = ANY (p.proargnames) FROM pg_proc p
+                         WHERE p.oid = to_regprocedure('idemq.schedules()')), false) AS "scheduleErrors",
               to_regprocedure('idemq.unserved_jobs(interval)') IS NOT NULL AS workers`,
       [],
     );
@@ -149,7 +153,7 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
       findings.push(await checkBacklog(client, options.maxWait));
       findings.push(
         installed[0].schedules
-          ? await checkSchedules(client, options.maxWait)
+          ? await checkSchedules(client, options.maxWait, installed[0].scheduleErrors)
           : { check: "schedules", status: "skipped", message: "needs idemq.schedules(), added by migration 0010 (see schema)" },
       );
       findings.push(
@@ -379,19 +383,47 @@ async function checkBacklog(client: pg.Client, maxWait: string): Promise<Finding
   };
 }
 
-/** Schedules whose next slot is overdue by more than maxWait: nothing runs tick() (workers do, on a timer). */
-async function checkSchedules(client: pg.Client, maxWait: string): Promise<Finding> {
-  const rows = await runQuery<{ name: string; next_at: Date; late_s: number }>(
+/**
+ * Schedules whose job tick() could not enqueue (a problem: they stay due and
+ * never fire until fixed), then those whose next slot is overdue by more than
+ * maxWait (a warning: nothing runs tick(); workers do, on a timer). A schema
+ * before 0.2.0 records no errors (`withErrors` false).
+ */
+async function checkSchedules(client: pg.Client, maxWait: string, withErrors: boolean): Promise<Finding> {
+  const rows = await runQuery<{ name: string; next_at: Date; late_s: number; last_error: string | null; last_error_at: Date | null }>(
     client,
-    `SELECT s.name, s.next_at, extract(epoch FROM now() - s.next_at)::float8 AS late_s
+    `SELECT s.name, s.next_at, extract(epoch FROM now() - s.next_at)::float8 AS late_s,
+            ${withErrors ? "s.last_error, s.last_error_at" : "NULL::text AS last_error, NULL::timestamptz AS last_error_at"}
        FROM idemq.schedules() s
-      WHERE s.next_at < now() - $1::interval
+      WHERE s.next_at < now() - $1::interval${withErrors ? " OR s.last_error IS NOT NULL" : ""}
       ORDER BY s.next_at, s.name`,
     [maxWait],
   );
-  const overdue = rows.map((r) => ({ name: r.name, nextAt: r.next_at.toISOString(), lateSeconds: r.late_s }));
+  const failing = rows
+    .filter((r) => r.last_error !== null)
+    .map((r) => ({ name: r.name, lastError: r.last_error!, lastErrorAt: r.last_error_at!.toISOString(), nextAt: r.next_at.toISOString() }));
+  const overdue = rows
+    .filter((r) => r.last_error === null)
+    .map((r) => ({ name: r.name, nextAt: r.next_at.toISOString(), lateSeconds: r.late_s }));
+  const details = { maxWait, overdue, ...(withErrors ? { failing } : {}) };
+  if (failing.length > 0) {
+    const first = failing[0]!;
+    return {
+      check: "schedules",
+      status: "problem",
+      message:
+        `${failing.length} schedule(s) whose job tick() could not enqueue, so they do not fire: ` +
+        `${first.name} (${first.lastError}; last tried ${first.lastErrorAt.replace(/\.\d{3}Z$/, "Z")})` +
+        (failing.length > 1 ? `, and ${failing.slice(1, 5).map((f) => f.name).join(", ")}${failing.length > 5 ? ", ..." : ""}` : "") +
+        (overdue.length > 0 ? `; ${overdue.length} more overdue by more than ${maxWait}` : ""),
+      fix:
+        `make the job acceptable again: raise the limit it breaks (UPDATE idemq.settings SET value = ... WHERE name = ...), ` +
+        `or redefine the schedule (\`idemq schedules add ${first.name} ...\`, e.g. a smaller payload); the next tick() fires it and clears the error`,
+      ...details,
+    };
+  }
   if (overdue.length === 0) {
-    return { check: "schedules", status: "ok", message: `no schedule overdue by more than ${maxWait}`, maxWait, overdue };
+    return { check: "schedules", status: "ok", message: `no schedule overdue by more than ${maxWait}`, ...details };
   }
   const first = overdue[0]!;
   return {
@@ -401,8 +433,7 @@ async function checkSchedules(client: pg.Client, maxWait: string): Promise<Findi
       `${overdue.length} schedule(s) have not fired when due, by more than ${maxWait} ` +
       `(${first.name}: due ${first.nextAt.replace(/\.\d{3}Z$/, "Z")}, ${age(first.lateSeconds * 1000)} ago)`,
     fix: "start a worker (workers fire schedules on a timer), or call `SELECT idemq.tick()` from pg_cron",
-    maxWait,
-    overdue,
+    ...details,
   };
 }
 

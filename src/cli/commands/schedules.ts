@@ -1,4 +1,4 @@
-// idemq schedules [list]                       the schedules, by name
+// idemq schedules [list]                       the schedules, by name (and why tick() could not enqueue one)
 // idemq schedules add NAME --cron EXPR --task TASK [--payload JSON] [--queue Q] [--timezone TZ]
 //   [--overlap P] [--misfire P] [--misfire-grace D] [--priority N] [--max-attempts N]
 // idemq schedules remove NAME
@@ -63,7 +63,7 @@ Workers tick every ${WORKER_DEFAULTS.tickInterval} by default (tickInterval): ea
 
   const list = schedules
     .command("list", { isDefault: true })
-    .description("list the schedules, by name, with each one's next slot and latest job")
+    .description("list the schedules, by name, with each one's next slot and latest job, and why tick() could not enqueue one")
     .action(
       action(async (_options: CommonOptions, cmd: Command) => {
         const options = cmd.optsWithGlobals<CommonOptions>();
@@ -215,7 +215,7 @@ function noSuchSchedule(name: string, consequence: string): never {
 const LIST_COLUMNS = ["NAME", "CRON", "TIMEZONE", "TASK", "QUEUE", "NEXT", "LAST JOB", "SKIPPED"] as const;
 
 function renderList(found: readonly Schedule[], now = Date.now()): string[] {
-  return table(
+  const lines = table(
     LIST_COLUMNS,
     found.map((s) => [
       s.name,
@@ -229,6 +229,14 @@ function renderList(found: readonly Schedule[], now = Date.now()): string[] {
     ]),
     [7],
   );
+  // A schedule tick() could not enqueue: it stays due, and says why under the table.
+  for (const s of found) {
+    if (s.lastError === null) continue;
+    lines.push(
+      `! ${printable(s.name)}: tick() could not enqueue its job at ${instant(s.lastErrorAt!)} (${relative(s.lastErrorAt!, now)}): ${printable(s.lastError)}`,
+    );
+  }
+  return lines;
 }
 
 /** "nightly (task report, queue default): cron "0 3 * * *" in Europe/Berlin, next 2026-12-02T02:00:00Z (in 5h)". */
