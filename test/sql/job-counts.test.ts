@@ -209,11 +209,11 @@ describe("concurrent writers on real connections", () => {
         for (const job of rest) if (job) await complete(c, job.job_id, job.attempt);
         // Cancelled only while still enqueued (locked so: a claim skips it), so no claimer loses its lease.
         await c.query(
-          "SELECT idemq.cancel(job_id => j.job_id) FROM (SELECT id FROM idemq.jobs WHERE id = $1 AND state = 'enqueued' FOR UPDATE SKIP LOCKED) j",
+          "SELECT idemq.cancel(job_id => j.id) FROM (SELECT id FROM idemq.jobs WHERE id = $1 AND state = 'enqueued' FOR UPDATE SKIP LOCKED) j",
           [single],
         );
         await c.query(
-          "SELECT idemq.retry(job_id => j.job_id) FROM (SELECT id FROM idemq.jobs WHERE state = 'failed' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) j",
+          "SELECT idemq.retry(job_id => j.id) FROM (SELECT id FROM idemq.jobs WHERE state = 'failed' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) j",
         ).catch((error: { code?: string }) => {
           if (!["IQ412", "IQ409"].includes(error.code ?? "")) throw error;
         });
