@@ -1,8 +1,8 @@
-// The worker's examples run as written against a migrated database:
-// examples/worker.js (the worker example in docs/worker.md) with plain node,
-// printing what it promises; the program of docs/worker.md's "Run one",
-// type-checked with the project's strict settings and run with tsx until
-// its jobs are done, then stopped with SIGTERM.
+// The program of docs/worker.md's "Run one" runs as written against a
+// migrated database: type-checked with the project's strict settings and run
+// with tsx until its jobs are done, then stopped with SIGTERM. (examples/worker.js,
+// the worker example, runs in test/contract/examples.test.ts, as a login with
+// the roles its comments name.)
 import { execFile } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -46,28 +46,6 @@ function runOneBlock(): string {
   if (block === null || doc.indexOf("\n## Run one\n") < 0) throw new Error('docs/worker.md has no ```ts block under "## Run one"');
   return block[1]!;
 }
-
-describe("examples/worker.js", () => {
-  it("runs to the end: one ledger row per order for three credit deliveries, one email for two receipt jobs", async () => {
-    const root = resolve(import.meta.dirname, "..", "..");
-    const result = await new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
-      execFile(
-        process.execPath,
-        ["examples/worker.js"],
-        { cwd: root, env: { ...process.env, DATABASE_URL: db.url }, timeout: 60_000 },
-        (error, stdout, stderr) => done({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
-      );
-    });
-    expect(result.stderr).toBe("");
-    expect(result.code).toBe(0);
-    expect(result.stdout).toContain("ledger rows: 2 (three credit deliveries for two orders)");
-    expect(result.stdout).toContain("emails sent: 1 (two receipt jobs for one order)");
-    expect(result.stdout).toMatch(/^duplicate +credit#\d+ attempt 1$/m);
-    expect(result.stdout).toMatch(/^failed +send_receipt#\d+ attempt 1: not an email address: nobody$/m);
-    expect(result.stdout).toMatch(/^retry +flaky_report#\d+ attempt 1: the report service timed out$/m);
-    expect(result.stdout).toMatch(/^success +flaky_report#\d+ attempt 2$/m);
-  });
-});
 
 describe('docs/worker.md, "Run one"', () => {
   let file: string;
