@@ -7,7 +7,7 @@
 // drift test in test/contract/contract.test.ts compares them with sql/functions/).
 // Written by scripts/catalog-snapshot.mjs; compared by test/contract/catalog-snapshot.test.ts.
 import type pg from "pg";
-import { catalogSnapshot, type CatalogSnapshot } from "./catalog.ts";
+import { catalogSnapshot, type CatalogSnapshot, roleNamesAsPlaceholders } from "./catalog.ts";
 
 export const SNAPSHOT_PATH = new URL("../contract/catalog.snapshot.json", import.meta.url);
 export const UPDATE_COMMAND = "node scripts/catalog-snapshot.mjs";
@@ -19,19 +19,12 @@ export async function committedCatalog(db: pg.Pool | pg.ClientBase): Promise<Cat
   const { rows } = await db.query<{ owner: string }>(
     "SELECT pg_get_userbyid(n.nspowner) AS owner FROM pg_namespace n WHERE n.nspname = 'idemq'",
   );
-  const owner = rows[0]?.owner ?? "";
-  const acl = (value: unknown) =>
-    typeof value === "string" ? value.replace(new RegExp(`(?<=^\\{|,|=|/)${escapeRegExp(owner)}(?=[=/,}])`, "g"), "<owner>") : value;
+  const named = roleNamesAsPlaceholders(snapshot, { owner: rows[0]?.owner ?? "" });
   return {
-    ...snapshot,
-    relations: (snapshot.relations as Row[]).map((r) => ({ ...r, acl: acl(r.acl) })),
-    constraints: (snapshot.constraints as Row[]).filter((c) => c.type !== "n"),
-    functions: (snapshot.functions as Row[]).map(({ source: _source, ...f }) => ({ ...f, acl: acl(f.acl) })),
+    ...named,
+    constraints: (named.constraints as Row[]).filter((c) => c.type !== "n"),
+    functions: (named.functions as Row[]).map(({ source: _source, ...f }) => f),
   };
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
 /** The snapshot as written to disk: stable key order, two-space indent, final newline. */

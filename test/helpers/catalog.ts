@@ -5,6 +5,7 @@
 // the ones in effect, sorted: a NULL ACL reads as its default, which a GRANT
 // and REVOKE back leave spelled out.
 import type pg from "pg";
+import { installationRoles } from "../../src/roles.ts";
 
 export interface CatalogSnapshot {
   relations: unknown[];
@@ -112,26 +113,31 @@ export async function catalogSnapshot(db: pg.Pool | pg.ClientBase, schema = "ide
   for (const [key, sql] of Object.entries(QUERIES) as [keyof CatalogSnapshot, string][]) {
     snapshot[key] = (await db.query(sql, [schema])).rows;
   }
-  const names = await installationRoleNames(db, schema);
-  const acl = (value: unknown) =>
-    typeof value === "string"
-      ? Object.entries(names).reduce((text, [kind, name]) => text.replaceAll(new RegExp(`(?<=^\\{|,|=|/)${escapeRegExp(name)}(?=[=/,}])`, "g"), `<${kind}>`), value)
-      : value;
-  type Row = Record<string, unknown>;
-  snapshot.relations = (snapshot.relations as Row[]).map((r) => ({ ...r, acl: acl(r.acl) }));
-  snapshot.functions = (snapshot.functions as Row[]).map((f) => ({ ...f, acl: acl(f.acl) }));
-  return snapshot;
+  return roleNamesAsPlaceholders(snapshot, await installationRoleNames(db, schema));
 }
 
-/** The installation's role names by kind, where schema has an idemq.installation row (0.2.0 on); none before. */
+/**
+ * The snapshot with each role of `names` (placeholder -> role name) written
+ * <placeholder> in the privileges of relations and functions: a role named
+ * for one database, or an owner of one server, reads the same everywhere.
+ */
+export function roleNamesAsPlaceholders(snapshot: CatalogSnapshot, names: Record<string, string>): CatalogSnapshot {
+  const acl = (value: unknown) =>
+    typeof value === "string"
+      ? Object.entries(names).reduce((text, [placeholder, name]) => text.replaceAll(new RegExp(`(?<=^\\{|,|=|/)${escapeRegExp(name)}(?=[=/,}])`, "g"), `<${placeholder}>`), value)
+      : value;
+  type Row = Record<string, unknown>;
+  return {
+    ...snapshot,
+    relations: (snapshot.relations as Row[]).map((r) => ({ ...r, acl: acl(r.acl) })),
+    functions: (snapshot.functions as Row[]).map((f) => ({ ...f, acl: acl(f.acl) })),
+  };
+}
+
+/** The installation's role names by kind where schema idemq has them (0.2.0 on); none before. */
 async function installationRoleNames(db: pg.Pool | pg.ClientBase, schema: string): Promise<Record<string, string>> {
-  const { rows: found } = await db.query<{ found: boolean }>("SELECT to_regclass(format('%I.installation', $1::text)) IS NOT NULL AS found", [schema]);
-  if (!found[0]?.found) return {};
-  const { rows } = await db.query<{ producer_role: string; worker_role: string; admin_role: string }>(
-    `SELECT producer_role, worker_role, admin_role FROM ${schema === "idemq" ? "idemq" : `"${schema}"`}.installation`,
-  );
-  const row = rows[0];
-  return row === undefined ? {} : { producer: row.producer_role, worker: row.worker_role, admin: row.admin_role };
+  const { rows } = await db.query<{ found: boolean }>("SELECT to_regclass(format('%I.installation', $1::text)) IS NOT NULL AS found", [schema]);
+  return schema === "idemq" && rows[0]?.found ? { ...(await installationRoles(db)) } : {};
 }
 
 function escapeRegExp(text: string): string {
