@@ -161,17 +161,17 @@ export class SchemaMissingError extends IdemqError {
   readonly database: string | undefined;
 
   /** The database's and this package's versions, when the schema is there but older (set by the start-up check). */
-  readonly versions: SchemaVersionsOf | undefined;
+  readonly versions: SchemaVersions | undefined;
 
-  constructor(database: string | undefined, fields: SqlErrorFields = {}, options?: ErrorOptions, versions?: SchemaVersionsOf) {
+  constructor(database: string | undefined, fields: SqlErrorFields = {}, options?: ErrorOptions, versions?: SchemaVersions) {
     super(schemaMissingMessage({ database }, versions), fields, options);
     this.database = database;
     this.versions = versions;
   }
 }
 
-/** The versions an older schema's message names (schema-check.ts's SchemaVersions). */
-export interface SchemaVersionsOf {
+/** A database's schema version and this package's (schema-check.ts compares them), as an older schema's message names them; databaseMigration is undefined before 0.2.0 (no schema_version()). */
+export interface SchemaVersions {
   databaseMigration: string | undefined;
   packageVersion: string;
   packageMigration: string;
@@ -181,7 +181,7 @@ export interface SchemaVersionsOf {
  * The one sentence for a database without the idemq schema, shared by the
  * library's SchemaMissingError and the CLI's check of a given URL.
  */
-export function schemaMissingMessage(target: { database?: string | undefined; where?: string | undefined }, versions?: SchemaVersionsOf): string {
+export function schemaMissingMessage(target: { database?: string | undefined; where?: string | undefined }, versions?: SchemaVersions): string {
   const database = target.database === undefined ? "the database" : `database ${target.database}`;
   const at = target.where === undefined ? "" : ` at ${target.where}`;
   const fix = "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)";

@@ -1,5 +1,6 @@
 // Migrations are the only install path (docs/design.md, "Migrations and releases"): node-pg-migrate runs the
 // plain .sql files in sql/migrations, recording them in idemq_meta.migrations.
+import { readdirSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { basename, dirname, extname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,6 +39,18 @@ export const PRE_RELEASE_MIGRATIONS: readonly string[] = [
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 /** sql/migrations of this package, whatever the current directory is. */
 export const DEFAULT_MIGRATIONS_DIR = resolve(PACKAGE_ROOT, "sql", "migrations");
+
+/**
+ * The names of this package's migrations (file names without .sql), in the
+ * order they run (zero-padded numeric prefix). Read with readdirSync: no
+ * import of node-pg-migrate, for the version check every start makes.
+ */
+export function packageMigrationNames(dir = DEFAULT_MIGRATIONS_DIR): string[] {
+  return readdirSync(dir)
+    .filter((file) => /^\d+_\w+\.sql$/.test(file))
+    .sort()
+    .map((file) => file.slice(0, -".sql".length));
+}
 
 // Only .sql files are migrations; node-pg-migrate would otherwise try to import
 // any other file (a README, an editor's backup) as a JavaScript migration.

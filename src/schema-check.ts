@@ -6,9 +6,9 @@
 // versions and the fix, and a newer one is reported in one line, instead of
 // calls failing later. Calls made without the check still map PostgreSQL's
 // "does not exist" errors to SchemaMissingError (errors.ts).
-import { readdirSync, readFileSync } from "node:fs";
-import { releaseOfMigration, SchemaMissingError, type SchemaVersionsOf } from "./errors.ts";
-import { DEFAULT_MIGRATIONS_DIR } from "./migrate.ts";
+import { readFileSync } from "node:fs";
+import { releaseOfMigration, SchemaMissingError, type SchemaVersions } from "./errors.ts";
+import { packageMigrationNames } from "./migrate.ts";
 import { runQuery, SQL_FUNCTIONS, type Queryable } from "./sql-api.ts";
 
 /** This package's version, from its package.json. */
@@ -16,16 +16,7 @@ export const PACKAGE_VERSION: string = (JSON.parse(readFileSync(new URL("../pack
 
 /** This package's migrations, in order (read once, on first use). */
 let packageMigrations: string[] | undefined;
-function ownMigrations(): string[] {
-  packageMigrations ??= readdirSync(DEFAULT_MIGRATIONS_DIR)
-    .filter((file) => /^\d+_\w+\.sql$/.test(file))
-    .sort()
-    .map((file) => file.slice(0, -".sql".length));
-  return packageMigrations;
-}
-
-/** The schema's and this package's versions, for messages: databaseMigration is undefined before 0.2.0 (no schema_version()). */
-export type SchemaVersions = SchemaVersionsOf;
+const ownMigrations = (): string[] => (packageMigrations ??= packageMigrationNames());
 
 /** How a database's schema compares with this package. */
 export interface SchemaCheck extends SchemaVersions {

@@ -1,14 +1,10 @@
 // The package's migrations, read from sql/migrations, so tests that expect
 // "everything applied" follow each new migration without an edit.
-import { readdirSync } from "node:fs";
 import { join } from "node:path";
-import { DEFAULT_MIGRATIONS_DIR } from "../../src/migrate.ts";
+import { DEFAULT_MIGRATIONS_DIR, packageMigrationNames } from "../../src/migrate.ts";
 
 /** Every migration's name (file name without .sql), in the order they run (zero-padded numeric prefix). */
-export const MIGRATION_NAMES: readonly string[] = readdirSync(DEFAULT_MIGRATIONS_DIR)
-  .filter((file) => /^\d+_\w+\.sql$/.test(file))
-  .sort()
-  .map((file) => file.slice(0, -".sql".length));
+export const MIGRATION_NAMES: readonly string[] = packageMigrationNames();
 
 /** The path of migration `name`. */
 export function migrationPath(name: string): string {
