@@ -14,10 +14,11 @@
 //                                       it instead (one upgrade file per release),
 //                                       keeping its hand-written parts
 //
-// Hand-written parts: Up has one before the functions (schema changes the
-// functions use) and one after them (what needs a function it creates, such
-// as a trigger on a new trigger function); Down has their reversals, one
-// before the functions are restored and one after.
+// Hand-written parts: one before the functions (schema changes the functions
+// use) and one after them (what needs a function it creates, such as a
+// trigger on a new trigger function). Migrations are forward-only: a
+// migration this script writes has no Down section (node-pg-migrate then
+// refuses to revert it), and one it amends must have none.
 //   npm run migration:check             exit 1 unless the latest state equals
 //                                       sql/functions/ and released migrations
 //                                       match sql/released.sha256
@@ -158,11 +159,6 @@ const SECTIONS = {
       "-- new functions.",
     ].join("\n"),
   },
-  downBefore: {
-    label: "before the functions",
-    text: "-- The reversal of the part after the functions goes here, before the functions are restored.",
-  },
-  down: { label: "the reversal", text: "-- The reversal of the schema changes above goes here, after the functions." },
 };
 const section = (key, kept) => [
   `-- ==== hand-written: ${SECTIONS[key].label} (kept when migration:new amends this file) ====`,
@@ -172,22 +168,25 @@ const section = (key, kept) => [
 
 /** The hand-written parts of a migration this script wrote (its title line and each section), to keep when it is amended. */
 export function handWritten(text) {
+  if (DOWN_SECTION.test(text)) {
+    // Forward-only: a Down section would be dropped silently by the rewrite, so it is refused instead.
+    throw new Error("it has a Down Migration section; migrations are forward-only (one upgrade file per release): delete that section and run this again");
+  }
   const kept = { title: text.slice(0, text.indexOf("\n")) };
   for (const m of text.matchAll(HAND_WRITTEN)) {
     const key = Object.keys(SECTIONS).find((k) => SECTIONS[k].label === m[1]);
     if (key === undefined) throw new Error(`unknown hand-written section "${m[1]}"`);
     kept[key] = m[2];
   }
-  if (kept.up === undefined || kept.down === undefined) {
+  if (kept.up === undefined) {
     throw new Error("expected the hand-written sections between '-- ==== hand-written: LABEL (...) ====' and '-- ==== end hand-written ===='");
   }
   return kept;
 }
 
 /** The text of migration `name` carrying `diff` (see changes()), with `kept` hand-written parts (handWritten()) when amending. */
-export function renderMigration(name, diff, state, from, files, kept = undefined) {
+export function renderMigration(name, diff, state, files, kept = undefined) {
   const up = creationOrder([...diff.created, ...diff.changed], files);
-  const down = creationOrder([...diff.changed, ...diff.removed], state);
   // CREATE OR REPLACE cannot change argument types or names or the return type
   // (and would add an overload for new argument types): drop the old one first.
   // A dependent (a DEFAULT, a SQL-standard body, a trigger) makes the DROP fail
@@ -202,7 +201,8 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
     "-- Written by `npm run migration:new`; the function texts below are copies of",
     "-- sql/functions/ from CREATE on (npm run migration:check compares them). Until",
     "-- it is released (listed in sql/released.sha256), migration:new amends it;",
-    "-- after that it never changes again.",
+    "-- after that it never changes again. Forward-only: no Down section (the way",
+    "-- back from an upgrade is the backup taken before it).",
     "-- Up Migration",
     "",
     ...section("up", kept),
@@ -217,15 +217,6 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   const regrant = ["-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).", "SELECT count(*) FROM idemq._grant_roles();", ""];
   if (files.has("_grant_roles") && diff.created.length + resigned.size > 0) lines.push(...regrant);
   lines.push(...section("after", kept), "");
-  lines.push("-- Down Migration", "");
-  lines.push(...section("downBefore", kept), "");
-  for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
-  for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
-  const downRevokes = revoke([...diff.removed, ...resigned]);
-  if (downRevokes.length > 0) lines.push(...downRevokes);
-  if (diff.created.length + downRevokes.length > 0) lines.push("");
-  if (state.has("_grant_roles") && diff.removed.length + resigned.size > 0) lines.push(...regrant);
-  lines.push(...section("down", kept), "");
   return lines.join("\n");
 }
 
@@ -304,8 +295,14 @@ function main(argv) {
     // the state before it, with its title and hand-written parts kept.
     const before = latestState(migrationsDir, newest.name);
     const amended = changes(before.state, files);
-    const kept = handWritten(readFileSync(newest.file, "utf8"));
-    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, before.from, files, kept));
+    let kept;
+    try {
+      kept = handWritten(readFileSync(newest.file, "utf8"));
+    } catch (error) {
+      console.error(`${shown(newest.file)}: ${error.message}; nothing written.`);
+      return 1;
+    }
+    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, files, kept));
     const carried = [...amended.created.map((n) => `+${n}`), ...amended.changed.map((n) => `~${n}`), ...amended.removed.map((n) => `-${n}`)];
     console.log(`amended ${shown(newest.file)} (not released; its title and hand-written parts kept): ${carried.length > 0 ? carried.join(" ") : "no function changed"}`);
     if (positional[0] && positional[0] !== newest.name.replace(/^\d+_/, "")) {
@@ -333,12 +330,12 @@ function main(argv) {
     console.error(`${shown(target)} exists; nothing written. Migrations are never overwritten: pick another name.`);
     return 1;
   }
-  writeFileSync(target, renderMigration(migration, diff, state, from, files));
+  writeFileSync(target, renderMigration(migration, diff, state, files));
   const carried = [...diff.created.map((n) => `+${n}`), ...diff.changed.map((n) => `~${n}`), ...diff.removed.map((n) => `-${n}`)];
   console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
   const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));
   if (resigned.length > 0) console.log(`Signature changed (dropped first, then created): ${resigned.map((n) => `idemq.${n}`).join(", ")}`);
-  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down, before or after the functions), and run npm run migration:check.");
+  console.log("Next: replace its TODO line, add hand-written schema changes (before or after the functions; the same change in sql/schema.sql), and run npm run migration:check.");
   return 0;
 }
 

@@ -5,8 +5,9 @@
 // private helpers revoked from PUBLIC, removed ones dropped, one whose
 // signature changed dropped before it is created again), refuses to
 // overwrite a released name, amends the newest migration instead while it is
-// unreleased (keeping its hand-written parts), and the migration it writes applies, leaves sql/functions/
-// installed, and its Down restores the catalog it started from.
+// unreleased (keeping its hand-written parts, refusing one with a Down
+// section), and the migration it writes is forward-only: it applies, leaves
+// sql/functions/ installed, and migrate down is refused and changes nothing.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -112,7 +113,8 @@ describe("migration:check and migration:new", () => {
     expect(made.stdout).toContain(`wrote migrations/${NEXT}.sql: +_upgrade_probe +upgrade_probe ~purge ~stats -prune_keys`);
     expect(made.stdout).toContain("Signature changed (dropped first, then created): idemq.purge\n");
     const text = await readFile(join(migrations, `${NEXT}.sql`), "utf8");
-    const [up, down] = text.split("-- Down Migration");
+    expect(text, "forward-only: no Down section").not.toMatch(/^\s*--[\s-]*down\s+migration/im);
+    const up = text;
     const markers = [...up!.matchAll(/^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm)].map((m) => m[1] + (m[2] ?? ""));
     expect(markers, "helpers first, then the rest; removals last").toEqual(["_upgrade_probe", "purge", "stats", "upgrade_probe", "prune_keys (removed)"]);
     expect(up).toContain("DROP FUNCTION idemq.purge;\n-- ---- sql/functions/purge.sql ----\n");
@@ -123,11 +125,10 @@ describe("migration:check and migration:new", () => {
     expect(up).toContain("-- ---- sql/functions/prune_keys.sql (removed) ----\nDROP FUNCTION idemq.prune_keys;\n");
     expect(up).toContain("REVOKE EXECUTE ON FUNCTION idemq._upgrade_probe FROM PUBLIC;");
     expect(up).not.toContain("REVOKE EXECUTE ON FUNCTION idemq.upgrade_probe ");
-    // Down: the previous texts back, then the new functions dropped, dependents first.
-    expect(down).toContain(`${withoutHeader(pruneKeys)}\n`);
-    expect(down).toContain(`${withoutHeader(stats)}\n`);
-    expect(down).toContain(`DROP FUNCTION idemq.purge;\n-- sql/functions/purge.sql as of ${lastCarrier("purge")}\n${withoutHeader(purge)}\n`);
-    expect(down).toContain("DROP FUNCTION idemq.upgrade_probe;\nDROP FUNCTION idemq._upgrade_probe;\n");
+    // Forward-only: the previous texts are not carried (a Down would have them).
+    expect(up).not.toContain(withoutHeader(pruneKeys));
+    expect(up).not.toContain(withoutHeader(stats));
+    expect(up).not.toContain(withoutHeader(purge));
 
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
   });
@@ -143,7 +144,7 @@ describe("migration:check and migration:new", () => {
     expect(await readdir(migrations)).toEqual(before);
   });
 
-  it("the written migration applies on the latest database, installs sql/functions/, and its Down restores the catalog", async () => {
+  it("the written migration applies on the latest database, installs sql/functions/, and is forward-only: migrate down is refused and changes nothing", async () => {
     const db = await freshDatabase({ poolSize: 2 });
     databases.push(db);
     const before = await catalogSnapshot(db.pool);
@@ -166,8 +167,12 @@ describe("migration:check and migration:new", () => {
     const files = (await readdir(functions)).filter((f) => f.endsWith(".sql")).map((f) => f.slice(0, -4)).sort();
     expect(installed.rows.map((r) => r.name)).toEqual(files);
 
-    expect(await migrate({ connectionString: db.url, migrationsDir: migrations, direction: "down" })).toEqual([NEXT]);
-    expect(await catalogSnapshot(db.pool)).toEqual(before);
+    const upgraded = await catalogSnapshot(db.pool);
+    expect(upgraded).not.toEqual(before);
+    await expect(migrate({ connectionString: db.url, migrationsDir: migrations, direction: "down" })).rejects.toThrow(
+      `User has disabled down migration on file: ${NEXT}`,
+    );
+    expect(await catalogSnapshot(db.pool)).toEqual(upgraded);
   });
 
   it("amends the newest migration while it is unreleased: one upgrade file per release, title and hand-written parts kept, every change since the release carried", async () => {
@@ -177,9 +182,14 @@ describe("migration:check and migration:new", () => {
     const titled = written
       .replace(/^-- Migration .*$/m, `-- Migration ${NEXT}: the probe release.`)
       .replace("-- ==== end hand-written ====", "CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====")
-      .replace(/-- ==== end hand-written ====(?![\s\S]*-- ==== end hand-written)/, "DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====")
-      .replace(/(-- ==== hand-written: after the functions .*\n)/, "$1CREATE INDEX probe_after ON idemq.probe_table (id);\n")
-      .replace(/(-- ==== hand-written: before the functions .*\n)/, "$1DROP INDEX idemq.probe_after;\n");
+      .replace(/(-- ==== hand-written: after the functions .*\n)/, "$1CREATE INDEX probe_after ON idemq.probe_table (id);\n");
+    // A Down section is refused, not dropped silently by the rewrite: migrations are forward-only.
+    const withDown = `${titled}\n-- Down Migration\nDROP TABLE idemq.probe_table;\n`;
+    await writeFile(file, withDown);
+    const refused = await script("other_name");
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(`migrations/${NEXT}.sql: it has a Down Migration section; migrations are forward-only`);
+    expect(await readFile(file, "utf8"), "nothing written").toBe(withDown);
     await writeFile(file, titled);
     const fnFile = join(functions, "upgrade_probe.sql");
     await writeFile(fnFile, PUBLIC_FN.replace("|| '!'", "|| '!!'"));
@@ -193,12 +203,9 @@ describe("migration:check and migration:new", () => {
     const text = await readFile(file, "utf8");
     expect(text.split("\n")[0]).toBe(`-- Migration ${NEXT}: the probe release.`);
     expect(text).toContain("CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====");
-    expect(text).toContain("DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====");
-    // The parts after the functions (Up) and before them (Down) are kept too, in their places.
-    const [upText, downText] = text.split("-- Down Migration");
-    expect(upText!.indexOf("CREATE INDEX probe_after")).toBeGreaterThan(upText!.lastIndexOf("-- ---- sql/functions/"));
-    expect(downText!.indexOf("DROP INDEX idemq.probe_after;")).toBeLessThan(downText!.indexOf("-- sql/functions/"));
-    expect(downText!.indexOf("DROP INDEX idemq.probe_after;")).toBeGreaterThan(-1);
+    // The part after the functions is kept too, in its place.
+    expect(text.indexOf("CREATE INDEX probe_after")).toBeGreaterThan(text.lastIndexOf("-- ---- sql/functions/"));
+    expect(text, "still forward-only").not.toContain("-- Down Migration");
     expect(text).toContain("RETURN idemq._upgrade_probe() || '!!';");
     expect(text).not.toContain("RETURN idemq._upgrade_probe() || '!';");
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
