@@ -5,9 +5,12 @@
 //
 // The latest migration state of a function is its text as the last migration
 // that carries it has it: each migration marks an embedded function with
-// `-- ---- sql/functions/NAME.sql ----` (the text runs to the file's closing
-// COMMENT ON FUNCTION) and a dropped one with `-- ---- sql/functions/NAME.sql
-// (removed) ----`. Only the Up sections are read.
+// `-- ---- sql/functions/FAMILY/NAME.sql ----` (the text runs to the file's
+// closing COMMENT ON FUNCTION) and a dropped one with `-- ---- sql/functions/
+// FAMILY/NAME.sql (removed) ----`. A function is known by its file's name
+// alone, NAME (unique across the family folders): 0001, released before the
+// folders, names the flat paths sql/functions/NAME.sql. Only the Up sections
+// are read.
 //
 //   npm run migration:new -- NAME       write sql/migrations/NNNN_NAME.sql; when the
 //                                       newest migration is not released yet, amend
@@ -29,9 +32,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const MARKER = /^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm;
-const marker = (name) => `-- ---- sql/functions/${name}.sql ----`;
-const removedMarker = (name) => `-- ---- sql/functions/${name}.sql (removed) ----`;
+const MARKER = /^-- ---- sql\/functions\/((?:[\w-]+\/)*(\w+)\.sql)( \(removed\))? ----$/gm;
+const marker = (file) => `-- ---- sql/functions/${file} ----`;
+const removedMarker = (file) => `-- ---- sql/functions/${file} (removed) ----`;
 // node-pg-migrate's section comments (sqlMigration.ts, createMigrationCommentRegex).
 const DOWN_SECTION = /^\s*--[\s-]*down\s+migration/im;
 
@@ -69,10 +72,32 @@ export function migrationText(fileText) {
   return (start < 0 ? fileText : fileText.slice(start)).trimEnd();
 }
 
-/** sql/functions/*.sql as a Map name -> text as migrations carry it (migrationText). */
+/**
+ * The function files under `dir` (sql/functions/ and its family folders, at
+ * any depth): [{name, file}], file relative to `dir` with / separators,
+ * sorted by name (then file).
+ */
+export function functionPaths(dir) {
+  return readdirSync(dir, { recursive: true })
+    .map((f) => String(f).split(path.sep).join("/"))
+    .filter((f) => f.endsWith(".sql"))
+    .map((file) => ({ name: path.posix.basename(file, ".sql"), file }))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.file < b.file ? -1 : 1));
+}
+
+/** Names that more than one file under `dir` has (functionPaths): a function is known by its file's name, so each must be unique across the folders. */
+export function duplicateNames(dir) {
+  const files = functionPaths(dir);
+  return [...new Set(files.filter((f, i) => i > 0 && files[i - 1].name === f.name).map((f) => f.name))];
+}
+
+/** The function files under `dir` (functionPaths) as a Map name -> text as migrations carry it (migrationText). Throws when a name has two files. */
 export function functionFiles(dir) {
-  const files = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
-  return new Map(files.map((f) => [f.slice(0, -4), migrationText(readFileSync(path.join(dir, f), "utf8"))]));
+  const twice = duplicateNames(dir);
+  if (twice.length > 0) {
+    throw new Error(`${dir}: a function name has one file across the folders, but ${twice.map((n) => `${n}.sql`).join(", ")} has more than one`);
+  }
+  return new Map(functionPaths(dir).map((f) => [f.name, migrationText(readFileSync(path.join(dir, f.file), "utf8"))]));
 }
 
 /** The migration files in the order node-pg-migrate runs them (numeric prefix). */
@@ -83,14 +108,15 @@ export function migrationFiles(dir) {
     .map((f) => ({ name: f.slice(0, -4), file: path.join(dir, f) }));
 }
 
-/** The functions one migration's Up section carries: Map name -> text, or null for a removed one. */
-export function carriedFunctions(text, source) {
+/** The functions one migration's Up section carries: Map name -> text, or null for a removed one (`files`, if given, receives name -> the file its marker names). */
+export function carriedFunctions(text, source, files = new Map()) {
   const downAt = text.search(DOWN_SECTION);
   const up = downAt < 0 ? text : text.slice(0, downAt);
   const carried = new Map();
   for (const m of up.matchAll(MARKER)) {
-    const name = m[1];
-    if (m[2]) {
+    const name = m[2];
+    files.set(name, m[1]);
+    if (m[3]) {
       carried.set(name, null);
       continue;
     }
@@ -104,20 +130,25 @@ export function carriedFunctions(text, source) {
   return carried;
 }
 
-/** The latest migration state: Map name -> text of every function the migrations leave installed, and which migration set each (all migrations, or those before `upTo`). */
+/**
+ * The latest migration state: Map name -> text of every function the
+ * migrations leave installed, which migration set each, and the file its
+ * marker there names (all migrations, or those before `upTo`).
+ */
 export function latestState(migrationsDir, upTo = undefined) {
   const state = new Map();
   const from = new Map();
+  const files = new Map();
   const all = migrationFiles(migrationsDir);
   const until = upTo === undefined ? all.length : all.findIndex((m) => m.name === upTo);
   for (const { name, file } of all.slice(0, until)) {
-    for (const [fn, text] of carriedFunctions(readFileSync(file, "utf8"), file)) {
+    for (const [fn, text] of carriedFunctions(readFileSync(file, "utf8"), file, files)) {
       if (text === null) state.delete(fn);
       else state.set(fn, text);
       from.set(fn, name);
     }
   }
-  return { state, from };
+  return { state, from, files };
 }
 
 /** What sql/functions/ changed against the state: names created, changed and removed. */
@@ -184,8 +215,13 @@ export function handWritten(text) {
   return kept;
 }
 
-/** The text of migration `name` carrying `diff` (see changes()), with `kept` hand-written parts (handWritten()) when amending. */
-export function renderMigration(name, diff, state, files, kept = undefined) {
+/**
+ * The text of migration `name` carrying `diff` (see changes()), with `kept`
+ * hand-written parts (handWritten()) when amending. `paths` names each
+ * function's file: where sql/functions/ has it, or, for a removed one, where
+ * the migration that carried it last found it.
+ */
+export function renderMigration(name, diff, state, files, paths, kept = undefined) {
   const up = creationOrder([...diff.created, ...diff.changed], files);
   // CREATE OR REPLACE cannot change argument types or names or the return type
   // (and would add an overload for new argument types): drop the old one first.
@@ -208,8 +244,8 @@ export function renderMigration(name, diff, state, files, kept = undefined) {
     ...section("up", kept),
     "",
   ];
-  for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
-  for (const n of drops(diff.removed, state)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
+  for (const n of up) lines.push(...redefine(n), marker(paths.get(n)), files.get(n), "");
+  for (const n of drops(diff.removed, state)) lines.push(removedMarker(paths.get(n)), `DROP FUNCTION idemq.${n};`, "");
   const upRevokes = revoke([...diff.created, ...resigned]);
   if (upRevokes.length > 0) lines.push("-- Private helpers are for the public functions only.", ...upRevokes, "");
   // A function created (or created again) has PUBLIC's default EXECUTE and
@@ -256,17 +292,20 @@ function main(argv) {
   const positional = argv.filter((a, i) => !a.startsWith("--") && !["--functions", "--migrations", "--released"].includes(argv[i - 1]));
   const shown = (p) => path.relative(process.cwd(), p) || ".";
 
+  const found = functionPaths(functionsDir);
   const files = functionFiles(functionsDir);
-  const { state, from } = latestState(migrationsDir);
+  const { state, from, files: carriedPaths } = latestState(migrationsDir);
+  // Where each function's file is: in sql/functions/, or (removed) where its last migration found it.
+  const pathsFrom = (carried) => new Map([...carried, ...found.map((f) => [f.name, f.file])]);
   const diff = changes(state, files);
   const migrations = migrationFiles(migrationsDir);
   const latest = migrations.at(-1)?.name ?? "(none)";
 
   if (argv.includes("--check")) {
     const problems = [
-      ...diff.created.map((n) => `${shown(functionsDir)}/${n}.sql is new: no migration creates idemq.${n}`),
-      ...diff.changed.map((n) => `${shown(functionsDir)}/${n}.sql differs from its text in ${from.get(n)}`),
-      ...diff.removed.map((n) => `${shown(functionsDir)}/${n}.sql is gone, but ${from.get(n)} leaves idemq.${n} installed`),
+      ...diff.created.map((n) => `${shown(functionsDir)}/${pathsFrom(carriedPaths).get(n)} is new: no migration creates idemq.${n}`),
+      ...diff.changed.map((n) => `${shown(functionsDir)}/${pathsFrom(carriedPaths).get(n)} differs from its text in ${from.get(n)}`),
+      ...diff.removed.map((n) => `${shown(functionsDir)}/${carriedPaths.get(n)} is gone, but ${from.get(n)} leaves idemq.${n} installed`),
     ];
     if (existsSync(releasedFile)) {
       for (const r of releasedMismatches(releasedFile)) {
@@ -302,7 +341,7 @@ function main(argv) {
       console.error(`${shown(newest.file)}: ${error.message}; nothing written.`);
       return 1;
     }
-    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, files, kept));
+    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, files, pathsFrom(before.files), kept));
     const carried = [...amended.created.map((n) => `+${n}`), ...amended.changed.map((n) => `~${n}`), ...amended.removed.map((n) => `-${n}`)];
     console.log(`amended ${shown(newest.file)} (not released; its title and hand-written parts kept): ${carried.length > 0 ? carried.join(" ") : "no function changed"}`);
     if (positional[0] && positional[0] !== newest.name.replace(/^\d+_/, "")) {
@@ -330,7 +369,7 @@ function main(argv) {
     console.error(`${shown(target)} exists; nothing written. Migrations are never overwritten: pick another name.`);
     return 1;
   }
-  writeFileSync(target, renderMigration(migration, diff, state, files));
+  writeFileSync(target, renderMigration(migration, diff, state, files, pathsFrom(carriedPaths)));
   const carried = [...diff.created.map((n) => `+${n}`), ...diff.changed.map((n) => `~${n}`), ...diff.removed.map((n) => `-${n}`)];
   console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
   const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));

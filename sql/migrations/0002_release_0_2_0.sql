@@ -84,7 +84,7 @@ ALTER TABLE idemq.schedules
     ADD CONSTRAINT schedules_error_has_time CHECK (((last_error IS NULL) = (last_error_at IS NULL)));
 -- ==== end hand-written ====
 
--- ---- sql/functions/_count_jobs.sql ----
+-- ---- sql/functions/reads/_count_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._count_jobs()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -123,7 +123,7 @@ $$;
 COMMENT ON FUNCTION idemq._count_jobs() IS
   'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
 
--- ---- sql/functions/_excerpt.sql ----
+-- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -139,7 +139,7 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
 
--- ---- sql/functions/_job_counts.sql ----
+-- ---- sql/functions/reads/_job_counts.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_counts()
 RETURNS TABLE(queue text, task text, state idemq.job_state, jobs bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -153,7 +153,7 @@ END;
 COMMENT ON FUNCTION idemq._job_counts() IS
   'Jobs per queue, task and state, exact, summed from idemq.job_counts (never a count of idemq.jobs).';
 
--- ---- sql/functions/_job_rule_broken.sql ----
+-- ---- sql/functions/enqueue/_job_rule_broken.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS int
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -184,7 +184,7 @@ COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_li
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
--- ---- sql/functions/_pairs_by_id.sql ----
+-- ---- sql/functions/attempts/_pairs_by_id.sql ----
 CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[], lease_tokens uuid[],
                                               operation text, null_hint text,
                                               OUT ids bigint[], OUT attempts_by_id int[], OUT tokens_by_id uuid[])
@@ -230,7 +230,7 @@ $$;
 COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], uuid[], text, text) IS
   'Check (job_id, attempt, lease_token) entries and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
 
--- ---- sql/functions/_raise_not_held.sql ----
+-- ---- sql/functions/attempts/_raise_not_held.sql ----
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -264,7 +264,7 @@ $$;
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
--- ---- sql/functions/_tick.sql ----
+-- ---- sql/functions/schedules/_tick.sql ----
 CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -377,7 +377,7 @@ $$;
 COMMENT ON FUNCTION idemq._tick(timestamptz) IS
   'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
 
--- ---- sql/functions/_grant_roles.sql ----
+-- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
 LANGUAGE plpgsql VOLATILE
@@ -510,7 +510,7 @@ $$;
 COMMENT ON FUNCTION idemq._grant_roles() IS
   'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
 
--- ---- sql/functions/_oldest_runnable.sql ----
+-- ---- sql/functions/reads/_oldest_runnable.sql ----
 CREATE OR REPLACE FUNCTION idemq._oldest_runnable()
 RETURNS TABLE(queue text, task text, oldest_seconds bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -577,7 +577,7 @@ END;
 COMMENT ON FUNCTION idemq._oldest_runnable() IS
   'Age in seconds of the oldest runnable job per queue and task, found by index descents (never a scan of the backlog).';
 
--- ---- sql/functions/_payload_problem.sql ----
+-- ---- sql/functions/enqueue/_payload_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._payload_problem(payload jsonb, payload_bytes bigint)
 RETURNS text[]
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -597,7 +597,7 @@ $$;
 COMMENT ON FUNCTION idemq._payload_problem(jsonb, bigint) IS
   'The problem and hint of a payload over payload_bytes, its JSON text printed once.';
 
--- ---- sql/functions/_job_problem.sql ----
+-- ---- sql/functions/enqueue/_job_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -653,7 +653,7 @@ END;
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
   'What is wrong with one job to enqueue, and the fix (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
 
--- ---- sql/functions/_parse_jobs.sql ----
+-- ---- sql/functions/enqueue/_parse_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
                                              OUT parents boolean)
 LANGUAGE plpgsql VOLATILE
@@ -872,7 +872,7 @@ $$;
 COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
   'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';
 
--- ---- sql/functions/apply_retention.sql ----
+-- ---- sql/functions/retention/apply_retention.sql ----
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -971,7 +971,7 @@ COMMENT ON FUNCTION idemq.apply_retention(int) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.claim;
--- ---- sql/functions/claim.sql ----
+-- ---- sql/functions/attempts/claim.sql ----
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
@@ -1210,7 +1210,7 @@ COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[], boolean) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete;
--- ---- sql/functions/complete.sql ----
+-- ---- sql/functions/attempts/complete.sql ----
 CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL,
                                           lease_token uuid DEFAULT NULL)
 RETURNS void
@@ -1264,7 +1264,7 @@ COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb, uuid) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete_many;
--- ---- sql/functions/complete_many.sql ----
+-- ---- sql/functions/attempts/complete_many.sql ----
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[], lease_tokens uuid[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
@@ -1341,7 +1341,7 @@ COMMENT ON FUNCTION idemq.complete_many(bigint[], int[], uuid[]) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.effect_claim;
--- ---- sql/functions/effect_claim.sql ----
+-- ---- sql/functions/effects/effect_claim.sql ----
 CREATE OR REPLACE FUNCTION idemq.effect_claim(
   key text,
   owner text,
@@ -1423,7 +1423,7 @@ $$;
 COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int, uuid) IS
   'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
 
--- ---- sql/functions/enqueue.sql ----
+-- ---- sql/functions/enqueue/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
   payload jsonb DEFAULT '{}',
@@ -1563,7 +1563,7 @@ COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.fail;
--- ---- sql/functions/fail.sql ----
+-- ---- sql/functions/attempts/fail.sql ----
 CREATE OR REPLACE FUNCTION idemq.fail(
   job_id bigint,
   attempt int,
@@ -1659,7 +1659,7 @@ COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, 
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.heartbeat;
--- ---- sql/functions/heartbeat.sql ----
+-- ---- sql/functions/attempts/heartbeat.sql ----
 CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds',
                                            lease_tokens uuid[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -1697,7 +1697,7 @@ $$;
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
   'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
 
--- ---- sql/functions/job.sql ----
+-- ---- sql/functions/reads/job.sql ----
 CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
 RETURNS SETOF idemq.job_row
 LANGUAGE plpgsql STABLE
@@ -1730,7 +1730,7 @@ $$;
 COMMENT ON FUNCTION idemq.job(bigint) IS
   'One job''s state and outcome (no row when it does not exist); the payload only for a login that may read idemq.jobs.';
 
--- ---- sql/functions/overview.sql ----
+-- ---- sql/functions/reads/overview.sql ----
 CREATE OR REPLACE FUNCTION idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000)
 RETURNS TABLE(queue text, task text, metric text, value bigint, exact boolean)
 LANGUAGE plpgsql STABLE
@@ -1820,7 +1820,7 @@ $$;
 COMMENT ON FUNCTION idemq.overview(interval, bigint) IS
   'Dashboard overview: exact active counts and recent finishes per queue and task, terminal totals exact up to a cap and estimated beyond it.';
 
--- ---- sql/functions/retry.sql ----
+-- ---- sql/functions/admin/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
@@ -1877,7 +1877,7 @@ $$;
 COMMENT ON FUNCTION idemq.retry(bigint) IS
   'Run a failed, cancelled or expired job again with fresh attempts; IQ409 if its key is held by another active job.';
 
--- ---- sql/functions/retry_horizon.sql ----
+-- ---- sql/functions/attempts/retry_horizon.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry_horizon(backoff jsonb, counted_attempts int, max_attempts int)
 RETURNS interval
 LANGUAGE plpgsql STABLE
@@ -1932,7 +1932,7 @@ COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.schedules;
--- ---- sql/functions/schedules.sql ----
+-- ---- sql/functions/schedules/schedules.sql ----
 CREATE OR REPLACE FUNCTION idemq.schedules()
 RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
               priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
@@ -1954,7 +1954,7 @@ $$;
 COMMENT ON FUNCTION idemq.schedules() IS
   'List the recurring schedules, with the state of each one''s latest job.';
 
--- ---- sql/functions/schema_version.sql ----
+-- ---- sql/functions/install/schema_version.sql ----
 CREATE OR REPLACE FUNCTION idemq.schema_version()
 RETURNS text
 LANGUAGE sql STABLE
@@ -1969,7 +1969,7 @@ COMMENT ON FUNCTION idemq.schema_version() IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.snooze;
--- ---- sql/functions/snooze.sql ----
+-- ---- sql/functions/attempts/snooze.sql ----
 CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz, lease_token uuid DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -2005,7 +2005,7 @@ $$;
 COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz, uuid) IS
   'Reschedule a held job without spending an attempt (rate limits, dependencies).';
 
--- ---- sql/functions/stats.sql ----
+-- ---- sql/functions/reads/stats.sql ----
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
 LANGUAGE plpgsql STABLE

@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { functionPaths } from "../../scripts/migration-new.mjs";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { expectedMistakes, MISTAKES_SOURCE } from "../types/mistakes.ts";
@@ -119,6 +120,10 @@ describe("the tarball", () => {
     const examples = (await readdir(join(ROOT, "examples"))).map((file) => `examples/${file}`).sort();
     expect(examples).toEqual(["examples/sql-only.sql", "examples/tasks.js", "examples/worker.js"]);
     expect(packedFiles.filter((file) => file.startsWith("examples/")).sort()).toEqual(examples);
+    // The function files ship in their family folders (the README among them).
+    const functionFiles = [...functionPaths(join(ROOT, "sql", "functions")).map((f) => `sql/functions/${f.file}`), "sql/functions/README.md"].sort();
+    expect(functionFiles.length).toBeGreaterThan(90);
+    expect(packedFiles.filter((file) => file.startsWith("sql/functions/")).sort()).toEqual(functionFiles);
     expect(packedFiles.filter((file) => file.endsWith(".ts") && !file.endsWith(".d.ts"))).toEqual([]);
     expect(packedFiles.filter((file) => file.includes("tsbuildinfo"))).toEqual([]);
   });
