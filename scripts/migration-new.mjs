@@ -174,7 +174,8 @@ const SECTIONS = {
     label: "schema changes",
     text: [
       "-- Schema changes (tables, columns, indexes) go here, before the functions",
-      "-- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a",
+      "-- that may use them, and in sql/schema.sql too (test/install/schema-file.test.ts",
+      "-- holds the two equal). An enum value (ALTER TYPE ... ADD VALUE) goes in a",
       "-- migration of its own: PostgreSQL refuses to use a new value before its",
       "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
       "-- predicate or a SQL-language function body alike, and each migration",

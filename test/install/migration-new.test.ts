@@ -7,7 +7,8 @@
 // overwrite a released name, amends the newest migration instead while it is
 // unreleased (keeping its hand-written parts, refusing one with a Down
 // section), and the migration it writes is forward-only: it applies, leaves
-// sql/functions/ installed, and migrate down is refused and changes nothing.
+// exactly sql/schema.sql and sql/functions/ installed, and migrate down is
+// refused and changes nothing.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -20,6 +21,7 @@ import { functionPaths } from "../../scripts/migration-new.mjs";
 import { migrate } from "../../src/migrate.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { catalogDifferences, installFromSchemaFile } from "../helpers/schema-file.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
 const exec = promisify(execFile);
@@ -154,7 +156,7 @@ describe("migration:check and migration:new", () => {
     expect(await readdir(migrations)).toEqual(before);
   });
 
-  it("the written migration applies on the latest database, installs sql/functions/, and is forward-only: migrate down is refused and changes nothing", async () => {
+  it("the written migration applies on the latest database, installs exactly sql/schema.sql and sql/functions/, and is forward-only: migrate down is refused and changes nothing", async () => {
     const db = await freshDatabase({ poolSize: 2 });
     databases.push(db);
     const before = await catalogSnapshot(db.pool);
@@ -176,6 +178,13 @@ describe("migration:check and migration:new", () => {
     const installed = await db.pool.query<{ name: string }>("SELECT proname AS name FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace ORDER BY 1");
     const files = functionPaths(functions).map((f) => f.name);
     expect(installed.rows.map((r) => r.name)).toEqual(files);
+
+    // What the upgrade leaves is what sql/schema.sql and (the copy's) sql/functions/ describe, object by object.
+    const described = await freshDatabase({ empty: true, poolSize: 2 });
+    databases.push(described);
+    await installFromSchemaFile(await described.newClient(), join(sql, "schema.sql"), functions);
+    const differences = await catalogDifferences(described.pool, db.pool);
+    expect(differences.map((d) => `${d.section} ${d.object}`), "the upgrade installs exactly sql/schema.sql and sql/functions/").toEqual([]);
 
     const upgraded = await catalogSnapshot(db.pool);
     expect(upgraded).not.toEqual(before);

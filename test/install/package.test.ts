@@ -113,7 +113,7 @@ afterAll(async () => {
 
 describe("the tarball", () => {
   it("ships compiled JavaScript with types, the SQL, the docs, the examples and the LICENSE, and no TypeScript sources", async () => {
-    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_release_0_1_0.sql", "CHANGELOG.md", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
+    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_release_0_1_0.sql", "sql/schema.sql", "CHANGELOG.md", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
       expect(packedFiles, file).toContain(file);
     }
     // The README runs them from node_modules/idemq/examples/: every one of them ships.
