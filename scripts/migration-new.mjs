@@ -5,19 +5,23 @@
 //
 // The latest migration state of a function is its text as the last migration
 // that carries it has it: each migration marks an embedded function with
-// `-- ---- sql/functions/NAME.sql ----` (the text runs to the file's closing
-// COMMENT ON FUNCTION) and a dropped one with `-- ---- sql/functions/NAME.sql
-// (removed) ----`. Only the Up sections are read.
+// `-- ---- sql/functions/FAMILY/NAME.sql ----` (the text runs to the file's
+// closing COMMENT ON FUNCTION) and a dropped one with `-- ---- sql/functions/
+// FAMILY/NAME.sql (removed) ----`. A function is known by its file's name
+// alone, NAME (unique across the family folders): 0001, released before the
+// folders, names the flat paths sql/functions/NAME.sql. Only the Up sections
+// are read.
 //
 //   npm run migration:new -- NAME       write sql/migrations/NNNN_NAME.sql; when the
 //                                       newest migration is not released yet, amend
 //                                       it instead (one upgrade file per release),
 //                                       keeping its hand-written parts
 //
-// Hand-written parts: Up has one before the functions (schema changes the
-// functions use) and one after them (what needs a function it creates, such
-// as a trigger on a new trigger function); Down has their reversals, one
-// before the functions are restored and one after.
+// Hand-written parts: one before the functions (schema changes the functions
+// use) and one after them (what needs a function it creates, such as a
+// trigger on a new trigger function). Migrations are forward-only: a
+// migration this script writes has no Down section (node-pg-migrate then
+// refuses to revert it), and one it amends must have none.
 //   npm run migration:check             exit 1 unless the latest state equals
 //                                       sql/functions/ and released migrations
 //                                       match sql/released.sha256
@@ -28,9 +32,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const MARKER = /^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm;
-const marker = (name) => `-- ---- sql/functions/${name}.sql ----`;
-const removedMarker = (name) => `-- ---- sql/functions/${name}.sql (removed) ----`;
+const MARKER = /^-- ---- sql\/functions\/((?:[\w-]+\/)*(\w+)\.sql)( \(removed\))? ----$/gm;
+const marker = (file) => `-- ---- sql/functions/${file} ----`;
+const removedMarker = (file) => `-- ---- sql/functions/${file} (removed) ----`;
 // node-pg-migrate's section comments (sqlMigration.ts, createMigrationCommentRegex).
 const DOWN_SECTION = /^\s*--[\s-]*down\s+migration/im;
 
@@ -68,10 +72,32 @@ export function migrationText(fileText) {
   return (start < 0 ? fileText : fileText.slice(start)).trimEnd();
 }
 
-/** sql/functions/*.sql as a Map name -> text as migrations carry it (migrationText). */
+/**
+ * The function files under `dir` (sql/functions/ and its family folders, at
+ * any depth): [{name, file}], file relative to `dir` with / separators,
+ * sorted by name (then file).
+ */
+export function functionPaths(dir) {
+  return readdirSync(dir, { recursive: true })
+    .map((f) => String(f).split(path.sep).join("/"))
+    .filter((f) => f.endsWith(".sql"))
+    .map((file) => ({ name: path.posix.basename(file, ".sql"), file }))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.file < b.file ? -1 : 1));
+}
+
+/** Names that more than one file under `dir` has (functionPaths): a function is known by its file's name, so each must be unique across the folders. */
+export function duplicateNames(dir) {
+  const files = functionPaths(dir);
+  return [...new Set(files.filter((f, i) => i > 0 && files[i - 1].name === f.name).map((f) => f.name))];
+}
+
+/** The function files under `dir` (functionPaths) as a Map name -> text as migrations carry it (migrationText). Throws when a name has two files. */
 export function functionFiles(dir) {
-  const files = readdirSync(dir).filter((f) => f.endsWith(".sql")).sort();
-  return new Map(files.map((f) => [f.slice(0, -4), migrationText(readFileSync(path.join(dir, f), "utf8"))]));
+  const twice = duplicateNames(dir);
+  if (twice.length > 0) {
+    throw new Error(`${dir}: a function name has one file across the folders, but ${twice.map((n) => `${n}.sql`).join(", ")} has more than one`);
+  }
+  return new Map(functionPaths(dir).map((f) => [f.name, migrationText(readFileSync(path.join(dir, f.file), "utf8"))]));
 }
 
 /** The migration files in the order node-pg-migrate runs them (numeric prefix). */
@@ -82,14 +108,15 @@ export function migrationFiles(dir) {
     .map((f) => ({ name: f.slice(0, -4), file: path.join(dir, f) }));
 }
 
-/** The functions one migration's Up section carries: Map name -> text, or null for a removed one. */
-export function carriedFunctions(text, source) {
+/** The functions one migration's Up section carries: Map name -> text, or null for a removed one (`files`, if given, receives name -> the file its marker names). */
+export function carriedFunctions(text, source, files = new Map()) {
   const downAt = text.search(DOWN_SECTION);
   const up = downAt < 0 ? text : text.slice(0, downAt);
   const carried = new Map();
   for (const m of up.matchAll(MARKER)) {
-    const name = m[1];
-    if (m[2]) {
+    const name = m[2];
+    files.set(name, m[1]);
+    if (m[3]) {
       carried.set(name, null);
       continue;
     }
@@ -103,20 +130,25 @@ export function carriedFunctions(text, source) {
   return carried;
 }
 
-/** The latest migration state: Map name -> text of every function the migrations leave installed, and which migration set each (all migrations, or those before `upTo`). */
+/**
+ * The latest migration state: Map name -> text of every function the
+ * migrations leave installed, which migration set each, and the file its
+ * marker there names (all migrations, or those before `upTo`).
+ */
 export function latestState(migrationsDir, upTo = undefined) {
   const state = new Map();
   const from = new Map();
+  const files = new Map();
   const all = migrationFiles(migrationsDir);
   const until = upTo === undefined ? all.length : all.findIndex((m) => m.name === upTo);
   for (const { name, file } of all.slice(0, until)) {
-    for (const [fn, text] of carriedFunctions(readFileSync(file, "utf8"), file)) {
+    for (const [fn, text] of carriedFunctions(readFileSync(file, "utf8"), file, files)) {
       if (text === null) state.delete(fn);
       else state.set(fn, text);
       from.set(fn, name);
     }
   }
-  return { state, from };
+  return { state, from, files };
 }
 
 /** What sql/functions/ changed against the state: names created, changed and removed. */
@@ -142,7 +174,8 @@ const SECTIONS = {
     label: "schema changes",
     text: [
       "-- Schema changes (tables, columns, indexes) go here, before the functions",
-      "-- that may use them. An enum value (ALTER TYPE ... ADD VALUE) goes in a",
+      "-- that may use them, and in sql/schema.sql too (test/install/schema-file.test.ts",
+      "-- holds the two equal). An enum value (ALTER TYPE ... ADD VALUE) goes in a",
       "-- migration of its own: PostgreSQL refuses to use a new value before its",
       "-- transaction commits (\"unsafe use of new value\"), in a CHECK, an index",
       "-- predicate or a SQL-language function body alike, and each migration",
@@ -158,11 +191,6 @@ const SECTIONS = {
       "-- new functions.",
     ].join("\n"),
   },
-  downBefore: {
-    label: "before the functions",
-    text: "-- The reversal of the part after the functions goes here, before the functions are restored.",
-  },
-  down: { label: "the reversal", text: "-- The reversal of the schema changes above goes here, after the functions." },
 };
 const section = (key, kept) => [
   `-- ==== hand-written: ${SECTIONS[key].label} (kept when migration:new amends this file) ====`,
@@ -172,22 +200,30 @@ const section = (key, kept) => [
 
 /** The hand-written parts of a migration this script wrote (its title line and each section), to keep when it is amended. */
 export function handWritten(text) {
+  if (DOWN_SECTION.test(text)) {
+    // Forward-only: a Down section would be dropped silently by the rewrite, so it is refused instead.
+    throw new Error("it has a Down Migration section; migrations are forward-only (one upgrade file per release): delete that section and run this again");
+  }
   const kept = { title: text.slice(0, text.indexOf("\n")) };
   for (const m of text.matchAll(HAND_WRITTEN)) {
     const key = Object.keys(SECTIONS).find((k) => SECTIONS[k].label === m[1]);
     if (key === undefined) throw new Error(`unknown hand-written section "${m[1]}"`);
     kept[key] = m[2];
   }
-  if (kept.up === undefined || kept.down === undefined) {
+  if (kept.up === undefined) {
     throw new Error("expected the hand-written sections between '-- ==== hand-written: LABEL (...) ====' and '-- ==== end hand-written ===='");
   }
   return kept;
 }
 
-/** The text of migration `name` carrying `diff` (see changes()), with `kept` hand-written parts (handWritten()) when amending. */
-export function renderMigration(name, diff, state, from, files, kept = undefined) {
+/**
+ * The text of migration `name` carrying `diff` (see changes()), with `kept`
+ * hand-written parts (handWritten()) when amending. `paths` names each
+ * function's file: where sql/functions/ has it, or, for a removed one, where
+ * the migration that carried it last found it.
+ */
+export function renderMigration(name, diff, state, files, paths, kept = undefined) {
   const up = creationOrder([...diff.created, ...diff.changed], files);
-  const down = creationOrder([...diff.changed, ...diff.removed], state);
   // CREATE OR REPLACE cannot change argument types or names or the return type
   // (and would add an overload for new argument types): drop the old one first.
   // A dependent (a DEFAULT, a SQL-standard body, a trigger) makes the DROP fail
@@ -202,14 +238,15 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
     "-- Written by `npm run migration:new`; the function texts below are copies of",
     "-- sql/functions/ from CREATE on (npm run migration:check compares them). Until",
     "-- it is released (listed in sql/released.sha256), migration:new amends it;",
-    "-- after that it never changes again.",
+    "-- after that it never changes again. Forward-only: no Down section (the way",
+    "-- back from an upgrade is the backup taken before it).",
     "-- Up Migration",
     "",
     ...section("up", kept),
     "",
   ];
-  for (const n of up) lines.push(...redefine(n), marker(n), files.get(n), "");
-  for (const n of drops(diff.removed, state)) lines.push(removedMarker(n), `DROP FUNCTION idemq.${n};`, "");
+  for (const n of up) lines.push(...redefine(n), marker(paths.get(n)), files.get(n), "");
+  for (const n of drops(diff.removed, state)) lines.push(removedMarker(paths.get(n)), `DROP FUNCTION idemq.${n};`, "");
   const upRevokes = revoke([...diff.created, ...resigned]);
   if (upRevokes.length > 0) lines.push("-- Private helpers are for the public functions only.", ...upRevokes, "");
   // A function created (or created again) has PUBLIC's default EXECUTE and
@@ -217,15 +254,6 @@ export function renderMigration(name, diff, state, from, files, kept = undefined
   const regrant = ["-- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).", "SELECT count(*) FROM idemq._grant_roles();", ""];
   if (files.has("_grant_roles") && diff.created.length + resigned.size > 0) lines.push(...regrant);
   lines.push(...section("after", kept), "");
-  lines.push("-- Down Migration", "");
-  lines.push(...section("downBefore", kept), "");
-  for (const n of down) lines.push(...redefine(n), `-- sql/functions/${n}.sql as of ${from.get(n)}`, state.get(n), "");
-  for (const n of drops(diff.created, files)) lines.push(`DROP FUNCTION idemq.${n};`);
-  const downRevokes = revoke([...diff.removed, ...resigned]);
-  if (downRevokes.length > 0) lines.push(...downRevokes);
-  if (diff.created.length + downRevokes.length > 0) lines.push("");
-  if (state.has("_grant_roles") && diff.removed.length + resigned.size > 0) lines.push(...regrant);
-  lines.push(...section("down", kept), "");
   return lines.join("\n");
 }
 
@@ -265,17 +293,20 @@ function main(argv) {
   const positional = argv.filter((a, i) => !a.startsWith("--") && !["--functions", "--migrations", "--released"].includes(argv[i - 1]));
   const shown = (p) => path.relative(process.cwd(), p) || ".";
 
+  const found = functionPaths(functionsDir);
   const files = functionFiles(functionsDir);
-  const { state, from } = latestState(migrationsDir);
+  const { state, from, files: carriedPaths } = latestState(migrationsDir);
+  // Where each function's file is: in sql/functions/, or (removed) where its last migration found it.
+  const pathsFrom = (carried) => new Map([...carried, ...found.map((f) => [f.name, f.file])]);
   const diff = changes(state, files);
   const migrations = migrationFiles(migrationsDir);
   const latest = migrations.at(-1)?.name ?? "(none)";
 
   if (argv.includes("--check")) {
     const problems = [
-      ...diff.created.map((n) => `${shown(functionsDir)}/${n}.sql is new: no migration creates idemq.${n}`),
-      ...diff.changed.map((n) => `${shown(functionsDir)}/${n}.sql differs from its text in ${from.get(n)}`),
-      ...diff.removed.map((n) => `${shown(functionsDir)}/${n}.sql is gone, but ${from.get(n)} leaves idemq.${n} installed`),
+      ...diff.created.map((n) => `${shown(functionsDir)}/${pathsFrom(carriedPaths).get(n)} is new: no migration creates idemq.${n}`),
+      ...diff.changed.map((n) => `${shown(functionsDir)}/${pathsFrom(carriedPaths).get(n)} differs from its text in ${from.get(n)}`),
+      ...diff.removed.map((n) => `${shown(functionsDir)}/${carriedPaths.get(n)} is gone, but ${from.get(n)} leaves idemq.${n} installed`),
     ];
     if (existsSync(releasedFile)) {
       for (const r of releasedMismatches(releasedFile)) {
@@ -304,8 +335,14 @@ function main(argv) {
     // the state before it, with its title and hand-written parts kept.
     const before = latestState(migrationsDir, newest.name);
     const amended = changes(before.state, files);
-    const kept = handWritten(readFileSync(newest.file, "utf8"));
-    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, before.from, files, kept));
+    let kept;
+    try {
+      kept = handWritten(readFileSync(newest.file, "utf8"));
+    } catch (error) {
+      console.error(`${shown(newest.file)}: ${error.message}; nothing written.`);
+      return 1;
+    }
+    writeFileSync(newest.file, renderMigration(newest.name, amended, before.state, files, pathsFrom(before.files), kept));
     const carried = [...amended.created.map((n) => `+${n}`), ...amended.changed.map((n) => `~${n}`), ...amended.removed.map((n) => `-${n}`)];
     console.log(`amended ${shown(newest.file)} (not released; its title and hand-written parts kept): ${carried.length > 0 ? carried.join(" ") : "no function changed"}`);
     if (positional[0] && positional[0] !== newest.name.replace(/^\d+_/, "")) {
@@ -333,12 +370,12 @@ function main(argv) {
     console.error(`${shown(target)} exists; nothing written. Migrations are never overwritten: pick another name.`);
     return 1;
   }
-  writeFileSync(target, renderMigration(migration, diff, state, from, files));
+  writeFileSync(target, renderMigration(migration, diff, state, files, pathsFrom(carriedPaths)));
   const carried = [...diff.created.map((n) => `+${n}`), ...diff.changed.map((n) => `~${n}`), ...diff.removed.map((n) => `-${n}`)];
   console.log(`wrote ${shown(target)}: ${carried.length > 0 ? carried.join(" ") : `no function changed since ${latest}`}`);
   const resigned = diff.changed.filter((n) => signature(state.get(n)) !== signature(files.get(n)));
   if (resigned.length > 0) console.log(`Signature changed (dropped first, then created): ${resigned.map((n) => `idemq.${n}`).join(", ")}`);
-  console.log("Next: replace its TODO line, add hand-written schema changes (Up and Down, before or after the functions), and run npm run migration:check.");
+  console.log("Next: replace its TODO line, add hand-written schema changes (before or after the functions; the same change in sql/schema.sql), and run npm run migration:check.");
   return 0;
 }
 

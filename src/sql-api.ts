@@ -423,7 +423,7 @@ export interface JobRow {
   job_id: string;
   task: string;
   queue: string;
-  /** null unless the session's login may read idemq.jobs (idemq_admin): see sql/functions/job.sql. */
+  /** null unless the session's login may read idemq.jobs (idemq_admin): see sql/functions/reads/job.sql. */
   payload: unknown;
   state: JobState;
   priority: number;
@@ -1134,7 +1134,7 @@ export interface OverviewRow {
   exact: boolean;
 }
 
-/** overview(): the dashboard's read, fast with millions of finished jobs (see sql/functions/overview.sql). */
+/** overview(): the dashboard's read, fast with millions of finished jobs (see sql/functions/reads/overview.sql). */
 export async function overview(
   db: Queryable,
   opts: { recent?: Duration | undefined; exactUpTo?: number | undefined } = {},

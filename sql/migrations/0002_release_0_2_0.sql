@@ -2,7 +2,8 @@
 -- Written by `npm run migration:new`; the function texts below are copies of
 -- sql/functions/ from CREATE on (npm run migration:check compares them). Until
 -- it is released (listed in sql/released.sha256), migration:new amends it;
--- after that it never changes again.
+-- after that it never changes again. Forward-only: no Down section (the way
+-- back from an upgrade is the backup taken before it).
 -- Up Migration
 
 -- ==== hand-written: schema changes (kept when migration:new amends this file) ====
@@ -83,7 +84,7 @@ ALTER TABLE idemq.schedules
     ADD CONSTRAINT schedules_error_has_time CHECK (((last_error IS NULL) = (last_error_at IS NULL)));
 -- ==== end hand-written ====
 
--- ---- sql/functions/_count_jobs.sql ----
+-- ---- sql/functions/reads/_count_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._count_jobs()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -122,7 +123,7 @@ $$;
 COMMENT ON FUNCTION idemq._count_jobs() IS
   'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
 
--- ---- sql/functions/_excerpt.sql ----
+-- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -138,7 +139,7 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
 
--- ---- sql/functions/_job_counts.sql ----
+-- ---- sql/functions/reads/_job_counts.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_counts()
 RETURNS TABLE(queue text, task text, state idemq.job_state, jobs bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -152,7 +153,7 @@ END;
 COMMENT ON FUNCTION idemq._job_counts() IS
   'Jobs per queue, task and state, exact, summed from idemq.job_counts (never a count of idemq.jobs).';
 
--- ---- sql/functions/_job_rule_broken.sql ----
+-- ---- sql/functions/enqueue/_job_rule_broken.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS int
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -183,7 +184,7 @@ COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_li
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
--- ---- sql/functions/_pairs_by_id.sql ----
+-- ---- sql/functions/attempts/_pairs_by_id.sql ----
 CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[], lease_tokens uuid[],
                                               operation text, null_hint text,
                                               OUT ids bigint[], OUT attempts_by_id int[], OUT tokens_by_id uuid[])
@@ -229,7 +230,7 @@ $$;
 COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], uuid[], text, text) IS
   'Check (job_id, attempt, lease_token) entries and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
 
--- ---- sql/functions/_raise_not_held.sql ----
+-- ---- sql/functions/attempts/_raise_not_held.sql ----
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -263,7 +264,7 @@ $$;
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
--- ---- sql/functions/_tick.sql ----
+-- ---- sql/functions/schedules/_tick.sql ----
 CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -376,7 +377,7 @@ $$;
 COMMENT ON FUNCTION idemq._tick(timestamptz) IS
   'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
 
--- ---- sql/functions/_grant_roles.sql ----
+-- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
 LANGUAGE plpgsql VOLATILE
@@ -509,7 +510,7 @@ $$;
 COMMENT ON FUNCTION idemq._grant_roles() IS
   'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
 
--- ---- sql/functions/_oldest_runnable.sql ----
+-- ---- sql/functions/reads/_oldest_runnable.sql ----
 CREATE OR REPLACE FUNCTION idemq._oldest_runnable()
 RETURNS TABLE(queue text, task text, oldest_seconds bigint)
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -576,7 +577,7 @@ END;
 COMMENT ON FUNCTION idemq._oldest_runnable() IS
   'Age in seconds of the oldest runnable job per queue and task, found by index descents (never a scan of the backlog).';
 
--- ---- sql/functions/_payload_problem.sql ----
+-- ---- sql/functions/enqueue/_payload_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._payload_problem(payload jsonb, payload_bytes bigint)
 RETURNS text[]
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -596,7 +597,7 @@ $$;
 COMMENT ON FUNCTION idemq._payload_problem(jsonb, bigint) IS
   'The problem and hint of a payload over payload_bytes, its JSON text printed once.';
 
--- ---- sql/functions/_job_problem.sql ----
+-- ---- sql/functions/enqueue/_job_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -652,7 +653,7 @@ END;
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
   'What is wrong with one job to enqueue, and the fix (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
 
--- ---- sql/functions/_parse_jobs.sql ----
+-- ---- sql/functions/enqueue/_parse_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
                                              OUT parents boolean)
 LANGUAGE plpgsql VOLATILE
@@ -871,7 +872,7 @@ $$;
 COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
   'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';
 
--- ---- sql/functions/apply_retention.sql ----
+-- ---- sql/functions/retention/apply_retention.sql ----
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -970,7 +971,7 @@ COMMENT ON FUNCTION idemq.apply_retention(int) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.claim;
--- ---- sql/functions/claim.sql ----
+-- ---- sql/functions/attempts/claim.sql ----
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
@@ -1209,7 +1210,7 @@ COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[], boolean) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete;
--- ---- sql/functions/complete.sql ----
+-- ---- sql/functions/attempts/complete.sql ----
 CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL,
                                           lease_token uuid DEFAULT NULL)
 RETURNS void
@@ -1263,7 +1264,7 @@ COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb, uuid) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete_many;
--- ---- sql/functions/complete_many.sql ----
+-- ---- sql/functions/attempts/complete_many.sql ----
 CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[], lease_tokens uuid[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
@@ -1340,7 +1341,7 @@ COMMENT ON FUNCTION idemq.complete_many(bigint[], int[], uuid[]) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.effect_claim;
--- ---- sql/functions/effect_claim.sql ----
+-- ---- sql/functions/effects/effect_claim.sql ----
 CREATE OR REPLACE FUNCTION idemq.effect_claim(
   key text,
   owner text,
@@ -1422,7 +1423,7 @@ $$;
 COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int, uuid) IS
   'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
 
--- ---- sql/functions/enqueue.sql ----
+-- ---- sql/functions/enqueue/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
   payload jsonb DEFAULT '{}',
@@ -1562,7 +1563,7 @@ COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.fail;
--- ---- sql/functions/fail.sql ----
+-- ---- sql/functions/attempts/fail.sql ----
 CREATE OR REPLACE FUNCTION idemq.fail(
   job_id bigint,
   attempt int,
@@ -1658,7 +1659,7 @@ COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, 
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.heartbeat;
--- ---- sql/functions/heartbeat.sql ----
+-- ---- sql/functions/attempts/heartbeat.sql ----
 CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds',
                                            lease_tokens uuid[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -1696,7 +1697,7 @@ $$;
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
   'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
 
--- ---- sql/functions/job.sql ----
+-- ---- sql/functions/reads/job.sql ----
 CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
 RETURNS SETOF idemq.job_row
 LANGUAGE plpgsql STABLE
@@ -1729,7 +1730,7 @@ $$;
 COMMENT ON FUNCTION idemq.job(bigint) IS
   'One job''s state and outcome (no row when it does not exist); the payload only for a login that may read idemq.jobs.';
 
--- ---- sql/functions/overview.sql ----
+-- ---- sql/functions/reads/overview.sql ----
 CREATE OR REPLACE FUNCTION idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000)
 RETURNS TABLE(queue text, task text, metric text, value bigint, exact boolean)
 LANGUAGE plpgsql STABLE
@@ -1819,7 +1820,7 @@ $$;
 COMMENT ON FUNCTION idemq.overview(interval, bigint) IS
   'Dashboard overview: exact active counts and recent finishes per queue and task, terminal totals exact up to a cap and estimated beyond it.';
 
--- ---- sql/functions/retry.sql ----
+-- ---- sql/functions/admin/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
 RETURNS idemq.job_state
 LANGUAGE plpgsql VOLATILE
@@ -1876,7 +1877,7 @@ $$;
 COMMENT ON FUNCTION idemq.retry(bigint) IS
   'Run a failed, cancelled or expired job again with fresh attempts; IQ409 if its key is held by another active job.';
 
--- ---- sql/functions/retry_horizon.sql ----
+-- ---- sql/functions/attempts/retry_horizon.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry_horizon(backoff jsonb, counted_attempts int, max_attempts int)
 RETURNS interval
 LANGUAGE plpgsql STABLE
@@ -1931,7 +1932,7 @@ COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.schedules;
--- ---- sql/functions/schedules.sql ----
+-- ---- sql/functions/schedules/schedules.sql ----
 CREATE OR REPLACE FUNCTION idemq.schedules()
 RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
               priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
@@ -1953,7 +1954,7 @@ $$;
 COMMENT ON FUNCTION idemq.schedules() IS
   'List the recurring schedules, with the state of each one''s latest job.';
 
--- ---- sql/functions/schema_version.sql ----
+-- ---- sql/functions/install/schema_version.sql ----
 CREATE OR REPLACE FUNCTION idemq.schema_version()
 RETURNS text
 LANGUAGE sql STABLE
@@ -1968,7 +1969,7 @@ COMMENT ON FUNCTION idemq.schema_version() IS
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.snooze;
--- ---- sql/functions/snooze.sql ----
+-- ---- sql/functions/attempts/snooze.sql ----
 CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz, lease_token uuid DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -2004,7 +2005,7 @@ $$;
 COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz, uuid) IS
   'Reschedule a held job without spending an attempt (rate limits, dependencies).';
 
--- ---- sql/functions/stats.sql ----
+-- ---- sql/functions/reads/stats.sql ----
 CREATE OR REPLACE FUNCTION idemq.stats()
 RETURNS TABLE(queue text, task text, metric text, value bigint)
 LANGUAGE plpgsql STABLE
@@ -2073,1643 +2074,4 @@ SELECT j.queue, j.task, j.state, count(*) FROM idemq.jobs j GROUP BY j.queue, j.
 -- nothing), held until the commit, which follows at once. The functions
 -- above that read the column are PL/pgSQL, resolved when they run.
 ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
--- ==== end hand-written ====
-
--- Down Migration
-
--- ==== hand-written: before the functions (kept when migration:new amends this file) ====
--- The triggers before their function is dropped below.
-DROP TRIGGER jobs_count_inserts ON idemq.jobs;
-DROP TRIGGER jobs_count_updates ON idemq.jobs;
-DROP TRIGGER jobs_count_deletes ON idemq.jobs;
-DROP TRIGGER jobs_count_truncate ON idemq.jobs;
--- ==== end hand-written ====
-
--- sql/functions/_excerpt.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
-RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE WHEN value IS NULL THEN 'NULL'
-            WHEN length(value) <= 60 THEN value
-            ELSE left(value, 60) || format('… (%s characters)', length(value)) END;
-
-COMMENT ON FUNCTION idemq._excerpt(text) IS
-  'The first 60 characters of an input, for error messages (bounded whatever the input).';
-
--- sql/functions/_grant_roles.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._grant_roles()
-RETURNS TABLE(role text, privilege text)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_fn regprocedure;
-  v_name text;
-  v_role text;
-  v_constants text[] := ARRAY['active_states', 'terminal_states'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many'];
-  v_worker text[] := ARRAY['claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
-                           'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
-                           'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats'];
-BEGIN
-  FOR v_fn IN
-    SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = 'idemq'::regnamespace
-  LOOP
-    EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
-  END LOOP;
-  FOREACH v_role IN ARRAY ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'] LOOP
-    CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
-    EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
-    role := v_role;
-    privilege := 'USAGE ON SCHEMA idemq';
-    RETURN NEXT;
-    FOR v_fn, v_name IN
-      SELECT p.oid::regprocedure, p.proname FROM pg_proc p
-      WHERE p.pronamespace = 'idemq'::regnamespace AND left(p.proname, 1) <> '_'
-      ORDER BY p.proname
-    LOOP
-      CONTINUE WHEN NOT (v_name = ANY (v_constants)
-                         OR (v_role = 'idemq_producer' AND v_name = ANY (v_producer))
-                         OR (v_role = 'idemq_worker' AND v_name = ANY (v_worker))
-                         OR v_role = 'idemq_admin');
-      EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
-      privilege := format('EXECUTE ON FUNCTION %s', v_fn);
-      RETURN NEXT;
-    END LOOP;
-    IF v_role = 'idemq_admin' THEN
-      EXECUTE 'GRANT SELECT ON ALL TABLES IN SCHEMA idemq TO idemq_admin';
-      privilege := 'SELECT ON ALL TABLES IN SCHEMA idemq';
-      RETURN NEXT;
-      -- The limits are the admin's to change (their ranges are CHECKed).
-      IF to_regclass('idemq.settings') IS NOT NULL THEN
-        EXECUTE 'GRANT UPDATE (value) ON idemq.settings TO idemq_admin';
-        privilege := 'UPDATE (value) ON idemq.settings';
-        RETURN NEXT;
-      END IF;
-    END IF;
-  END LOOP;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._grant_roles() IS
-  'Grant idemq_producer, idemq_worker and idemq_admin (those that exist) what their names say, PUBLIC nothing; returns what it granted.';
-
--- sql/functions/_job_rule_broken.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits)
-RETURNS int
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN CASE
-  WHEN job.task IS NULL OR job.task = '' THEN 1
-  WHEN octet_length(job.task) > limits.task_bytes THEN 2
-  WHEN jsonb_typeof(job.payload) IS DISTINCT FROM 'object' THEN 3
-  WHEN octet_length(job.payload::text) > limits.payload_bytes THEN 4
-  WHEN job.queue = '' THEN 5
-  WHEN length(job.queue) > idemq._queue_name_limit() THEN 6
-  WHEN NOT isfinite(job.run_at) THEN 7
-  WHEN job.max_attempts < 1 THEN 8
-  WHEN job.idempotency_key = '' THEN 9
-  WHEN octet_length(job.idempotency_key) > limits.key_bytes THEN 10
-  WHEN cardinality(job.after) > limits.parents_per_job THEN 11
-  WHEN array_position(job.after, NULL) IS NOT NULL OR 0 >= ANY (job.after) THEN 12
-  WHEN job.key_retention < interval '0' THEN 13
-  WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN 14
-  WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
-END;
-
-COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS
-  'The number of the first value rule of enqueue a job breaks (NULL: none); _job_problem words it.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq._pairs_by_id;
--- sql/functions/_pairs_by_id.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._pairs_by_id(job_ids bigint[], attempts int[], operation text, null_hint text,
-                                              OUT ids bigint[], OUT attempts_by_id int[])
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-BEGIN
-  IF job_ids IS NULL OR attempts IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = format('%s: job_ids and attempts must not be NULL', operation),
-      HINT = null_hint;
-  END IF;
-  IF cardinality(job_ids) <> cardinality(attempts) OR cardinality(job_ids) > 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('%s: job_ids (%s) and attempts (%s) must have the same length, at most 10000',
-                       operation, cardinality(job_ids), cardinality(attempts)),
-      HINT = 'attempts[i] is the attempt that claimed job_ids[i].';
-  END IF;
-  -- plpgsql, not LANGUAGE sql: a SQL function with a SET clause is never
-  -- inlined, and PostgreSQL 15-17 parse and plan its body again at every
-  -- call from complete_many's or heartbeat's statement (18 caches it);
-  -- plpgsql keeps the plan for the session. As LANGUAGE sql, `npm run bench
-  -- -- profile` (process.c10, 20,000 jobs, PG15): 180 us per call, 19.3 us
-  -- per completed job.
-  SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}'), coalesce(array_agg(t.attempt ORDER BY t.id), '{}')
-    INTO ids, attempts_by_id
-  FROM (SELECT u.id, max(u.attempt) AS attempt
-        FROM unnest(job_ids, attempts) AS u(id, attempt)
-        WHERE u.id IS NOT NULL
-        GROUP BY u.id) t;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], text, text) IS
-  'Check (job_id, attempt) pairs and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
-
--- sql/functions/_raise_not_held.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_job record;
-BEGIN
-  IF _raise_not_held.job_id IS NULL OR _raise_not_held.attempt IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = format('%s: job_id and attempt must not be NULL', operation),
-      HINT = 'Pass the id and attempt that claim() returned: together they are the fencing token.';
-  END IF;
-  SELECT j.state INTO v_job FROM idemq.jobs j WHERE j.id = _raise_not_held.job_id;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION USING ERRCODE = 'IQ404',
-      MESSAGE = format('%s: job %s does not exist', operation, _raise_not_held.job_id),
-      HINT = 'Check the job id; finished jobs may have been purged.';
-  END IF;
-  RAISE EXCEPTION USING ERRCODE = 'IQ410',
-    MESSAGE = format('%s: lease lost: attempt %s no longer holds job %s (it is %s)',
-                     operation, _raise_not_held.attempt, _raise_not_held.job_id, v_job.state),
-    DETAIL = jsonb_build_object('job_id', _raise_not_held.job_id, 'attempt', _raise_not_held.attempt,
-                                'current_state', v_job.state)::text,
-    HINT = 'Another attempt took the job over (lease expired and rescued, or cancelled): '
-           'roll back this attempt''s work and stop.';
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
-  'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
-
--- sql/functions/_tick.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
-RETURNS int
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_created int := 0;
-  v_s record;
-  v_spec jsonb;
-  v_on_time timestamptz[];
-  v_missed timestamptz[];
-  v_slot timestamptz;
-  v_last_job bigint;
-  v_last_slot timestamptz;
-  v_last_state idemq.job_state;
-  v_skipped int;
-  v_after bigint[];
-  v_job bigint;
-  v_deduplicated boolean;
-BEGIN
-  FOR v_s IN
-    SELECT s.name, s.cron, s.timezone, s.task, s.payload, s.queue, s.priority, s.max_attempts,
-           s.overlap, s.misfire, s.misfire_grace, s.next_at, s.last_job_id, s.last_slot_at
-    FROM idemq.schedules s
-    WHERE s.next_at <= _tick.at
-    ORDER BY s.next_at, s.name
-    FOR UPDATE SKIP LOCKED
-  LOOP
-    v_spec := idemq._cron_parse(v_s.cron);
-    v_on_time := idemq._cron_latest(v_spec, v_s.timezone,
-                                    greatest(v_s.next_at, _tick.at - v_s.misfire_grace + interval '1 microsecond'),
-                                    _tick.at, 100);
-    v_missed := '{}';
-    IF v_s.next_at <= _tick.at - v_s.misfire_grace THEN
-      IF v_s.misfire = 'all' THEN
-        v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace,
-                                       100 - cardinality(v_on_time));
-      ELSIF v_s.misfire = 'once' AND cardinality(v_on_time) = 0 THEN
-        v_missed := idemq._cron_latest(v_spec, v_s.timezone, v_s.next_at, _tick.at - v_s.misfire_grace, 1);
-      END IF;
-    END IF;
-
-    v_last_job := v_s.last_job_id;
-    v_last_slot := v_s.last_slot_at;
-    v_skipped := 0;
-    FOREACH v_slot IN ARRAY v_missed || v_on_time LOOP
-      v_after := NULL;
-      IF v_s.overlap <> 'allow' THEN
-        SELECT j.state INTO v_last_state FROM idemq.jobs j WHERE j.id = v_last_job;
-        IF v_last_state = ANY (idemq.active_states()) THEN
-          IF v_s.overlap = 'skip' OR v_last_state <> 'processing' THEN
-            v_skipped := v_skipped + 1;
-            CONTINUE;
-          END IF;
-          v_after := ARRAY[v_last_job];
-        END IF;
-      END IF;
-      BEGIN
-        SELECT e.job_id, e.deduplicated INTO v_job, v_deduplicated
-        FROM idemq.enqueue(
-          task => v_s.task, payload => v_s.payload, queue => v_s.queue, priority => v_s.priority,
-          max_attempts => v_s.max_attempts,
-          idempotency_key => format('schedule:%s:%s', v_s.name,
-                                    to_char(v_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
-          duplicate_policy => 'reject_always', after => v_after) e;
-      EXCEPTION WHEN SQLSTATE 'IQ409' OR SQLSTATE 'IQ422' THEN
-        -- The slot's key was used already: the slot ran (or was replayed) before.
-        CONTINUE;
-      END;
-      IF NOT v_deduplicated THEN
-        v_created := v_created + 1;
-      END IF;
-      v_last_job := v_job;
-      v_last_slot := v_slot;
-    END LOOP;
-
-    UPDATE idemq.schedules AS s
-    SET next_at = coalesce(idemq._cron_next(v_spec, v_s.timezone, _tick.at), 'infinity'),
-        last_slot_at = v_last_slot,
-        last_job_id = v_last_job,
-        skipped = s.skipped + v_skipped
-    WHERE s.name = v_s.name;
-  END LOOP;
-  RETURN v_created;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._tick(timestamptz) IS
-  'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
-
--- sql/functions/_job_problem.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
-RETURNS text[]
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN CASE idemq._job_rule_broken(job, limits)
-  WHEN 1 THEN
-    ARRAY['task must be a non-empty string: the name of a task your workers handle', NULL]
-  WHEN 2 THEN
-    ARRAY[format('task is %s bytes, over the limit of %s bytes (task_bytes): %s',
-                 octet_length(job.task), limits.task_bytes, idemq._excerpt(job.task)),
-          'Name tasks briefly, e.g. ''send_email''; an admin can raise task_bytes in idemq.settings.']
-  WHEN 3 THEN
-    ARRAY[format('payload must be a JSON object, not %s', idemq._excerpt(coalesce(job.payload::text, 'NULL'))),
-          'Wrap the value in an object, e.g. {"value": ...}.']
-  WHEN 4 THEN
-    ARRAY[format('payload is %s bytes of JSON text, over the limit of %s bytes (payload_bytes): %s',
-                 octet_length(job.payload::text), limits.payload_bytes, idemq._excerpt(job.payload::text)),
-          'Store large data elsewhere (a table, object storage) and put its id in the payload; '
-          'an admin can raise payload_bytes in idemq.settings.']
-  WHEN 5 THEN
-    ARRAY['queue must be a non-empty string', 'Leave queue out for the default queue.']
-  WHEN 6 THEN
-    ARRAY[format('queue must be at most %s characters, not %s: %s', idemq._queue_name_limit(), length(job.queue),
-                 idemq._excerpt(job.queue)),
-          'Use a short queue name: it travels as the NOTIFY payload.']
-  WHEN 7 THEN
-    ARRAY[format('run_at must be a finite time, not %s', job.run_at),
-          'Pass a real time, e.g. now() + interval ''1 hour'', or leave run_at out to run at once.']
-  WHEN 8 THEN
-    ARRAY[format('max_attempts must be at least 1, not %s', job.max_attempts), NULL]
-  WHEN 9 THEN
-    ARRAY['idempotency_key must be a non-empty string or null', NULL]
-  WHEN 10 THEN
-    ARRAY[format('idempotency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
-                 octet_length(job.idempotency_key), limits.key_bytes, idemq._excerpt(job.idempotency_key)),
-          'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''order:'' || md5(...).']
-  WHEN 11 THEN
-    ARRAY[format('after names %s parents, over the limit of %s (parents_per_job)', cardinality(job.after),
-                 limits.parents_per_job),
-          'Wait for fewer jobs: chain through an intermediate job that waits for a part of them; '
-          'an admin can raise parents_per_job in idemq.settings.']
-  WHEN 12 THEN
-    ARRAY[format('after must be an array of job ids, not %s', idemq._excerpt(job.after::text)), NULL]
-  WHEN 13 THEN
-    ARRAY[format('key_retention must not be negative, not %s', job.key_retention),
-          'key_retention is how long a finished job''s key stays held, e.g. ''14 days''.']
-  WHEN 14 THEN
-    ARRAY[format('key_retention must be at most %s days (duration_days), not %s', limits.duration_days, job.key_retention),
-          format('Use a retention of at most %s days (duration_days in idemq.settings).', limits.duration_days)]
-  WHEN 15 THEN
-    ARRAY[format('traceparent must be a W3C traceparent (00-<32 hex digits>-<16 hex digits>-<2 hex digits>, '
-                 'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
-          'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '
-          'e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave traceparent out.']
-END;
-
-COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
-  'What is wrong with one job to enqueue, and the fix (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
-
--- sql/functions/_parse_jobs.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
-                                             OUT parents boolean)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
--- Generic plans, so the jobs array stays a parameter: see _enqueue_planned.
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict error
-DECLARE
-  v_fields text[] := idemq._enqueue_fields();
-  v_policies text[] := enum_range(NULL::idemq.duplicate_policy)::text[];
-  v_now timestamptz := now();
-  -- The defaults, typed once: read per element (v_defaults->>'priority', then
-  -- numeric_in and enum_in for each element without the field) they cost
-  -- about 8 ms per 20,000 elements (backend CPU, enqueue.bulk's batch).
-  v_payload jsonb := idemq._job_defaults()->'payload';
-  v_queue text := idemq._job_defaults()->>'queue';
-  v_priority int := (idemq._job_defaults()->>'priority')::int;
-  v_max_attempts int := (idemq._job_defaults()->>'max_attempts')::int;
-  v_policy idemq.duplicate_policy := (idemq._job_defaults()->>'duplicate_policy')::idemq.duplicate_policy;
-  v_key_retention interval := (idemq._job_defaults()->>'key_retention')::interval;
-  v_bad int;
-  v_problem text;
-  v_ord int;
-  v_value_problem text[];
-  v_hint text;
-  v_limits idemq._enqueue_limits;
-  v_bad_backoffs jsonb[];
-  v_elem jsonb;
-BEGIN
-  IF jobs IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'jobs must not be NULL',
-      HINT = 'Pass a JSON array of job objects, e.g. [{"task": "send_email"}].';
-  END IF;
-  IF jsonb_typeof(jobs) <> 'array' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('jobs must be a JSON array of job objects, not %s', jsonb_typeof(jobs)),
-      HINT = 'Pass jsonb like [{"task": "send_email", "payload": {"to": "a@example.com"}}].';
-  END IF;
-  SELECT * INTO v_limits FROM idemq._enqueue_limits();
-  IF jsonb_array_length(jobs) > v_limits.jobs_per_call THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('jobs has %s elements, over the limit of %s jobs per call (jobs_per_call)',
-                       jsonb_array_length(jobs), v_limits.jobs_per_call),
-      HINT = format('Split the batch into calls of at most %s jobs (one transaction can hold several calls); '
-                    'an admin can raise jobs_per_call in idemq.settings. Nothing was enqueued.', v_limits.jobs_per_call);
-  END IF;
-
-  BEGIN
-    -- One pass in C (jsonb_to_recordset, every field as text or jsonb, which
-    -- any JSON value converts to) and cheap checks that skip absent fields.
-    -- OFFSET 0 keeps the subquery `d` from being pulled up: pulled up, the
-    -- checks would run once per use of `shape` (three). A MATERIALIZED CTE
-    -- did the same but copied every decoded row into a tuplestore first:
-    -- 10 ms more per 20,000 elements (backend CPU, 46 against 36 ms).
-    -- In element order (the subquery scan keeps its input's order): ids are
-    -- taken in that order, and the array needs no sort.
-    SELECT array_agg(CASE WHEN d.shape IS NULL THEN ROW(
-               d.ord, nextval('idemq.jobs_id_seq'), 'created', NULL,
-               d.task,
-               coalesce(nullif(d.payload, 'null'), v_payload),
-               coalesce(d.queue, v_queue),
-               coalesce(d.run_at::timestamptz, v_now),
-               coalesce(d.priority::numeric::int, v_priority),
-               coalesce(d.max_attempts::numeric::int, v_max_attempts),
-               d.idempotency_key,
-               coalesce(d.duplicate_policy::idemq.duplicate_policy, v_policy),
-               nullif(d.backoff, 'null'),
-               d.expires_at::timestamptz,
-               CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
-                    THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
-               coalesce(d.key_retention::interval, v_key_retention),
-               d.traceparent
-             )::idemq._planned_job END),
-           coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
-           coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
-           min(d.ord) FILTER (WHERE d.shape IS NOT NULL),
-           (array_agg(d.shape ORDER BY d.ord) FILTER (WHERE d.shape IS NOT NULL))[1]
-    FROM (SELECT r.*, CASE
-          WHEN r.v - v_fields <> '{}' THEN
-            format('has an unknown field "%s" (fields: %s)',
-                   idemq._excerpt((SELECT min(f) FROM jsonb_object_keys(r.v - v_fields) f)), array_to_string(v_fields, ', '))
-          WHEN r.task IS NOT NULL AND jsonb_typeof(r.v->'task') <> 'string' THEN
-            format('task must be a string, not %s', idemq._excerpt((r.v->'task')::text))
-          WHEN r.queue IS NOT NULL AND jsonb_typeof(r.v->'queue') <> 'string' THEN
-            format('queue must be a string, not %s', idemq._excerpt((r.v->'queue')::text))
-          WHEN r.run_at IS NOT NULL AND jsonb_typeof(r.v->'run_at') <> 'string' THEN
-            format('run_at must be a timestamp string, not %s', idemq._excerpt((r.v->'run_at')::text))
-          WHEN r.expires_at IS NOT NULL AND jsonb_typeof(r.v->'expires_at') <> 'string' THEN
-            format('expires_at must be a timestamp string, not %s', idemq._excerpt((r.v->'expires_at')::text))
-          WHEN r.priority IS NOT NULL AND (jsonb_typeof(r.v->'priority') <> 'number'
-               OR r.priority::numeric NOT BETWEEN -2147483648 AND 2147483647
-               OR r.priority::numeric <> trunc(r.priority::numeric)) THEN
-            format('priority must be a whole number (higher runs first), not %s', idemq._excerpt((r.v->'priority')::text))
-          WHEN r.max_attempts IS NOT NULL AND (jsonb_typeof(r.v->'max_attempts') <> 'number'
-               OR r.max_attempts::numeric NOT BETWEEN -2147483648 AND 2147483647
-               OR r.max_attempts::numeric <> trunc(r.max_attempts::numeric)) THEN
-            format('max_attempts must be a whole number >= 1, not %s', idemq._excerpt((r.v->'max_attempts')::text))
-          WHEN r.idempotency_key IS NOT NULL AND jsonb_typeof(r.v->'idempotency_key') <> 'string' THEN
-            format('idempotency_key must be a string or null, not %s', idemq._excerpt((r.v->'idempotency_key')::text))
-          WHEN r.duplicate_policy IS NOT NULL AND (jsonb_typeof(r.v->'duplicate_policy') <> 'string'
-               OR r.duplicate_policy <> ALL (v_policies)) THEN
-            format('duplicate_policy must be one of %s, not %s', array_to_string(v_policies, ', '),
-                   idemq._excerpt((r.v->'duplicate_policy')::text))
-          WHEN r.after IS NOT NULL AND jsonb_typeof(r.after) <> 'null' AND (jsonb_typeof(r.after) <> 'array'
-               OR EXISTS (SELECT 1 FROM jsonb_array_elements(r.after) a
-                          WHERE jsonb_typeof(a) NOT IN ('number', 'null')
-                             OR (jsonb_typeof(a) = 'number' AND (a::numeric NOT BETWEEN 1 AND 9223372036854775807
-                                                                 OR a::numeric <> trunc(a::numeric))))) THEN
-            format('after must be an array of job ids, not %s', idemq._excerpt(r.after::text))
-          WHEN r.key_retention IS NOT NULL AND jsonb_typeof(r.v->'key_retention') <> 'string' THEN
-            format('key_retention must be an interval string such as "14 days", not %s',
-                   idemq._excerpt((r.v->'key_retention')::text))
-          WHEN r.traceparent IS NOT NULL AND jsonb_typeof(r.v->'traceparent') <> 'string' THEN
-            format('traceparent must be a string (a W3C traceparent) or null, not %s',
-                   idemq._excerpt((r.v->'traceparent')::text))
-        END AS shape
-      FROM ROWS FROM (jsonb_array_elements(jobs),
-                      jsonb_to_recordset(jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
-                        max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb, key_retention text, traceparent text)) WITH ORDINALITY
-           AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, traceparent, ord)
-          OFFSET 0) d
-    INTO planned, keyed, parents, v_bad, v_problem;
-  EXCEPTION WHEN data_exception THEN
-    -- An element that is not an object, or a timestamp or interval that does not parse,
-    -- fails the statement: find the first such element; an earlier
-    -- element's problem comes first.
-    FOR v_bad, v_elem IN SELECT e.ord, e.v FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(v, ord) LOOP
-      v_problem := CASE WHEN jsonb_typeof(v_elem) <> 'object' THEN format('must be a JSON object, not %s', idemq._excerpt(v_elem::text)) END;
-      IF v_problem IS NULL THEN
-        BEGIN
-          PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz,
-                  (v_elem->>'key_retention')::interval;
-        EXCEPTION WHEN data_exception THEN
-          v_problem := format('run_at/expires_at is not a timestamp, or key_retention not an interval: %s',
-                              idemq._excerpt(SQLERRM));
-        END;
-      END IF;
-      IF v_problem IS NOT NULL THEN
-        IF v_bad > 1 THEN
-          PERFORM idemq._parse_jobs(jsonb_path_query_array(jobs, format('$[0 to %s]', v_bad - 2)::jsonpath));
-        END IF;
-        PERFORM idemq._raise_bad_job(v_problem, v_bad);
-      END IF;
-    END LOOP;
-    RAISE;
-  END;
-  -- The value rules, on the decoded elements before the first that did not
-  -- decode (its own problem comes first otherwise).
-  SELECT p.ordinal, idemq._job_problem(p, v_limits) INTO v_ord, v_value_problem
-  FROM unnest(planned) p
-  WHERE p.ordinal < coalesce(v_bad, 2147483647) AND idemq._job_rule_broken(p, v_limits) IS NOT NULL
-  ORDER BY p.ordinal LIMIT 1;
-  IF FOUND THEN
-    v_bad := v_ord;
-    v_problem := v_value_problem[1];
-    v_hint := v_value_problem[2];
-  END IF;
-  IF v_bad IS NOT NULL THEN
-    PERFORM idemq._raise_bad_job(v_problem, v_bad, v_hint);
-  END IF;
-
-  IF jobs @? '$[*].backoff ? (@.type() != "null")' THEN
-    SELECT array_agg(d.spec) INTO v_bad_backoffs
-    FROM (SELECT DISTINCT p.backoff AS spec FROM unnest(planned) p WHERE p.backoff IS NOT NULL) d
-    WHERE idemq._backoff_problem(d.spec) IS NOT NULL;
-    IF v_bad_backoffs IS NOT NULL THEN
-      SELECT p.ordinal, idemq._backoff_problem(p.backoff) INTO v_bad, v_problem
-      FROM unnest(planned) p WHERE p.backoff = ANY (v_bad_backoffs)
-      ORDER BY p.ordinal LIMIT 1;
-      PERFORM idemq._raise_bad_job(v_problem, v_bad);
-    END IF;
-  END IF;
-  planned := coalesce(planned, '{}');
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
-  'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';
-
--- sql/functions/apply_retention.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
-RETURNS int
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_left int := batch_size;
-  v_rule record;
-  v_ids bigint[];
-  v_state idemq.job_state;
-  v_cutoff timestamptz;
-BEGIN
-  PERFORM idemq._check_delete_batch('apply_retention', batch_size);
-
-  DELETE FROM idemq.workers w
-  WHERE w.worker_id IN (
-    SELECT s.worker_id FROM idemq.workers s
-    WHERE s.last_seen_at < now() - make_interval(secs => idemq._limit('worker_retention_seconds'))
-    LIMIT batch_size
-    FOR UPDATE SKIP LOCKED);
-
-  -- One rule at a time: the overrides of tasks, of queues, then each state's
-  -- default, each rule excluding the rows a more specific one governs. Each
-  -- lock query is a range scan of jobs_by_finish (state, finished_at) in
-  -- index order. Planner trap: plpgsql caches a generic plan after five
-  -- calls, and a generic plan estimates "finished_at < $2" at a third of the
-  -- rows. Without the ORDER BY, on 100,000 finished jobs none of which was
-  -- due (plus 5,000 enqueued), the generic plan was a sequential scan with
-  -- LIMIT: 105,000 rows filtered, 2,993 buffers, 16 ms, to find nothing, on
-  -- every timer tick. With it, a sort of the whole range is the only other
-  -- plan, and the plan is the jobs_by_finish index scan: 3 buffers, 0.08 ms
-  -- (EXPLAIN ANALYZE, plan_cache_mode = force_generic_plan, PostgreSQL 15).
-  -- Cost: a rule steps over the rows of its state that are older than its
-  -- cutoff but kept by a more specific rule (e.g. a queue kept a year is
-  -- stepped over by the default's scan), in index entries and heap visits.
-  FOR v_rule IN
-    SELECT r.task, r.queue, r.state, r.keep FROM idemq.retention r
-    ORDER BY r.task IS NULL, r.task, r.queue, r.state
-  LOOP
-    EXIT WHEN v_left = 0;
-    v_cutoff := now() - v_rule.keep;
-    IF v_rule.task IS NOT NULL THEN
-      SELECT array_agg(x.id) INTO v_ids FROM (
-        SELECT j.id FROM idemq.jobs j
-        WHERE j.state = v_rule.state AND j.finished_at < v_cutoff AND j.task = v_rule.task
-        ORDER BY j.finished_at
-        LIMIT v_left
-        FOR UPDATE OF j SKIP LOCKED) x;
-    ELSE
-      SELECT array_agg(x.id) INTO v_ids FROM (
-        SELECT j.id FROM idemq.jobs j
-        WHERE j.state = v_rule.state AND j.finished_at < v_cutoff AND j.queue = v_rule.queue
-          AND NOT EXISTS (SELECT 1 FROM idemq.retention r WHERE r.task = j.task AND r.state = j.state)
-        ORDER BY j.finished_at
-        LIMIT v_left
-        FOR UPDATE OF j SKIP LOCKED) x;
-    END IF;
-    v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
-  END LOOP;
-
-  FOREACH v_state IN ARRAY idemq.terminal_states() LOOP
-    EXIT WHEN v_left = 0;
-    v_cutoff := now() - idemq._default_retention(v_state);
-    SELECT array_agg(x.id) INTO v_ids FROM (
-      SELECT j.id FROM idemq.jobs j
-      WHERE j.state = v_state AND j.finished_at < v_cutoff
-        AND NOT EXISTS (SELECT 1 FROM idemq.retention r WHERE r.task = j.task AND r.state = j.state)
-        AND NOT EXISTS (SELECT 1 FROM idemq.retention r WHERE r.queue = j.queue AND r.state = j.state)
-      ORDER BY j.finished_at
-      LIMIT v_left
-      FOR UPDATE OF j SKIP LOCKED) x;
-    v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
-  END LOOP;
-  RETURN batch_size - v_left;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.apply_retention(int) IS
-  'Delete at most batch_size finished jobs past their retention (task, queue override or state default); keys stay.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.claim;
--- sql/functions/claim.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.claim(
-  worker_id text,
-  queues text[] DEFAULT NULL,
-  batch_size int DEFAULT 1,
-  lease interval DEFAULT '30 seconds',
-  tasks text[] DEFAULT NULL)
-RETURNS SETOF idemq.claimed_job
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
--- Generic plans, planned once per session: with custom plans (the first five
--- calls, and then whenever a custom plan's estimate beats the generic one, as
--- it does for the key lookups below, which know the array lengths) PL/pgSQL
--- planned the key statements at every call: claim(tasks => '{x}') 2.2 ms a
--- call against 0.65 ms generic (500 calls, same session, loaded machine).
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict error
-DECLARE
-  v_ids bigint[];
-  v_lost bigint[];
-  v_key_tasks text[];
-  v_key_queues text[];
-BEGIN
-  IF worker_id IS NULL OR worker_id = '' THEN
-    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
-      MESSAGE = 'claim: worker_id must be a non-empty string',
-      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
-  END IF;
-  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
-    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
-  IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
-    RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
-      MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
-      HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
-  END IF;
-  IF NOT idemq._names_valid(queues) THEN
-    PERFORM idemq._raise_bad_names('claim', 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
-  END IF;
-  IF NOT idemq._names_valid(tasks) THEN
-    PERFORM idemq._raise_bad_names('claim', 'tasks', tasks, 'any task',
-      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
-  END IF;
-  PERFORM idemq._check_lease(lease, 'claim');
-
-  -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
-  -- update them by primary key. One UPDATE joined to the locking subquery let
-  -- the planner hash the whole jobs table for claims of a few hundred (seen in
-  -- EXPLAIN: a sequential scan of every row, finished ones included, per
-  -- claim); "id = ANY (array)" is an index probe per job whatever the table
-  -- holds. The jobs whose previous attempt lost its lease are noted before the
-  -- update resets the flag.
-  --
-  -- One index holds the runnable jobs: jobs_runnable_by_task_queue
-  -- (_name_key(task), _name_key(queue), priority DESC, run_at, id), walked
-  -- one (task, queue) key at a time, where an equality on both leading
-  -- columns leaves that key's jobs, already in claim order; each walk then
-  -- compares the names themselves (a Filter), so two names with one 64-bit
-  -- key never mix (_name_key). The keys: the listed tasks crossed with the
-  -- listed queues; for a list that is NULL, the values present among
-  -- runnable jobs, read by a loose index scan (one index descent per value:
-  -- "next key after this one", the name read from the row found), and for
-  -- an unfiltered claim the (task, queue) pairs present, read the same way;
-  -- so finding the keys costs the number of distinct keys, tasks or queues,
-  -- not backlogs. The loose scans read keys, not names: a name whose key
-  -- another name present shares is not listed (_name_key says what that
-  -- costs).
-  -- Why keys and not the names (migration 0028): with the variable-width
-  -- names first, every comparison of an index insertion walked them to
-  -- reach priority, run_at and id: 84.4k -> 71.4k instructions per job of
-  -- a 10,000-job enqueue_many (callgrind, PostgreSQL 15).
-  -- Planner trap (why the index leads with task and queue, migration 0019):
-  -- a filter on queue or task checked on the rows of a walk over an index
-  -- in claim order alone (the former jobs_runnable (priority DESC, run_at,
-  -- id)) reads every runnable job of the other queues and tasks before it
-  -- finds none of its own. EXPLAIN (ANALYZE, BUFFERS), generic plan
-  -- (PG15), 200,000 runnable jobs in queue A, a claim on the empty queue B:
-  -- Index Scan using jobs_runnable, Rows Removed by Filter: 200000, 6,394
-  -- buffers, 138-166 ms; claim(queues => '{B}') 54-59 ms. Walking this
-  -- index per key: 0 rows removed, 3 buffers; claim(queues => '{B}', tasks
-  -- => '{t}') 0.36-0.49 ms a call (500 calls, one session, loaded machine).
-  -- Second trap, in the pair scan: "next pair" must be the row comparison
-  -- (task key, queue key) > (k.task_key, k.queue_key), which is an Index
-  -- Cond that starts the descent at the next pair. Spelt "j.task > $1 OR
-  -- (j.task = $1 AND j.queue > $2)" it is a Filter on a walk from the first
-  -- entry: EXPLAIN (ANALYZE, BUFFERS), generic plan, 50,000 runnable jobs
-  -- over 50 pairs, the step after the 49th pair: Rows Removed by Filter:
-  -- 44000, 917 buffers, 8.6 ms; as a row comparison, 5 buffers, 0.04 ms.
-  -- Third trap (0028), in the queue scan of a claim by tasks: a task-name
-  -- Filter on its step ("j.task = k.task") made the planner expect one row
-  -- and read the task's whole key with a Bitmap Heap Scan and a sort
-  -- (EXPLAIN ANALYZE, generic plan, 50,000 runnable jobs over 10 pairs:
-  -- rows=2500 per step); on the keys alone it is an Index Scan that stops
-  -- at the first entry (rows=1 per step). So the step compares keys only.
-  -- Fourth trap (0019, gone with jobs_runnable): with statistics that saw
-  -- one queue and one task, an equality on either looked like it kept every
-  -- row, and a generic plan tied the two indexes and walked jobs_runnable
-  -- with the filter again (Rows Removed by Filter: 100000 per key, 201 ms);
-  -- the schema sets n_distinct = 100 on both columns, which the key columns
-  -- of the index (expressions, with statistics of their own) no longer
-  -- read. n_distinct stays (the schema's, harmless here).
-  IF queues IS NULL AND tasks IS NULL THEN
-    WITH RECURSIVE present(task_key, queue_key, task, queue) AS (
-      (SELECT idemq._name_key(j.task), idemq._name_key(j.queue), j.task, j.queue
-       FROM idemq.jobs j
-       WHERE j.state IN ('enqueued', 'scheduled')
-       ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
-       LIMIT 1)
-      UNION ALL
-      SELECT n.task_key, n.queue_key, n.task, n.queue
-      FROM present k
-      CROSS JOIN LATERAL (
-        SELECT idemq._name_key(j.task) AS task_key, idemq._name_key(j.queue) AS queue_key, j.task, j.queue
-        FROM idemq.jobs j
-        WHERE j.state IN ('enqueued', 'scheduled')
-          AND (idemq._name_key(j.task), idemq._name_key(j.queue)) > (k.task_key, k.queue_key)
-        ORDER BY idemq._name_key(j.task), idemq._name_key(j.queue)
-        LIMIT 1
-      ) n
-    )
-    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
-    INTO v_key_tasks, v_key_queues
-    FROM present k;
-  ELSIF tasks IS NULL THEN
-    WITH RECURSIVE present(task_key, task) AS (
-      (SELECT idemq._name_key(j.task), j.task
-       FROM idemq.jobs j
-       WHERE j.state IN ('enqueued', 'scheduled')
-       ORDER BY idemq._name_key(j.task)
-       LIMIT 1)
-      UNION ALL
-      SELECT n.task_key, n.task
-      FROM present t
-      CROSS JOIN LATERAL (
-        SELECT idemq._name_key(j.task) AS task_key, j.task
-        FROM idemq.jobs j
-        WHERE j.state IN ('enqueued', 'scheduled') AND idemq._name_key(j.task) > t.task_key
-        ORDER BY idemq._name_key(j.task)
-        LIMIT 1
-      ) n
-    )
-    SELECT coalesce(array_agg(t.task ORDER BY t.task, q.queue), '{}'),
-           coalesce(array_agg(q.queue ORDER BY t.task, q.queue), '{}')
-    INTO v_key_tasks, v_key_queues
-    FROM present t CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
-  ELSIF queues IS NULL THEN
-    WITH RECURSIVE present(task, queue_key, queue) AS (
-      SELECT u.task, n.queue_key, n.queue
-      FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) u
-      CROSS JOIN LATERAL (
-        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
-        FROM idemq.jobs j
-        WHERE j.state IN ('enqueued', 'scheduled')
-          AND idemq._name_key(j.task) = idemq._name_key(u.task)
-        ORDER BY idemq._name_key(j.queue)
-        LIMIT 1
-      ) n
-      UNION ALL
-      SELECT k.task, n.queue_key, n.queue
-      FROM present k
-      CROSS JOIN LATERAL (
-        SELECT idemq._name_key(j.queue) AS queue_key, j.queue
-        FROM idemq.jobs j
-        WHERE j.state IN ('enqueued', 'scheduled')
-          AND idemq._name_key(j.task) = idemq._name_key(k.task)
-          AND idemq._name_key(j.queue) > k.queue_key
-        ORDER BY idemq._name_key(j.queue)
-        LIMIT 1
-      ) n
-    )
-    SELECT coalesce(array_agg(k.task), '{}'), coalesce(array_agg(k.queue), '{}')
-    INTO v_key_tasks, v_key_queues
-    FROM present k;
-  ELSE
-    SELECT coalesce(array_agg(t.task), '{}'), coalesce(array_agg(q.queue), '{}')
-    INTO v_key_tasks, v_key_queues
-    FROM (SELECT DISTINCT v.task FROM unnest(tasks) AS v(task)) t
-    CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
-  END IF;
-
-  IF cardinality(v_key_tasks) = 0 THEN
-    -- No runnable job of any key asked for (unfiltered: none at all).
-    RETURN;
-  ELSIF cardinality(v_key_tasks) = 1 THEN
-    -- One key (a worker of one task, or of one queue and one task; an
-    -- unfiltered claim while one key has runnable jobs): its walk is the
-    -- claim order itself, locked as it goes.
-    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
-    INTO v_ids, v_lost
-    FROM (
-      SELECT j.id, j.lease_lost
-      FROM idemq.jobs j
-      WHERE j.state IN ('enqueued', 'scheduled')
-        AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
-        AND idemq._name_key(j.queue) = idemq._name_key(v_key_queues[1])
-        AND j.task = v_key_tasks[1]
-        AND j.queue = v_key_queues[1]
-        AND j.run_at <= now()
-        AND (j.expires_at IS NULL OR j.expires_at > now())
-      ORDER BY j.priority DESC, j.run_at, j.id
-      LIMIT batch_size
-      FOR UPDATE SKIP LOCKED
-    ) p;
-  ELSE
-    -- Several keys: _claim_merge reads each key only as far as the claim
-    -- order needs and locks the jobs it takes (its header says how, and
-    -- what it costs). Only a claim of several keys pays its call.
-    SELECT m.ids, m.lost INTO v_ids, v_lost
-    FROM idemq._claim_merge(v_key_tasks, v_key_queues, batch_size) m;
-  END IF;
-  IF cardinality(v_ids) = 0 THEN
-    RETURN;
-  END IF;
-
-  RETURN QUERY
-  WITH claimed AS (
-    UPDATE idemq.jobs AS j
-    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false
-    WHERE j.id = ANY (v_ids)
-    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
-              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.priority, j.run_at
-  )
-  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent
-  FROM claimed c
-  ORDER BY c.priority DESC, c.run_at, c.id;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[]) IS
-  'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.complete;
--- sql/functions/complete.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_r record;
-  v_gone int;
-BEGIN
-  SELECT * INTO v_r FROM idemq._success_retention() z;
-  IF v_r.any_zero THEN
-    -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)
-    -- does not fire for a DELETE, so the ledger write it makes for a
-    -- succeeded key is made here; a job with children takes the UPDATE below.
-    WITH gone AS (
-      DELETE FROM idemq.jobs AS j
-      WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
-        AND NOT j.has_children
-        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
-                                   v_r.zero_queues, v_r.kept_queues)
-      RETURNING j.id, j.idempotency_key
-    ), ledger AS (
-      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
-      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
-    )
-    SELECT count(*) INTO v_gone FROM gone;
-    IF v_gone = 1 THEN
-      RETURN;
-    END IF;
-  END IF;
-
-  UPDATE idemq.jobs AS j
-  SET state = 'succeeded', result = complete.result, finished_at = now(),
-      lease_expires_at = NULL
-  WHERE j.id = complete.job_id AND j.attempt = complete.attempt AND idemq._held(j.lease_expires_at, j.locked_by);
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(complete.job_id, complete.attempt, 'complete');
-  END IF;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb) IS
-  'Mark a job succeeded if attempt still holds it; IQ410 (lease lost) otherwise, so the caller''s transaction rolls back.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.complete_many;
--- sql/functions/complete_many.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.complete_many(job_ids bigint[], attempts int[])
-RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_ids bigint[];
-  v_attempts int[];
-  v_r record;
-  v_gone bigint[];
-BEGIN
-  -- The pairs checked and sorted by id (_pairs_by_id), so width_bucket() finds an id's
-  -- attempt by binary search. The UPDATE itself selects by "id = ANY (ids)", a primary-key probe
-  -- per job whatever the table holds: joined to the arrays instead, the planner
-  -- hashed or scanned the whole table for batches of a few hundred (seen in
-  -- EXPLAIN). The held-check and the attempt sit in the UPDATE's own WHERE, so
-  -- a row changed concurrently (rescue, a new claim) is re-checked on its newest
-  -- version and skipped if no longer held by that attempt. No row lock first:
-  -- that wrote a WAL record per job for nothing. "Held" is _held(), the lease
-  -- columns, not "state = 'processing'", which matches the jobs_leases partial
-  -- index: the planner then scanned every job in flight once per pair.
-  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts
-  FROM idemq._pairs_by_id(job_ids, attempts, 'complete_many',
-                          'Pass two arrays of equal length: the ids and attempts claim() returned.') p;
-
-  SELECT * INTO v_r FROM idemq._success_retention() z;
-  IF v_r.any_zero THEN
-    -- Retention 0: delete instead of update, with the ledger write the
-    -- trigger would make (as in complete()). The ids left (children, another
-    -- retention, lost leases) take the UPDATE below in a statement of its
-    -- own, so a row changed meanwhile (an enqueue setting has_children) is
-    -- judged on its newest version; when every id went, it is skipped.
-    WITH gone AS (
-      DELETE FROM idemq.jobs AS j
-      WHERE j.id = ANY (v_ids)
-        AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
-        AND idemq._held(j.lease_expires_at, j.locked_by)
-        AND NOT j.has_children
-        AND idemq._gone_on_success(j.task, j.queue, v_r.default_zero, v_r.zero_tasks, v_r.kept_tasks,
-                                   v_r.zero_queues, v_r.kept_queues)
-      RETURNING j.id, j.idempotency_key
-    ), ledger AS (
-      UPDATE idemq.keys AS k SET finished_state = 'succeeded', finished_at = now()
-      FROM gone g WHERE k.key = g.idempotency_key AND k.job_id = g.id
-    )
-    SELECT coalesce(array_agg(g.id), '{}') INTO v_gone FROM gone g;
-    RETURN QUERY SELECT unnest(v_gone);
-    IF cardinality(v_gone) = cardinality(v_ids) THEN
-      RETURN;
-    END IF;
-    -- What is left, still sorted by id (width_bucket needs the order).
-    SELECT array_agg(p.id ORDER BY p.id), array_agg(p.attempt ORDER BY p.id) INTO v_ids, v_attempts
-    FROM unnest(v_ids, v_attempts) p(id, attempt) WHERE NOT p.id = ANY (v_gone);
-  END IF;
-
-  RETURN QUERY
-  UPDATE idemq.jobs AS j
-  SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
-  WHERE j.id = ANY (v_ids)
-    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
-    AND idemq._held(j.lease_expires_at, j.locked_by)
-  RETURNING j.id;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.complete_many(bigint[], int[]) IS
-  'Mark many (job_id, attempt) pairs succeeded; returns the ids completed, skipping lost leases.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.effect_claim;
--- sql/functions/effect_claim.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.effect_claim(
-  key text,
-  owner text,
-  stale_after interval DEFAULT '10 minutes',
-  job_id bigint DEFAULT NULL,
-  attempt int DEFAULT NULL)
-RETURNS TABLE(status text, result jsonb)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_round int := 0;
-  v_row record;
-BEGIN
-  IF effect_claim.key IS NULL OR effect_claim.owner IS NULL OR effect_claim.stale_after IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'effect_claim: key, owner and stale_after must not be NULL',
-      HINT = 'key names the effect (e.g. ''invoice-email:42''), owner names this attempt (e.g. ''job:7:2'').';
-  END IF;
-  IF effect_claim.key = '' OR effect_claim.owner = '' OR effect_claim.stale_after <= interval '0' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = 'effect_claim: key and owner must be non-empty and stale_after positive',
-      HINT = 'stale_after should exceed the longest the external call can take.';
-  END IF;
-  IF (effect_claim.job_id IS NULL) <> (effect_claim.attempt IS NULL) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = 'effect_claim: job_id and attempt go together',
-      HINT = 'Pass both (the job and attempt this claim is made for, as claim() returned them) or neither.';
-  END IF;
-  PERFORM idemq._check_key_bytes('effect_claim', effect_claim.key, effect_claim.owner);
-  PERFORM idemq._check_duration('effect_claim', 'stale_after', effect_claim.stale_after);
-
-  LOOP
-    v_round := v_round + 1;
-    INSERT INTO idemq.effects AS e (key, owner, status, claimed_at, job_id, attempt)
-    VALUES (effect_claim.key, effect_claim.owner, 'claimed', clock_timestamp(), effect_claim.job_id, effect_claim.attempt)
-    ON CONFLICT ON CONSTRAINT effects_pkey DO NOTHING;
-    IF FOUND THEN
-      status := 'claimed'; result := NULL;
-      RETURN NEXT; RETURN;
-    END IF;
-
-    -- Stale, or left by an earlier attempt of the job the caller holds now
-    -- (fencing: that attempt can no longer finish, so its claim is dead).
-    UPDATE idemq.effects AS e
-    SET owner = effect_claim.owner, claimed_at = clock_timestamp(), reclaims = e.reclaims + 1,
-        job_id = effect_claim.job_id, attempt = effect_claim.attempt
-    WHERE e.key = effect_claim.key AND e.status = 'claimed'
-      AND (e.claimed_at < clock_timestamp() - effect_claim.stale_after
-           OR (e.job_id = effect_claim.job_id AND e.attempt < effect_claim.attempt
-               AND EXISTS (SELECT 1 FROM idemq.jobs j
-                           WHERE j.id = effect_claim.job_id AND j.attempt = effect_claim.attempt
-                             AND idemq._held(j.lease_expires_at, j.locked_by))));
-    IF FOUND THEN
-      status := 'reclaimed'; result := NULL;
-      RETURN NEXT; RETURN;
-    END IF;
-
-    SELECT e.status, e.result INTO v_row FROM idemq.effects e WHERE e.key = effect_claim.key;
-    IF FOUND THEN
-      status := CASE WHEN v_row.status = 'done' THEN 'done' ELSE 'busy' END;
-      result := v_row.result;
-      RETURN NEXT; RETURN;
-    END IF;
-    -- released between our statements: claim again
-    IF v_round >= 10 THEN
-      status := 'busy'; result := NULL;
-      RETURN NEXT; RETURN;
-    END IF;
-  END LOOP;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int) IS
-  'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
-
--- sql/functions/enqueue.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.enqueue(
-  task text,
-  payload jsonb DEFAULT '{}',
-  queue text DEFAULT 'default',
-  run_at timestamptz DEFAULT NULL,
-  priority int DEFAULT 0,
-  max_attempts int DEFAULT 10,
-  idempotency_key text DEFAULT NULL,
-  duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
-  backoff jsonb DEFAULT NULL,
-  expires_at timestamptz DEFAULT NULL,
-  after bigint[] DEFAULT NULL,
-  key_retention interval DEFAULT '14 days',
-  traceparent text DEFAULT NULL)
-RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_null text;
-  v_job idemq._planned_job;
-  v_problem text[];
-  v_limits idemq._enqueue_limits;
-  v_key_job bigint;
-  v_state idemq.job_state;
-BEGIN
-  v_null := CASE
-    WHEN enqueue.task IS NULL THEN 'task'
-    WHEN enqueue.payload IS NULL THEN 'payload'
-    WHEN enqueue.queue IS NULL THEN 'queue'
-    WHEN enqueue.priority IS NULL THEN 'priority'
-    WHEN enqueue.max_attempts IS NULL THEN 'max_attempts'
-    WHEN enqueue.duplicate_policy IS NULL THEN 'duplicate_policy'
-    WHEN enqueue.key_retention IS NULL THEN 'key_retention'
-  END;
-  IF v_null IS NOT NULL THEN
-    PERFORM idemq._raise_null_argument('enqueue', v_null);
-  END IF;
-
-  -- Parse and check: the arguments are typed already; the rules are the
-  -- ones every enqueue_many element meets.
-  v_job.ordinal := 1;
-  v_job.outcome := 'created';
-  v_job.task := enqueue.task;
-  v_job.payload := enqueue.payload;
-  v_job.queue := enqueue.queue;
-  v_job.run_at := coalesce(enqueue.run_at, now());
-  v_job.priority := enqueue.priority;
-  v_job.max_attempts := enqueue.max_attempts;
-  v_job.idempotency_key := enqueue.idempotency_key;
-  v_job.duplicate_policy := enqueue.duplicate_policy;
-  v_job.backoff := nullif(enqueue.backoff, 'null');
-  v_job.expires_at := enqueue.expires_at;
-  v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
-  v_job.key_retention := enqueue.key_retention;
-  v_job.traceparent := enqueue.traceparent;
-  -- The limits in a variable first (one query, _enqueue_limits inlined):
-  -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
-  -- as an argument its body uses more than once, the planner would not
-  -- inline _job_rule_broken, and a SQL function called per enqueue costs about
-  -- 20 us (5,000 calls: 55 against 35 us each, backend CPU).
-  SELECT * INTO v_limits FROM idemq._enqueue_limits();
-  -- The rules, and their wording only for a job that breaks one: PL/pgSQL
-  -- compiles an expression whole, once per transaction (_job_rule_broken).
-  IF idemq._job_rule_broken(v_job, v_limits) IS NOT NULL THEN
-    v_problem := idemq._job_problem(v_job, v_limits);
-  ELSIF v_job.backoff IS NOT NULL THEN
-    v_problem := ARRAY[idemq._backoff_problem(v_job.backoff), NULL];
-  END IF;
-  IF v_problem[1] IS NOT NULL THEN
-    PERFORM idemq._raise_bad_job(v_problem[1], NULL, v_problem[2]);
-  END IF;
-  v_job.job_id := nextval('idemq.jobs_id_seq');
-
-  -- The fast path: no parents, and no key or a key nobody holds: one or two
-  -- INSERTs. The pipeline's parts (_enqueue_planned) cost about 15 us more per
-  -- call for a job without key and 70 us more with a new key (backend CPU, 5,000
-  -- calls), which single-enqueue throughput shows. A key that exists, or a
-  -- concurrent inserter that committed it, goes to the pipeline, which decides;
-  -- the test "writes the same row as enqueue_many" keeps the two INSERTs alike.
-  IF v_job.after IS NULL THEN
-    IF v_job.idempotency_key IS NOT NULL THEN
-      -- A new key: the key row's primary key serialises concurrent callers
-      -- (ON CONFLICT waits for an inserter's transaction).
-      INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
-      VALUES (v_job.idempotency_key, v_job.job_id, v_job.task, md5(v_job.payload::text), v_job.key_retention)
-      ON CONFLICT ON CONSTRAINT keys_pkey DO NOTHING
-      RETURNING k.job_id INTO v_key_job;
-    END IF;
-    IF v_job.idempotency_key IS NULL OR v_key_job IS NOT NULL THEN
-      v_state := idemq._initial_state(v_job.run_at);
-      INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                   idempotency_key, backoff, expires_at, traceparent)
-      VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
-              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent);
-      IF v_state = 'enqueued' THEN
-        PERFORM idemq._notify_waiting(v_job.queue);
-      END IF;
-      job_id := v_job.job_id;
-      deduplicated := false;
-      job_traceparent := v_job.traceparent;
-      RETURN NEXT;
-      RETURN;
-    END IF;
-  END IF;
-
-  v_job := (idemq._enqueue_planned(ARRAY[v_job], v_job.idempotency_key IS NOT NULL, v_job.after IS NOT NULL))[1];
-
-  IF v_job.outcome = 'rejected' THEN
-    RAISE EXCEPTION USING ERRCODE = 'IQ409',
-      MESSAGE = format('idempotency key "%s" was used by job %s, which %s; duplicate_policy %s rejects a new job',
-                       enqueue.idempotency_key, v_job.job_id, v_job.existing_state, v_job.duplicate_policy),
-      DETAIL = jsonb_build_object('key', enqueue.idempotency_key, 'existing_job_id', v_job.job_id,
-                                  'existing_state', v_job.existing_state, 'policy', v_job.duplicate_policy)::text,
-      HINT = format('Read job %s for its outcome; to run the work again, enqueue with a policy that allows it '
-                    '(allow_after_failed) or retry job %s.', v_job.job_id, v_job.job_id);
-  ELSIF v_job.outcome = 'conflict' THEN
-    RAISE EXCEPTION USING ERRCODE = 'IQ422',
-      MESSAGE = format('idempotency key "%s" is held by active job %s for different work (task or payload differ)',
-                       enqueue.idempotency_key, v_job.job_id),
-      DETAIL = jsonb_build_object('key', enqueue.idempotency_key, 'existing_job_id', v_job.job_id)::text,
-      HINT = 'A key must name one piece of work: derive it from the task and the payload''s identity, '
-             'or wait until the existing job finishes.';
-  END IF;
-
-  job_id := v_job.job_id;
-  deduplicated := v_job.outcome = 'deduplicated';
-  job_traceparent := v_job.traceparent;
-  RETURN NEXT;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
-  'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.fail;
--- sql/functions/fail.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.fail(
-  job_id bigint,
-  attempt int,
-  error jsonb,
-  retryable boolean DEFAULT true,
-  retry_at timestamptz DEFAULT NULL,
-  backoff jsonb DEFAULT NULL,
-  max_attempts int DEFAULT NULL,
-  counted boolean DEFAULT true)
-RETURNS TABLE(state idemq.job_state, run_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
--- No "#variable_conflict error" line: the parameter named "error" (fixed by
--- the contract) would be read there as the variable; nor SET
--- plpgsql.variable_conflict, which only a superuser may set (it kept anyone
--- else from installing idemq). Every name in the body is qualified, so it
--- means the same under any setting (the default is error).
-AS $$
-DECLARE
-  v_error jsonb;
-  v_job record;
-  v_state idemq.job_state;
-  v_due record;
-  v_problem text;
-BEGIN
-  IF fail.error IS NULL OR fail.retryable IS NULL OR fail.counted IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'fail: error, retryable and counted must not be NULL',
-      HINT = 'Pass the error as {"class": "TimeoutError", "message": "..."}.';
-  END IF;
-  v_error := idemq._error_entry(fail.error);
-  IF v_error IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('fail: error must be a JSON object or string, not %s', idemq._excerpt(fail.error::text)),
-      HINT = 'Pass {"class": "TimeoutError", "message": "...", "stack": "..."}.';
-  END IF;
-  v_problem := idemq._backoff_problem(fail.backoff);
-  IF v_problem IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('fail: %s', v_problem),
-      HINT = 'Pass NULL to use the job''s own backoff.';
-  END IF;
-  IF fail.max_attempts < 1 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('fail: max_attempts must be NULL or >= 1, not %s', fail.max_attempts),
-      HINT = 'Pass NULL to use the job''s own max_attempts.';
-  END IF;
-  PERFORM idemq._check_instant('fail', 'retry_at', fail.retry_at);
-
-  SELECT j.attempt, j.uncounted, j.max_attempts, j.backoff INTO v_job
-  FROM idemq.jobs j
-  WHERE j.id = fail.job_id AND j.attempt = fail.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
-  FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(fail.job_id, fail.attempt, 'fail');
-  END IF;
-  v_state := CASE WHEN NOT fail.retryable THEN 'failed'
-                  WHEN NOT fail.counted THEN 'scheduled'
-                  WHEN v_job.attempt - v_job.uncounted >= least(v_job.max_attempts, fail.max_attempts) THEN 'failed'
-                  ELSE 'scheduled' END;
-
-  UPDATE idemq.jobs AS j
-  SET state = v_state,
-      run_at = CASE WHEN v_state <> 'scheduled' THEN j.run_at
-                    WHEN NOT fail.counted THEN coalesce(fail.retry_at, now())
-                    ELSE coalesce(fail.retry_at, now() + idemq._backoff_delay(coalesce(nullif(fail.backoff, 'null'), v_job.backoff),
-                                                                  v_job.attempt - v_job.uncounted)) END,
-      uncounted = j.uncounted + CASE WHEN fail.counted THEN 0 ELSE 1 END,
-      finished_at = CASE WHEN v_state = 'failed' THEN now() END,
-      errors = idemq._append_error(j.errors, v_error || jsonb_build_object(
-        'attempt', j.attempt, 'started_at', j.locked_at, 'failed_at', now(), 'worker', j.locked_by,
-        'max_attempts', least(v_job.max_attempts, fail.max_attempts))),
-      locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = fail.job_id
-  RETURNING j.run_at, j.queue INTO v_due;
-  -- A retry due at once (retry_at in the past, a zero delay) must not wait
-  -- for a worker's fallback poll.
-  IF v_state = 'scheduled' AND v_due.run_at <= now() THEN
-    PERFORM idemq._notify_waiting(v_due.queue);
-  END IF;
-  state := v_state;
-  run_at := CASE WHEN v_state = 'scheduled' THEN v_due.run_at END;
-  RETURN NEXT;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean) IS
-  'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.heartbeat;
--- sql/functions/heartbeat.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds')
-RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_ids bigint[];
-  v_attempts int[];
-BEGIN
-  -- As in complete_many: the pairs checked and sorted by id (_pairs_by_id),
-  -- width_bucket() finding an id's attempt by binary search, and "id = ANY
-  -- (ids)", a primary-key probe per job whatever the table holds (joined to
-  -- the arrays, the planner hashed or scanned the whole table). The attempt
-  -- and the held-check are re-checked on the newest row version.
-  SELECT p.ids, p.attempts_by_id INTO v_ids, v_attempts
-  FROM idemq._pairs_by_id(job_ids, attempts, 'heartbeat',
-                          'Pass two arrays of equal length: the ids and attempts of the jobs this worker runs.') p;
-  PERFORM idemq._check_lease(lease, 'heartbeat');
-
-  RETURN QUERY
-  UPDATE idemq.jobs AS j
-  SET lease_expires_at = now() + lease
-  WHERE j.id = ANY (v_ids)
-    AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
-    AND idemq._held(j.lease_expires_at, j.locked_by)
-  RETURNING j.id;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval) IS
-  'Extend the leases of (job_id, attempt) pairs still held; ids missing from the answer were lost.';
-
--- sql/functions/overview.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000)
-RETURNS TABLE(queue text, task text, metric text, value bigint, exact boolean)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_state idemq.job_state;
-  v_count bigint;
-  v_estimate numeric;
-BEGIN
-  IF recent IS NULL OR exact_up_to IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'overview: recent and exact_up_to must not be NULL',
-      HINT = 'Leave an argument out to take its default.';
-  END IF;
-  IF recent <= interval '0' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('overview: recent must be positive, not %s', recent),
-      HINT = 'Give the window of recent finishes, e.g. recent => ''15 minutes''.';
-  END IF;
-  PERFORM idemq._check_duration('overview', 'recent', recent);
-  IF exact_up_to NOT BETWEEN 0 AND 10000000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('overview: exact_up_to must be from 0 to 10000000, not %s', exact_up_to),
-      HINT = 'Totals over it are estimated; 10000 (the default) keeps the call fast.';
-  END IF;
-
-  -- Each branch names the state(s) as constants so the planner matches the
-  -- partial index of active rows instead of scanning the finished ones.
-  RETURN QUERY
-  SELECT j.queue, j.task, j.state::text, count(*), true
-  FROM idemq.jobs j
-  WHERE j.state IN ('enqueued', 'scheduled')
-  GROUP BY j.queue, j.task, j.state
-  UNION ALL
-  SELECT j.queue, j.task, 'processing', count(*), true
-  FROM idemq.jobs j WHERE j.state = 'processing'
-  GROUP BY j.queue, j.task
-  UNION ALL
-  SELECT j.queue, j.task, 'awaiting', count(*), true
-  FROM idemq.jobs j WHERE j.state = 'awaiting'
-  GROUP BY j.queue, j.task
-  UNION ALL
-  SELECT j.queue, j.task, 'lease_expired', count(*), true
-  FROM idemq.jobs j
-  WHERE j.state = 'processing' AND j.lease_expires_at < now()
-  GROUP BY j.queue, j.task
-  UNION ALL
-  -- As stats() computes it (capped epoch seconds: a run_at of -infinity must not fail the call).
-  SELECT j.queue, j.task, 'oldest_runnable_seconds',
-         least(floor(extract(epoch FROM now()) - extract(epoch FROM min(j.run_at))),
-               9223372036854775807)::bigint, true
-  FROM idemq.jobs j
-  WHERE j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
-    AND (j.expires_at IS NULL OR j.expires_at > now())
-  GROUP BY j.queue, j.task
-  UNION ALL
-  SELECT j.queue, j.task, j.state::text || '_recent', count(*), true
-  FROM idemq.jobs j
-  WHERE j.state IN ('succeeded', 'failed', 'expired', 'cancelled')
-    AND j.finished_at IS NOT NULL AND j.finished_at >= now() - recent
-  GROUP BY j.queue, j.task, j.state
-  UNION ALL
-  SELECT NULL, c.task, c.event, sum(c.n)::bigint, true
-  FROM idemq.counters c
-  GROUP BY c.task, c.event;
-
-  -- Totals per terminal state: counted through jobs_by_finish up to the cap,
-  -- estimated beyond it (a count(*) of a million rows is what this avoids).
-  FOREACH v_state IN ARRAY ARRAY['succeeded', 'failed', 'expired', 'cancelled']::idemq.job_state[] LOOP
-    SELECT count(*) INTO v_count
-    FROM (SELECT FROM idemq.jobs j
-          WHERE j.state = v_state AND j.finished_at IS NOT NULL
-          LIMIT exact_up_to + 1) s;
-    CONTINUE WHEN v_count = 0;
-    queue := NULL;
-    task := NULL;
-    metric := v_state::text;
-    IF v_count <= exact_up_to THEN
-      value := v_count;
-      exact := true;
-    ELSE
-      SELECT c.reltuples * s.most_common_freqs[array_position(s.most_common_vals::text::text[], v_state::text)]
-      INTO v_estimate
-      FROM pg_class c
-      LEFT JOIN pg_stats s
-        ON s.schemaname = 'idemq' AND s.tablename = 'jobs' AND s.attname = 'state'
-      WHERE c.oid = 'idemq.jobs'::regclass AND c.reltuples > 0;
-      value := greatest(exact_up_to + 1, coalesce(round(v_estimate), 0))::bigint;
-      exact := false;
-    END IF;
-    RETURN NEXT;
-  END LOOP;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.overview(interval, bigint) IS
-  'Dashboard overview: exact active counts and recent finishes per queue and task, terminal totals exact up to a cap and estimated beyond it.';
-
--- sql/functions/retry.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
-RETURNS idemq.job_state
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_job idemq.jobs;
-  v_holder record;
-BEGIN
-  v_job := idemq._lock_job(retry.job_id, 'retry');
-  IF v_job.state <> ALL (idemq._unsuccessful_states()) THEN
-    RAISE EXCEPTION USING ERRCODE = 'IQ412',
-      MESSAGE = format('retry: job %s is %s; only failed, cancelled or expired jobs can be retried', v_job.id, v_job.state),
-      DETAIL = jsonb_build_object('job_id', v_job.id, 'state', v_job.state)::text,
-      HINT = CASE WHEN v_job.state = 'succeeded' THEN 'A succeeded job''s effect happened; enqueue new work instead.'
-                  ELSE 'The job has not finished; wait for it, or cancel it first.' END;
-  END IF;
-
-  IF v_job.idempotency_key IS NOT NULL THEN
-    SELECT k.job_id, k.finished_state INTO v_holder
-    FROM idemq.keys k WHERE k.key = v_job.idempotency_key FOR NO KEY UPDATE;
-    IF FOUND AND v_holder.job_id <> v_job.id AND v_holder.finished_state IS NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'IQ409',
-        MESSAGE = format('retry: idempotency key "%s" of job %s is held by active job %s',
-                         v_job.idempotency_key, v_job.id, v_holder.job_id),
-        DETAIL = jsonb_build_object('key', v_job.idempotency_key, 'existing_job_id', v_holder.job_id,
-                                    'existing_state', (SELECT j.state FROM idemq.jobs j WHERE j.id = v_holder.job_id),
-                                    'policy', NULL)::text,
-        HINT = format('Job %s already does this work; cancel it first to retry job %s.', v_holder.job_id, v_job.id);
-    END IF;
-    INSERT INTO idemq.keys AS k (key, job_id, task, payload_md5, retention)
-    VALUES (v_job.idempotency_key, v_job.id, v_job.task, md5(v_job.payload::text),
-            (idemq._job_defaults()->>'key_retention')::interval)
-    ON CONFLICT ON CONSTRAINT keys_pkey DO UPDATE
-      SET job_id = EXCLUDED.job_id, task = EXCLUDED.task, payload_md5 = EXCLUDED.payload_md5,
-          finished_state = NULL, finished_at = NULL;
-  END IF;
-
-  UPDATE idemq.jobs AS j
-  SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
-      errors = idemq._append_error(j.errors, jsonb_build_object(
-        'attempt', j.attempt, 'class', 'Retried',
-        'message', format('retried by an operator after the job was %s', j.state),
-        'previous_state', j.state, 'finished_at', j.finished_at, 'retried_at', now())),
-      expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
-  WHERE j.id = v_job.id;
-  PERFORM idemq._notify_waiting(v_job.queue);
-  RETURN 'enqueued';
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.retry(bigint) IS
-  'Run a failed, cancelled or expired job again with fresh attempts; IQ409 if its key is held by another active job.';
-
--- sql/functions/retry_horizon.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.retry_horizon(backoff jsonb, counted_attempts int, max_attempts int)
-RETURNS interval
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_cap constant numeric := 36500 * 86400::numeric; -- 100 years of 365 days, in seconds
-  v_last int := max_attempts - 1;
-  v_problem text := idemq._backoff_problem(backoff);
-  v_total numeric := 0;
-  v_delay numeric;
-  v_previous numeric;
-BEGIN
-  IF counted_attempts IS NULL OR max_attempts IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'retry_horizon: counted_attempts and max_attempts must not be NULL',
-      HINT = 'Pass the job''s attempt - uncounted (0 before its first attempt) and its max_attempts.';
-  END IF;
-  IF v_problem IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('retry_horizon: %s', v_problem),
-      HINT = 'Pass a job''s backoff column, or NULL for the default.';
-  END IF;
-  FOR v_failure IN greatest(counted_attempts, 1) .. v_last LOOP
-    v_delay := extract(epoch FROM idemq._backoff_delay(backoff, v_failure, draw => 1));
-    IF v_delay = v_previous THEN
-      -- Constant from here on: multiply.
-      v_total := v_total + v_delay * (v_last - v_failure + 1);
-      EXIT;
-    END IF;
-    v_total := v_total + v_delay;
-    v_previous := v_delay;
-    -- A slowly growing exponential (factor near 1) reaches neither the cap nor
-    -- a constant delay: 100,000 delays are plenty for a diagnosis.
-    EXIT WHEN v_total >= v_cap OR v_failure - counted_attempts > 100000;
-  END LOOP;
-  RETURN make_interval(secs => least(v_total, v_cap)::float8);
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.retry_horizon(jsonb, int, int) IS
-  'Longest time the remaining retries of a job can take (the worst-case backoff delays summed, at most 100 years).';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.schedules;
--- sql/functions/schedules.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.schedules()
-RETURNS TABLE(name text, cron text, timezone text, task text, queue text, payload jsonb,
-              priority int, max_attempts int, overlap idemq.schedule_overlap, misfire idemq.schedule_misfire,
-              misfire_grace interval, next_at timestamptz, last_slot_at timestamptz, last_job_id bigint,
-              last_job_state idemq.job_state, skipped bigint, created_at timestamptz, updated_at timestamptz)
-LANGUAGE sql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.payload, s.priority, s.max_attempts, s.overlap,
-         s.misfire, s.misfire_grace, s.next_at, s.last_slot_at, s.last_job_id, j.state, s.skipped,
-         s.created_at, s.updated_at
-  FROM idemq.schedules s
-  LEFT JOIN idemq.jobs j ON j.id = s.last_job_id
-  ORDER BY s.name;
-$$;
-
-COMMENT ON FUNCTION idemq.schedules() IS
-  'List the recurring schedules, with the state of each one''s latest job.';
-
--- The signature changed: CREATE OR REPLACE cannot change it.
-DROP FUNCTION idemq.snooze;
--- sql/functions/snooze.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.snooze(job_id bigint, attempt int, run_at timestamptz)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_queue text;
-BEGIN
-  IF snooze.run_at IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = 'snooze: run_at must not be NULL',
-      HINT = 'Pass when the job should run again, e.g. now() + interval ''1 minute''.';
-  END IF;
-  PERFORM idemq._check_instant('snooze', 'run_at', snooze.run_at);
-  UPDATE idemq.jobs AS j
-  SET state = 'scheduled', run_at = snooze.run_at, uncounted = j.uncounted + 1,
-      locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = snooze.job_id AND j.attempt = snooze.attempt AND idemq._held(j.lease_expires_at, j.locked_by)
-  RETURNING j.queue INTO v_queue;
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(snooze.job_id, snooze.attempt, 'snooze');
-  END IF;
-  IF snooze.run_at <= now() THEN
-    PERFORM idemq._notify_waiting(v_queue);
-  END IF;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz) IS
-  'Reschedule a held job without spending an attempt (rate limits, dependencies).';
-
--- sql/functions/stats.sql as of 0001_release_0_1_0
-CREATE OR REPLACE FUNCTION idemq.stats()
-RETURNS TABLE(queue text, task text, metric text, value bigint)
-LANGUAGE plpgsql STABLE
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-BEGIN
-  RETURN QUERY
-  SELECT j.queue, j.task, j.state::text, count(*)
-  FROM idemq.jobs j
-  GROUP BY j.queue, j.task, j.state
-  UNION ALL
-  SELECT j.queue, j.task, 'lease_expired', count(*)
-  FROM idemq.jobs j
-  WHERE j.state = 'processing' AND j.lease_expires_at < now()
-  GROUP BY j.queue, j.task
-  UNION ALL
-  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds
-  FROM idemq._runnable_jobs() r
-  UNION ALL
-  SELECT NULL, c.task, c.event, sum(c.n)::bigint
-  FROM idemq.counters c
-  GROUP BY c.task, c.event
-  ORDER BY 1, 2, 3;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq.stats() IS
-  'Counts per queue, task and state, expired leases, oldest runnable age, and duplicate/rejection events per task.';
-
-DROP FUNCTION idemq.schema_version;
-DROP FUNCTION idemq.job;
-DROP FUNCTION idemq._oldest_runnable;
-DROP FUNCTION idemq._payload_problem;
-DROP FUNCTION idemq._job_counts;
-DROP FUNCTION idemq._count_jobs;
-REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
-
--- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
-SELECT count(*) FROM idemq._grant_roles();
-
--- ==== hand-written: the reversal (kept when migration:new amends this file) ====
--- The cluster-wide roles get their privileges back (0.1.0's _grant_roles,
--- restored above); the installation's roles lose theirs here, and stay (they
--- may have members).
-SELECT count(*) FROM idemq._grant_roles();
-DO $$
-DECLARE
-  v_role text;
-BEGIN
-  FOR v_role IN
-    SELECT r.rolname FROM idemq.installation i
-    CROSS JOIN LATERAL unnest(ARRAY[i.producer_role, i.worker_role, i.admin_role]) AS n(name)
-    JOIN pg_catalog.pg_roles r ON r.rolname = n.name
-  LOOP
-    EXECUTE pg_catalog.format('REVOKE ALL ON SCHEMA idemq FROM %I', v_role);
-    EXECUTE pg_catalog.format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA idemq FROM %I', v_role);
-    EXECUTE pg_catalog.format('REVOKE ALL ON ALL TABLES IN SCHEMA idemq FROM %I', v_role);
-  END LOOP;
-END $$;
-DROP TABLE idemq.installation;
-DROP TYPE idemq.job_row;
-ALTER TYPE idemq.claimed_job DROP ATTRIBUTE job_id, DROP ATTRIBUTE lease_token;
-ALTER TABLE idemq.jobs DROP COLUMN lease_token;
-DROP TABLE idemq.job_counts;
-ALTER TABLE idemq.schedules DROP COLUMN last_error, DROP COLUMN last_error_at;
 -- ==== end hand-written ====

@@ -3,7 +3,7 @@
 // start-up with the task's name rather than at its first failure. No delay is
 // computed here: fail() applies the backoff in SQL (_backoff_delay) and
 // returns the run_at it chose. The rules mirror
-// sql/functions/_backoff_problem.sql: test/worker/backoff.test.ts holds the
+// sql/functions/attempts/_backoff_problem.sql: test/worker/backoff.test.ts holds the
 // two equal case by case, and test/contract/contract.test.ts the fields of each kind.
 import { BACKOFF_FIELDS, BACKOFF_KINDS, toBackoffJson, toMilliseconds, type Backoff } from "../contract.ts";
 import { BadArgumentError } from "../errors.ts";

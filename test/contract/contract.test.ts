@@ -8,7 +8,7 @@
 // Guarantees, Concurrency, Errors, Tests); PUBLIC executes nothing, and every
 // function pins search_path (or is bound at CREATE).
 import { execFile } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -27,6 +27,7 @@ import {
 import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
 import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql-api.ts";
 import { installationRoles, ROLE_FUNCTIONS } from "../../src/roles.ts";
+import { duplicateNames, functionPaths } from "../../scripts/migration-new.mjs";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
 
@@ -47,10 +48,13 @@ async function list(sql: string): Promise<string[]> {
   return rows[0]!.v;
 }
 
-const functionFiles = readdirSync(FUNCTIONS_DIR)
-  .filter((f) => f.endsWith(".sql"))
-  .sort()
-  .map((f) => ({ name: f.slice(0, -4), file: join(FUNCTIONS_DIR, f), text: readFileSync(join(FUNCTIONS_DIR, f), "utf8") }));
+// sql/functions/FAMILY/NAME.sql, by name; path: relative to sql/functions/.
+const functionFiles = functionPaths(FUNCTIONS_DIR).map((f) => ({
+  name: f.name,
+  path: f.file,
+  file: join(FUNCTIONS_DIR, f.file),
+  text: readFileSync(join(FUNCTIONS_DIR, f.file), "utf8"),
+}));
 
 async function installedFunctions(): Promise<Array<{ name: string; oid: number }>> {
   const { rows } = await db.pool.query<{ name: string; oid: number }>(
@@ -184,7 +188,7 @@ describe("error registry", () => {
     for (const m of f.text.matchAll(/'(IQ[0-9A-Z]{3})'/g)) raised.set(m[1]!, [...(raised.get(m[1]!) ?? []), f.name]);
   }
 
-  it("ERROR_CLASSES has a class for every IQ SQLSTATE raised in sql/functions/*.sql", () => {
+  it("ERROR_CLASSES has a class for every IQ SQLSTATE raised in sql/functions/", () => {
     const missing = [...raised.keys()].filter((code) => !(code in ERROR_CLASSES));
     expect(missing, "codes raised in SQL without a TS class").toEqual([]);
     expect(raised.size).toBeGreaterThanOrEqual(5);
@@ -353,7 +357,7 @@ describe("defaults live once", () => {
 });
 
 describe("drift: installed functions equal sql/functions/", () => {
-  it("every function in schema idemq has a file sql/functions/<name>.sql, and every file has its function", async () => {
+  it("every function in schema idemq has a file sql/functions/<family>/<name>.sql, and every file has its function", async () => {
     const installed = [...new Set((await installedFunctions()).map((f) => f.name))].sort();
     expect(installed).toEqual(functionFiles.map((f) => f.name));
   });
@@ -374,7 +378,7 @@ describe("drift: installed functions equal sql/functions/", () => {
       const file = functionFiles.find((f) => f.name === name)!;
       const body = /AS \$\$([\s\S]*?)\$\$/.exec(file.text)?.[1];
       expect(body, `${name}.sql has a $$ body`).toBeDefined();
-      expect(src.trim(), `idemq.${name} differs from sql/functions/${name}.sql; carry the change in a new migration: npm run migration:new -- NAME`).toBe(
+      expect(src.trim(), `idemq.${name} differs from sql/functions/${file.path}; carry the change in a new migration: npm run migration:new -- NAME`).toBe(
         body!.trim(),
       );
     }
@@ -406,7 +410,13 @@ describe("drift: installed functions equal sql/functions/", () => {
 });
 
 describe("function file headers", () => {
-  it.each(functionFiles.map((f) => [f.name, f] as const))("%s.sql: signature, purpose, Guarantees, Concurrency, Errors, Tests, COMMENT ON FUNCTION", (_n, f) => {
+  it("each function name has one file across the family folders (a migration knows a function by its file's name)", () => {
+    expect(functionFiles.length).toBeGreaterThan(90);
+    expect(new Set(functionFiles.map((f) => f.path.split("/").length)), "every file is in a family folder").toEqual(new Set([2]));
+    expect(duplicateNames(FUNCTIONS_DIR), "names with more than one file in sql/functions/").toEqual([]);
+  });
+
+  it.each(functionFiles.map((f) => [f.path, f] as const))("%s: signature, purpose, Guarantees, Concurrency, Errors, Tests, COMMENT ON FUNCTION", (_n, f) => {
     const lines = f.text.split("\n");
     const headerEnd = lines.findIndex((l) => !l.startsWith("--"));
     const header = lines.slice(0, headerEnd);

@@ -13,9 +13,10 @@ type Row = Record<string, unknown>;
 export type CatalogDigest = Record<string, Record<string, string>>;
 
 /** The tables whose rows a migration writes (not jobs' data): part of what a release installs. */
-const INSTALLED_ROWS = ["settings", "enqueue_limits", "success_retention", "retention"] as const;
+export const INSTALLED_ROWS = ["settings", "enqueue_limits", "success_retention", "retention"] as const;
 
-const KEYS: Record<string, (row: Row) => string> = {
+/** Each catalog section's name for one of its rows (its object): what a difference is reported by. */
+export const CATALOG_KEYS: Record<string, (row: Row) => string> = {
   relations: (r) => `${r.name}`,
   columns: (r) => `${r.relation}.${r.name}`,
   constraints: (r) => `${r.owner}.${r.name}`,
@@ -30,11 +31,11 @@ const KEYS: Record<string, (row: Row) => string> = {
 export async function catalogDigest(db: pg.Pool | pg.ClientBase): Promise<CatalogDigest> {
   const committed = await committedCatalog(db);
   const sources = new Map(
-    ((await catalogSnapshot(db)).functions as Row[]).map((f) => [KEYS.functions!(f), f.source]),
+    ((await catalogSnapshot(db)).functions as Row[]).map((f) => [CATALOG_KEYS.functions!(f), f.source]),
   );
   const digest: CatalogDigest = {};
   for (const [section, rows] of Object.entries(committed) as [string, Row[]][]) {
-    const key = KEYS[section];
+    const key = CATALOG_KEYS[section];
     if (key === undefined) throw new Error(`catalogDigest: no key for section ${section}`);
     digest[section] = Object.fromEntries(
       rows.map((row) => [key(row), hash(section === "functions" ? { ...row, source: sources.get(key(row)) } : row)]),

@@ -1,4 +1,4 @@
-// The migration runner (src/migrate.ts): idempotent, reversible, safe under
+// The migration runner (src/migrate.ts): idempotent, reversible (where a migration has a Down), safe under
 // concurrency, one transaction per migration (a failed one leaves those
 // before it applied), and its psql script builds the same catalog as `migrate`.
 // Each case runs on the package's sql/migrations and on a fixture set, so the
@@ -59,22 +59,6 @@ describe.each([
     expect(await appliedRows(db)).toEqual(names);
   });
 
-  it("up, down, up gives the same catalog", async () => {
-    const db = await emptyDatabase();
-    const names = await allNames(db);
-    await migrate({ connectionString: db.url, migrationsDir });
-    const first = await catalogSnapshot(db.pool);
-
-    const reverted = await migrate({ connectionString: db.url, migrationsDir, direction: "down", count: names.length });
-    expect(reverted).toEqual([...names].reverse());
-    expect(await appliedRows(db)).toEqual([]);
-    const { rows } = await db.pool.query("SELECT 1 FROM pg_namespace WHERE nspname = 'idemq'");
-    expect(rows).toHaveLength(0);
-
-    expect(await migrate({ connectionString: db.url, migrationsDir })).toEqual(names);
-    expect(await catalogSnapshot(db.pool)).toEqual(first);
-  });
-
   it("4 concurrent migrate calls on an empty database: each migration runs exactly once", async () => {
     const db = await emptyDatabase();
     const names = await allNames(db);
@@ -110,6 +94,26 @@ describe.each([
     expect(await pendingSql({ connectionString: viaPsql.url, migrationsDir })).toBe(
       "-- idemq: no pending migrations\n",
     );
+  });
+});
+
+describe("migrations: reverted (fixture set; sql/migrations are forward-only, test/install/upgrade.test.ts)", () => {
+  const migrationsDir = FIXTURE_MIGRATIONS;
+
+  it("up, down, up gives the same catalog", async () => {
+    const db = await emptyDatabase();
+    const names = (await migrationStatus({ connectionString: db.url, migrationsDir })).pending;
+    await migrate({ connectionString: db.url, migrationsDir });
+    const first = await catalogSnapshot(db.pool);
+
+    const reverted = await migrate({ connectionString: db.url, migrationsDir, direction: "down", count: names.length });
+    expect(reverted).toEqual([...names].reverse());
+    expect(await appliedRows(db)).toEqual([]);
+    const { rows } = await db.pool.query("SELECT 1 FROM pg_namespace WHERE nspname = 'idemq'");
+    expect(rows).toHaveLength(0);
+
+    expect(await migrate({ connectionString: db.url, migrationsDir })).toEqual(names);
+    expect(await catalogSnapshot(db.pool)).toEqual(first);
   });
 });
 

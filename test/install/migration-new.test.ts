@@ -5,19 +5,23 @@
 // private helpers revoked from PUBLIC, removed ones dropped, one whose
 // signature changed dropped before it is created again), refuses to
 // overwrite a released name, amends the newest migration instead while it is
-// unreleased (keeping its hand-written parts), and the migration it writes applies, leaves sql/functions/
-// installed, and its Down restores the catalog it started from.
+// unreleased (keeping its hand-written parts, refusing one with a Down
+// section), and the migration it writes is forward-only: it applies, leaves
+// exactly sql/schema.sql and sql/functions/ installed, and migrate down is
+// refused and changes nothing.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { cp, mkdtemp, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { functionPaths } from "../../scripts/migration-new.mjs";
 import { migrate } from "../../src/migrate.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { catalogDifferences, installFromSchemaFile } from "../helpers/schema-file.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
 const exec = promisify(execFile);
@@ -80,15 +84,17 @@ describe("migration:check and migration:new", () => {
   });
 
   it("--check names each edited, new and removed file and the command that fixes it; migration:new carries exactly them", async () => {
-    const statsFile = join(functions, "stats.sql");
+    const statsFile = join(functions, "reads", "stats.sql");
     const stats = await readFile(statsFile, "utf8");
     const edited = stats.replace(/COMMENT ON FUNCTION idemq\.stats\(\) IS\n\s*'/, "$&(probe) ");
     expect(edited).not.toBe(stats);
     await writeFile(statsFile, edited);
-    await writeFile(join(functions, "upgrade_probe.sql"), PUBLIC_FN);
-    await writeFile(join(functions, "_upgrade_probe.sql"), HELPER);
+    // In a family folder of their own: migration:new walks every folder.
+    await mkdir(join(functions, "probe"));
+    await writeFile(join(functions, "probe", "upgrade_probe.sql"), PUBLIC_FN);
+    await writeFile(join(functions, "probe", "_upgrade_probe.sql"), HELPER);
     // A new parameter: CREATE OR REPLACE would add an overload, so the old one is dropped first.
-    const purgeFile = join(functions, "purge.sql");
+    const purgeFile = join(functions, "retention", "purge.sql");
     const purge = await readFile(purgeFile, "utf8");
     const resigned = purge
       .replaceAll("batch_size int DEFAULT NULL)", "batch_size int DEFAULT NULL, note text DEFAULT NULL)")
@@ -96,15 +102,16 @@ describe("migration:check and migration:new", () => {
     // The header's signature line, the CREATE line and the COMMENT.
     expect(resigned.match(/note text|job_state\[\], int, text\)/g)).toHaveLength(3);
     await writeFile(purgeFile, resigned);
-    const pruneKeys = await readFile(join(functions, "prune_keys.sql"), "utf8");
-    await unlink(join(functions, "prune_keys.sql"));
+    const pruneKeys = await readFile(join(functions, "retention", "prune_keys.sql"), "utf8");
+    await unlink(join(functions, "retention", "prune_keys.sql"));
 
     const check = await script("--check");
     expect(check.code).toBe(1);
-    expect(check.stderr).toContain("functions/_upgrade_probe.sql is new: no migration creates idemq._upgrade_probe");
-    expect(check.stderr).toContain("functions/upgrade_probe.sql is new");
-    expect(check.stderr).toContain(`functions/stats.sql differs from its text in ${lastCarrier("stats")}`);
-    expect(check.stderr).toContain("functions/prune_keys.sql is gone, but");
+    expect(check.stderr).toContain("functions/probe/_upgrade_probe.sql is new: no migration creates idemq._upgrade_probe");
+    expect(check.stderr).toContain("functions/probe/upgrade_probe.sql is new");
+    expect(check.stderr).toContain(`functions/reads/stats.sql differs from its text in ${lastCarrier("stats")}`);
+    // A removed file is named where the migration that carried it last found it (0001 names the flat paths of before the folders).
+    expect(check.stderr).toContain(`functions/${lastCarrierPath("prune_keys")}.sql is gone, but`);
     expect(check.stderr).toContain("carry the change in a new migration: npm run migration:new -- NAME");
 
     const made = await script("probe");
@@ -112,22 +119,28 @@ describe("migration:check and migration:new", () => {
     expect(made.stdout).toContain(`wrote migrations/${NEXT}.sql: +_upgrade_probe +upgrade_probe ~purge ~stats -prune_keys`);
     expect(made.stdout).toContain("Signature changed (dropped first, then created): idemq.purge\n");
     const text = await readFile(join(migrations, `${NEXT}.sql`), "utf8");
-    const [up, down] = text.split("-- Down Migration");
-    const markers = [...up!.matchAll(/^-- ---- sql\/functions\/(\w+)\.sql( \(removed\))? ----$/gm)].map((m) => m[1] + (m[2] ?? ""));
-    expect(markers, "helpers first, then the rest; removals last").toEqual(["_upgrade_probe", "purge", "stats", "upgrade_probe", "prune_keys (removed)"]);
-    expect(up).toContain("DROP FUNCTION idemq.purge;\n-- ---- sql/functions/purge.sql ----\n");
+    expect(text, "forward-only: no Down section").not.toMatch(/^\s*--[\s-]*down\s+migration/im);
+    const up = text;
+    const markers = [...up.matchAll(/^-- ---- sql\/functions\/([\w/-]+)\.sql( \(removed\))? ----$/gm)].map((m) => m[1] + (m[2] ?? ""));
+    expect(markers, "helpers first, then the rest; removals last; each named by its path").toEqual([
+      "probe/_upgrade_probe",
+      "retention/purge",
+      "reads/stats",
+      "probe/upgrade_probe",
+      `${lastCarrierPath("prune_keys")} (removed)`,
+    ]);
+    expect(up).toContain("DROP FUNCTION idemq.purge;\n-- ---- sql/functions/retention/purge.sql ----\n");
     expect(up).not.toContain("DROP FUNCTION idemq.stats;");
     // Carried from CREATE on: the header comment is documentation, not schema.
-    expect(up).toContain(`-- ---- sql/functions/stats.sql ----\n${withoutHeader(edited)}\n`);
+    expect(up).toContain(`-- ---- sql/functions/reads/stats.sql ----\n${withoutHeader(edited)}\n`);
     expect(up).not.toContain("-- idemq.stats() RETURNS");
-    expect(up).toContain("-- ---- sql/functions/prune_keys.sql (removed) ----\nDROP FUNCTION idemq.prune_keys;\n");
+    expect(up).toContain(`-- ---- sql/functions/${lastCarrierPath("prune_keys")}.sql (removed) ----\nDROP FUNCTION idemq.prune_keys;\n`);
     expect(up).toContain("REVOKE EXECUTE ON FUNCTION idemq._upgrade_probe FROM PUBLIC;");
     expect(up).not.toContain("REVOKE EXECUTE ON FUNCTION idemq.upgrade_probe ");
-    // Down: the previous texts back, then the new functions dropped, dependents first.
-    expect(down).toContain(`${withoutHeader(pruneKeys)}\n`);
-    expect(down).toContain(`${withoutHeader(stats)}\n`);
-    expect(down).toContain(`DROP FUNCTION idemq.purge;\n-- sql/functions/purge.sql as of ${lastCarrier("purge")}\n${withoutHeader(purge)}\n`);
-    expect(down).toContain("DROP FUNCTION idemq.upgrade_probe;\nDROP FUNCTION idemq._upgrade_probe;\n");
+    // Forward-only: the previous texts are not carried (a Down would have them).
+    expect(up).not.toContain(withoutHeader(pruneKeys));
+    expect(up).not.toContain(withoutHeader(stats));
+    expect(up).not.toContain(withoutHeader(purge));
 
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
   });
@@ -143,7 +156,7 @@ describe("migration:check and migration:new", () => {
     expect(await readdir(migrations)).toEqual(before);
   });
 
-  it("the written migration applies on the latest database, installs sql/functions/, and its Down restores the catalog", async () => {
+  it("the written migration applies on the latest database, installs exactly sql/schema.sql and sql/functions/, and is forward-only: migrate down is refused and changes nothing", async () => {
     const db = await freshDatabase({ poolSize: 2 });
     databases.push(db);
     const before = await catalogSnapshot(db.pool);
@@ -163,11 +176,22 @@ describe("migration:check and migration:new", () => {
       purge_signatures: ["older_than interval, states idemq.job_state[], batch_size integer, note text"],
     });
     const installed = await db.pool.query<{ name: string }>("SELECT proname AS name FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace ORDER BY 1");
-    const files = (await readdir(functions)).filter((f) => f.endsWith(".sql")).map((f) => f.slice(0, -4)).sort();
+    const files = functionPaths(functions).map((f) => f.name);
     expect(installed.rows.map((r) => r.name)).toEqual(files);
 
-    expect(await migrate({ connectionString: db.url, migrationsDir: migrations, direction: "down" })).toEqual([NEXT]);
-    expect(await catalogSnapshot(db.pool)).toEqual(before);
+    // What the upgrade leaves is what sql/schema.sql and (the copy's) sql/functions/ describe, object by object.
+    const described = await freshDatabase({ empty: true, poolSize: 2 });
+    databases.push(described);
+    await installFromSchemaFile(await described.newClient(), join(sql, "schema.sql"), functions);
+    const differences = await catalogDifferences(described.pool, db.pool);
+    expect(differences.map((d) => `${d.section} ${d.object}`), "the upgrade installs exactly sql/schema.sql and sql/functions/").toEqual([]);
+
+    const upgraded = await catalogSnapshot(db.pool);
+    expect(upgraded).not.toEqual(before);
+    await expect(migrate({ connectionString: db.url, migrationsDir: migrations, direction: "down" })).rejects.toThrow(
+      `User has disabled down migration on file: ${NEXT}`,
+    );
+    expect(await catalogSnapshot(db.pool)).toEqual(upgraded);
   });
 
   it("amends the newest migration while it is unreleased: one upgrade file per release, title and hand-written parts kept, every change since the release carried", async () => {
@@ -177,11 +201,16 @@ describe("migration:check and migration:new", () => {
     const titled = written
       .replace(/^-- Migration .*$/m, `-- Migration ${NEXT}: the probe release.`)
       .replace("-- ==== end hand-written ====", "CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====")
-      .replace(/-- ==== end hand-written ====(?![\s\S]*-- ==== end hand-written)/, "DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====")
-      .replace(/(-- ==== hand-written: after the functions .*\n)/, "$1CREATE INDEX probe_after ON idemq.probe_table (id);\n")
-      .replace(/(-- ==== hand-written: before the functions .*\n)/, "$1DROP INDEX idemq.probe_after;\n");
+      .replace(/(-- ==== hand-written: after the functions .*\n)/, "$1CREATE INDEX probe_after ON idemq.probe_table (id);\n");
+    // A Down section is refused, not dropped silently by the rewrite: migrations are forward-only.
+    const withDown = `${titled}\n-- Down Migration\nDROP TABLE idemq.probe_table;\n`;
+    await writeFile(file, withDown);
+    const refused = await script("other_name");
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(`migrations/${NEXT}.sql: it has a Down Migration section; migrations are forward-only`);
+    expect(await readFile(file, "utf8"), "nothing written").toBe(withDown);
     await writeFile(file, titled);
-    const fnFile = join(functions, "upgrade_probe.sql");
+    const fnFile = join(functions, "probe", "upgrade_probe.sql");
     await writeFile(fnFile, PUBLIC_FN.replace("|| '!'", "|| '!!'"));
 
     const before = await readdir(migrations);
@@ -193,12 +222,9 @@ describe("migration:check and migration:new", () => {
     const text = await readFile(file, "utf8");
     expect(text.split("\n")[0]).toBe(`-- Migration ${NEXT}: the probe release.`);
     expect(text).toContain("CREATE TABLE idemq.probe_table (id int);\n-- ==== end hand-written ====");
-    expect(text).toContain("DROP TABLE idemq.probe_table;\n-- ==== end hand-written ====");
-    // The parts after the functions (Up) and before them (Down) are kept too, in their places.
-    const [upText, downText] = text.split("-- Down Migration");
-    expect(upText!.indexOf("CREATE INDEX probe_after")).toBeGreaterThan(upText!.lastIndexOf("-- ---- sql/functions/"));
-    expect(downText!.indexOf("DROP INDEX idemq.probe_after;")).toBeLessThan(downText!.indexOf("-- sql/functions/"));
-    expect(downText!.indexOf("DROP INDEX idemq.probe_after;")).toBeGreaterThan(-1);
+    // The part after the functions is kept too, in its place.
+    expect(text.indexOf("CREATE INDEX probe_after")).toBeGreaterThan(text.lastIndexOf("-- ---- sql/functions/"));
+    expect(text, "still forward-only").not.toContain("-- Down Migration");
     expect(text).toContain("RETURN idemq._upgrade_probe() || '!!';");
     expect(text).not.toContain("RETURN idemq._upgrade_probe() || '!';");
     expect(await script("--check")).toMatchObject({ code: 0, stderr: "" });
@@ -233,11 +259,20 @@ function withoutHeader(fileText: string): string {
   return fileText.slice(fileText.indexOf("CREATE OR REPLACE FUNCTION")).trimEnd();
 }
 
-/** The last of the repository's migrations whose Up section carries sql/functions/<name>.sql. */
+/** The repository's migrations' Up sections, by name. */
+const UP_SECTIONS = MIGRATION_NAMES.map((migration) => ({
+  migration,
+  up: readFileSync(join(ROOT, "sql", "migrations", `${migration}.sql`), "utf8").split(/^-- Down Migration/m)[0]!,
+}));
+/** The function's marker in one Up section: sql/functions/<path>/<name>.sql (0001 names flat paths, later ones family folders). */
+const markerOf = (up: string, name: string) => new RegExp(`^-- ---- sql/functions/((?:[\\w-]+/)*${name})\\.sql ----$`, "m").exec(up);
+
+/** The last of the repository's migrations whose Up section carries sql/functions/.../<name>.sql. */
 function lastCarrier(name: string): string {
-  const carries = (migration: string) =>
-    readFileSync(join(ROOT, "sql", "migrations", `${migration}.sql`), "utf8")
-      .split(/^-- Down Migration/m)[0]!
-      .includes(`-- ---- sql/functions/${name}.sql ----`);
-  return MIGRATION_NAMES.filter(carries).at(-1)!;
+  return UP_SECTIONS.filter((m) => markerOf(m.up, name)).at(-1)!.migration;
+}
+
+/** The path (under sql/functions/, without .sql) that the last migration carrying <name> gives it. */
+function lastCarrierPath(name: string): string {
+  return markerOf(UP_SECTIONS.find((m) => m.migration === lastCarrier(name))!.up, name)![1]!;
 }

@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { functionPaths } from "../../scripts/migration-new.mjs";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { expectedMistakes, MISTAKES_SOURCE } from "../types/mistakes.ts";
@@ -112,13 +113,17 @@ afterAll(async () => {
 
 describe("the tarball", () => {
   it("ships compiled JavaScript with types, the SQL, the docs, the examples and the LICENSE, and no TypeScript sources", async () => {
-    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_release_0_1_0.sql", "CHANGELOG.md", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
+    for (const file of ["dist/index.js", "dist/index.d.ts", "dist/cli/main.js", "bin/idemq.js", "sql/migrations/0001_release_0_1_0.sql", "sql/schema.sql", "CHANGELOG.md", "docs/design.md", "docs/worker.md", "LICENSE", "README.md"]) {
       expect(packedFiles, file).toContain(file);
     }
     // The README runs them from node_modules/idemq/examples/: every one of them ships.
     const examples = (await readdir(join(ROOT, "examples"))).map((file) => `examples/${file}`).sort();
     expect(examples).toEqual(["examples/sql-only.sql", "examples/tasks.js", "examples/worker.js"]);
     expect(packedFiles.filter((file) => file.startsWith("examples/")).sort()).toEqual(examples);
+    // The function files ship in their family folders (the README among them).
+    const functionFiles = [...functionPaths(join(ROOT, "sql", "functions")).map((f) => `sql/functions/${f.file}`), "sql/functions/README.md"].sort();
+    expect(functionFiles.length).toBeGreaterThan(90);
+    expect(packedFiles.filter((file) => file.startsWith("sql/functions/")).sort()).toEqual(functionFiles);
     expect(packedFiles.filter((file) => file.endsWith(".ts") && !file.endsWith(".d.ts"))).toEqual([]);
     expect(packedFiles.filter((file) => file.includes("tsbuildinfo"))).toEqual([]);
   });
