@@ -53,8 +53,8 @@ export {
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
   TERMINAL_STATES,
-  toPgInterval,
 } from "./contract.ts";
+export { toPgInterval } from "./duration.ts";
 export type {
   Backoff,
   BackoffKind,

@@ -11,8 +11,6 @@
 import pg from "pg";
 import { randomUUID } from "node:crypto";
 import {
-  toBackoffJson,
-  toPgInterval,
   type Backoff,
   type Duration,
   type DuplicatePolicy,
@@ -25,6 +23,8 @@ import {
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
 } from "./contract.ts";
+import { toPgInterval } from "./duration.ts";
+import { toBackoffJson } from "./encode.ts";
 import { fromPgError } from "./errors.ts";
 import {
   bad,

@@ -1,7 +1,8 @@
 // createWorker's options, validated, with the worker's defaults applied.
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { toPgInterval, type Duration } from "../contract.ts";
+import { type Duration } from "../contract.ts";
+import { toPgInterval } from "../duration.ts";
 import { MAX_CLAIM_BATCH, MAX_DELETE_BATCH, WAKE_UP_MODES, WORKER_DEFAULTS, type WakeUpMode } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
 import type { ScheduleDefinition } from "../sql-api.ts";

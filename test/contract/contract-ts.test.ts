@@ -12,11 +12,10 @@ import {
   ERROR_CODES,
   JOB_STATES,
   TERMINAL_STATES,
-  toBackoffJson,
-  toMilliseconds,
-  toPgInterval,
   type Backoff,
 } from "../../src/contract.ts";
+import { toBackoffJson } from "../../src/encode.ts";
+import { toMilliseconds, toPgInterval } from "../../src/duration.ts";
 import {
   BadArgumentError,
   DETAIL_SUBCLASSES,
