@@ -33,6 +33,12 @@ export function toJobId(id: JobIdInput, what = "job id"): string {
   throw bad(`${what} must be an integer (a string, a bigint or a safe integer), got ${String(id)}`);
 }
 
+/** A lease token as SQL takes it: claim()'s uuid text, or null (an attempt claimed before 0.2.0). */
+export function leaseToken(token: string | null): string | null {
+  if (token !== null && typeof token !== "string") throw bad("leaseToken must be the lease_token claim() returned (a uuid string) or null");
+  return token;
+}
+
 export function optionalJobIds(ids: readonly JobIdInput[] | undefined, what: string): string[] | undefined {
   if (ids === undefined) return undefined;
   if (!Array.isArray(ids)) throw bad(`${what} must be an array of job ids`);

@@ -13,8 +13,8 @@
 // job that skipped its NOTIFY); a claim that comes back full ends the waiting,
 // as a backlog needs no wake-ups. In poll mode there is no marker: each claim
 // only sets the next poll (wake-ups.ts).
-import * as sql from "../sql-api.ts";
-import type { ClaimedJob } from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 import { MAX_CLAIM_BATCH } from "./defaults.ts";
 import { jitter, sleep } from "./timers.ts";
 import type { WaitMarker } from "./wait-marker.ts";

@@ -5,7 +5,7 @@ import { EventEmitter } from "node:events";
 import pg from "pg";
 import { defaultConnectionString } from "../database-url.ts";
 import { checkSchema } from "../schema-check.ts";
-import type { ClaimedJob } from "../sql-api.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 import { Completer } from "./completer.ts";
 import { ClaimLoop } from "./claim-loop.ts";
 import { APPLICATION_NAME, type WakeUpMode } from "./defaults.ts";

@@ -7,7 +7,7 @@
 // with no session state (it works through a transaction pooler), and it
 // upserts, so the first refresh after a database restart registers the
 // worker again.
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
 import type { WorkerState } from "./worker-state.ts";
 

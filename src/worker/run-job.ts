@@ -23,7 +23,7 @@
 import type pg from "pg";
 import { toMilliseconds } from "../duration.ts";
 import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";

@@ -5,7 +5,7 @@ import { type Duration } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
 import { MAX_CLAIM_BATCH, MAX_DELETE_BATCH, WAKE_UP_MODES, WORKER_DEFAULTS, type WakeUpMode } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
-import type { ScheduleDefinition } from "../sql-api.ts";
+import type { ScheduleDefinition } from "../sql/index.ts";
 import { normalizeSchedules } from "./schedules.ts";
 import type { WorkerOptions } from "./types.ts";
 import type { PrefetchBounds } from "./prefetch-window.ts";

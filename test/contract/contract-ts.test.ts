@@ -31,7 +31,7 @@ import {
   fromPgError,
 } from "../../src/errors.ts";
 import { Client } from "../../src/client.ts";
-import { buildCall, enqueue, enqueueMany, schedule, scheduleNext, type Queryable, type ScheduleDefinition } from "../../src/sql-api.ts";
+import { buildCall, enqueue, enqueueMany, schedule, scheduleNext, type Queryable, type ScheduleDefinition } from "../../src/sql/index.ts";
 
 function pgError(code: string, message: string, extra: { detail?: string; hint?: string } = {}): pg.DatabaseError {
   const err = new pg.DatabaseError(message, message.length, "error");
