@@ -27,7 +27,7 @@ export interface Settings {
   tickMs: number;
   pruneMs: number;
   retentionMs: number;
-  /** worker_seen() refreshes (presence.ts); always on. */
+  /** worker_seen() refreshes (maintenance/presence.ts); always on. */
   presenceMs: number;
   retentionBatchSize: number;
   retentionTickBudgetMs: number;
