@@ -1,5 +1,5 @@
 // The Client: enqueue and admin calls over a pg.Pool. Every call goes through
-// sql-api.ts; this class adds pool ownership, the caller's transaction
+// src/sql/; this class adds pool ownership, the caller's transaction
 // (`client` option) and events for what the database cannot count.
 
 import { EventEmitter } from "node:events";
@@ -8,7 +8,7 @@ import type { Duration, JobState } from "./contract.ts";
 import { defaultConnectionString } from "./database-url.ts";
 import { DuplicateJobError } from "./errors.ts";
 import { getJob, listJobs, type Job, type ListJobsFilter } from "./job-reads.ts";
-import * as sql from "./sql-api.ts";
+import * as sql from "./sql/index.ts";
 import { loadOtelApi, otelApiIfLoaded } from "./tracing/otel-api.ts";
 import { ProducerTracing } from "./tracing/spans.ts";
 import type {
@@ -25,7 +25,7 @@ import type {
   ScheduleDefinition,
   ScheduleNextOptions,
   StatsRow,
-} from "./sql-api.ts";
+} from "./sql/index.ts";
 import type { TaskPayloads, Tasks } from "./worker/types.ts";
 
 interface CommonClientOptions {

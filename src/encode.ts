@@ -3,15 +3,18 @@
 // and turn TypeScript values into what the parameters expect.
 
 import {
+  BACKOFF_KINDS,
   DUPLICATE_POLICIES,
   JOB_STATES,
   isDuplicatePolicy,
   isJobState,
-  toPgInterval,
+  type Backoff,
+  type BackoffJson,
   type Duration,
   type DuplicatePolicy,
   type JobState,
 } from "./contract.ts";
+import { toPgInterval } from "./duration.ts";
 import { BadArgumentError } from "./errors.ts";
 
 /** A job id as callers may hold it; idemq always returns ids as exact strings. */
@@ -28,6 +31,12 @@ export function toJobId(id: JobIdInput, what = "job id"): string {
   if (typeof id === "number" && Number.isSafeInteger(id)) return String(id);
   if (typeof id === "string" && /^-?\d+$/.test(id.trim())) return id.trim();
   throw bad(`${what} must be an integer (a string, a bigint or a safe integer), got ${String(id)}`);
+}
+
+/** A lease token as SQL takes it: claim()'s uuid text, or null (an attempt claimed before 0.2.0). */
+export function leaseToken(token: string | null): string | null {
+  if (token !== null && typeof token !== "string") throw bad("leaseToken must be the lease_token claim() returned (a uuid string) or null");
+  return token;
 }
 
 export function optionalJobIds(ids: readonly JobIdInput[] | undefined, what: string): string[] | undefined {
@@ -102,4 +111,51 @@ export function jsonb(value: unknown, what: string): string | null | undefined {
   }
   if (out === undefined) throw bad(`${what} is not JSON-serializable (${typeof value})`);
   return out;
+}
+
+/**
+ * Validates the obvious and converts durations to interval strings. Fields
+ * left undefined stay out, so SQL applies its own defaults (factor, jitter).
+ */
+export function toBackoffJson(backoff: Backoff): BackoffJson {
+  if (backoff === null || typeof backoff !== "object") {
+    throw new BadArgumentError("backoff must be an object such as { kind: \"polynomial\" }", {
+      hint: `kind is one of ${BACKOFF_KINDS.join(", ")}`,
+    });
+  }
+  switch (backoff.kind) {
+    case "polynomial":
+      return { kind: "polynomial" };
+    case "exponential": {
+      if (backoff.initial === undefined) {
+        throw new BadArgumentError("exponential backoff needs an initial delay", {
+          hint: '{ kind: "exponential", initial: "2s", factor: 2, max: "1h", jitter: 0.1 }',
+        });
+      }
+      const out: BackoffJson = { kind: "exponential", initial: toPgInterval(backoff.initial) };
+      if (backoff.factor !== undefined) out.factor = finiteNumber("backoff factor", backoff.factor);
+      if (backoff.max !== undefined) out.max = toPgInterval(backoff.max);
+      if (backoff.jitter !== undefined) out.jitter = finiteNumber("backoff jitter", backoff.jitter);
+      return out;
+    }
+    case "fixed": {
+      if (!Array.isArray(backoff.delays) || backoff.delays.length === 0) {
+        throw new BadArgumentError("fixed backoff needs at least one delay", {
+          hint: '{ kind: "fixed", delays: ["2s", "5s", "10s"] } (the last delay repeats)',
+        });
+      }
+      return { kind: "fixed", delays: backoff.delays.map(toPgInterval) };
+    }
+    default:
+      throw new BadArgumentError(`unknown backoff kind ${JSON.stringify((backoff as { kind?: unknown }).kind)}`, {
+        hint: `kind is one of ${BACKOFF_KINDS.join(", ")}`,
+      });
+  }
+}
+
+function finiteNumber(what: string, value: number): number {
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    throw new BadArgumentError(`${what} must be a finite number, got ${String(value)}`);
+  }
+  return value;
 }

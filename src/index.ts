@@ -53,8 +53,8 @@ export {
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
   TERMINAL_STATES,
-  toPgInterval,
 } from "./contract.ts";
+export { toPgInterval } from "./duration.ts";
 export type {
   Backoff,
   BackoffKind,
@@ -82,7 +82,7 @@ export type {
   ScheduleDefinition,
   ScheduleNextOptions,
   StatsRow,
-} from "./sql-api.ts";
+} from "./sql/index.ts";
 export type { Job, ListJobsFilter } from "./job-reads.ts";
 
 // Prometheus metrics (prom-client, an optional peer dependency, loaded only when used).

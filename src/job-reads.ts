@@ -7,7 +7,7 @@
 
 import { CLIENT_DEFAULTS, type JobState } from "./contract.ts";
 import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
-import { job as jobCall, runQuery, type JobRow, type Queryable } from "./sql-api.ts";
+import { job as jobCall, runQuery, type JobRow, type Queryable } from "./sql/index.ts";
 
 export interface Job {
   id: string;

@@ -9,7 +9,7 @@
 import { readFileSync } from "node:fs";
 import { releaseOfMigration, SchemaMissingError, type SchemaVersions } from "./errors.ts";
 import { packageMigrationNames } from "./migrate.ts";
-import { runQuery, SQL_FUNCTIONS, type Queryable } from "./sql-api.ts";
+import { runQuery, SQL_FUNCTIONS, type Queryable } from "./sql/index.ts";
 
 /** This package's version, from its package.json. */
 export const PACKAGE_VERSION: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;

@@ -1,4 +1,4 @@
-// idemq: migrated with migrate.ts, enqueued through sql-api.ts (enqueueMany
+// idemq: migrated with migrate.ts, enqueued through src/sql/ (enqueueMany
 // in bulk, enqueue one by one), processed by the worker (createWorker) with
 // its default settings: only the concurrency is set, and signal handling is
 // left to the bench. Imported from dist/, the compiled package users run (the
@@ -9,7 +9,7 @@
 import pg from "pg";
 import { createWorker } from "../../dist/index.js";
 import { migrate } from "../../dist/migrate.js";
-import * as sql from "../../dist/sql-api.js";
+import * as sql from "../../dist/sql/index.js";
 import {
   LEDGER_DDL,
   LEDGER_INSERT,

@@ -20,7 +20,7 @@
 // design. Neither gives the same-worker comparison this row makes.
 
 import { performance } from "node:perf_hooks";
-import * as sql from "../../dist/sql-api.js"; // the compiled package, as bench/systems/idemq.ts
+import * as sql from "../../dist/sql/index.js"; // the compiled package, as bench/systems/idemq.ts
 import { median } from "../measure.ts";
 import { NOOP_TASK } from "../systems/types.ts";
 import { variant, type Context, type FreshDatabase, type Metrics, type Workload } from "./common.ts";

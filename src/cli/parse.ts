@@ -4,7 +4,8 @@
 // database is opened.
 import { readFile } from "node:fs/promises";
 import { InvalidArgumentError } from "commander";
-import { JOB_STATES, type JobState, isJobState, toPgInterval } from "../contract.ts";
+import { JOB_STATES, type JobState, isJobState } from "../contract.ts";
+import { toPgInterval } from "../duration.ts";
 import { UsageError } from "./output.ts";
 
 const DURATION_EXAMPLES = "250ms, 30s, 5m, 2h, 7d, 1h30m";

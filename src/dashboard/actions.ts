@@ -1,11 +1,11 @@
 // The dashboard's writes: retry, cancel, reschedule one job, and purge
-// finished jobs, each through its SQL function (sql-api.ts), never a direct
+// finished jobs, each through its SQL function (src/sql/), never a direct
 // write. A GET shows what will happen and a form; only its POST, carrying the
 // CSRF token, acts. The database decides who may: the functions are
 // the installation's admin role's, and a role without EXECUTE gets 403 with a message saying so.
 import { isTerminalState, TERMINAL_STATES, type TerminalState } from "../contract.ts";
 import { getJob } from "../job-reads.ts";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, query, type Html } from "./html.ts";
 import { stateBadge } from "./layout.ts";

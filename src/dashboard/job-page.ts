@@ -5,7 +5,7 @@
 // parents and children, and the actions its state allows.
 import type { JobState } from "../contract.ts";
 import { attemptsText, getJob, jobLinks, keyEntry, type Job, type LinkedJob } from "../job-reads.ts";
-import type { Queryable } from "../sql-api.ts";
+import type { Queryable } from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
 import { duration, json, stateBadge, when } from "./layout.ts";

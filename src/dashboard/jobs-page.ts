@@ -4,7 +4,7 @@
 // and says "more than" beyond it.
 import { isJobState, JOB_STATES } from "../contract.ts";
 import { countJobs, listJobs, type Job, type ListJobsFilter } from "../job-reads.ts";
-import type { Queryable } from "../sql-api.ts";
+import type { Queryable } from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, query, type Html } from "./html.ts";
 import { number, stateBadge, when } from "./layout.ts";

@@ -5,7 +5,7 @@
 // kept counts, so the page costs the same however many jobs are retained.
 import { ACTIVE_STATES, TERMINAL_STATES } from "../contract.ts";
 import { recentRates } from "../rates.ts";
-import { overview, type OverviewRow, type Queryable } from "../sql-api.ts";
+import { overview, type OverviewRow, type Queryable } from "../sql/index.ts";
 import { html, query, type Html } from "./html.ts";
 import { duration, number, stateBadge } from "./layout.ts";
 

@@ -1,6 +1,6 @@
 // GET /schedules: every recurring schedule (idemq.schedules()) with its next
 // slot, the state of its latest job, and why tick() could not enqueue it.
-import { schedules, type Queryable } from "../sql-api.ts";
+import { schedules, type Queryable } from "../sql/index.ts";
 import { html, type Html } from "./html.ts";
 import { stateBadge, when } from "./layout.ts";
 

@@ -7,9 +7,10 @@
 // When the database does not answer, the scrape still answers: these series
 // are left out and idemq_database_up is 0.
 import pg from "pg";
-import { JOB_STATES, toMilliseconds, type Duration, type STATS_EVENT_METRICS } from "../contract.ts";
-import * as sql from "../sql-api.ts";
-import type { StatsRow } from "../sql-api.ts";
+import { JOB_STATES, type Duration, type STATS_EVENT_METRICS } from "../contract.ts";
+import { toMilliseconds } from "../duration.ts";
+import * as sql from "../sql/index.ts";
+import type { StatsRow } from "../sql/index.ts";
 import { timedCalls } from "../worker/worker-state.ts";
 import { METRICS_DEFAULTS } from "./defaults.ts";
 import { loadPromClient, registryOf } from "./prom-client.ts";

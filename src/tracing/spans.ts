@@ -17,8 +17,8 @@
 // passes on that context itself, the same traceparent stored and the same
 // context a handler runs in.
 import type { Attributes, Context, Span, Tracer } from "@opentelemetry/api";
-import type { EnqueueResult } from "../sql-api.ts";
-import type { ClaimedJob } from "../sql-api.ts";
+import type { EnqueueResult } from "../sql/index.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 import { MESSAGING_SYSTEM, OPERATIONS, spanName, TRACE_ATTRIBUTES as A, TRACER_NAME } from "./attributes.ts";
 import { sdkRegistered, type OtelApi } from "./otel-api.ts";
 import { formatTraceparent, parseTraceparent } from "./traceparent.ts";

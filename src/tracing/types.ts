@@ -2,7 +2,7 @@
 // @opentelemetry/api type is named, so the declarations a project without
 // the API type-checks against (dist/*.d.ts) never import it (as the metrics
 // API does for prom-client, src/metrics/registry.ts).
-import type { ClaimedJob } from "../sql-api.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 
 /** How an attempt ended, as its span's idemq.outcome says. */
 export type AttemptOutcome = "succeeded" | "retry" | "failed" | "snoozed" | "cancelled" | "lease-lost" | "duplicate" | "released";

@@ -5,7 +5,9 @@
 // returns the run_at it chose. The rules mirror
 // sql/functions/attempts/_backoff_problem.sql: test/worker/backoff.test.ts holds the
 // two equal case by case, and test/contract/contract.test.ts the fields of each kind.
-import { BACKOFF_FIELDS, BACKOFF_KINDS, toBackoffJson, toMilliseconds, type Backoff } from "../contract.ts";
+import { BACKOFF_FIELDS, BACKOFF_KINDS, type Backoff } from "../contract.ts";
+import { toMilliseconds } from "../duration.ts";
+import { toBackoffJson } from "../encode.ts";
 import { BadArgumentError } from "../errors.ts";
 
 /** Throws a BadArgumentError, its message starting with `what`, unless _backoff_problem would accept the backoff. */

@@ -12,13 +12,13 @@
 // and it claims once more when the database confirms (that claim sees every
 // job that skipped its NOTIFY); a claim that comes back full ends the waiting,
 // as a backlog needs no wake-ups. In poll mode there is no marker: each claim
-// only sets the next poll (wake-ups.ts).
-import * as sql from "../sql-api.ts";
-import type { ClaimedJob } from "../sql-api.ts";
+// only sets the next poll (wake-ups/wake-ups.ts).
+import * as sql from "../sql/index.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 import { MAX_CLAIM_BATCH } from "./defaults.ts";
 import { jitter, sleep } from "./timers.ts";
-import type { WaitMarker } from "./wait-marker.ts";
-import type { WakeUps } from "./wake-ups.ts";
+import type { WaitMarker } from "./wake-ups/wait-marker.ts";
+import type { WakeUps } from "./wake-ups/wake-ups.ts";
 import type { WorkerState } from "./worker-state.ts";
 
 /** First delay before asking wait_for_jobs again after it returned false; doubles up to WAIT_RETRY_MAX_MS. */

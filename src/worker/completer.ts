@@ -4,7 +4,7 @@
 // batches grow by themselves. complete_many skips attempts that lost their
 // lease; those jobs get job:lease-lost (or job:cancelled) instead of job:success.
 import { LeaseLostError } from "../errors.ts";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import { leaseLostFields } from "./events.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import { asLost, attemptLost } from "./lost.ts";

@@ -5,19 +5,19 @@ import { EventEmitter } from "node:events";
 import pg from "pg";
 import { defaultConnectionString } from "../database-url.ts";
 import { checkSchema } from "../schema-check.ts";
-import type { ClaimedJob } from "../sql-api.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 import { Completer } from "./completer.ts";
 import { ClaimLoop } from "./claim-loop.ts";
 import { APPLICATION_NAME, type WakeUpMode } from "./defaults.ts";
 import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
 import { HeldJobs, isReleased, type HeldJob } from "./held-jobs.ts";
-import { KeyPruner } from "./key-pruner.ts";
-import { transactionPoolerEvidence } from "./pooler-probe.ts";
-import { ListenWakeUps, PollWakeUps, type WakeUps } from "./wake-ups.ts";
-import { Rescuer } from "./rescuer.ts";
-import { Retainer } from "./retainer.ts";
-import { Ticker } from "./ticker.ts";
+import { KeyPruner } from "./maintenance/key-pruner.ts";
+import { transactionPoolerEvidence } from "./wake-ups/pooler-probe.ts";
+import { ListenWakeUps, PollWakeUps, type WakeUps } from "./wake-ups/wake-ups.ts";
+import { Rescuer } from "./maintenance/rescuer.ts";
+import { Retainer } from "./maintenance/retainer.ts";
+import { Ticker } from "./maintenance/ticker.ts";
 import { runJob } from "./run-job.ts";
 import { loadOtelApi } from "../tracing/otel-api.ts";
 import { AttemptTracing } from "../tracing/spans.ts";
@@ -29,7 +29,7 @@ import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
 import { safeEmit, timedCalls, type WorkerState } from "./worker-state.ts";
 import { Outage } from "./outage.ts";
-import { Presence } from "./presence.ts";
+import { Presence } from "./maintenance/presence.ts";
 
 type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
 
@@ -349,7 +349,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly wake = (): void => this.claimLoop.wake();
 
   /**
-   * Listen mode behind a transaction pooler (pooler-probe.ts) would wait on its
+   * Listen mode behind a transaction pooler (wake-ups/pooler-probe.ts) would wait on its
    * fallback poll and leave its LISTEN and wait marker on a pooled server
    * connection: instead this worker polls (as wakeUp "poll"), and says so once.
    */

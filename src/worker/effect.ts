@@ -18,7 +18,7 @@
 // Every call runs on the pool in its own transaction, also in a transactional
 // task: the claim must be committed before the external call is made.
 import { createHash } from "node:crypto";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import type { EffectOptions } from "./types.ts";
 import type { WorkerState } from "./worker-state.ts";

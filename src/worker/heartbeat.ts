@@ -7,7 +7,7 @@
 // kept whose handler runs in a transaction gets that transaction kept busy
 // too (keepTransactionBusy): the server's idle timeout on it is for workers
 // whose heartbeats stopped.
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import { reportLostInBuffer } from "./lost.ts";
 import { keepTransactionBusy } from "./run-job.ts";

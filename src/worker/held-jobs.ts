@@ -53,7 +53,7 @@
 import type pg from "pg";
 import type { Duration } from "../contract.ts";
 import { LeaseLostError } from "../errors.ts";
-import type { ClaimedJob } from "../sql-api.ts";
+import type { ClaimedJob } from "../sql/index.ts";
 import type { AttemptTrace } from "../tracing/types.ts";
 import { PrefetchWindow, type PrefetchBounds } from "./prefetch-window.ts";
 import type { NormalizedTask } from "./task-config.ts";

@@ -1,6 +1,7 @@
 // The ctx a handler receives: job, tx, signal, log, snooze, effect.
 import type pg from "pg";
-import { toPgInterval, type Duration } from "../contract.ts";
+import { type Duration } from "../contract.ts";
+import { toPgInterval } from "../duration.ts";
 import { runEffect } from "./effect.ts";
 import { signalOf, type HeldJob } from "./held-jobs.ts";
 import type { EffectOptions, JobContext, JobInfo, JobLog } from "./types.ts";

@@ -10,7 +10,7 @@
 // heartbeat knows, a fenced call asks: it cannot change a job this attempt
 // no longer holds, and its refusal says why.
 import { JobNotFoundError, LeaseLostError } from "../errors.ts";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import { leaseLostFields, type LostFields } from "./events.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";

@@ -21,9 +21,9 @@
 // With tracing on, the whole attempt runs in its span (src/tracing/spans.ts),
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
-import { toMilliseconds } from "../contract.ts";
+import { toMilliseconds } from "../duration.ts";
 import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";

@@ -6,8 +6,8 @@
 // explicit unschedule removes one (docs/worker.md, "Schedules").
 import type pg from "pg";
 import { BadArgumentError, IdemqError } from "../errors.ts";
-import * as sql from "../sql-api.ts";
-import type { Queryable, ScheduleDefinition } from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
+import type { Queryable, ScheduleDefinition } from "../sql/index.ts";
 import { WorkerConfigError } from "./task-config.ts";
 
 /** Checks the `schedules` option without a database: a list of schedule() definitions with distinct names. */

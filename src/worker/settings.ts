@@ -1,10 +1,11 @@
 // createWorker's options, validated, with the worker's defaults applied.
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { toPgInterval, type Duration } from "../contract.ts";
+import { type Duration } from "../contract.ts";
+import { toPgInterval } from "../duration.ts";
 import { MAX_CLAIM_BATCH, MAX_DELETE_BATCH, WAKE_UP_MODES, WORKER_DEFAULTS, type WakeUpMode } from "./defaults.ts";
 import { durationMs, lease, WorkerConfigError } from "./task-config.ts";
-import type { ScheduleDefinition } from "../sql-api.ts";
+import type { ScheduleDefinition } from "../sql/index.ts";
 import { normalizeSchedules } from "./schedules.ts";
 import type { WorkerOptions } from "./types.ts";
 import type { PrefetchBounds } from "./prefetch-window.ts";
@@ -26,7 +27,7 @@ export interface Settings {
   tickMs: number;
   pruneMs: number;
   retentionMs: number;
-  /** worker_seen() refreshes (presence.ts); always on. */
+  /** worker_seen() refreshes (maintenance/presence.ts); always on. */
   presenceMs: number;
   retentionBatchSize: number;
   retentionTickBudgetMs: number;

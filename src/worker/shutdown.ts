@@ -1,7 +1,7 @@
 // Graceful shutdown: SIGTERM/SIGINT handlers, giving back claimed jobs that
 // had not started, and handing back jobs whose handlers outlived shutdownTimeout.
 import { constants } from "node:os";
-import * as sql from "../sql-api.ts";
+import * as sql from "../sql/index.ts";
 import { LeaseLostError } from "../errors.ts";
 import { errorInfo, leaseLostFields } from "./events.ts";
 import { abortAttempt, type HeldJob } from "./held-jobs.ts";

@@ -2,7 +2,8 @@
 // each is a function or { run, transactional?, guardKey?, maxAttempts?,
 // backoff?, exceptOn?, onlyOn?, lease? }. A mistake is one WorkerConfigError
 // whose message names the task and the option.
-import { toMilliseconds, toPgInterval, type Backoff, type Duration } from "../contract.ts";
+import { type Backoff, type Duration } from "../contract.ts";
+import { toMilliseconds, toPgInterval } from "../duration.ts";
 import { checkBackoff } from "./backoff.ts";
 import type { ErrorClass, Payload, Tasks } from "./types.ts";
 

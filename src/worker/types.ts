@@ -1,7 +1,7 @@
 // Public types of the worker: options, task definitions, the handler's ctx.
 import type pg from "pg";
 import type { Backoff, Duration } from "../contract.ts";
-import type { ScheduleDefinition } from "../sql-api.ts";
+import type { ScheduleDefinition } from "../sql/index.ts";
 import type { WakeUpMode } from "./defaults.ts";
 
 /**

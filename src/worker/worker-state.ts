@@ -3,7 +3,7 @@
 // createWorker(); only `held` changes, and only through HeldJobs.
 import type { EventEmitter } from "node:events";
 import type pg from "pg";
-import type { Queryable } from "../sql-api.ts";
+import type { Queryable } from "../sql/index.ts";
 import type { AttemptTracer } from "../tracing/types.ts";
 import { asError, type JobEvent, type WorkerEvents } from "./events.ts";
 import type { HeldJob, HeldJobs } from "./held-jobs.ts";

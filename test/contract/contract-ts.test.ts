@@ -12,11 +12,10 @@ import {
   ERROR_CODES,
   JOB_STATES,
   TERMINAL_STATES,
-  toBackoffJson,
-  toMilliseconds,
-  toPgInterval,
   type Backoff,
 } from "../../src/contract.ts";
+import { toBackoffJson } from "../../src/encode.ts";
+import { toMilliseconds, toPgInterval } from "../../src/duration.ts";
 import {
   BadArgumentError,
   DETAIL_SUBCLASSES,
@@ -32,7 +31,7 @@ import {
   fromPgError,
 } from "../../src/errors.ts";
 import { Client } from "../../src/client.ts";
-import { buildCall, enqueue, enqueueMany, schedule, scheduleNext, type Queryable, type ScheduleDefinition } from "../../src/sql-api.ts";
+import { buildCall, enqueue, enqueueMany, schedule, scheduleNext, type Queryable, type ScheduleDefinition } from "../../src/sql/index.ts";
 
 function pgError(code: string, message: string, extra: { detail?: string; hint?: string } = {}): pg.DatabaseError {
   const err = new pg.DatabaseError(message, message.length, "error");

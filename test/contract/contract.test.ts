@@ -25,7 +25,7 @@ import {
   TERMINAL_STATES,
 } from "../../src/contract.ts";
 import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
-import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql-api.ts";
+import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql/index.ts";
 import { installationRoles, ROLE_FUNCTIONS } from "../../src/roles.ts";
 import { duplicateNames, functionPaths } from "../../scripts/migration-new.mjs";
 import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";

@@ -81,7 +81,7 @@ describe("Client on an unmigrated database", () => {
     const error = await rejection(client.enqueue("t", { a: 1 }));
     expect(error.message).toBe(`database ${older.name} ${FIX}`);
     expect(error.code).toBe("42883");
-    // The client passes the leading arguments by position (sql-api.ts, buildCall).
+    // The client passes the leading arguments by position (src/sql/call.ts, buildCall).
     expect(error.detail).toMatch(/^function idemq\.enqueue\(unknown, unknown\) does not exist/);
   });
 

@@ -15,7 +15,7 @@ import {
 } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { EffectClaimLostError, LeaseLostError } from "../../src/errors.ts";
-import { effectDone, effectRelease } from "../../src/sql-api.ts";
+import { effectDone, effectRelease } from "../../src/sql/index.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
 import { claimOne, expireLease, HOLDER_TOKEN, rescue } from "../helpers/work.ts";
 

@@ -6,7 +6,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
-import * as sqlApi from "../../src/sql-api.ts";
+import * as sqlApi from "../../src/sql/index.ts";
 
 let db: TestDatabase;
 
@@ -172,7 +172,7 @@ describe("guard: answers within one database", () => {
 
 // The worker sends BEGIN with guard() and complete() with COMMIT as one
 // simple-protocol string each, its arguments inlined as escaped literals.
-describe("guard and complete inlined with BEGIN / COMMIT (src/sql-api.ts)", () => {
+describe("guard and complete inlined with BEGIN / COMMIT (src/sql/effects.ts, src/sql/attempts.ts)", () => {
   it("keys, tasks and results with quotes, backslashes and non-ASCII arrive exactly", async () => {
     const c = await db.pool.connect();
     try {

@@ -4,7 +4,7 @@
 // clock the test sets (so the completion rate is exact); then real workers on
 // real connections: one working off a backlog, and two sharing one queue.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import * as sql from "../../src/sql-api.ts";
+import * as sql from "../../src/sql/index.ts";
 import { createWorker, type Worker } from "../../src/index.ts";
 import { WORKER_DEFAULTS } from "../../src/worker/defaults.ts";
 import { HeldJobs } from "../../src/worker/held-jobs.ts";

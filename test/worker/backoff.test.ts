@@ -4,7 +4,9 @@
 // use, its random range (through `draw`), and that the worker accepts exactly
 // what idemq._backoff_problem accepts.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { toBackoffJson, toMilliseconds, type Backoff } from "../../src/contract.ts";
+import { type Backoff } from "../../src/contract.ts";
+import { toBackoffJson } from "../../src/encode.ts";
+import { toMilliseconds } from "../../src/duration.ts";
 import { checkBackoff } from "../../src/worker/backoff.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 

@@ -5,7 +5,7 @@
 // superuser stands in for whatever could stall a call.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import * as sql from "../../src/sql-api.ts";
+import * as sql from "../../src/sql/index.ts";
 import { timedCalls } from "../../src/worker/worker-state.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";

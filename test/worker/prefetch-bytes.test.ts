@@ -6,7 +6,7 @@
 // HeldJobs, fed the jobs of real claims, gives back what a claim of larger
 // payloads than it expected brought beyond the budget.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import * as sql from "../../src/sql-api.ts";
+import * as sql from "../../src/sql/index.ts";
 import { createWorker } from "../../src/index.ts";
 import { HeldJobs } from "../../src/worker/held-jobs.ts";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";

@@ -1,4 +1,4 @@
-// Worker presence (presence.ts): a worker registers its row in idemq.workers
+// Worker presence (src/worker/maintenance/presence.ts): a worker registers its row in idemq.workers
 // at start (its queues and task names), refreshes it on its presence timer,
 // and removes it at a clean stop. On a private cluster behind a
 // transaction-pooling PgBouncer (poll mode: no session state), the refreshes

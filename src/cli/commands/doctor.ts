@@ -1,6 +1,6 @@
 // idemq doctor [--key-retention 14d] [--long-transaction 5m]
 //
-// Over 400 lines for a reason: one function per check, each with its own
+// Nearly 600 lines for a reason: one function per check, each with its own
 // query, message and fix; split up, one report would live in several files.
 //
 // Checks, each with what to do about a finding:
@@ -31,8 +31,8 @@ import { readdir } from "node:fs/promises";
 import type { Command } from "commander";
 import pg from "pg";
 import { DEFAULT_MIGRATIONS_DIR, migrationStatus } from "../../migrate.ts";
-import * as sql from "../../sql-api.ts";
-import { runQuery, type Queryable } from "../../sql-api.ts";
+import * as sql from "../../sql/index.ts";
+import { runQuery, type Queryable } from "../../sql/index.ts";
 import { openDatabase, type OpenDatabase } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { EXIT } from "../exit-codes.ts";

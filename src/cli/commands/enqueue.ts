@@ -7,7 +7,7 @@
 import { type Command, Option } from "commander";
 import { DUPLICATE_POLICIES, type DuplicatePolicy } from "../../contract.ts";
 import { DuplicateJobError, KeyReuseError } from "../../errors.ts";
-import type { EnqueueOptions } from "../../sql-api.ts";
+import type { EnqueueOptions } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { jobLine, relative } from "../format.ts";

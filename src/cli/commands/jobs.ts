@@ -7,7 +7,7 @@ import { CLIENT_DEFAULTS, JOB_STATES, type JobState } from "../../contract.ts";
 import { DuplicateJobError, JobNotFoundError } from "../../errors.ts";
 import type { Client } from "../../client.ts";
 import { countJobs, type ListJobsFilter } from "../../job-reads.ts";
-import { runQuery } from "../../sql-api.ts";
+import { runQuery } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";

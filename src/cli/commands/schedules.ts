@@ -16,7 +16,7 @@ import {
   type ScheduleMisfire,
   type ScheduleOverlap,
 } from "../../contract.ts";
-import type { Schedule, ScheduleDefinition } from "../../sql-api.ts";
+import type { Schedule, ScheduleDefinition } from "../../sql/index.ts";
 import { WORKER_DEFAULTS } from "../../worker/defaults.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";

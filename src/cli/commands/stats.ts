@@ -11,7 +11,7 @@ import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
 import { isJobState, JOB_STATES, type JobState } from "../../contract.ts";
 import type { Client } from "../../client.ts";
-import type { StatsRow } from "../../sql-api.ts";
+import type { StatsRow } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { recentRates } from "../../rates.ts";

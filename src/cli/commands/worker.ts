@@ -20,7 +20,7 @@ import { prepareToImport } from "../typescript-loader.ts";
 import { addDatabaseOption, type DatabaseOption } from "../database.ts";
 import { errorLine, reportError, UsageError } from "../output.ts";
 import { parseDuration } from "../parse.ts";
-import { toMilliseconds } from "../../contract.ts";
+import { toMilliseconds } from "../../duration.ts";
 import { isConnectionFailure } from "../../errors.ts";
 import { printable, printableLines } from "../terminal-text.ts";
 import { addMetricsOptions, metricsHostWithoutPort, requirePromClient, type MetricsOptions, serveCliMetrics, type ServedMetrics } from "../metrics.ts";

@@ -25,8 +25,8 @@
 // Direct SQL, like pg-listen's own connection check (the same statement):
 // introspection of the connection, not an idemq call.
 import pg from "pg";
-import type { Queryable } from "../sql-api.ts";
-import { APPLICATION_NAME } from "./defaults.ts";
+import type { Queryable } from "../../sql/index.ts";
+import { APPLICATION_NAME } from "../defaults.ts";
 
 const ROUNDS = 3;
 

@@ -8,10 +8,10 @@
 // the claim loop once.
 import type pg from "pg";
 import pgListen from "pg-listen";
-import { NOTIFY_CHANNEL } from "../contract.ts";
-import { APPLICATION_NAME } from "./defaults.ts";
-import { JitteredTimer } from "./timers.ts";
-import type { WorkerState } from "./worker-state.ts";
+import { NOTIFY_CHANNEL } from "../../contract.ts";
+import { APPLICATION_NAME } from "../defaults.ts";
+import { JitteredTimer } from "../timers.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 type Subscriber = ReturnType<typeof pgListen.default>;
 

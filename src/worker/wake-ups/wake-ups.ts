@@ -10,9 +10,9 @@
 // itself (WakeTimers).
 import type pg from "pg";
 import { Listener } from "./listener.ts";
-import { jitter } from "./timers.ts";
+import { jitter } from "../timers.ts";
 import { WaitMarker } from "./wait-marker.ts";
-import type { WorkerState } from "./worker-state.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 export type WakeReason = "notify" | "connected" | "poll" | "timer";
 

@@ -7,16 +7,16 @@
 // with no session state (it works through a transaction pooler), and it
 // upserts, so the first refresh after a database restart registers the
 // worker again.
-import * as sql from "../sql-api.ts";
+import * as sql from "../../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
-import type { WorkerState } from "./worker-state.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 export class Presence extends MaintenanceService {
   private readonly taskNames: string[];
 
   constructor(state: WorkerState) {
     super(state, "worker_seen", state.settings.presenceMs);
-    // The tasks it claims (claim-loop.ts passes the same list): a job of another task waits for another worker.
+    // The tasks it claims (../claim-loop.ts passes the same list): a job of another task waits for another worker.
     this.taskNames = [...state.tasks.keys()];
   }
 

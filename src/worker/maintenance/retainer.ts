@@ -4,9 +4,9 @@
 // short batch or its time budget, so a backlog (a first start on a full
 // table) is worked off over a few runs without one long transaction. Any
 // number of workers may run it: the SQL locks with SKIP LOCKED.
-import * as sql from "../sql-api.ts";
+import * as sql from "../../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
-import type { WorkerState } from "./worker-state.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 export class Retainer extends MaintenanceService {
   private stopping = false;

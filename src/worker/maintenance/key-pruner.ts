@@ -1,8 +1,8 @@
 // prune_keys() on a slow jittered timer: idempotency keys of jobs finished
 // longer ago than the key retention are released.
-import * as sql from "../sql-api.ts";
+import * as sql from "../../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
-import type { WorkerState } from "./worker-state.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 export class KeyPruner extends MaintenanceService {
   constructor(state: WorkerState) {

@@ -3,9 +3,9 @@
 // schedule row with SKIP LOCKED and keys each slot's job, so no leader. The
 // first tick comes soon after start: slots that came due while no worker ran
 // are handled (by their misfire policy) without waiting a whole interval.
-import * as sql from "../sql-api.ts";
+import * as sql from "../../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
-import type { WorkerState } from "./worker-state.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 export class Ticker extends MaintenanceService {
   constructor(state: WorkerState) {

@@ -15,9 +15,9 @@
 // which PgBouncer refuses (a session pooler keeps the session; behind a
 // transaction pooler the worker has no marker: pooler-probe.ts).
 import pg from "pg";
-import * as sql from "../sql-api.ts";
-import { APPLICATION_NAME } from "./defaults.ts";
-import type { WorkerState } from "./worker-state.ts";
+import * as sql from "../../sql/index.ts";
+import { APPLICATION_NAME } from "../defaults.ts";
+import type { WorkerState } from "../worker-state.ts";
 
 export class WaitMarker {
   private client: Promise<pg.Client> | undefined;

@@ -2,9 +2,9 @@
 // that tests (and users) may call directly, plus a thin jittered timer that
 // only calls it. The SQL it calls is idempotent, so there is no leader: any
 // number of workers (or pg_cron) may run the same service.
-import type { Queryable } from "../sql-api.ts";
-import { timedCalls, type WorkerState } from "./worker-state.ts";
-import { JitteredTimer } from "./timers.ts";
+import type { Queryable } from "../../sql/index.ts";
+import { timedCalls, type WorkerState } from "../worker-state.ts";
+import { JitteredTimer } from "../timers.ts";
 
 export abstract class MaintenanceService {
   private readonly timer: JitteredTimer;

@@ -1,0 +1,75 @@
+// Reads: one job (job), the counts (stats) and the dashboard's overview.
+
+import type { Duration, JobState, StatsMetric } from "../contract.ts";
+import { integer, interval, toJobId, type JobIdInput } from "../encode.ts";
+import { call, type Queryable } from "./call.ts";
+
+/** A job as idemq.job() returns it (the columns of idemq.job_row). */
+export interface JobRow {
+  job_id: string;
+  task: string;
+  queue: string;
+  /** null unless the session's login may read idemq.jobs (idemq_admin): see sql/functions/reads/job.sql. */
+  payload: unknown;
+  state: JobState;
+  priority: number;
+  run_at: Date | null;
+  attempt: number;
+  uncounted: number;
+  max_attempts: number;
+  idempotency_key: string | null;
+  locked_by: string | null;
+  locked_at: Date | null;
+  lease_expires_at: Date | null;
+  errors: unknown[] | null;
+  result: unknown;
+  created_at: Date;
+  finished_at: Date | null;
+  expires_at: Date | null;
+}
+
+/** One job's state and outcome (idemq.job(), which every idemq role may call); undefined when there is no such job. */
+export async function job(db: Queryable, jobId: JobIdInput): Promise<JobRow | undefined> {
+  const rows = await call<"job", JobRow>(db, "job", { job_id: toJobId(jobId) });
+  return rows[0];
+}
+
+export interface StatsRow {
+  queue: string | null;
+  task: string | null;
+  metric: StatsMetric;
+  value: number;
+}
+
+export interface OverviewRow {
+  queue: string | null;
+  task: string | null;
+  /** An active state, lease_expired, oldest_runnable_seconds, <terminal state>_recent, a terminal state (the totals: queue and task null) or an event. */
+  metric: string;
+  value: number;
+  /** False for a total over exact_up_to: value is then an estimate (at least exact_up_to + 1). */
+  exact: boolean;
+}
+
+/** overview(): the dashboard's read, fast with millions of finished jobs (see sql/functions/reads/overview.sql). */
+export async function overview(
+  db: Queryable,
+  opts: { recent?: Duration | undefined; exactUpTo?: number | undefined } = {},
+): Promise<OverviewRow[]> {
+  const rows = await call<"overview", { queue: string | null; task: string | null; metric: string; value: string; exact: boolean }>(
+    db,
+    "overview",
+    { recent: interval(opts.recent), exact_up_to: integer(opts.exactUpTo, "exactUpTo") },
+  );
+  return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value), exact: r.exact }));
+}
+
+export async function stats(db: Queryable): Promise<StatsRow[]> {
+  const rows = await call<"stats", { queue: string | null; task: string | null; metric: StatsMetric; value: string }>(
+    db,
+    "stats",
+    {},
+  );
+  // Counts, not ids: a number is exact far beyond any realistic count.
+  return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value) }));
+}
