@@ -123,6 +123,35 @@ $$;
 COMMENT ON FUNCTION idemq._count_jobs() IS
   'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
 
+-- ---- sql/functions/enqueue/_enqueue_planned.sql ----
+CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
+RETURNS idemq._planned_job[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Generic plans: with a custom plan (the first five calls of a session, and
+-- after them whenever its estimate wins) each statement that reads the
+-- jobs array took the whole array into its plan as a constant, copied it
+-- and planned around it at every call, a cost per job of the array
+-- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
+-- enqueue_many, _parse_jobs and _insert_jobs are set the same way, for the
+-- same reason.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_planned idemq._planned_job[] := CASE WHEN keyed THEN idemq._resolve_keys(jobs) ELSE jobs END;
+BEGIN
+  IF parents THEN
+    PERFORM idemq._lock_parents(v_planned);
+  END IF;
+  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
+  RETURN v_planned;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
+  'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';
+
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
 RETURNS text
@@ -1040,10 +1069,10 @@ BEGIN
   -- not backlogs. The loose scans read keys, not names: a name whose key
   -- another name present shares is not listed (_name_key says what that
   -- costs).
-  -- Why keys and not the names (migration 0028): with the variable-width
-  -- names first, every comparison of an index insertion walked them to
-  -- reach priority, run_at and id: 84.4k -> 71.4k instructions per job of
-  -- a 10,000-job enqueue_many (callgrind, PostgreSQL 15).
+  -- Why keys and not the names: with the variable-width names first,
+  -- every comparison of an index insertion walked them to reach priority,
+  -- run_at and id (_name_key; measured: bench/FINDINGS.md, "Why the SQL is
+  -- written as it is").
   -- Planner trap (why the index leads with task and queue, migration 0019):
   -- a filter on queue or task checked on the rows of a walk over an index
   -- in claim order alone (the former jobs_runnable (priority DESC, run_at,
@@ -1656,6 +1685,50 @@ $$;
 
 COMMENT ON FUNCTION idemq.fail(bigint, int, jsonb, boolean, timestamptz, jsonb, int, boolean, uuid) IS
   'Record a failed attempt; scheduled for a retry by backoff (or retry_at), or failed when not retryable or out of attempts.';
+
+-- ---- sql/functions/effects/guard.sql ----
+CREATE OR REPLACE FUNCTION idemq.guard(key text, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF guard.key IS NULL OR guard.key = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN guard.key IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'guard: key must be a non-empty string',
+      HINT = 'Use a key that names the effect, e.g. ''credit:order-42''.';
+  END IF;
+  IF guard.task = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'guard: task must be NULL or a non-empty string',
+      HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
+  END IF;
+  -- _check_key_bytes decides and words the 22023; it is called only for a
+  -- key over key_bytes, because the call itself (a PL/pgSQL function pinning
+  -- search_path, and its read of the limit) is a tenth of a guard's cost
+  -- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
+  -- limits.test.ts holds this test and _check_key_bytes equal at the
+  -- boundary.
+  IF octet_length(guard.key) > (SELECT l.key_bytes FROM idemq.enqueue_limits l) THEN
+    PERFORM idemq._check_key_bytes('guard', guard.key, NULL);
+  END IF;
+  INSERT INTO idemq.processed AS p (key) VALUES (guard.key)
+  ON CONFLICT ON CONSTRAINT processed_pkey DO NOTHING;
+  IF FOUND THEN
+    RETURN true;
+  END IF;
+  IF guard.task IS NOT NULL THEN
+    -- Append-only (see idemq.counters): no row lock held until commit.
+    INSERT INTO idemq.counters (task, event, n) VALUES (guard.task, 'guard_duplicate', 1);
+  END IF;
+  RETURN false;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.guard(text, text) IS
+  'Insert a guard row in the caller''s transaction: true = do the effect, false = already done by another delivery.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.heartbeat;

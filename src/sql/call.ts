@@ -103,10 +103,8 @@ export type Args<F extends SqlFunction> = Partial<Record<ParamOf<F>, Arg>>;
  * applies); null is passed as SQL NULL. A function returning a scalar
  * yields one column named `r`.
  * Why positional where it can: PostgreSQL parses every call anew, and a
- * call in named notation costs the server more to resolve: `SELECT * FROM
- * idemq.enqueue(task => 'noop', payload => '{}')` took 869k instructions a
- * call against 851k for `enqueue('noop', '{}')` (callgrind, PostgreSQL 15,
- * each call its own transaction, before migration 0029; bench/FINDINGS.md).
+ * call in named notation costs the server more to resolve (measured:
+ * bench/FINDINGS.md, "Why the SQL is written as it is").
  * Positional arguments bind by declaration order, which a contract test
  * holds equal to SQL_FUNCTIONS.
  */

@@ -6,9 +6,9 @@
 --
 -- Why: with the names themselves as its first columns, every comparison of
 -- an index insertion walked the variable-width names to reach priority,
--- run_at and id (nocache_index_getattr) and compared text: 13,000
--- instructions of a job's 84,000 in a 10,000-job enqueue_many (callgrind,
--- PostgreSQL 15, bench/FINDINGS.md). Fixed-width keys are compared in place.
+-- run_at and id (nocache_index_getattr) and compared text, a sixth of a
+-- bulk-enqueued job's cost (measured: bench/FINDINGS.md, "Why the SQL is
+-- written as it is"). Fixed-width keys are compared in place.
 --
 -- Guarantees:
 --   * The same key for the same name in every session and on every server of

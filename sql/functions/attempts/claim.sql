@@ -131,10 +131,10 @@ BEGIN
   -- not backlogs. The loose scans read keys, not names: a name whose key
   -- another name present shares is not listed (_name_key says what that
   -- costs).
-  -- Why keys and not the names (migration 0028): with the variable-width
-  -- names first, every comparison of an index insertion walked them to
-  -- reach priority, run_at and id: 84.4k -> 71.4k instructions per job of
-  -- a 10,000-job enqueue_many (callgrind, PostgreSQL 15).
+  -- Why keys and not the names: with the variable-width names first,
+  -- every comparison of an index insertion walked them to reach priority,
+  -- run_at and id (_name_key; measured: bench/FINDINGS.md, "Why the SQL is
+  -- written as it is").
   -- Planner trap (why the index leads with task and queue, migration 0019):
   -- a filter on queue or task checked on the rows of a walk over an index
   -- in claim order alone (the former jobs_runnable (priority DESC, run_at,

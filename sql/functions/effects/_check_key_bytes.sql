@@ -4,9 +4,9 @@
 -- bytes: the one place their HINTs are written. The limit is read from
 -- idemq.enqueue_limits, the row kept from idemq.settings (0023), and
 -- _check_size, which reads it again through _limit and words the error, is
--- called only for a value over it: the three nested calls on every guard
--- cost about 110,000 instructions, more than guard's own work (callgrind,
--- PostgreSQL 15).
+-- called only for a value over it: three nested calls on every guard cost
+-- more than guard's own work (measured: bench/FINDINGS.md, "Why the SQL is
+-- written as it is").
 --
 -- Guarantees: returns only when key and owner are each NULL (not checked:
 --   the caller's NULL check words that error) or at most key_bytes bytes;

@@ -36,13 +36,12 @@ BEGIN
       MESSAGE = 'guard: task must be NULL or a non-empty string',
       HINT = 'Pass the task name (counted per task in stats()), or leave task out.';
   END IF;
-  -- _check_key_bytes decides and words the 22023; called only for a key
-  -- over key_bytes, since the call itself (a PL/pgSQL function pinning
-  -- search_path, and its read of the limit) cost a guard 26k of its 226k
-  -- instructions (callgrind, PostgreSQL 15, each guard its own
-  -- transaction). The call, not its body, is the cost: as a SQL-language
-  -- function _check_key_bytes made a guard cost 404k. limits.test.ts holds
-  -- this test and _check_key_bytes equal at the boundary.
+  -- _check_key_bytes decides and words the 22023; it is called only for a
+  -- key over key_bytes, because the call itself (a PL/pgSQL function pinning
+  -- search_path, and its read of the limit) is a tenth of a guard's cost
+  -- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
+  -- limits.test.ts holds this test and _check_key_bytes equal at the
+  -- boundary.
   IF octet_length(guard.key) > (SELECT l.key_bytes FROM idemq.enqueue_limits l) THEN
     PERFORM idemq._check_key_bytes('guard', guard.key, NULL);
   END IF;

@@ -5,8 +5,8 @@
 -- parents_per_job (after), jobs_per_call and duration_days (key_retention).
 -- Read from idemq.enqueue_limits, the one row that the trigger
 -- _keep_enqueue_limits rewrites from idemq.settings whenever settings change
--- (reading the six settings rows here cost about 95,000 instructions a call,
--- a sixth of a single enqueue; the kept row about 5,000).
+-- (reading the six settings rows here cost a sixth of a single enqueue;
+-- measured: bench/FINDINGS.md, "Why the SQL is written as it is").
 --
 -- Guarantees: exactly one row, whose every field is the value of the
 --   settings row of its name (_keep_enqueue_limits keeps it so; a test

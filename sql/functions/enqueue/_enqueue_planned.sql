@@ -27,10 +27,10 @@ SET search_path = pg_catalog, pg_temp
 -- Generic plans: with a custom plan (the first five calls of a session, and
 -- after them whenever its estimate wins) each statement that reads the
 -- jobs array took the whole array into its plan as a constant, copied it
--- and planned around it at every call: 1,100 instructions per job of a
--- 10,000-job enqueue_many, 2,900 with keys (callgrind, PostgreSQL 15;
--- bench/FINDINGS.md). enqueue_many, _parse_jobs and _insert_jobs are set
--- the same way, for the same reason.
+-- and planned around it at every call, a cost per job of the array
+-- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
+-- enqueue_many, _parse_jobs and _insert_jobs are set the same way, for the
+-- same reason.
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error

@@ -6,8 +6,9 @@
 -- (jobs_traceparent_w3c) spells with the same regular expression, which a
 -- contract test holds equal (test/contract/checks.test.ts). The CHECK does
 -- not call this function: PostgreSQL prepares a table's CHECKs at every
--- statement and inlines a SQL function anew each time, 154,000 instructions
--- a statement against 26,000 for the regular expression spelt out (0022).
+-- statement and inlines a SQL function anew each time, six times the cost of
+-- the regular expression spelt out (measured: bench/FINDINGS.md, "Why the
+-- SQL is written as it is").
 --
 -- Guarantees:
 --   * true for `00-<trace-id>-<parent-id>-<flags>`: 32, 16 and 2 lower-case

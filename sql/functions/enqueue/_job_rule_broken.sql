@@ -6,9 +6,10 @@
 --
 -- Why apart from the wording: a caller compiles every branch of an
 -- expression it evaluates (PL/pgSQL once per transaction), so the rules
--- with their messages cost a single enqueue() 106k instructions a call
--- (callgrind, PostgreSQL 15, each call its own transaction); the rules
--- alone are what every call needs, and the messages only a refused job.
+-- with their messages cost a single enqueue() an eighth of its work
+-- (measured: bench/FINDINGS.md, "Why the SQL is written as it is"); the
+-- rules alone are what every call needs, and the messages only a refused
+-- job.
 --
 -- Guarantees:
 --   * Rules, in this order: 1 task non-empty (a NULL task too); 2 task at

@@ -3,10 +3,9 @@
 -- Trigger (AFTER INSERT OR UPDATE OR DELETE ON idemq.settings, FOR EACH
 -- STATEMENT): rewrites idemq.enqueue_limits, the one row of limits every
 -- enqueue reads (_enqueue_limits), from the settings rows of their names.
--- Reading those six rows from idemq.settings in each enqueue cost about
--- 95,000 instructions a call (an aggregate's setup and a scan; callgrind,
--- PostgreSQL 15), a sixth of a single enqueue; reading the kept row costs
--- about 5,000.
+-- Reading those six rows from idemq.settings in each enqueue (an
+-- aggregate's setup and a scan) cost a sixth of a single enqueue (measured:
+-- bench/FINDINGS.md, "Why the SQL is written as it is").
 --
 -- Guarantees:
 --   * After every statement that writes idemq.settings, idemq.enqueue_limits

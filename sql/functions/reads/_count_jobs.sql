@@ -22,16 +22,15 @@
 --   every transaction of one queue and task behind the one holding it).
 --   apply_retention() folds only rows committed before it looked, skipping
 --   any another folder holds.
--- Cost (callgrind, PostgreSQL 15, each call its own transaction): about
---   80,000 instructions per INSERT statement and 100,000 per UPDATE (the
---   trigger call, its transition tables, the grouped INSERT), plus each
---   row's copy into the transition tables: enqueue() 774k -> 857k,
---   claim() + complete() 1,590k -> 1,791k, a 10,000-job enqueue_many
---   94.0k -> 96.9k per job, a claim of 100 + complete_many 169.6k -> 183.3k
---   per job (docs/design.md, "Job counts"). Why triggers and not an INSERT
---   in each function (a quarter of the cost): a write that function did not
---   make, such as a 0.1.0 function that waited on the upgrade's lock and
---   goes on with its old body, would stay uncounted for good.
+-- Cost: a fixed cost per INSERT or UPDATE statement (the trigger call, its
+--   transition tables, the grouped INSERT) plus each row's copy into the
+--   transition tables, about a tenth of a single enqueue() and a few
+--   percent per job of a batch (measured: bench/FINDINGS.md, "Why the SQL
+--   is written as it is"; docs/design.md, "Job counts"). Why triggers and
+--   not an INSERT in each function (a quarter of the cost): a write that
+--   function did not make, such as a 0.1.0 function that waited on the
+--   upgrade's lock and goes on with its old body, would stay uncounted for
+--   good.
 -- Errors: none of its own.
 -- Tests: test/sql/job-counts.test.ts, test/contract/state-machine-code.test.ts
 CREATE OR REPLACE FUNCTION idemq._count_jobs()

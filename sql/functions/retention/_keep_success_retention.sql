@@ -6,9 +6,9 @@
 -- succeeded jobs have retention 0 (_success_retention reads it in every
 -- complete() and complete_many() call), from the settings row
 -- retention_succeeded_seconds and the overrides of succeeded. Computing it
--- in each completion cost about 158,000 instructions a call (a plpgsql
--- function, an aggregate over a join; callgrind, PostgreSQL 15), a fifth of
--- a transactional task's complete(); reading the kept row about 10,000.
+-- in each completion (a plpgsql function, an aggregate over a join) cost a
+-- fifth of a transactional task's complete() (measured: bench/FINDINGS.md,
+-- "Why the SQL is written as it is").
 --
 -- Guarantees:
 --   * After every statement that writes idemq.settings or idemq.retention,

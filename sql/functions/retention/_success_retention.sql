@@ -6,9 +6,10 @@
 -- default (setting retention_succeeded_seconds = 0) and the tasks and queues
 -- whose override of succeeded is 0 (zero_*) or more (kept_*). Read from
 -- idemq.success_retention, the one row the trigger _keep_success_retention
--- rewrites whenever idemq.settings or idemq.retention change (computing it
--- here cost about 158,000 instructions a completion call; the kept row about
--- 10,000).
+-- rewrites whenever idemq.settings or idemq.retention change: computing it
+-- here cost each completion call a fifth of a transactional complete(),
+-- reading the kept row a sixteenth of that (measured: bench/FINDINGS.md,
+-- "Why the SQL is written as it is").
 --
 -- Guarantees: exactly one row. any_zero is false when no succeeded job can
 --   have retention 0: the completion then takes its usual path, at the cost
