@@ -3,7 +3,7 @@
 // transactions that roll back; errors are asserted by SQLSTATE and DETAIL.
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { expect, inject } from "vitest";
+import { afterAll, beforeAll, expect, inject } from "vitest";
 import { databaseUrl } from "../../src/embedded/server.ts";
 
 export interface TestDatabase {
@@ -74,6 +74,40 @@ export async function freshDatabase(options: FreshDatabaseOptions = {}): Promise
       })();
       return dropped;
     },
+  };
+}
+
+/**
+ * The database of a test file, or of the describe block that calls it:
+ * freshDatabase in a beforeAll, drop() in an afterAll. Its fields are there
+ * from that beforeAll on; vitest runs the file's later beforeAll hooks after it
+ * and their afterAll hooks before the drop (sequence.hooks "stack"), so they
+ * can set up with the database and clean up while it still exists.
+ */
+export function useTestDatabase(options: FreshDatabaseOptions = {}): TestDatabase {
+  let current: TestDatabase | undefined;
+  beforeAll(async () => {
+    current = await freshDatabase(options);
+  });
+  afterAll(async () => {
+    await current?.drop();
+  });
+  const made = (): TestDatabase => {
+    if (current === undefined) throw new Error("useTestDatabase: the database is made in beforeAll; read it in a hook or a test");
+    return current;
+  };
+  return {
+    get name() {
+      return made().name;
+    },
+    get url() {
+      return made().url;
+    },
+    get pool() {
+      return made().pool;
+    },
+    newClient: () => made().newClient(),
+    drop: () => made().drop(),
   };
 }
 

@@ -4,26 +4,19 @@
 // awaiting children (and theirs); parents already finished at enqueue time are
 // taken into account; a parent finishing concurrently never strands a child.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
   waitUntilBlocked,
-  type TestDatabase,
 } from "../helpers/db.ts";
 import { count, enqueue, jobRow, keyRow, Listener, unique } from "../helpers/jobs.ts";
 import { claimJob, driveTo, jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 async function dependencies(c: pg.ClientBase | pg.Pool, childId: string): Promise<string[]> {
   const { rows } = await c.query<{ parent_id: string }>(

@@ -1,13 +1,12 @@
 // idemq.heartbeat: extends the leases that (job_id, attempt) pairs still
 // hold and returns exactly those ids; a missing id tells its handler to stop.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
   waitUntilBlocked,
-  type TestDatabase,
 } from "../helpers/db.ts";
 import { jobRow, makeJob } from "../helpers/jobs.ts";
 import {
@@ -21,13 +20,7 @@ import {
 } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("heartbeat", () => {
   it("extends every held lease to now() + lease and returns exactly the held ids", async () => {

@@ -4,19 +4,13 @@
 // nothing. Bytes are counted in UTF-8, so the boundaries are also crossed with
 // a two-byte character.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase, waitUntilBlocked } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { backendPid, expectSqlError, useTestDatabase, inRollback, type PgError, waitUntilBlocked } from "../helpers/db.ts";
 import { jobRow, makeJob, type Queryable, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claimJob, claimOne, fail, makeDue } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "settings"];
 

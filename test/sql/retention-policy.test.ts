@@ -4,20 +4,14 @@
 // at most batch_size, never an active job, never a key. Windows are tested at
 // their boundaries by setting finished_at relative to the transaction's now().
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { backendPid, expectSqlError, useTestDatabase, inRollback, waitUntilBlocked } from "../helpers/db.ts";
 import { ACTIVE_STATES, count, enqueue, keyRow, TERMINAL_STATES, unique, type Queryable } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MAX_DELETE_BATCH } from "../../src/worker/defaults.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 6 });
 
 const DAY = 86_400;
 const DEFAULTS: Record<string, number> = { succeeded: 7 * DAY, failed: 30 * DAY, cancelled: 30 * DAY, expired: 30 * DAY };

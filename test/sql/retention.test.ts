@@ -4,14 +4,13 @@
 // effect records. Time windows are tested at their boundaries by setting
 // finished_at / created_at / done_at relative to the transaction's now().
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import {
   backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
   waitUntilBlocked,
-  type TestDatabase,
 } from "../helpers/db.ts";
 import {
   ACTIVE_STATES,
@@ -27,13 +26,7 @@ import {
 import { claimJob, jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 /** Sets a finished job's finished_at (and its key's, when it holds one) to now() + offset. */
 async function finishedAgo(c: Queryable, id: string, offset: string): Promise<void> {
