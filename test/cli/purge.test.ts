@@ -7,23 +7,19 @@
 // the CLI is provably mid-batch (pg_blocking_pids) when the signal comes.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { EXIT, SIGNAL_EXIT } from "../../src/cli/exit-codes.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
 import { killAll, startNode, type CliProcess } from "../helpers/cli-spawn.ts";
-import { freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { count } from "../helpers/jobs.ts";
 
 const TTY = resolve(import.meta.dirname, "..", "fixtures", "cli", "stderr-tty.mjs");
 const BATCH = 100;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
+const db = useTestDatabase({ poolSize: 4 });
 afterAll(async () => {
   killAll();
-  await db?.drop();
 });
 
 /** n cancelled jobs in `queue`, finished 31 days ago. */

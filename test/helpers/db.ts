@@ -82,7 +82,8 @@ export async function freshDatabase(options: FreshDatabaseOptions = {}): Promise
  * freshDatabase in a beforeAll, drop() in an afterAll. Its fields are there
  * from that beforeAll on; vitest runs the file's later beforeAll hooks after it
  * and their afterAll hooks before the drop (sequence.hooks "stack"), so they
- * can set up with the database and clean up while it still exists.
+ * can set up with the database and clean up while it still exists. Cleanup
+ * that must come after the drop calls drop() itself first: it runs once.
  */
 export function useTestDatabase(options: FreshDatabaseOptions = {}): TestDatabase {
   let current: TestDatabase | undefined;
@@ -107,7 +108,27 @@ export function useTestDatabase(options: FreshDatabaseOptions = {}): TestDatabas
       return made().pool;
     },
     newClient: () => made().newClient(),
-    drop: () => made().drop(),
+    // Nothing to drop when the beforeAll failed before making it.
+    drop: async () => {
+      await current?.drop();
+    },
+  };
+}
+
+/**
+ * For a file that makes databases as its tests need them: the returned
+ * function is freshDatabase, and one afterAll drops every database it made
+ * (after the file's later afterAll hooks, as with useTestDatabase).
+ */
+export function useTestDatabases(): (options?: FreshDatabaseOptions) => Promise<TestDatabase> {
+  const made: TestDatabase[] = [];
+  afterAll(async () => {
+    await Promise.all(made.splice(0).map((db) => db.drop()));
+  });
+  return async (options) => {
+    const db = await freshDatabase(options);
+    made.push(db);
+    return db;
   };
 }
 

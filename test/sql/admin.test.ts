@@ -2,8 +2,8 @@
 // asserts the function's answer, the changed row, and that no other zoo row
 // (job, key or dependency) moved.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { backendPid, expectSqlError, useTestDatabase, inRollback, waitUntilBlocked } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import {
   ACTIVE_ZOO,
@@ -15,14 +15,8 @@ import {
   type ZooName,
 } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 
 /** Runs `work` on a fresh zoo in a transaction that rolls back. */
 function withZoo(work: (c: pg.PoolClient, zoo: Zoo) => Promise<void>): Promise<void> {

@@ -4,13 +4,12 @@
 // on real connections, done being final, the owner checks (IQ410/IQ412), and
 // a job's next attempt reclaiming at once the claim a fenced-out attempt left.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   backendPid,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
   waitUntilBlocked,
-  type TestDatabase,
   expectSqlError,
 } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
@@ -19,14 +18,8 @@ import { effectDone, effectRelease } from "../../src/sql-api.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
 import { claimOne, expireLease, HOLDER_TOKEN, rescue } from "../helpers/work.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 
 type Queryable = pg.ClientBase | pg.Pool;
 interface Claim {

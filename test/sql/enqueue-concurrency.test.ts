@@ -3,13 +3,13 @@
 // id, never NULL, also when the first inserter rolls back. Real connections
 // running in parallel; blocking is confirmed with pg_blocking_pids.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { backendPid, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { count, enqueue, enqueueMany, jobRow, unique, type Enqueued } from "../helpers/jobs.ts";
 
 const CONNECTIONS = 50;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let clients: pg.Client[];
 // Backend pids, read while each client is idle (a client runs one query at a time).
 const pids = new Map<pg.Client, number>();
@@ -17,7 +17,6 @@ function pidOf(c: pg.Client): number {
   return pids.get(c)!;
 }
 beforeAll(async () => {
-  db = await freshDatabase();
   clients = [];
   // One at a time: a burst of 50 connection starts is not what is under test.
   for (let i = 0; i < CONNECTIONS; i++) {
@@ -25,9 +24,6 @@ beforeAll(async () => {
     clients.push(c);
     pids.set(c, await backendPid(c));
   }
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function jobsWithKey(key: string): Promise<number> {

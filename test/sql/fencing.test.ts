@@ -10,11 +10,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
   waitUntilBlocked,
   type PgError,
-  type TestDatabase,
 } from "../helpers/db.ts";
 import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
 import {
@@ -32,14 +31,12 @@ import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/logi
 import { installationRoles } from "../../src/roles.ts";
 import type pg from "pg";
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await freshDatabase();
   await db.pool.query("CREATE TABLE effect_log (job_id bigint NOT NULL, attempt int NOT NULL)");
 });
 afterAll(async () => {
   await dropLoginRoles();
-  await db?.drop();
 });
 
 /** Attempt 1 claims, loses its lease, is rescued; attempt 2 claims. Returns both claims. */

@@ -3,19 +3,15 @@
 // concurrency, the blocking interleavings (commit -> false, rollback -> true),
 // counting of duplicates in stats(), and bad keys.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { backendPid, expectSqlError, useTestDatabase, inRollback, waitUntilBlocked } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import * as sqlApi from "../../src/sql-api.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   await db.pool.query("CREATE TABLE public.ledger (key text NOT NULL, delivery int NOT NULL)");
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function guard(client: pg.ClientBase, key: string | null, task: string | null = null): Promise<boolean> {

@@ -5,18 +5,17 @@
 // order is fixed: a second tick while the first holds the row skips it
 // without waiting; schedule() on a row being ticked waits (pg_blocking_pids).
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { backendPid, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { schedule, scheduleRow, slotJobs } from "../helpers/schedules.ts";
 
 const CALLERS = 8;
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 let clients: pg.Client[];
 const pids = new Map<pg.Client, number>();
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   clients = [];
   for (let i = 0; i < CALLERS; i++) {
     const c = await db.newClient();
@@ -24,9 +23,6 @@ beforeAll(async () => {
     // Read while idle: a client runs one query at a time.
     pids.set(c, await backendPid(c));
   }
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function tick(c: pg.ClientBase): Promise<number> {

@@ -4,20 +4,14 @@
 // its timeout and the pool discards its connection. A table lock held by a
 // superuser stands in for whatever could stall a call.
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import * as sql from "../../src/sql-api.ts";
 import { timedCalls } from "../../src/worker/worker-state.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 
 /** How many sessions of this database wait on a lock held by `pid` (pg_blocking_pids). */
 async function blockedBy(pid: number): Promise<number> {

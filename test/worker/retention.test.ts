@@ -6,20 +6,18 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Client, createWorker, type Worker, type WorkerOptions } from "../../src/index.ts";
 import { WorkerConfigError } from "../../src/worker/task-config.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { TERMINAL_STATES } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 6 });
 let client: Client;
 const workers: Worker[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
   client = new Client({ pool: db.pool });
 });
 afterAll(async () => {
   await Promise.all(workers.map((w) => w.stop()));
-  await db?.drop();
 });
 
 function worker(options: Partial<WorkerOptions> = {}, tasks: WorkerOptions["tasks"] = { noop: async () => {} }): Worker {
