@@ -1,6 +1,6 @@
 // The test helpers themselves (test/helpers/db.ts): other tests rely on them
 // to fail when they should.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { migrationStatus } from "../../src/migrate.ts";
 import {
   backendPid,
@@ -8,17 +8,12 @@ import {
   freshDatabase,
   inRollback,
   sqlState,
-  type TestDatabase,
+  useTestDatabase,
+  useTestDatabases,
   waitUntilBlocked,
 } from "./db.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 const RAISE_IQ409 = `DO $$ BEGIN
   RAISE EXCEPTION 'duplicate job for key k' USING ERRCODE = 'IQ409',
@@ -41,6 +36,53 @@ describe("freshDatabase", () => {
     await other.drop();
     const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_database WHERE datname = $1", [other.name]);
     expect(rows[0].n).toBe(0);
+  });
+});
+
+async function databaseExists(name: string): Promise<boolean> {
+  const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_database WHERE datname = $1", [name]);
+  return rows[0].n === 1;
+}
+
+// What the blocks below saw, read after their afterAll hooks have run.
+const seen: { readEarly?: unknown; block?: string; made: string[] } = { made: [] };
+
+describe("useTestDatabase", () => {
+  const inBlock = useTestDatabase({ empty: true });
+  try {
+    seen.readEarly = inBlock.pool;
+  } catch (error) {
+    seen.readEarly = error;
+  }
+
+  it("is made in beforeAll: read before it, it throws; in a test, it is a database of its own", async () => {
+    expect(seen.readEarly).toBeInstanceOf(Error);
+    expect(String(seen.readEarly)).toMatch(/beforeAll/);
+    seen.block = inBlock.name;
+    expect(inBlock.name).not.toBe(db.name);
+    const { rows } = await inBlock.pool.query("SELECT current_database() AS name, to_regnamespace('idemq') AS idemq");
+    expect(rows[0]).toEqual({ name: inBlock.name, idemq: null });
+    expect(await databaseExists(inBlock.name)).toBe(true);
+  });
+});
+
+describe("useTestDatabases", () => {
+  const makeDatabase = useTestDatabases();
+
+  it("makes a database per call", async () => {
+    const [a, b] = [await makeDatabase(), await makeDatabase({ empty: true })];
+    seen.made.push(a.name, b.name);
+    expect(a.name).not.toBe(b.name);
+    expect((await a.pool.query("SELECT to_regnamespace('idemq') IS NOT NULL AS idemq")).rows[0].idemq).toBe(true);
+    expect((await b.pool.query("SELECT to_regnamespace('idemq') IS NOT NULL AS idemq")).rows[0].idemq).toBe(false);
+  });
+});
+
+describe("useTestDatabase and useTestDatabases, once their block is done", () => {
+  it("have dropped every database they made", async () => {
+    expect(seen.block).toBeDefined();
+    expect(seen.made).toHaveLength(2);
+    for (const name of [seen.block!, ...seen.made]) expect(await databaseExists(name), name).toBe(false);
   });
 });
 

@@ -17,7 +17,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrate } from "../../src/migrate.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases } from "../helpers/db.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
 const exec = promisify(execFile);
@@ -29,7 +29,7 @@ const NEXT = `${String(Math.max(...MIGRATION_NAMES.map((name) => parseInt(name, 
 let sql: string;
 let functions: string;
 let migrations: string;
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 
 beforeAll(async () => {
   sql = await mkdtemp(join(tmpdir(), "idemq-migration-new-"));
@@ -41,7 +41,6 @@ beforeAll(async () => {
   await writeFile(join(sql, "released.sha256"), MIGRATION_NAMES.map((name) => `${sha256(join(migrations, `${name}.sql`))}  migrations/${name}.sql\n`).join(""));
 });
 afterAll(async () => {
-  await Promise.all(databases.map((db) => db.drop()));
   if (sql) await rm(sql, { recursive: true, force: true });
 });
 
@@ -144,8 +143,7 @@ describe("migration:check and migration:new", () => {
   });
 
   it("the written migration applies on the latest database, installs sql/functions/, and its Down restores the catalog", async () => {
-    const db = await freshDatabase({ poolSize: 2 });
-    databases.push(db);
+    const db = await makeDatabase({ poolSize: 2 });
     const before = await catalogSnapshot(db.pool);
     expect(await migrate({ connectionString: db.url, migrationsDir: migrations })).toEqual([NEXT]);
 

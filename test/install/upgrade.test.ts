@@ -16,7 +16,7 @@ import { migrate, migrationStatus, pendingSql, RELEASE_0_1_0 } from "../../src/m
 import type { TransactionalJobContext } from "../../src/index.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
 import { committedCatalog } from "../helpers/catalog-snapshot.ts";
-import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { backendPid, useTestDatabases, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
 import { expectCountsExact } from "../helpers/job-counts.ts";
 import { enqueue, makeJob, makeJobs, POLICIES, TERMINAL_STATES } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
@@ -29,15 +29,13 @@ import { waitFor } from "../fixtures/worker/wait.ts";
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const FIRST = RELEASE_0_1_0;
 
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 afterAll(async () => {
   await stopWorkers();
-  await Promise.all(databases.map((db) => db.drop()));
 });
 
 async function emptyDatabase(): Promise<TestDatabase> {
-  const db = await freshDatabase({ empty: true, poolSize: 4 });
-  databases.push(db);
+  const db = await makeDatabase({ empty: true, poolSize: 4 });
   return db;
 }
 
