@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { EXIT, SIGNAL_EXIT } from "../../src/cli/exit-codes.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
 import { killAll, startNode, type CliProcess } from "../helpers/cli-spawn.ts";
-import { useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
+import { backendPid, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { count } from "../helpers/jobs.ts";
 
 const TTY = resolve(import.meta.dirname, "..", "fixtures", "cli", "stderr-tty.mjs");
@@ -71,7 +71,7 @@ async function interrupt(
       "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%idemq.purge%' AND pid <> pg_backend_pid()",
     );
     expect(rows, "the CLI's session").toHaveLength(1);
-    expect(await waitUntilBlocked(db.pool, rows[0]!.pid)).toContain(await backend(holder));
+    expect(await waitUntilBlocked(db.pool, rows[0]!.pid)).toContain(await backendPid(holder));
     cli.child.kill("SIGINT");
     await until(() => ready(cli), "the CLI to take the signal");
   } finally {
@@ -79,10 +79,6 @@ async function interrupt(
     holder.release();
   }
   return cli.exited;
-}
-
-async function backend(client: { query: (text: string) => Promise<{ rows: { pid: number }[] }> }): Promise<number> {
-  return (await client.query("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
 }
 
 describe("idemq purge in batches", () => {

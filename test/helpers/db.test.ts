@@ -7,10 +7,12 @@ import {
   expectSqlError,
   freshDatabase,
   inRollback,
+  interleave,
   sqlState,
   useTestDatabase,
   useTestDatabases,
   waitUntilBlocked,
+  waitUntilBlocking,
 } from "./db.ts";
 
 const db = useTestDatabase();
@@ -140,5 +142,59 @@ describe("waitUntilBlocked", () => {
   it("fails after its timeout when the session is not blocked", async () => {
     const idle = await db.newClient();
     await expect(waitUntilBlocked(db.pool, await backendPid(idle), { timeoutMs: 100 })).rejects.toThrow(/not blocked/);
+  });
+});
+
+describe("waitUntilBlocking", () => {
+  it("returns the sessions that wait on a lock the session holds", async () => {
+    const holder = await db.newClient();
+    const waiter = await db.newClient();
+    const [holderPid, waiterPid] = await Promise.all([backendPid(holder), backendPid(waiter)]);
+    await holder.query("BEGIN");
+    await holder.query("SELECT pg_advisory_xact_lock(4243)");
+    const waiting = waiter.query("SELECT pg_advisory_lock(4243) AS locked");
+    expect(await waitUntilBlocking(db.pool, holderPid)).toEqual([waiterPid]);
+    await holder.query("COMMIT");
+    await waiting;
+    await waiter.query("SELECT pg_advisory_unlock(4243)");
+  });
+
+  it("fails after its timeout when no session waits on it", async () => {
+    const idle = await db.newClient();
+    await expect(waitUntilBlocking(db.pool, await backendPid(idle), { timeoutMs: 100 })).rejects.toThrow(/no session waited/);
+  });
+});
+
+describe("interleave", () => {
+  // `first` holds the table in EXCLUSIVE mode: `second`'s UPDATE waits for it.
+  async function run(v: number, end: "COMMIT" | "ROLLBACK", update = "v = v") {
+    await db.pool.query("CREATE TABLE IF NOT EXISTS helper_interleave (v int)");
+    const [first, second] = [await db.newClient(), await db.newClient()];
+    return interleave(db.pool, {
+      first,
+      holds: async (c) => {
+        await c.query("LOCK TABLE helper_interleave IN EXCLUSIVE MODE");
+        return (await c.query<{ v: number }>("INSERT INTO helper_interleave VALUES ($1) RETURNING v", [v])).rows[0]!.v;
+      },
+      second,
+      blocks: async (c) => (await c.query(`UPDATE helper_interleave SET ${update} WHERE v = $1`, [v])).rowCount,
+      end,
+    });
+  }
+
+  it.each([
+    ["COMMIT", 1],
+    ["ROLLBACK", 0],
+  ] as const)("names first as the blocker, and second finishes after first's %s (sees %i rows)", async (end, rows) => {
+    const v = end === "COMMIT" ? 1 : 2;
+    const { held, firstPid, blockers, second } = await run(v, end);
+    expect(held).toBe(v);
+    expect(blockers).toEqual([firstPid]);
+    expect(await second).toBe(rows);
+  });
+
+  it("hands back second's error to whoever awaits it", async () => {
+    const { second } = await run(3, "COMMIT", "v = v / 0");
+    expect(await sqlState(second)).toBe("22012");
   });
 });

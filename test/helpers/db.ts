@@ -285,3 +285,70 @@ async function sessionSummary(db: Queryable, pid: number): Promise<string> {
   if (row === undefined) return "no such session";
   return `state: ${row.state ?? "?"}, wait: ${row.wait ?? "none"}, last statement: ${row.query ?? "?"}`;
 }
+
+/**
+ * Waits until some session waits on a lock that the session `pid` holds, and
+ * returns the PIDs of those that do (the other way round from waitUntilBlocked:
+ * for a waiter the test did not start, such as a migration). Fails after `timeoutMs`.
+ */
+export async function waitUntilBlocking(
+  db: Queryable,
+  pid: number,
+  { timeoutMs = 10_000 }: { timeoutMs?: number } = {},
+): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await db.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND $1 = ANY (pg_blocking_pids(pid))",
+      [pid],
+    );
+    if (rows.length > 0) return rows.map((row) => row.pid);
+    if (Date.now() > deadline) throw new Error(`no session waited on a lock of backend ${pid} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export interface InterleaveSteps<H, T> {
+  /** The session that takes the lock. */
+  first: pg.ClientBase;
+  /** Run by `first` in the transaction it holds open; its locks are what `second` waits on. */
+  holds: (first: pg.ClientBase) => Promise<H>;
+  /** The session that waits; idle when interleave is called. */
+  second: pg.ClientBase;
+  /** Started by `second` once `holds` is done; it must wait on a lock `holds` took. */
+  blocks: (second: pg.ClientBase) => Promise<T>;
+  /** How `first` ends its transaction once `second` is seen waiting. */
+  end: "COMMIT" | "ROLLBACK";
+}
+
+export interface Interleaving<H, T> {
+  /** What `holds` returned. */
+  held: H;
+  /** `first`'s PID, for assertions on `blockers`. */
+  firstPid: number;
+  /** Who pg_blocking_pids said `second` was waiting for. */
+  blockers: number[];
+  /** What `blocks` resolved or rejected with, after `first`'s end; a rejection is not unhandled, and awaiting this rethrows it. */
+  second: Promise<T>;
+}
+
+/**
+ * One deterministic interleaving of two sessions, with no sleeps: `first`
+ * opens a transaction and runs `holds`; `second` starts `blocks`; once
+ * pg_blocking_pids shows `second` waiting, `first` runs `end`. The caller
+ * asserts on the blockers and on the outcome of `second`.
+ */
+export async function interleave<H, T>(db: Queryable, steps: InterleaveSteps<H, T>): Promise<Interleaving<H, T>> {
+  // Read while both are idle: a client runs one query at a time.
+  const firstPid = await backendPid(steps.first);
+  const secondPid = await backendPid(steps.second);
+  await steps.first.query("BEGIN");
+  const held = await steps.holds(steps.first);
+  const second = steps.blocks(steps.second);
+  // Observed at once: `second` may reject before `end` returns.
+  second.catch(() => {});
+  const blockers = await waitUntilBlocked(db, secondPid);
+  await steps.first.query(steps.end);
+  await second.catch(() => {});
+  return { held, firstPid, blockers, second };
+}

@@ -8,11 +8,10 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
-  backendPid,
   expectSqlError,
   useTestDatabase,
   inRollback,
-  waitUntilBlocked,
+  interleave,
   type PgError,
 } from "../helpers/db.ts";
 import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
@@ -159,18 +158,20 @@ describe("fencing", () => {
     await expireLease(setup, id);
 
     const rescuer = await db.newClient();
-    await rescuer.query("BEGIN");
-    expect(await rescue(rescuer)).toBe(1);
-
     const worker = await db.newClient();
-    const workerPid = await backendPid(worker);
-    const completing = complete(worker, id, 1).then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    expect(await waitUntilBlocked(db.pool, workerPid)).toEqual([await backendPid(rescuer)]);
-    await rescuer.query("COMMIT");
-    const error = (await completing) as { code?: string; detail?: string } | undefined;
+    const run = await interleave(db.pool, {
+      first: rescuer,
+      holds: async (c) => expect(await rescue(c)).toBe(1),
+      second: worker,
+      blocks: (c) =>
+        complete(c, id, 1).then(
+          () => undefined,
+          (error: unknown) => error,
+        ),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    const error = (await run.second) as { code?: string; detail?: string } | undefined;
     expect(error?.code).toBe("IQ410");
     expect(JSON.parse(error!.detail!)).toEqual({ job_id: Number(id), attempt: 1, current_state: "enqueued" });
     expect(await jobRow(db.pool, id)).toMatchObject({ state: "enqueued", attempt: 1 });
