@@ -13,6 +13,7 @@ import { CLI, runCli } from "../helpers/cli.ts";
 import { killAll, startNode, type CliProcess } from "../helpers/cli-spawn.ts";
 import { backendPid, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { count } from "../helpers/jobs.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 const TTY = resolve(import.meta.dirname, "..", "fixtures", "cli", "stderr-tty.mjs");
 const BATCH = 100;
@@ -35,14 +36,6 @@ async function left(queue: string): Promise<number> {
   return count(db.pool, "SELECT 1 FROM idemq.jobs WHERE queue = $1", [queue]);
 }
 
-async function until(condition: () => Promise<boolean> | boolean, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 /** True once no SIGINT is pending for `pid`: the kernel has delivered it to the process's handler. */
 function signalDelivered(pid: number): boolean {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
@@ -62,7 +55,7 @@ async function interrupt(
   ready: (cli: CliProcess) => boolean,
 ): Promise<Awaited<CliProcess["exited"]>> {
   const cli = startNode(["--import", TTY, CLI, "purge", ...args, "--database-url", db.url]);
-  await until(async () => (await left(queue)) < total, "a first batch");
+  await waitFor(async () => (await left(queue)) < total, { what: "a first batch", timeoutMs: 20_000, intervalMs: 5 });
   const holder = await db.pool.connect();
   try {
     await holder.query("BEGIN");
@@ -73,7 +66,7 @@ async function interrupt(
     expect(rows, "the CLI's session").toHaveLength(1);
     expect(await waitUntilBlocked(db.pool, rows[0]!.pid)).toContain(await backendPid(holder));
     cli.child.kill("SIGINT");
-    await until(() => ready(cli), "the CLI to take the signal");
+    await waitFor(() => ready(cli), { what: "the CLI to take the signal", timeoutMs: 20_000, intervalMs: 5 });
   } finally {
     await holder.query("ROLLBACK");
     holder.release();
