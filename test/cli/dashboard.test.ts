@@ -1,19 +1,15 @@
 // `idemq dashboard` as a real subprocess: it refuses a bind beyond loopback
 // without a token (exit 2, naming --token and the variable) before touching
 // the database, serves the pages and /metrics on loopback, and stops on SIGTERM.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { makeJob } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
+const db = useTestDatabase({ poolSize: 2 });
 afterAll(async () => {
   killAll();
-  await db?.drop();
 });
 
 describe("idemq dashboard", () => {

@@ -2,25 +2,21 @@
 // with what to do about it (warnings exit 7, problems exit 8), checked at the
 // boundaries. The retry horizon it reports is idemq.retry_horizon's
 // (test/sql/retry-horizon.test.ts).
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { migrate } from "../../src/migrate.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-const databases: TestDatabase[] = [];
-afterAll(async () => {
-  await Promise.all(databases.map((d) => d.drop()));
-});
+const makeDatabase = useTestDatabases();
 
 async function database(options: { empty?: boolean } = {}): Promise<TestDatabase> {
-  const db = await freshDatabase(options);
-  databases.push(db);
+  const db = await makeDatabase(options);
   return db;
 }
 

@@ -15,6 +15,7 @@ import { runCli } from "../helpers/cli.ts";
 import { killAll, startCli, startNode } from "../helpers/cli-spawn.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { alive } from "../helpers/embedded-dir.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 const HOLD = resolve(import.meta.dirname, "..", "fixtures", "cli", "hold-embedded.ts");
 let root: string;
@@ -36,7 +37,7 @@ afterAll(async () => {
     } catch {
       // already gone
     }
-    await until(() => !alive(pid), "leftover server stops");
+    await waitFor(() => !alive(pid), { what: "leftover server stops", timeoutMs: 30_000, intervalMs: 50 });
   }
   await rm(root, { recursive: true, force: true });
 });
@@ -56,14 +57,6 @@ function groupAndSession(pid: number): { pgrp: number; session: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return { pgrp: Number(fields[2]), session: Number(fields[3]) };
-}
-
-async function until(condition: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 async function query<T extends pg.QueryResultRow>(url: string, sql: string): Promise<T[]> {

@@ -7,18 +7,16 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { count, jobRow, unique } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let dir: string;
 beforeAll(async () => {
-  db = await freshDatabase();
   dir = await mkdtemp(join(tmpdir(), "idemq-cli-enqueue-"));
 });
 afterAll(async () => {
-  await db.drop();
   await rm(dir, { recursive: true, force: true });
 });
 

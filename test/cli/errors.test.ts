@@ -3,12 +3,12 @@
 // input (unknown command or option, unreachable or malformed database URL, a
 // database without the schema) as one line naming what was wrong and the fix,
 // never a stack trace, changing nothing.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Command } from "commander";
 import { EXIT, EXIT_CODES_HELP } from "../../src/cli/exit-codes.ts";
 import { buildProgram } from "../../src/cli/main.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 
 const COMMANDS = [
   ["enqueue"],
@@ -47,13 +47,7 @@ const INVOCATIONS = [
   ["doctor"],
 ];
 
-let empty: TestDatabase;
-beforeAll(async () => {
-  empty = await freshDatabase({ empty: true });
-});
-afterAll(async () => {
-  await empty.drop();
-});
+const empty = useTestDatabase({ empty: true });
 
 function oneLine(result: CliResult): string {
   expect(result.stderr).not.toMatch(/^\s+at /m);

@@ -2,20 +2,14 @@
 // `jobs cancel` and `jobs reschedule`, run as real subprocesses: filters,
 // table and --json, per-id results with the exit code of the first failure,
 // and bad input that changes nothing.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { enqueue, jobRow, stateOf, unique } from "../helpers/jobs.ts";
 import { claimJob, jobIn } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = useTestDatabase();
 
 function jobs(args: string[]): Promise<CliResult> {
   return runCli(["jobs", ...args, "--database-url", db.url]);

@@ -12,7 +12,7 @@ import { buildProgram } from "../../src/cli/main.ts";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { runCli } from "../helpers/cli.ts";
 import { badKeys } from "../helpers/json-keys.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { enqueue, unique } from "../helpers/jobs.ts";
 import { claimJob, jobIn } from "../helpers/work.ts";
 
@@ -30,7 +30,7 @@ function jsonCommands(): string[] {
   return found.sort();
 }
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let role: string;
 let failedJob: string;
 let shownJob: string;
@@ -38,7 +38,6 @@ let waitingJob: string;
 let scheduleName: string;
 
 beforeAll(async () => {
-  db = await freshDatabase();
   const queue = unique("q");
   const task = unique("task");
   // A job with a failed attempt and an operator's retry (timeline, retries), a lost lease (stats).
@@ -67,7 +66,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await db.pool.query(`DROP OWNED BY ${role}`).catch(() => {});
   await db.pool.query(`DROP ROLE IF EXISTS ${role}`).catch(() => {});
-  await db.drop();
 });
 
 /** A run of each command that has --json, on the data above. */

@@ -2,20 +2,14 @@
 // subprocesses: each prints what it did (and --json the counts), and bad
 // input is one line, exit 2, with nothing changed. The file owns its
 // database: purge and prune-keys act on every job in it.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { count, keyRow, stateOf, unique } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = useTestDatabase();
 
 function cli(args: string[]): Promise<CliResult> {
   return runCli([...args, "--database-url", db.url]);

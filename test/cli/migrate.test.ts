@@ -1,18 +1,14 @@
 // `idemq migrate`, `migrate status` and `migrate sql`, run as real subprocesses.
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { migrationStatus, pendingSql } from "../../src/migrate.ts";
 import { runCli } from "../helpers/cli.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 
-const databases: TestDatabase[] = [];
-afterAll(async () => {
-  await Promise.all(databases.map((db) => db.drop()));
-});
+const makeDatabase = useTestDatabases();
 
 async function emptyDatabase(): Promise<TestDatabase> {
-  const db = await freshDatabase({ empty: true });
-  databases.push(db);
+  const db = await makeDatabase({ empty: true });
   return db;
 }
 

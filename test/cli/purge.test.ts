@@ -7,23 +7,20 @@
 // the CLI is provably mid-batch (pg_blocking_pids) when the signal comes.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { EXIT, SIGNAL_EXIT } from "../../src/cli/exit-codes.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
 import { killAll, startNode, type CliProcess } from "../helpers/cli-spawn.ts";
-import { freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { backendPid, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { count } from "../helpers/jobs.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 const TTY = resolve(import.meta.dirname, "..", "fixtures", "cli", "stderr-tty.mjs");
 const BATCH = 100;
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
+const db = useTestDatabase({ poolSize: 4 });
 afterAll(async () => {
   killAll();
-  await db?.drop();
 });
 
 /** n cancelled jobs in `queue`, finished 31 days ago. */
@@ -37,14 +34,6 @@ async function seed(queue: string, n: number): Promise<void> {
 
 async function left(queue: string): Promise<number> {
   return count(db.pool, "SELECT 1 FROM idemq.jobs WHERE queue = $1", [queue]);
-}
-
-async function until(condition: () => Promise<boolean> | boolean, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
 }
 
 /** True once no SIGINT is pending for `pid`: the kernel has delivered it to the process's handler. */
@@ -66,7 +55,7 @@ async function interrupt(
   ready: (cli: CliProcess) => boolean,
 ): Promise<Awaited<CliProcess["exited"]>> {
   const cli = startNode(["--import", TTY, CLI, "purge", ...args, "--database-url", db.url]);
-  await until(async () => (await left(queue)) < total, "a first batch");
+  await waitFor(async () => (await left(queue)) < total, { what: "a first batch", timeoutMs: 20_000, intervalMs: 5 });
   const holder = await db.pool.connect();
   try {
     await holder.query("BEGIN");
@@ -75,18 +64,14 @@ async function interrupt(
       "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%idemq.purge%' AND pid <> pg_backend_pid()",
     );
     expect(rows, "the CLI's session").toHaveLength(1);
-    expect(await waitUntilBlocked(db.pool, rows[0]!.pid)).toContain(await backend(holder));
+    expect(await waitUntilBlocked(db.pool, rows[0]!.pid)).toContain(await backendPid(holder));
     cli.child.kill("SIGINT");
-    await until(() => ready(cli), "the CLI to take the signal");
+    await waitFor(() => ready(cli), { what: "the CLI to take the signal", timeoutMs: 20_000, intervalMs: 5 });
   } finally {
     await holder.query("ROLLBACK");
     holder.release();
   }
   return cli.exited;
-}
-
-async function backend(client: { query: (text: string) => Promise<{ rows: { pid: number }[] }> }): Promise<number> {
-  return (await client.query("SELECT pg_backend_pid() AS pid")).rows[0]!.pid;
 }
 
 describe("idemq purge in batches", () => {

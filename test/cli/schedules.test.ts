@@ -6,19 +6,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { Client } from "../../src/index.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { scheduleRow } from "../helpers/schedules.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let client: Client;
 beforeAll(async () => {
-  db = await freshDatabase();
   client = new Client({ pool: db.pool });
 });
 afterAll(async () => {
   await client.close();
-  await db.drop();
 });
 
 function schedules(args: string[], input?: string): Promise<CliResult> {

@@ -6,19 +6,18 @@ import { installationRoles } from "../../src/roles.ts";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { runCli } from "../helpers/cli.ts";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 import { enqueue, enqueueMany, unique } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { jobIn } from "../helpers/work.ts";
 
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 let db: TestDatabase;
 let queue: string;
 let task: string;
 
 beforeAll(async () => {
-  db = await freshDatabase();
-  databases.push(db);
+  db = await makeDatabase();
   queue = unique("q");
   task = unique("task");
   // 1 failed, 1 processing whose lease ran out (each made while alone in the
@@ -45,7 +44,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   killAll();
-  await Promise.all(databases.map((d) => d.drop()));
 });
 
 describe("idemq stats", () => {
@@ -119,8 +117,7 @@ describe("idemq stats", () => {
   });
 
   it("an empty queue says so", async () => {
-    const empty = await freshDatabase();
-    databases.push(empty);
+    const empty = await makeDatabase();
     const human = await runCli(["stats", "--database-url", empty.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stdout: "No jobs yet.\n", stderr: "" });
     const json = JSON.parse((await runCli(["stats", "--json", "--database-url", empty.url])).stdout);

@@ -4,20 +4,14 @@
 // terminal escapes (clear screen, set title, bell), C1 controls and a
 // bidirectional override escaped in human output, and exactly as stored
 // with --json.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { printable, printableLines } from "../../src/cli/terminal-text.ts";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db.drop();
-});
+const db = useTestDatabase();
 
 const ESC = "\u001b";
 const TASK = `x${ESC}[2J${ESC}]0;pwned\u0007`;

@@ -6,27 +6,23 @@ import { spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { Client } from "../../src/index.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
 import { startNode } from "../helpers/cli-spawn.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker, startWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 2 });
 let client: Client;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
   await killAllWorkers();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 const fixture = (name: string) => resolve(import.meta.dirname, "..", "fixtures", "worker", name);

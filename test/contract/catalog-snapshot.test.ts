@@ -2,17 +2,11 @@
 // the migrations build, so a schema change shows in review: this test fails
 // until the snapshot is regenerated and committed with the change.
 import { readFileSync } from "node:fs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { committedCatalog, serialize, SNAPSHOT_PATH, UPDATE_COMMAND } from "../helpers/catalog-snapshot.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 2 });
 
 describe("catalog snapshot", () => {
   it("a migrated database matches test/contract/catalog.snapshot.json", async () => {

@@ -4,16 +4,10 @@
 // spelling accepted, over a grid that crosses every boundary of the rule; and
 // the traceparent CHECK's regular expression is the one _is_traceparent, the
 // rule's one definition, holds.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase } from "../helpers/db.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 /** The installed expression of a CHECK, as the catalog prints it, without CHECK ( ... ) and NOT VALID. */
 async function installed(name: string): Promise<string> {

@@ -11,7 +11,7 @@ import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   ACTIVE_STATES,
   BACKOFF_FIELDS,
@@ -28,20 +28,14 @@ import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } fro
 import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql/index.ts";
 import { installationRoles, ROLE_FUNCTIONS } from "../../src/roles.ts";
 import { duplicateNames, functionPaths } from "../../scripts/migration-new.mjs";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const FUNCTIONS_DIR = join(ROOT, "sql", "functions");
 const run = promisify(execFile);
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 async function list(sql: string): Promise<string[]> {
   const { rows } = await db.pool.query<{ v: string[] }>(`SELECT (${sql})::text[] AS v`);

@@ -7,9 +7,9 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { functionPaths } from "../../scripts/migration-new.mjs";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { splitSqlList } from "../helpers/split-sql-list.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
@@ -61,13 +61,7 @@ describe("docs/sql-api.md", () => {
 });
 
 describe("docs/sql-api.md: what each function returns", () => {
-  let db: TestDatabase;
-  beforeAll(async () => {
-    db = await freshDatabase({ poolSize: 1 });
-  });
-  afterAll(async () => {
-    await db?.drop();
-  });
+  const db = useTestDatabase({ poolSize: 1 });
 
   it("lists every column of every function's rows, in order, as the migrated catalog has them (composite types expanded)", async () => {
     // The output columns: OUT and TABLE parameters, else a composite result type's attributes; none for a scalar.
@@ -137,10 +131,9 @@ function catalogType(type: string): string {
 }
 
 describe("docs/design.md", () => {
-  let db: TestDatabase;
+  const db = useTestDatabase({ poolSize: 1 });
   const catalog = new Map<string, CatalogFunction>();
   beforeAll(async () => {
-    db = await freshDatabase({ poolSize: 1 });
     const { rows } = await db.pool.query<{ name: string; arg_names: string[]; modes: string[] | null; types: string[]; result: string }>(`
       SELECT p.proname AS name, coalesce(p.proargnames, '{}') AS arg_names, p.proargmodes::text[] AS modes,
              array(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY u(t, i) ORDER BY i) AS types,
@@ -151,9 +144,6 @@ describe("docs/design.md", () => {
       const names = r.arg_names.filter((_, i) => r.modes === null || ["i", "b", "v"].includes(r.modes[i]!));
       catalog.set(r.name, { names, types: r.types, result: r.result });
     }
-  });
-  afterAll(async () => {
-    await db?.drop();
   });
 
   it("names only SQL functions that exist, each with a file in sql/functions/<family>/", () => {

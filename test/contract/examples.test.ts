@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
 import { installationRoles, type InstallationRoles } from "../../src/roles.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
@@ -21,7 +21,7 @@ const run = promisify(execFile);
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const EXAMPLE = resolve(ROOT, "examples", "sql-only.sql");
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 2 });
 /** The role each example's comments name. */
 let producerWorker: LoginRole;
 let producer: LoginRole;
@@ -30,7 +30,6 @@ let worker: LoginRole;
 let ROLES: InstallationRoles;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
   ROLES = await installationRoles(db.pool);
   producerWorker = await createLoginRole("ex_pw", { memberOf: [ROLES.producer, ROLES.worker] });
   producer = await createLoginRole("ex_p", { memberOf: [ROLES.producer] });
@@ -41,7 +40,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await killAllWorkers();
   // The database first: the logins own the examples' tables in it.
-  await db?.drop();
+  await db.drop();
   await dropLoginRoles();
 });
 

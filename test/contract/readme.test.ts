@@ -33,7 +33,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const README = join(ROOT, "README.md");
@@ -289,13 +289,7 @@ describe("README.md", () => {
   describe.each(runnable.map((block) => ({ ...block, name: `${block.heading}: ${block.kind} block at line ${block.line}` })))(
     "$name",
     (block) => {
-      let db: TestDatabase;
-      beforeAll(async () => {
-        db = await freshDatabase({ poolSize: 1 });
-      });
-      afterAll(async () => {
-        await db?.drop();
-      });
+      const db = useTestDatabase({ poolSize: 1 });
 
       it(
         block.marker === "substitute"

@@ -9,20 +9,14 @@
 // fail here. (state-machine.test.ts proves each row once, by name.) After each
 // call the kept job counts (idemq.job_counts) must still equal a count(*).
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DUPLICATE_POLICIES } from "../../src/contract.ts";
-import { freshDatabase, inRollback, type PgError, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase, inRollback, type PgError } from "../helpers/db.ts";
 import { expectCountsExact } from "../helpers/job-counts.ts";
 import { documentedTransitions, transitionName, type Transition } from "../helpers/state-machine-doc.ts";
 import { ACTIVE_ZOO, buildZoo, TERMINAL_ZOO, ZOO_NAMES, type Zoo, type ZooJob, type ZooName } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 2 });
 
 type C = pg.ClientBase;
 type Call = (c: C, zoo: Zoo) => Promise<unknown>;

@@ -3,19 +3,13 @@
 // calling <function>, and reading the state back; plus a check that the
 // document's table and this file list the same transitions.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { enqueueMany, makeJob, sql, stateOf, unique, type EnqueueArgs } from "../helpers/jobs.ts";
 import { claimJob, expireLease, fail, jobIn } from "../helpers/work.ts";
 import { documentedTransitions, transitionName, type Transition as DocTransition } from "../helpers/state-machine-doc.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 type C = pg.ClientBase;
 /** A job in a queue of its own (so claimJob takes exactly it), from the job factory. */

@@ -8,19 +8,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { enqueue, stateOf, unique } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 let dashboard: Dashboard;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   dashboard = await startDashboard({ pool: db.pool, port: 0 });
 });
 afterAll(async () => {
   await dashboard?.close();
-  await db?.drop();
 });
 
 async function claim(queue: string): Promise<number> {

@@ -15,13 +15,13 @@ import { createWorker } from "../../src/worker/create-worker.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 import { launchBrowser, screenshot, type TestBrowser } from "../helpers/browser.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { makeJob, stateOf } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { claimJob } from "../helpers/work.ts";
 import { buildZoo, type Zoo } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 let browser: TestBrowser;
 let dashboard: Dashboard;
 let zoo: Zoo;
@@ -31,7 +31,6 @@ let charged: string;
 const SCRIPT_TASK = `<script>window.__injected = 1</script><img src=x onerror="window.__injected = 2">`;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   zoo = await buildZoo(db.pool);
   charged = await makeJob(db.pool, { task: "charge", queue: "payments", payload: { order: 42 }, max_attempts: 1, idempotency_key: "order:42" });
   const attempt = await claimJob(db.pool, charged);
@@ -51,7 +50,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   await dashboard?.close();
-  await db?.drop();
+  await db.drop();
   await dropLoginRoles();
 });
 

@@ -3,7 +3,7 @@
 // transactions that roll back; errors are asserted by SQLSTATE and DETAIL.
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { expect, inject } from "vitest";
+import { afterAll, beforeAll, expect, inject } from "vitest";
 import { databaseUrl } from "../../src/embedded/server.ts";
 
 export interface TestDatabase {
@@ -74,6 +74,61 @@ export async function freshDatabase(options: FreshDatabaseOptions = {}): Promise
       })();
       return dropped;
     },
+  };
+}
+
+/**
+ * The database of a test file, or of the describe block that calls it:
+ * freshDatabase in a beforeAll, drop() in an afterAll. Its fields are there
+ * from that beforeAll on; vitest runs the file's later beforeAll hooks after it
+ * and their afterAll hooks before the drop (sequence.hooks "stack"), so they
+ * can set up with the database and clean up while it still exists. Cleanup
+ * that must come after the drop calls drop() itself first: it runs once.
+ */
+export function useTestDatabase(options: FreshDatabaseOptions = {}): TestDatabase {
+  let current: TestDatabase | undefined;
+  beforeAll(async () => {
+    current = await freshDatabase(options);
+  });
+  afterAll(async () => {
+    await current?.drop();
+  });
+  const made = (): TestDatabase => {
+    if (current === undefined) throw new Error("useTestDatabase: the database is made in beforeAll; read it in a hook or a test");
+    return current;
+  };
+  return {
+    get name() {
+      return made().name;
+    },
+    get url() {
+      return made().url;
+    },
+    get pool() {
+      return made().pool;
+    },
+    newClient: () => made().newClient(),
+    // Nothing to drop when the beforeAll failed before making it.
+    drop: async () => {
+      await current?.drop();
+    },
+  };
+}
+
+/**
+ * For a file that makes databases as its tests need them: the returned
+ * function is freshDatabase, and one afterAll drops every database it made
+ * (after the file's later afterAll hooks, as with useTestDatabase).
+ */
+export function useTestDatabases(): (options?: FreshDatabaseOptions) => Promise<TestDatabase> {
+  const made: TestDatabase[] = [];
+  afterAll(async () => {
+    await Promise.all(made.splice(0).map((db) => db.drop()));
+  });
+  return async (options) => {
+    const db = await freshDatabase(options);
+    made.push(db);
+    return db;
   };
 }
 
@@ -229,4 +284,71 @@ async function sessionSummary(db: Queryable, pid: number): Promise<string> {
   const row = rows[0];
   if (row === undefined) return "no such session";
   return `state: ${row.state ?? "?"}, wait: ${row.wait ?? "none"}, last statement: ${row.query ?? "?"}`;
+}
+
+/**
+ * Waits until some session waits on a lock that the session `pid` holds, and
+ * returns the PIDs of those that do (the other way round from waitUntilBlocked:
+ * for a waiter the test did not start, such as a migration). Fails after `timeoutMs`.
+ */
+export async function waitUntilBlocking(
+  db: Queryable,
+  pid: number,
+  { timeoutMs = 10_000 }: { timeoutMs?: number } = {},
+): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await db.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND $1 = ANY (pg_blocking_pids(pid))",
+      [pid],
+    );
+    if (rows.length > 0) return rows.map((row) => row.pid);
+    if (Date.now() > deadline) throw new Error(`no session waited on a lock of backend ${pid} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export interface InterleaveSteps<H, T> {
+  /** The session that takes the lock. */
+  first: pg.ClientBase;
+  /** Run by `first` in the transaction it holds open; its locks are what `second` waits on. */
+  holds: (first: pg.ClientBase) => Promise<H>;
+  /** The session that waits; idle when interleave is called. */
+  second: pg.ClientBase;
+  /** Started by `second` once `holds` is done; it must wait on a lock `holds` took. */
+  blocks: (second: pg.ClientBase) => Promise<T>;
+  /** How `first` ends its transaction once `second` is seen waiting. */
+  end: "COMMIT" | "ROLLBACK";
+}
+
+export interface Interleaving<H, T> {
+  /** What `holds` returned. */
+  held: H;
+  /** `first`'s PID, for assertions on `blockers`. */
+  firstPid: number;
+  /** Who pg_blocking_pids said `second` was waiting for. */
+  blockers: number[];
+  /** What `blocks` resolved or rejected with, after `first`'s end; a rejection is not unhandled, and awaiting this rethrows it. */
+  second: Promise<T>;
+}
+
+/**
+ * One deterministic interleaving of two sessions, with no sleeps: `first`
+ * opens a transaction and runs `holds`; `second` starts `blocks`; once
+ * pg_blocking_pids shows `second` waiting, `first` runs `end`. The caller
+ * asserts on the blockers and on the outcome of `second`.
+ */
+export async function interleave<H, T>(db: Queryable, steps: InterleaveSteps<H, T>): Promise<Interleaving<H, T>> {
+  // Read while both are idle: a client runs one query at a time.
+  const firstPid = await backendPid(steps.first);
+  const secondPid = await backendPid(steps.second);
+  await steps.first.query("BEGIN");
+  const held = await steps.holds(steps.first);
+  const second = steps.blocks(steps.second);
+  // Observed at once: `second` may reject before `end` returns.
+  second.catch(() => {});
+  const blockers = await waitUntilBlocked(db, secondPid);
+  await steps.first.query(steps.end);
+  await second.catch(() => {});
+  return { held, firstPid, blockers, second };
 }

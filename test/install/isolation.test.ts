@@ -12,14 +12,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrate } from "../../src/migrate.ts";
 import { installationRoles, type RoleKind, ROLE_KINDS } from "../../src/roles.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 afterAll(async () => {
   await dropLoginRoles();
-  await Promise.all(databases.map((db) => db.drop()));
 });
 
 interface Installation {
@@ -29,8 +28,7 @@ interface Installation {
 
 /** An empty database, `idemq migrate` on it, and a login of each role granted with `idemq roles grant`, all through the CLI. */
 async function install(label: string): Promise<Installation> {
-  const db = await freshDatabase({ empty: true, poolSize: 2 });
-  databases.push(db);
+  const db = await makeDatabase({ empty: true, poolSize: 2 });
   const migrated = await runCli(["migrate", "--json", "--database-url", db.url]);
   expect(migrated.code, migrated.stderr).toBe(0);
   expect(JSON.parse(migrated.stdout).applied).toEqual(MIGRATION_NAMES);
@@ -120,8 +118,7 @@ describe("two installations on one server", () => {
 
 describe("a database upgraded from 0.1.0", () => {
   it("keeps the logins of 0.1.0's cluster-wide roles working there, through its own roles, while a database installed fresh gives them nothing", async () => {
-    const old = await freshDatabase({ empty: true, poolSize: 2 });
-    databases.push(old);
+    const old = await makeDatabase({ empty: true, poolSize: 2 });
     expect(await migrate({ connectionString: old.url, count: 1 })).toEqual([MIGRATION_NAMES[0]]);
     // A worker login of 0.1.0: a member of the cluster-wide role.
     const legacy = await createLoginRole("iso_legacy", { memberOf: ["idemq_worker"] });
@@ -137,8 +134,7 @@ describe("a database upgraded from 0.1.0", () => {
     const session = await legacy.connect(old.name);
     expect(await sqlState(session, "SELECT * FROM idemq.claim(worker_id => 'legacy')")).toBe("ok");
 
-    const fresh = await freshDatabase({ empty: true, poolSize: 1 });
-    databases.push(fresh);
+    const fresh = await makeDatabase({ empty: true, poolSize: 1 });
     await migrate({ connectionString: fresh.url });
     const elsewhere = await legacy.connect(fresh.name);
     expect(await sqlState(elsewhere, "SELECT * FROM idemq.claim(worker_id => 'legacy')")).toBe("42501");

@@ -8,22 +8,18 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { DEFAULT_MIGRATIONS_DIR, migrate, migrationStatus, pendingSql } from "../../src/migrate.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 
 const run = promisify(execFile);
 const FIXTURE_MIGRATIONS = resolve(import.meta.dirname, "..", "fixtures", "migrations");
 
-const databases: TestDatabase[] = [];
-afterAll(async () => {
-  await Promise.all(databases.map((db) => db.drop()));
-});
+const makeDatabase = useTestDatabases();
 
 async function emptyDatabase(): Promise<TestDatabase> {
-  const db = await freshDatabase({ empty: true });
-  databases.push(db);
+  const db = await makeDatabase({ empty: true });
   return db;
 }
 

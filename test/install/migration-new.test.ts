@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { functionPaths } from "../../scripts/migration-new.mjs";
 import { migrate } from "../../src/migrate.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases } from "../helpers/db.ts";
 import { catalogDifferences, installFromSchemaFile } from "../helpers/schema-file.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
@@ -33,7 +33,7 @@ const NEXT = `${String(Math.max(...MIGRATION_NAMES.map((name) => parseInt(name, 
 let sql: string;
 let functions: string;
 let migrations: string;
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 
 beforeAll(async () => {
   sql = await mkdtemp(join(tmpdir(), "idemq-migration-new-"));
@@ -45,7 +45,6 @@ beforeAll(async () => {
   await writeFile(join(sql, "released.sha256"), MIGRATION_NAMES.map((name) => `${sha256(join(migrations, `${name}.sql`))}  migrations/${name}.sql\n`).join(""));
 });
 afterAll(async () => {
-  await Promise.all(databases.map((db) => db.drop()));
   if (sql) await rm(sql, { recursive: true, force: true });
 });
 
@@ -157,8 +156,7 @@ describe("migration:check and migration:new", () => {
   });
 
   it("the written migration applies on the latest database, installs exactly sql/schema.sql and sql/functions/, and is forward-only: migrate down is refused and changes nothing", async () => {
-    const db = await freshDatabase({ poolSize: 2 });
-    databases.push(db);
+    const db = await makeDatabase({ poolSize: 2 });
     const before = await catalogSnapshot(db.pool);
     expect(await migrate({ connectionString: db.url, migrationsDir: migrations })).toEqual([NEXT]);
 
@@ -180,8 +178,7 @@ describe("migration:check and migration:new", () => {
     expect(installed.rows.map((r) => r.name)).toEqual(files);
 
     // What the upgrade leaves is what sql/schema.sql and (the copy's) sql/functions/ describe, object by object.
-    const described = await freshDatabase({ empty: true, poolSize: 2 });
-    databases.push(described);
+    const described = await makeDatabase({ empty: true, poolSize: 2 });
     await installFromSchemaFile(await described.newClient(), join(sql, "schema.sql"), functions);
     const differences = await catalogDifferences(described.pool, db.pool);
     expect(differences.map((d) => `${d.section} ${d.object}`), "the upgrade installs exactly sql/schema.sql and sql/functions/").toEqual([]);

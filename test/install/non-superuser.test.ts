@@ -8,15 +8,14 @@ import { execFile } from "node:child_process";
 import { afterAll, describe, expect, inject, it } from "vitest";
 import { installationRoles } from "../../src/roles.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases } from "../helpers/db.ts";
 import { createLoginRole, createOwnedDatabase, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 
 afterAll(async () => {
   await dropLoginRoles();
-  await Promise.all(databases.map((db) => db.drop()));
 });
 
 /** `... | psql -v ON_ERROR_STOP=1 url`: the script on psql's standard input. */
@@ -131,8 +130,7 @@ describe("a non-superuser who owns the database", () => {
 
 describe("fail() without its SET plpgsql.variable_conflict", () => {
   it.each(["error", "use_column", "use_variable"])("records the error and schedules the retry alike under variable_conflict = %s (a fresh session compiles it anew)", async (setting) => {
-    const db = await freshDatabase({ poolSize: 1 });
-    databases.push(db);
+    const db = await makeDatabase({ poolSize: 1 });
     const c = await db.newClient();
     await c.query(`SET plpgsql.variable_conflict = ${setting}`);
     const { rows } = await c.query("SELECT job_id FROM idemq.enqueue(task => 't', queue => 'vc', max_attempts => 2)");
@@ -179,8 +177,7 @@ describe("idemq roles", () => {
   }, 180_000);
 
   it("roles sql on a database without idemq 0.2.0 stops with the fix", async () => {
-    const db = await freshDatabase({ empty: true, poolSize: 1 });
-    databases.push(db);
+    const db = await makeDatabase({ empty: true, poolSize: 1 });
     const psql = await psqlWithInput(db.url, (await runCli(["roles", "sql"])).stdout);
     expect(psql.code).not.toBe(0);
     expect(psql.stderr).toMatch(/idemq 0\.2\.0 or later is not installed in database .*\n.*HINT: {2}Run idemq migrate on this database first/);
@@ -188,8 +185,7 @@ describe("idemq roles", () => {
 
   it("roles grant makes a login role a member (--json), says so when it already is, and refuses clearly", async () => {
     const app = await createLoginRole("app");
-    const db = await freshDatabase({ poolSize: 2 });
-    databases.push(db);
+    const db = await makeDatabase({ poolSize: 2 });
     const ROLES = await installationRoles(db.pool);
     const url = { DATABASE_URL: db.url };
     const granted = await runCli(["roles", "grant", app.name, "--worker", "--producer", "--json"], { env: url });

@@ -15,7 +15,7 @@ import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { functionPaths } from "../../scripts/migration-new.mjs";
 import { killAll, startCli } from "../helpers/cli-spawn.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { expectedMistakes, MISTAKES_SOURCE } from "../types/mistakes.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
@@ -86,7 +86,7 @@ let tmp: string;
 let app: string;
 let packedFiles: string[];
 let tarball: string;
-let db: TestDatabase;
+const db = useTestDatabase({ empty: true });
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), "idemq-package-"));
@@ -102,12 +102,10 @@ beforeAll(async () => {
   await writeFile(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
   // What `npm install idemq` does (scripts and optional dependencies included), quietly.
   await ok("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", tarball], app);
-  db = await freshDatabase({ empty: true });
 }, INSTALL_TIMEOUT_MS);
 
 afterAll(async () => {
   killAll();
-  await db?.drop();
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });
 

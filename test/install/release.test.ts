@@ -7,10 +7,10 @@
 // database migrated through the 30 is recognised as 0.1.0 and upgrades like
 // one installed from the release; one migrated through only some is refused.
 import { readFileSync } from "node:fs";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { migrate, migrationStatus, pendingSql, PRE_RELEASE_MIGRATIONS, RELEASE_0_1_0 } from "../../src/migrate.ts";
 import { catalogDigest } from "../helpers/release-catalog.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { psqlFile } from "../helpers/psql.ts";
 
@@ -18,14 +18,10 @@ const PRE_RELEASE_CATALOG = JSON.parse(
   readFileSync(new URL("../fixtures/releases/0.1.0-pre-release.catalog.json", import.meta.url), "utf8"),
 );
 
-const databases: TestDatabase[] = [];
-afterAll(async () => {
-  await Promise.all(databases.map((db) => db.drop()));
-});
+const makeDatabase = useTestDatabases();
 
 async function databaseAtRelease(): Promise<TestDatabase> {
-  const db = await freshDatabase({ empty: true, poolSize: 3 });
-  databases.push(db);
+  const db = await makeDatabase({ empty: true, poolSize: 3 });
   expect(await migrate({ connectionString: db.url, count: 1 })).toEqual([RELEASE_0_1_0]);
   return db;
 }

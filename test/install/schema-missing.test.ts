@@ -2,11 +2,11 @@
 // one) throws SchemaMissingError: it names the database and `idemq migrate`,
 // carries PostgreSQL's SQLSTATE, and keeps the original error as its cause.
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { Client, createWorker, IdemqError, SchemaMissingError } from "../../src/index.ts";
 import { fromPgError } from "../../src/errors.ts";
 import { PACKAGE_VERSION } from "../../src/schema-check.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
@@ -15,17 +15,13 @@ const FIX =
   "run `idemq migrate --database-url <url>` (or `idemq migrate sql` for a script to apply with psql)";
 
 /** An empty database, and one with a schema idemq holding an enqueue of an earlier shape only. */
-let empty: TestDatabase;
-let older: TestDatabase;
+const empty = useTestDatabase({ empty: true, poolSize: 2 });
+const older = useTestDatabase({ empty: true, poolSize: 2 });
 beforeAll(async () => {
-  [empty, older] = await Promise.all([freshDatabase({ empty: true, poolSize: 2 }), freshDatabase({ empty: true, poolSize: 2 })]);
   await older.pool.query(`
     CREATE SCHEMA idemq;
     CREATE FUNCTION idemq.enqueue(task text) RETURNS TABLE (job_id bigint, deduplicated boolean)
       LANGUAGE sql AS 'SELECT 1::bigint, false'`);
-});
-afterAll(async () => {
-  await Promise.all([empty?.drop(), older?.drop()]);
 });
 
 async function rejection(promise: Promise<unknown>): Promise<SchemaMissingError> {

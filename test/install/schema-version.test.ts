@@ -10,24 +10,22 @@ import { migrate } from "../../src/migrate.ts";
 import { installationRoles } from "../../src/roles.ts";
 import { PACKAGE_VERSION } from "../../src/schema-check.ts";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabases, type TestDatabase } from "../helpers/db.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 
 const LATEST = MIGRATION_NAMES.at(-1)!;
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 afterEach(async () => {
   await stopWorkers();
 });
 afterAll(async () => {
   await dropLoginRoles();
-  await Promise.all(databases.map((db) => db.drop()));
 });
 
 async function database(options: { empty?: boolean } = {}): Promise<TestDatabase> {
-  const db = await freshDatabase({ ...options, poolSize: 2 });
-  databases.push(db);
+  const db = await makeDatabase({ ...options, poolSize: 2 });
   return db;
 }
 

@@ -17,7 +17,7 @@ import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { MIGRATION_NAMES } from "../helpers/migrations.ts";
 import { killAllWorkers, startedWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
@@ -57,7 +57,7 @@ export const tasks = {
 
 let tmp: string;
 let oldCli: string;
-let db: TestDatabase;
+const db = useTestDatabase({ empty: true, poolSize: 4 });
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), "idemq-upgrade-live-"));
@@ -68,13 +68,12 @@ beforeAll(async () => {
   });
   oldCli = join(tmp, "node_modules", "idemq", "bin", "idemq.js");
   await writeFile(join(tmp, "tasks.mjs"), TASKS);
-  db = await freshDatabase({ empty: true, poolSize: 4 });
 }, INSTALL_TIMEOUT_MS);
 
 afterAll(async () => {
   await killAllWorkers();
   // The database first: the logins hold privileges on its ledger table.
-  await db?.drop();
+  await db.drop();
   await dropLoginRoles();
   if (tmp) await rm(tmp, { recursive: true, force: true });
 });

@@ -16,7 +16,7 @@ import { migrate, migrationStatus, pendingSql, RELEASE_0_1_0 } from "../../src/m
 import type { TransactionalJobContext } from "../../src/index.ts";
 import { catalogSnapshot } from "../helpers/catalog.ts";
 import { committedCatalog } from "../helpers/catalog-snapshot.ts";
-import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { backendPid, type TestDatabase, useTestDatabases, waitUntilBlocked, waitUntilBlocking } from "../helpers/db.ts";
 import { expectCountsExact } from "../helpers/job-counts.ts";
 import { enqueue, makeJob, makeJobs, POLICIES, TERMINAL_STATES } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
@@ -29,15 +29,13 @@ import { waitFor } from "../fixtures/worker/wait.ts";
 const ROOT = resolve(import.meta.dirname, "..", "..");
 const FIRST = RELEASE_0_1_0;
 
-const databases: TestDatabase[] = [];
+const makeDatabase = useTestDatabases();
 afterAll(async () => {
   await stopWorkers();
-  await Promise.all(databases.map((db) => db.drop()));
 });
 
 async function emptyDatabase(): Promise<TestDatabase> {
-  const db = await freshDatabase({ empty: true, poolSize: 4 });
-  databases.push(db);
+  const db = await makeDatabase({ empty: true, poolSize: 4 });
   return db;
 }
 
@@ -266,17 +264,7 @@ describe("the job counts of stats() across the upgrade", () => {
     await makeJob(a, { task: "in_flight_a", queue: "upgrade.counts" });
     const aPid = await backendPid(a);
     const migrating = migrate({ connectionString: db.url });
-    let migrationPid: number | undefined;
-    for (const deadline = Date.now() + 30_000; migrationPid === undefined; ) {
-      const { rows } = await db.pool.query<{ pid: number }>(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND $1 = ANY (pg_blocking_pids(pid))",
-        [aPid],
-      );
-      migrationPid = rows[0]?.pid;
-      if (migrationPid !== undefined) break;
-      if (Date.now() > deadline) throw new Error("the migration never waited for the open transaction");
-      await new Promise((r) => setTimeout(r, 5));
-    }
+    const [migrationPid] = await waitUntilBlocking(db.pool, aPid, { timeoutMs: 30_000 });
     // B: a 0.1.0 enqueue() that starts now runs the old function and waits behind the migration's lock.
     const b = await db.newClient();
     const bPid = await backendPid(b);

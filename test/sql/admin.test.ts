@@ -2,8 +2,8 @@
 // asserts the function's answer, the changed row, and that no other zoo row
 // (job, key or dependency) moved.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, inRollback, interleave, useTestDatabase } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import {
   ACTIVE_ZOO,
@@ -15,14 +15,8 @@ import {
   type ZooName,
 } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 
 /** Runs `work` on a fresh zoo in a transaction that rolls back. */
 function withZoo(work: (c: pg.PoolClient, zoo: Zoo) => Promise<void>): Promise<void> {
@@ -182,20 +176,26 @@ describe("cancel", () => {
     );
     const id = rows[0]!.job_id;
     const [worker, operator] = await Promise.all([db.newClient(), db.newClient()]);
-    const [workerPid, operatorPid] = [await backendPid(worker), await backendPid(operator)];
     const claimed = await worker.query<{ attempt: number }>(
       "SELECT attempt FROM idemq.claim(worker_id => 'w', queues => ARRAY['race.cancel'])",
     );
-    await worker.query("BEGIN");
-    await worker.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [id, claimed.rows[0]!.attempt]);
-    // The handler is attached at once: the error may arrive before the worker's COMMIT returns.
-    const cancelled = expectSqlError(operator.query("SELECT idemq.cancel(job_id => $1)", [id]), {
-      code: "IQ412",
-      detail: { job_id: Number(id), state: "succeeded" },
+    const run = await interleave(db.pool, {
+      first: worker,
+      holds: (c) =>
+        c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [
+          id,
+          claimed.rows[0]!.attempt,
+        ]),
+      second: operator,
+      blocks: (c) =>
+        expectSqlError(c.query("SELECT idemq.cancel(job_id => $1)", [id]), {
+          code: "IQ412",
+          detail: { job_id: Number(id), state: "succeeded" },
+        }),
+      end: "COMMIT",
     });
-    expect(await waitUntilBlocked(db.pool, operatorPid)).toEqual([workerPid]);
-    await worker.query("COMMIT");
-    await cancelled;
+    expect(run.blockers).toEqual([run.firstPid]);
+    await run.second;
   });
 });
 

@@ -2,19 +2,13 @@
 // for each kind (measured as run_at - now() in the failing transaction), and
 // the validation of backoff specifications at enqueue.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, makeJob } from "../helpers/jobs.ts";
 import { claimOne, fail, makeDue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 /** Seconds between each failure and the retry fail() schedules, for `failures` failures in a row. */
 let series = 0;

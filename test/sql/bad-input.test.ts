@@ -4,18 +4,12 @@
 // Each case runs on a job zoo, in a transaction that rolls back, under a
 // savepoint; the row counts of every idemq table are compared before and after.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase, expectSqlError } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback, expectSqlError } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { buildZoo, type Zoo } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 interface Case {
   fn: string;

@@ -1,18 +1,12 @@
 // claim under concurrency, on real connections: SKIP LOCKED hands every job
 // out exactly once, and a claimer never waits for another claimer.
 // Each case uses its own queue, since these transactions commit.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { backendPid, useTestDatabase } from "../helpers/db.ts";
 import { makeJobs } from "../helpers/jobs.ts";
 import { byId, claim } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("claim concurrency", () => {
   it("8 claimers looping claim(25) + complete_many over 2,000 jobs get every job exactly once", async () => {

@@ -3,18 +3,12 @@
 // key at a time (claim.sql). The order across keys is the global claim order,
 // jobs another transaction holds are skipped without shortening the batch, and
 // a backlog elsewhere is never read.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { makeJob, sql, unique, type Queryable } from "../helpers/jobs.ts";
 import { claim } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 interface Spec {
   task: string;

@@ -1,8 +1,8 @@
 // idemq.claim: which jobs it hands out, in which order, and what it records.
 // Every case runs in a transaction that rolls back, so now() is one instant
 // and times can be compared exactly.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
 import {
   claim,
@@ -15,13 +15,7 @@ import {
 } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("claim", () => {
   it("orders by priority desc, then run_at, then id", async () => {

@@ -2,19 +2,13 @@
 // (job_id, attempt) that does not hold its job raises IQ410 (complete) or is
 // skipped (complete_many).
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, makeJob } from "../helpers/jobs.ts";
 import { byId, claim, claimOne, complete, expireLease, fail, HOLDER_TOKENS, rescue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 async function completeMany(c: pg.ClientBase, ids: unknown, attempts: unknown): Promise<string[]> {
   const { rows } = await c.query<{ id: string }>(

@@ -4,26 +4,13 @@
 // awaiting children (and theirs); parents already finished at enqueue time are
 // taken into account; a parent finishing concurrently never strands a child.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  backendPid,
-  expectSqlError,
-  freshDatabase,
-  inRollback,
-  waitUntilBlocked,
-  type TestDatabase,
-} from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, inRollback, interleave, useTestDatabase } from "../helpers/db.ts";
 import { count, enqueue, jobRow, keyRow, Listener, unique } from "../helpers/jobs.ts";
 import { claimJob, driveTo, jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 async function dependencies(c: pg.ClientBase | pg.Pool, childId: string): Promise<string[]> {
   const { rows } = await c.query<{ parent_id: string }>(
@@ -265,17 +252,16 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const parent = await enqueue(db.pool, { task: "parent", queue: unique("q") });
     const attempt = await claimJob(db.pool, parent.job_id);
 
-    await parentTx.query("BEGIN");
-    await parentTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, attempt]);
+    const run = await interleave(db.pool, {
+      first: parentTx,
+      holds: (c) => c.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, attempt]),
+      second: childTx,
+      blocks: (c) => enqueue(c, { task: "child", after: [parent.job_id] }),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toContain(run.firstPid);
 
-    const childPid = await backendPid(childTx);
-    const pending = enqueue(childTx, { task: "child", after: [parent.job_id] });
-    pending.catch(() => {});
-    const blockers = await waitUntilBlocked(db.pool, childPid);
-    expect(blockers).toContain(await backendPid(parentTx));
-    await parentTx.query("COMMIT");
-
-    const child = await pending;
+    const child = await run.second;
     expect((await jobRow(db.pool, parent.job_id)).state).toBe("succeeded");
     expect((await jobRow(db.pool, child.job_id)).state).toBe("enqueued");
     expect(await dependencies(db.pool, child.job_id)).toEqual([]);
@@ -287,15 +273,15 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const parent = await enqueue(db.pool, { task: "parent", queue: unique("q") });
     const attempt = await claimJob(db.pool, parent.job_id);
 
-    await childTx.query("BEGIN");
-    const child = await enqueue(childTx, { task: "child", after: [parent.job_id] });
-
-    const parentPid = await backendPid(parentTx);
-    const completing = parentTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, attempt]);
-    completing.catch(() => {});
-    await waitUntilBlocked(db.pool, parentPid);
-    await childTx.query("COMMIT");
-    await completing;
+    const run = await interleave(db.pool, {
+      first: childTx,
+      holds: (c) => enqueue(c, { task: "child", after: [parent.job_id] }),
+      second: parentTx,
+      blocks: (c) => c.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.job_id, attempt]),
+      end: "COMMIT",
+    });
+    await run.second;
+    const child = run.held;
 
     expect((await jobRow(db.pool, parent.job_id)).state).toBe("succeeded");
     expect((await jobRow(db.pool, child.job_id)).state).toBe("enqueued");
@@ -311,17 +297,17 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const attemptA = await claimJob(db.pool, a.job_id);
     const attemptB = await claimJob(db.pool, b.job_id);
 
-    await firstTx.query("BEGIN");
-    await firstTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [a.job_id, attemptA]);
     // Each saw the other's dependency row still there: without serialisation
     // on the child, neither would release it.
-    const secondPid = await backendPid(secondTx);
-    const second = secondTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b.job_id, attemptB]);
-    second.catch(() => {});
-    const blockers = await waitUntilBlocked(db.pool, secondPid);
-    expect(blockers).toContain(await backendPid(firstTx));
-    await firstTx.query("COMMIT");
-    await second;
+    const run = await interleave(db.pool, {
+      first: firstTx,
+      holds: (c) => c.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [a.job_id, attemptA]),
+      second: secondTx,
+      blocks: (c) => c.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b.job_id, attemptB]),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toContain(run.firstPid);
+    await run.second;
 
     expect((await jobRow(db.pool, a.job_id)).state).toBe("succeeded");
     expect((await jobRow(db.pool, b.job_id)).state).toBe("succeeded");
@@ -338,14 +324,14 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const attemptA = await claimJob(db.pool, a.job_id);
     const attemptB = await claimJob(db.pool, b.job_id);
 
-    await completeTx.query("BEGIN");
-    await completeTx.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b.job_id, attemptB]);
-    const failPid = await backendPid(failTx);
-    const failing = failTx.query("SELECT idemq.fail($1, $2, '\"boom\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [a.job_id, attemptA]);
-    failing.catch(() => {});
-    await waitUntilBlocked(db.pool, failPid);
-    await completeTx.query("COMMIT");
-    await failing;
+    const run = await interleave(db.pool, {
+      first: completeTx,
+      holds: (c) => c.query("SELECT idemq.complete($1, $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [b.job_id, attemptB]),
+      second: failTx,
+      blocks: (c) => c.query("SELECT idemq.fail($1, $2, '\"boom\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [a.job_id, attemptA]),
+      end: "COMMIT",
+    });
+    await run.second;
 
     expect((await jobRow(db.pool, child.job_id)).state).toBe("cancelled");
   });
@@ -356,17 +342,15 @@ describe("a parent finishing concurrently with a child's enqueue", () => {
     const parent = await enqueue(db.pool, { task: "parent", queue: unique("q") });
     const attempt = await claimJob(db.pool, parent.job_id);
 
-    await childTx.query("BEGIN");
-    const child = await enqueue(childTx, { task: "child", after: [parent.job_id] });
-    const parentPid = await backendPid(parentTx);
-    const failing = parentTx.query("SELECT idemq.fail($1, $2, '\"boom\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [
-      parent.job_id,
-      attempt,
-    ]);
-    failing.catch(() => {});
-    await waitUntilBlocked(db.pool, parentPid);
-    await childTx.query("COMMIT");
-    await failing;
+    const run = await interleave(db.pool, {
+      first: childTx,
+      holds: (c) => enqueue(c, { task: "child", after: [parent.job_id] }),
+      second: parentTx,
+      blocks: (c) => c.query("SELECT idemq.fail($1, $2, '\"boom\"', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1), retryable => false)", [parent.job_id, attempt]),
+      end: "COMMIT",
+    });
+    await run.second;
+    const child = run.held;
 
     expect((await jobRow(db.pool, parent.job_id)).state).toBe("failed");
     expect((await jobRow(db.pool, child.job_id)).state).toBe("cancelled");

@@ -2,16 +2,10 @@
 // outlives the statement, so transactions that count events for the same task
 // never wait for each other (an upserted counter row queued them, and two
 // transactions counting tasks x then y and y then x deadlocked).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase } from "../helpers/db.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 async function metric(task: string, name: string): Promise<number> {
   const { rows } = await db.pool.query<{ value: string }>(

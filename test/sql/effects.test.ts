@@ -4,13 +4,11 @@
 // on real connections, done being final, the owner checks (IQ410/IQ412), and
 // a job's next attempt reclaiming at once the claim a fenced-out attempt left.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
-  backendPid,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
-  waitUntilBlocked,
-  type TestDatabase,
+  interleave,
   expectSqlError,
 } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
@@ -19,14 +17,8 @@ import { effectDone, effectRelease } from "../../src/sql/index.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
 import { claimOne, expireLease, HOLDER_TOKEN, rescue } from "../helpers/work.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 
 type Queryable = pg.ClientBase | pg.Pool;
 interface Claim {
@@ -218,30 +210,35 @@ describe("effect_claim on real connections", () => {
     await claim(db.pool, key, "crashed-owner");
     await age(db.pool, key, "11 minutes");
     const [a, b] = await Promise.all([db.newClient(), db.newClient()]);
-    return { a, b, bPid: await backendPid(b) };
+    return { a, b };
   }
 
   it("interleaving: A reclaims in an open transaction, B's claim blocks; A commits -> B busy", async () => {
     const key = "e:interleave-commit";
-    const { a, b, bPid } = await staleClaimAndTwoSessions(key);
-    await a.query("BEGIN");
-    expect((await claim(a, key, "owner-a")).status).toBe("reclaimed");
-    const bAnswer = claim(b, key, "owner-b");
-    expect(await waitUntilBlocked(db.pool, bPid)).toEqual([await backendPid(a)]);
-    await a.query("COMMIT");
-    expect(await bAnswer).toEqual({ status: "busy", result: null });
+    const { a, b } = await staleClaimAndTwoSessions(key);
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => expect((await claim(c, key, "owner-a")).status).toBe("reclaimed"),
+      second: b,
+      blocks: (c) => claim(c, key, "owner-b"),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    expect(await run.second).toEqual({ status: "busy", result: null });
     expect(await record(db.pool, key)).toMatchObject({ owner: "owner-a", reclaims: 1 });
   });
 
   it("interleaving: A reclaims in an open transaction, B's claim blocks; A rolls back -> B reclaimed", async () => {
     const key = "e:interleave-rollback";
-    const { a, b, bPid } = await staleClaimAndTwoSessions(key);
-    await a.query("BEGIN");
-    expect((await claim(a, key, "owner-a")).status).toBe("reclaimed");
-    const bAnswer = claim(b, key, "owner-b");
-    await waitUntilBlocked(db.pool, bPid);
-    await a.query("ROLLBACK");
-    expect(await bAnswer).toEqual({ status: "reclaimed", result: null });
+    const { a, b } = await staleClaimAndTwoSessions(key);
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => expect((await claim(c, key, "owner-a")).status).toBe("reclaimed"),
+      second: b,
+      blocks: (c) => claim(c, key, "owner-b"),
+      end: "ROLLBACK",
+    });
+    expect(await run.second).toEqual({ status: "reclaimed", result: null });
     expect(await record(db.pool, key)).toMatchObject({ owner: "owner-b", reclaims: 1 });
   });
 

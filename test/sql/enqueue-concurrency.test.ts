@@ -3,13 +3,13 @@
 // id, never NULL, also when the first inserter rolls back. Real connections
 // running in parallel; blocking is confirmed with pg_blocking_pids.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { backendPid, interleave, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { count, enqueue, enqueueMany, jobRow, unique, type Enqueued } from "../helpers/jobs.ts";
 
 const CONNECTIONS = 50;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let clients: pg.Client[];
 // Backend pids, read while each client is idle (a client runs one query at a time).
 const pids = new Map<pg.Client, number>();
@@ -17,7 +17,6 @@ function pidOf(c: pg.Client): number {
   return pids.get(c)!;
 }
 beforeAll(async () => {
-  db = await freshDatabase();
   clients = [];
   // One at a time: a burst of 50 connection starts is not what is under test.
   for (let i = 0; i < CONNECTIONS; i++) {
@@ -25,9 +24,6 @@ beforeAll(async () => {
     clients.push(c);
     pids.set(c, await backendPid(c));
   }
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function jobsWithKey(key: string): Promise<number> {
@@ -109,15 +105,19 @@ describe("one key, many connections", () => {
   it("a waiter for different work under the same key gets IQ422 once the first inserter commits", async () => {
     const key = unique("k");
     const [first, second] = clients as [pg.Client, pg.Client];
-    await first.query("BEGIN");
-    const created = await enqueue(first, { task: "refund", payload: { order: 4 }, idempotency_key: key });
-    const conflicting = enqueue(second, { task: "refund", payload: { order: 5 }, idempotency_key: key }).then(
-      () => undefined,
-      (error: unknown) => error as { code?: string; detail?: string },
-    );
-    await waitUntilBlocked(db.pool, pidOf(second));
-    await first.query("COMMIT");
-    const error = await conflicting;
+    const run = await interleave(db.pool, {
+      first,
+      holds: (c) => enqueue(c, { task: "refund", payload: { order: 4 }, idempotency_key: key }),
+      second,
+      blocks: (c) =>
+        enqueue(c, { task: "refund", payload: { order: 5 }, idempotency_key: key }).then(
+          () => undefined,
+          (error: unknown) => error as { code?: string; detail?: string },
+        ),
+      end: "COMMIT",
+    });
+    const created = run.held;
+    const error = await run.second;
     expect(error?.code).toBe("IQ422");
     expect(JSON.parse(error?.detail ?? "{}")).toMatchObject({ key, existing_job_id: Number(created.job_id) });
   });
@@ -208,25 +208,25 @@ describe("enqueue_many batches with overlapping keys", () => {
         payload: { i },
         idempotency_key: `${prefix}-${String(i).padStart(3, "0")}`,
       }));
-      await first.query("BEGIN");
-      const held = await enqueue(first, jobs[49]!);
-      const batch = enqueueMany(second, jobs).then(
-        (rows) => ({ rows }),
-        (error: unknown) => ({ error }),
-      );
-      expect(await waitUntilBlocked(db.pool, pidOf(second))).toContain(pidOf(first));
-      await first.query(ending);
-      const result = await batch;
-      if ("error" in result) throw result.error;
+      const run = await interleave(db.pool, {
+        first,
+        holds: (c) => enqueue(c, jobs[49]!),
+        second,
+        blocks: (c) => enqueueMany(c, jobs),
+        end: ending,
+      });
+      expect(run.blockers).toContain(run.firstPid);
+      const held = run.held;
+      const batch = await run.second;
       const expected = jobs.map((_, i) => (i === 49 && ending === "COMMIT" ? "deduplicated" : "created"));
-      expect(result.rows.map((r) => r.outcome)).toEqual(expected);
-      if (ending === "COMMIT") expect(result.rows[49]!.job_id).toBe(held.job_id);
-      else expect(result.rows[49]!.job_id).not.toBe(held.job_id);
+      expect(batch.map((r) => r.outcome)).toEqual(expected);
+      if (ending === "COMMIT") expect(batch[49]!.job_id).toBe(held.job_id);
+      else expect(batch[49]!.job_id).not.toBe(held.job_id);
       const { rows } = await db.pool.query<{ key: string; job_id: string }>(
         "SELECT key, job_id::text FROM idemq.keys WHERE starts_with(key, $1) ORDER BY key",
         [prefix],
       );
-      expect(rows).toEqual(jobs.map((j, i) => ({ key: j.idempotency_key, job_id: result.rows[i]!.job_id })));
+      expect(rows).toEqual(jobs.map((j, i) => ({ key: j.idempotency_key, job_id: batch[i]!.job_id })));
       expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE starts_with(idempotency_key, $1)", [prefix])).toBe(100);
     },
   );

@@ -1,23 +1,17 @@
 // idemq.enqueue_many: one (ordinal, job_id, outcome) row per element, in order;
 // duplicates within a batch (the first element with a key decides); bulk sizes
 // in one call; all-or-nothing validation; counters behind stats().
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type pg from "pg";
 import { createHash } from "node:crypto";
-import { expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase } from "../helpers/db.ts";
+import { expectSqlError, useTestDatabase, inRollback, type PgError } from "../helpers/db.ts";
 import { count, enqueue, enqueueMany, jobRow, keyRow, Listener, type ManyRow, unique } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
 const md5 = (text: string) => createHash("md5").update(text).digest("hex");
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 async function snapshotCounts(c: pg.ClientBase): Promise<number[]> {
   const { rows } = await c.query<{ jobs: string; keys: string; counters: string; deps: string }>(

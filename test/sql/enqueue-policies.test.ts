@@ -4,8 +4,8 @@
 // reused for different work while active raises IQ422, and once the job is
 // terminal the policy decides (IQ409 wins). Payloads compare as jsonb.
 // Jobs reach each state through the real functions (see helpers/jobs.ts).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import {
   ACTIVE_STATES,
   count,
@@ -21,13 +21,7 @@ import {
 import { jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 // docs/design.md ("Enqueue"), "With a key whose latest job is terminal, duplicate_policy decides".
 const MATRIX: Record<Policy, Record<TerminalState, "new job" | "reject">> = {

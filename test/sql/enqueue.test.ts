@@ -2,19 +2,13 @@
 // returns, an expires_at already past, and NOTIFY idemq_jobs at commit only for
 // jobs runnable now (an outbox: nothing is sent for a rolled-back enqueue).
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { count, enqueue, enqueueMany, jobRow, Listener, unique } from "../helpers/jobs.ts";
 import { driveTo } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("enqueue: new jobs", () => {
   it("without a key, the same task and payload always make a new job", async () => {

@@ -1,19 +1,13 @@
 // idemq.fail: records the failed attempt in errors, then schedules a retry
 // (backoff or retry_at) or fails the job for good (not retryable, or out of
 // attempts). Backoff arithmetic itself is in backoff.test.ts.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { Listener, unique, makeJob, sql, jobRow } from "../helpers/jobs.ts";
 import { claimOne, fail, failRow, makeDue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 const FIXED = { kind: "fixed", delays: ["2 seconds"] };
 

@@ -8,13 +8,11 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
-  backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
-  waitUntilBlocked,
+  interleave,
   type PgError,
-  type TestDatabase,
 } from "../helpers/db.ts";
 import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
 import {
@@ -32,14 +30,12 @@ import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/logi
 import { installationRoles } from "../../src/roles.ts";
 import type pg from "pg";
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await freshDatabase();
   await db.pool.query("CREATE TABLE effect_log (job_id bigint NOT NULL, attempt int NOT NULL)");
 });
 afterAll(async () => {
   await dropLoginRoles();
-  await db?.drop();
 });
 
 /** Attempt 1 claims, loses its lease, is rescued; attempt 2 claims. Returns both claims. */
@@ -162,18 +158,20 @@ describe("fencing", () => {
     await expireLease(setup, id);
 
     const rescuer = await db.newClient();
-    await rescuer.query("BEGIN");
-    expect(await rescue(rescuer)).toBe(1);
-
     const worker = await db.newClient();
-    const workerPid = await backendPid(worker);
-    const completing = complete(worker, id, 1).then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    expect(await waitUntilBlocked(db.pool, workerPid)).toEqual([await backendPid(rescuer)]);
-    await rescuer.query("COMMIT");
-    const error = (await completing) as { code?: string; detail?: string } | undefined;
+    const run = await interleave(db.pool, {
+      first: rescuer,
+      holds: async (c) => expect(await rescue(c)).toBe(1),
+      second: worker,
+      blocks: (c) =>
+        complete(c, id, 1).then(
+          () => undefined,
+          (error: unknown) => error,
+        ),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    const error = (await run.second) as { code?: string; detail?: string } | undefined;
     expect(error?.code).toBe("IQ410");
     expect(JSON.parse(error!.detail!)).toEqual({ job_id: Number(id), attempt: 1, current_state: "enqueued" });
     expect(await jobRow(db.pool, id)).toMatchObject({ state: "enqueued", attempt: 1 });

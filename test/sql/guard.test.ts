@@ -3,19 +3,15 @@
 // concurrency, the blocking interleavings (commit -> false, rollback -> true),
 // counting of duplicates in stats(), and bad keys.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { expectSqlError, inRollback, interleave, useTestDatabase } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import * as sqlApi from "../../src/sql/index.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   await db.pool.query("CREATE TABLE public.ledger (key text NOT NULL, delivery int NOT NULL)");
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function guard(client: pg.ClientBase, key: string | null, task: string | null = null): Promise<boolean> {
@@ -76,24 +72,21 @@ describe("guard: many deliveries on real connections", () => {
 });
 
 describe("guard: deterministic interleavings", () => {
-  async function twoSessions(): Promise<{ a: pg.Client; b: pg.Client; bPid: number }> {
-    const [a, b] = await Promise.all([db.newClient(), db.newClient()]);
-    return { a, b, bPid: await backendPid(b) };
-  }
-
   it("B's guard blocks on A's open transaction; A commits -> B gets false", async () => {
-    const { a, b, bPid } = await twoSessions();
+    const [a, b] = await Promise.all([db.newClient(), db.newClient()]);
     const key = "interleave:commit";
-    await a.query("BEGIN");
-    expect(await guard(a, key, "interleave")).toBe(true);
-
-    await b.query("BEGIN");
-    const bAnswer = guard(b, key, "interleave");
-    const blockers = await waitUntilBlocked(db.pool, bPid);
-    expect(blockers).toEqual([await backendPid(a)]);
-
-    await a.query("COMMIT");
-    expect(await bAnswer).toBe(false);
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => {
+        expect(await guard(c, key, "interleave")).toBe(true);
+        await b.query("BEGIN");
+      },
+      second: b,
+      blocks: (c) => guard(c, key, "interleave"),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    expect(await run.second).toBe(false);
     await b.query("COMMIT");
 
     const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.processed WHERE key = $1", [key]);
@@ -102,17 +95,19 @@ describe("guard: deterministic interleavings", () => {
   });
 
   it("B's guard blocks on A's open transaction; A rolls back -> B gets true and owns the key", async () => {
-    const { a, b, bPid } = await twoSessions();
+    const [a, b] = await Promise.all([db.newClient(), db.newClient()]);
     const key = "interleave:rollback";
-    await a.query("BEGIN");
-    expect(await guard(a, key, "interleave-rb")).toBe(true);
-
-    await b.query("BEGIN");
-    const bAnswer = guard(b, key, "interleave-rb");
-    await waitUntilBlocked(db.pool, bPid);
-
-    await a.query("ROLLBACK");
-    expect(await bAnswer).toBe(true);
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => {
+        expect(await guard(c, key, "interleave-rb")).toBe(true);
+        await b.query("BEGIN");
+      },
+      second: b,
+      blocks: (c) => guard(c, key, "interleave-rb"),
+      end: "ROLLBACK",
+    });
+    expect(await run.second).toBe(true);
     await b.query("COMMIT");
 
     const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.processed WHERE key = $1", [key]);
@@ -123,18 +118,20 @@ describe("guard: deterministic interleavings", () => {
   });
 
   it("under REPEATABLE READ the blocked second caller raises 40001 when the first commits (header: retry)", async () => {
-    const { a, b, bPid } = await twoSessions();
+    const [a, b] = await Promise.all([db.newClient(), db.newClient()]);
     const key = "interleave:repeatable-read";
-    await a.query("BEGIN");
-    expect(await guard(a, key)).toBe(true);
-
-    await b.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
-    await b.query("SELECT 1"); // take the snapshot before A commits
-    // The handler is attached at once: B's error may arrive before A's COMMIT returns.
-    const bAnswer = expectSqlError(guard(b, key), { code: "40001" });
-    await waitUntilBlocked(db.pool, bPid);
-    await a.query("COMMIT");
-    await bAnswer;
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => {
+        expect(await guard(c, key)).toBe(true);
+        await b.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+        await b.query("SELECT 1"); // take the snapshot before A commits
+      },
+      second: b,
+      blocks: (c) => expectSqlError(guard(c, key), { code: "40001" }),
+      end: "COMMIT",
+    });
+    await run.second;
     await b.query("ROLLBACK");
   });
 });

@@ -1,13 +1,11 @@
 // idemq.heartbeat: extends the leases that (job_id, attempt) pairs still
 // hold and returns exactly those ids; a missing id tells its handler to stop.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
-  backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
-  waitUntilBlocked,
-  type TestDatabase,
+  interleave,
 } from "../helpers/db.ts";
 import { jobRow, makeJob } from "../helpers/jobs.ts";
 import {
@@ -21,13 +19,7 @@ import {
 } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("heartbeat", () => {
   it("extends every held lease to now() + lease and returns exactly the held ids", async () => {
@@ -115,15 +107,16 @@ describe("heartbeat", () => {
     await claimOne(db.pool, { queues: ["hb-race"] });
 
     const worker = await db.newClient();
-    await worker.query("BEGIN");
-    await complete(worker, id, 1);
-
     const beater = await db.newClient();
-    const beaterPid = await backendPid(beater);
-    const beating = heartbeat(beater, [{ id, attempt: 1 }]);
-    expect(await waitUntilBlocked(db.pool, beaterPid)).toEqual([await backendPid(worker)]);
-    await worker.query("COMMIT");
-    expect(await beating).toEqual([]);
+    const run = await interleave(db.pool, {
+      first: worker,
+      holds: (c) => complete(c, id, 1),
+      second: beater,
+      blocks: (c) => heartbeat(c, [{ id, attempt: 1 }]),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    expect(await run.second).toEqual([]);
     expect(await jobRow(db.pool, id)).toMatchObject({ state: "succeeded", lease_expires_at: null });
   });
 });

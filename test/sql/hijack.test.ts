@@ -11,11 +11,11 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { installationRoles } from "../../src/roles.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 type Who = "superuser" | "producer" | "worker" | "admin";
 const sessions = {} as Record<Who, pg.Client>;
 /** The planted objects' warnings each session received. */
@@ -75,7 +75,6 @@ const PLANTS = [
 ];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   // The idemq schema is in place before anything is planted, as in a real attack.
   for (const plant of PLANTS) await db.pool.query(plant);
   sessions.superuser = await db.newClient();
@@ -96,7 +95,6 @@ afterAll(async () => {
   // Temporary objects go with the session; drop them first so DROP ROLE finds nothing owned.
   for (const session of Object.values(sessions)) await session.query("DISCARD TEMP").catch(() => {});
   await dropLoginRoles();
-  await db?.drop();
 });
 
 type Call = (s: pg.Client) => Promise<pg.QueryResult>;

@@ -9,19 +9,13 @@
 // the sums and never waits for a writer or another folder; and a scrape reads
 // the same job rows whatever the table holds.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { countRows, expectCountsExact, keptAndCounted } from "../helpers/job-counts.ts";
 import { enqueue, enqueueMany, makeJob, makeJobs, sql, unique } from "../helpers/jobs.ts";
 import { claim, claimJob, complete, expireLease, fail, heartbeat, rescue, snooze } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 type C = pg.ClientBase;
 

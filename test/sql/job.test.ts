@@ -7,12 +7,12 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
 import { installationRoles } from "../../src/roles.ts";
-import { expectSqlError, freshDatabase, sqlState, type TestDatabase } from "../helpers/db.ts";
+import { expectSqlError, useTestDatabase, sqlState } from "../helpers/db.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
 import { claimJob, complete, fail } from "../helpers/work.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 const logins = {} as Record<"producer" | "producerWorker" | "worker" | "admin" | "stranger", LoginRole>;
 const sessions = {} as Record<keyof typeof logins, pg.Client>;
 
@@ -26,7 +26,6 @@ const COLUMNS = [
 ];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   const ROLES = await installationRoles(db.pool);
   logins.producer = await createLoginRole("job_p", { memberOf: [ROLES.producer] });
   logins.producerWorker = await createLoginRole("job_pw", { memberOf: [ROLES.producer, ROLES.worker] });
@@ -44,7 +43,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await dropLoginRoles();
-  await db?.drop();
 });
 
 describe("idemq.job", () => {

@@ -4,19 +4,13 @@
 // nothing. Bytes are counted in UTF-8, so the boundaries are also crossed with
 // a two-byte character.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, type PgError, type TestDatabase, waitUntilBlocked } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, inRollback, interleave, type PgError, useTestDatabase } from "../helpers/db.ts";
 import { jobRow, makeJob, type Queryable, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claimJob, claimOne, fail, makeDue } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "settings"];
 
@@ -410,15 +404,19 @@ describe("enqueue limits: enqueue and every enqueue_many element refuse alike", 
     const a = await db.pool.connect();
     const b = await db.pool.connect();
     try {
-      await a.query("BEGIN");
-      await a.query("UPDATE idemq.settings SET value = 11 WHERE name = 'task_bytes'");
-      await b.query("BEGIN");
-      const bPid = await backendPid(b);
-      const second = b.query("UPDATE idemq.settings SET value = 13 WHERE name = 'key_bytes'");
-      // b's trigger waits for the kept row a's trigger locked.
-      expect(await waitUntilBlocked(db.pool, bPid)).toEqual([await backendPid(a)]);
-      await a.query("COMMIT");
-      await second;
+      const run = await interleave(db.pool, {
+        first: a,
+        holds: async (c) => {
+          await c.query("UPDATE idemq.settings SET value = 11 WHERE name = 'task_bytes'");
+          await b.query("BEGIN");
+        },
+        second: b,
+        // b's trigger waits for the kept row a's trigger locked.
+        blocks: (c) => c.query("UPDATE idemq.settings SET value = 13 WHERE name = 'key_bytes'"),
+        end: "COMMIT",
+      });
+      expect(run.blockers).toEqual([run.firstPid]);
+      await run.second;
       await b.query("COMMIT");
       expect((await keptAndSettings(a)).kept).toEqual([{ ...before, task_bytes: "11", key_bytes: "13" }]);
       // Enqueues see both: a task of 12 bytes and a key of 14 bytes are refused.

@@ -3,19 +3,13 @@
 // the window only; terminal totals are exact up to exact_up_to and an
 // estimate (flagged) beyond it. Each test rolls back, so counts are exact.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { makeJob } from "../helpers/jobs.ts";
 import { buildZoo } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 2 });
 
 type Row = { queue: string | null; task: string | null; metric: string; value: number; exact: boolean };
 

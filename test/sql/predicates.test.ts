@@ -3,17 +3,11 @@
 // columns, inlined so fenced calls still probe the primary key),
 // _unsuccessful_states (terminal but not succeeded), _queue_name_limit and
 // _names_valid (a queue or task filter: NULL or non-empty names, inlined).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { enqueue, stateOf } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 2 });
 
 async function one<T>(sql: string, values: unknown[] = []): Promise<T> {
   return (await db.pool.query(sql, values)).rows[0].v as T;

@@ -3,8 +3,8 @@
 // expires_at, counts each job once, is idempotent, safe to run concurrently,
 // and wakes idle workers for the jobs it re-enqueued.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, states, waitForJobs, makeJob, makeJobs, sql, unique } from "../helpers/jobs.ts";
 import {
   claim,
@@ -17,13 +17,7 @@ import {
 } from "../helpers/work.ts";
 import { buildZoo, expectOnlyChanged, snapshot } from "../helpers/zoo.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("rescue: lost leases", () => {
   it("puts a job whose lease ran out back to enqueued, runnable now, with a LeaseExpired error entry", async () => {

@@ -4,20 +4,14 @@
 // at most batch_size, never an active job, never a key. Windows are tested at
 // their boundaries by setting finished_at relative to the transaction's now().
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, expectSqlError, freshDatabase, inRollback, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, inRollback, interleave, useTestDatabase } from "../helpers/db.ts";
 import { ACTIVE_STATES, count, enqueue, keyRow, TERMINAL_STATES, unique, type Queryable } from "../helpers/jobs.ts";
 import { jobIn } from "../helpers/work.ts";
 import { MAX_DELETE_BATCH } from "../../src/worker/defaults.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 6 });
 
 const DAY = 86_400;
 const DEFAULTS: Record<string, number> = { succeeded: 7 * DAY, failed: 30 * DAY, cancelled: 30 * DAY, expired: 30 * DAY };
@@ -294,16 +288,19 @@ describe("concurrency, on real connections", () => {
     const a = await db.pool.connect();
     const b = await db.pool.connect();
     try {
-      const [aPid, bPid] = [await backendPid(a), await backendPid(b)];
-      await a.query("BEGIN");
-      expect((await a.query("SELECT idemq.apply_retention() AS n")).rows[0].n).toBe(1);
-      const retry = b.query("SELECT idemq.retry(job_id => $1)", [id]).then(
-        () => undefined,
-        (error: Error) => error,
-      );
-      expect(await waitUntilBlocked(db.pool, bPid)).toContain(aPid);
-      await a.query("COMMIT");
-      expect(await retry).toMatchObject({ code: "IQ404" });
+      const run = await interleave(db.pool, {
+        first: a,
+        holds: async (c) => expect((await c.query("SELECT idemq.apply_retention() AS n")).rows[0].n).toBe(1),
+        second: b,
+        blocks: (c) =>
+          c.query("SELECT idemq.retry(job_id => $1)", [id]).then(
+            () => undefined,
+            (error: Error) => error,
+          ),
+        end: "COMMIT",
+      });
+      expect(run.blockers).toContain(run.firstPid);
+      expect(await run.second).toMatchObject({ code: "IQ404" });
       expect(await exists(db.pool, id)).toBe(false);
     } finally {
       await a.query("ROLLBACK").catch(() => {});

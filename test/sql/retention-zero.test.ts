@@ -2,19 +2,13 @@
 // row in the completing statement, the key ledger still records the success
 // (so the duplicate policies act on the key), and everything else (fencing,
 // children, other retentions, other states) is as with a retention kept.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { count, enqueue, jobRow, keyRow, unique, type Queryable } from "../helpers/jobs.ts";
 import { claimJob, complete, failRow, HOLDER_TOKENS } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 async function setRetention(c: Queryable, args: { state: string; keep: string | null; queue?: string; task?: string }): Promise<void> {
   await c.query("SELECT idemq.set_retention(state => $1, keep => $2::interval, queue => $3, task => $4)", [

@@ -4,14 +4,12 @@
 // effect records. Time windows are tested at their boundaries by setting
 // finished_at / created_at / done_at relative to the transaction's now().
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import {
-  backendPid,
   expectSqlError,
-  freshDatabase,
+  useTestDatabase,
   inRollback,
-  waitUntilBlocked,
-  type TestDatabase,
+  interleave,
 } from "../helpers/db.ts";
 import {
   ACTIVE_STATES,
@@ -27,13 +25,7 @@ import {
 import { claimJob, jobIn } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 /** Sets a finished job's finished_at (and its key's, when it holds one) to now() + offset. */
 async function finishedAgo(c: Queryable, id: string, offset: string): Promise<void> {
@@ -470,14 +462,9 @@ describe("per-key retention: enqueue(key_retention), kept on the key row", () =>
 describe("prune_keys and enqueue, concurrently", () => {
   let a: pg.Client;
   let b: pg.Client;
-  // Pids read while the clients are idle (a busy client queues any query behind its statement).
-  let aPid: number;
-  let bPid: number;
   beforeAll(async () => {
     a = await db.newClient();
     b = await db.newClient();
-    aPid = await backendPid(a);
-    bPid = await backendPid(b);
   });
 
   it("a key being taken over by an open enqueue is skipped by prune_keys, which does not wait", async () => {
@@ -499,14 +486,15 @@ describe("prune_keys and enqueue, concurrently", () => {
     const key = unique("k");
     const old = await jobIn(db.pool, "succeeded", { task: "t", idempotency_key: key });
     await finishedAgo(db.pool, old, "-30 days");
-    await a.query("BEGIN");
-    expect(await pruneKeys(a)).toBeGreaterThanOrEqual(1);
-    const pending = enqueue(b, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" });
-    pending.catch(() => {});
-    const blockers = await waitUntilBlocked(db.pool, bPid);
-    expect(blockers).toContain(aPid);
-    await a.query("COMMIT");
-    const fresh = await pending;
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => expect(await pruneKeys(c)).toBeGreaterThanOrEqual(1),
+      second: b,
+      blocks: (c) => enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" }),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toContain(run.firstPid);
+    const fresh = await run.second;
     expect(fresh.deduplicated).toBe(false);
     expect(fresh.job_id).not.toBe(old);
     expect(await keyRow(db.pool, key)).toMatchObject({ job_id: fresh.job_id });
@@ -516,16 +504,18 @@ describe("prune_keys and enqueue, concurrently", () => {
     const key = unique("k");
     const old = await jobIn(db.pool, "succeeded", { task: "t", idempotency_key: key });
     await finishedAgo(db.pool, old, "-30 days");
-    await a.query("BEGIN");
-    expect(await pruneKeys(a)).toBeGreaterThanOrEqual(1);
-    const pending = enqueue(b, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" });
-    const outcome = pending.then(
-      () => undefined,
-      (error: unknown) => error,
-    );
-    await waitUntilBlocked(db.pool, bPid);
-    await a.query("ROLLBACK");
-    const error = (await outcome) as { code?: string; detail?: string } | undefined;
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: async (c) => expect(await pruneKeys(c)).toBeGreaterThanOrEqual(1),
+      second: b,
+      blocks: (c) =>
+        enqueue(c, { task: "t", idempotency_key: key, duplicate_policy: "reject_always" }).then(
+          () => undefined,
+          (error: unknown) => error,
+        ),
+      end: "ROLLBACK",
+    });
+    const error = (await run.second) as { code?: string; detail?: string } | undefined;
     expect(error?.code).toBe("IQ409");
     expect(JSON.parse(error?.detail ?? "{}")).toMatchObject({ key, existing_job_id: Number(old) });
   });

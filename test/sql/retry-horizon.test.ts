@@ -2,17 +2,11 @@
 // longest backoff delays the remaining retries of a job can take, which
 // `idemq doctor` compares with the key retention. Checked against
 // idemq._backoff_delay itself, at its boundaries, and for its cap.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { HORIZON_CAP_SECONDS } from "../../src/cli/commands/doctor.ts";
-import { expectSqlError, freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { expectSqlError, useTestDatabase } from "../helpers/db.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 2 });
 
 /** retry_horizon in seconds. */
 async function horizon(backoff: unknown, counted: number, maxAttempts: number): Promise<number> {

@@ -7,7 +7,7 @@
 import type pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { installationRoles, type InstallationRoles } from "../../src/roles.ts";
-import { freshDatabase, sqlState, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase, sqlState } from "../helpers/db.ts";
 import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles, type LoginRole } from "../helpers/login-roles.ts";
 import { claimOne } from "../helpers/work.ts";
@@ -16,7 +16,7 @@ import { waitFor } from "../fixtures/worker/wait.ts";
 
 type Who = "producer" | "worker" | "admin" | "stranger";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 const logins = {} as Record<Who, LoginRole>;
 const sessions = {} as Record<Who, pg.Client>;
 
@@ -35,7 +35,6 @@ const fx = {
 let ROLES: InstallationRoles;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   // This installation's roles (a clone of the test template shares the template's).
   ROLES = await installationRoles(db.pool);
   for (const who of ["producer", "worker", "admin"] as const) logins[who] = await createLoginRole(who, { memberOf: [ROLES[who]] });
@@ -60,7 +59,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await dropLoginRoles();
-  await db?.drop();
 });
 
 interface Operation {

@@ -5,28 +5,21 @@
 // order is fixed: a second tick while the first holds the row skips it
 // without waiting; schedule() on a row being ticked waits (pg_blocking_pids).
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { backendPid, freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { interleave, useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { schedule, scheduleRow, slotJobs } from "../helpers/schedules.ts";
 
 const CALLERS = 8;
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 let clients: pg.Client[];
-const pids = new Map<pg.Client, number>();
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   clients = [];
   for (let i = 0; i < CALLERS; i++) {
     const c = await db.newClient();
     clients.push(c);
-    // Read while idle: a client runs one query at a time.
-    pids.set(c, await backendPid(c));
   }
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function tick(c: pg.ClientBase): Promise<number> {
@@ -128,21 +121,18 @@ describe("interleavings", () => {
     const name = await hundredDue();
     const [first, second] = clients as [pg.Client, pg.Client];
     try {
-      await first.query("BEGIN");
-      await tick(first);
-      const redefined = schedule(second, { name, cron: "* * * * *", queue: "other", overlap: "allow", misfire: "all" });
-      const settled = redefined.then(
-        (v) => ({ ok: true as const, v }),
-        (e: unknown) => ({ ok: false as const, e }),
-      );
-      const blockers = await waitUntilBlocked(db.pool, pids.get(second)!);
-      expect(blockers).toContain(pids.get(first)!);
-      await first.query("COMMIT");
-      const outcome = await settled;
-      if (!outcome.ok) throw outcome.e;
+      const run = await interleave(db.pool, {
+        first,
+        holds: (c) => tick(c),
+        second,
+        blocks: (c) => schedule(c, { name, cron: "* * * * *", queue: "other", overlap: "allow", misfire: "all" }),
+        end: "COMMIT",
+      });
+      expect(run.blockers).toContain(run.firstPid);
+      const redefined = await run.second;
       const row = await scheduleRow(db.pool, name);
       expect(row!.queue).toBe("other");
-      expect(outcome.v).toEqual(row!.next_at);
+      expect(redefined).toEqual(row!.next_at);
       expect(row!.next_at.getTime()).toBeGreaterThan(Date.now() - 60_000);
       expect(await tick(second)).toBe(0);
     } finally {

@@ -7,19 +7,13 @@
 // recorded while the others fire. Each test runs in a
 // transaction that rolls back, so no test's schedules are due in another's.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, unique } from "../helpers/jobs.ts";
 import { schedule, scheduleRow, setNextAt, slotJobs, tickAt, type ScheduleArgs } from "../helpers/schedules.ts";
 import { claimJob, complete } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 /** A schedule every 5 minutes (unless given) in its own queue, whose next slot is `nextAt`. */
 async function every5(c: pg.ClientBase, nextAt: string, args: ScheduleArgs = {}): Promise<string> {

@@ -3,18 +3,12 @@
 // rule, Feb 29, @macros, DST in Europe/Berlin and America/New_York), the
 // validation of schedule() (22023 naming the bad field, with a HINT, and
 // nothing written), and the upsert, read and removal of a schedule.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { count, sql, unique } from "../helpers/jobs.ts";
 import { nextSlots, schedule, scheduleRow, setNextAt } from "../helpers/schedules.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 const z = (s: string) => new Date(s).toISOString();
 

@@ -1,19 +1,13 @@
 // idemq.snooze: back to `scheduled` without spending an attempt. The attempt
 // number still advances on the next claim (it is the fencing token), but a
 // snoozed attempt does not count against max_attempts.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
 import { claim, claimOne, complete, fail, makeDue, snooze } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("snooze", () => {
   it("puts the job back to scheduled at run_at, clears the lease and records no error", async () => {

@@ -3,19 +3,13 @@
 // rejected, conflict, guard_duplicate). Each test builds its jobs in a
 // transaction that rolls back, so every count is exact.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, inRollback, type TestDatabase, expectSqlError } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { useTestDatabase, inRollback, expectSqlError } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { makeJob, sql } from "../helpers/jobs.ts";
 import { claim } from "../helpers/work.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 type C = pg.ClientBase;
 type Row = [queue: string | null, task: string, metric: string, value: number];

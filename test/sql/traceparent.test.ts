@@ -3,8 +3,8 @@
 // and a HINT, the table's CHECK holds the same rule (_is_traceparent), claim
 // hands the stored value to the worker, and a duplicate enqueue returns the
 // existing job's context (job_traceparent) and stores nothing of its own.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { enqueueMany, jobRow, makeJob, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claim } from "../helpers/work.ts";
@@ -12,13 +12,7 @@ import { claim } from "../helpers/work.ts";
 const A = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const B = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase();
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase();
 
 describe("traceparent: stored and claimed", () => {
   it("enqueue stores it, returns it as job_traceparent, and claim returns it to the worker", async () => {

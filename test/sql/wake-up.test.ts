@@ -6,22 +6,18 @@
 // take advisory locks, so wait_for_jobs only tries its keys: a foreign holder
 // gets a false back, never a blocked call, and enqueues notify meanwhile.
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import { useTestDatabase } from "../helpers/db.ts";
 import { enqueue, enqueueMany, Listener, unique, waitForJobs } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase();
 /** Hears idemq_jobs without waiting for jobs itself. */
 let observer: Listener;
 let sender: pg.Client;
 
 beforeAll(async () => {
-  db = await freshDatabase();
   observer = await Listener.start(await db.newClient(), { waiting: false });
   sender = await db.newClient();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 /** Notifications of idemq_jobs heard by a session that LISTENs and does not wait. */

@@ -5,18 +5,12 @@
 // test runs in a transaction that rolls back; "stale" is made by moving a
 // row's last_seen_at back (the test runs as the owner).
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { expectSqlError, freshDatabase, inRollback, type TestDatabase } from "../helpers/db.ts";
+import { describe, expect, it } from "vitest";
+import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { makeJob, sql } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 2 });
 
 type C = pg.ClientBase;
 

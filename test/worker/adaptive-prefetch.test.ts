@@ -3,22 +3,16 @@
 // short, and never holds more than its bound. HeldJobs is fed real claims on a
 // clock the test sets (so the completion rate is exact); then real workers on
 // real connections: one working off a backlog, and two sharing one queue.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import * as sql from "../../src/sql/index.ts";
 import { createWorker, type Worker } from "../../src/index.ts";
 import { WORKER_DEFAULTS } from "../../src/worker/defaults.ts";
 import { HeldJobs } from "../../src/worker/held-jobs.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 6 });
 
 async function enqueueNoops(queue: string, count: number): Promise<void> {
   await db.pool.query(

@@ -4,17 +4,16 @@
 // deliveries into 100 effects; the control task without the guard writes
 // 300. Then leases run out mid-job, so one job runs in two workers at once:
 // the stale attempt's transaction rolls back and each job writes one row.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 let client: Client;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   client = new Client({ pool: db.pool });
   await db.pool.query(`
     CREATE TABLE public.ledger (task text NOT NULL, order_id int NOT NULL, job_id bigint NOT NULL,
@@ -23,9 +22,6 @@ beforeAll(async () => {
 });
 afterEach(async () => {
   await killAllWorkers();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function startWorkers(n: number, env: Record<string, string> = {}, concurrency = 8): Promise<WorkerProcess[]> {

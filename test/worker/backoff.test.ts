@@ -3,21 +3,15 @@
 // is the one backoff model. Here: _backoff_delay's delays for the shapes tasks
 // use, its random range (through `draw`), and that the worker accepts exactly
 // what idemq._backoff_problem accepts.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { type Backoff } from "../../src/contract.ts";
 import { toBackoffJson } from "../../src/encode.ts";
 import { toMilliseconds } from "../../src/duration.ts";
 import { checkBackoff } from "../../src/worker/backoff.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 2 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
 
 /** _backoff_delay in milliseconds (private: EXECUTE is revoked from PUBLIC; the test user may call it). */
 async function sqlDelayMs(backoff: Backoff, attempt: number, draw?: number): Promise<number> {

@@ -4,29 +4,14 @@
 // its timeout and the pool discards its connection. A table lock held by a
 // superuser stands in for whatever could stall a call.
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import * as sql from "../../src/sql/index.ts";
 import { timedCalls } from "../../src/worker/worker-state.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { backendPid, useTestDatabase, waitUntilBlocking } from "../helpers/db.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
-
-/** How many sessions of this database wait on a lock held by `pid` (pg_blocking_pids). */
-async function blockedBy(pid: number): Promise<number> {
-  const { rows } = await db.pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND $1 = ANY (pg_blocking_pids(pid))",
-    [pid],
-  );
-  return rows[0]!.n;
-}
 
 describe("every call the worker makes has a timeout", () => {
   it("a claim stuck behind a lock rejects after the timeout, and the pool drops its connection", async () => {
@@ -34,7 +19,7 @@ describe("every call the worker makes has a timeout", () => {
     pool.on("error", () => {});
     const locker = await db.newClient();
     try {
-      const { rows } = await locker.query<{ pid: number }>("SELECT pg_backend_pid() AS pid");
+      const lockerPid = await backendPid(locker);
       await locker.query("BEGIN");
       await locker.query("LOCK TABLE idemq.jobs IN ACCESS EXCLUSIVE MODE");
       const started = performance.now();
@@ -44,7 +29,7 @@ describe("every call the worker makes has a timeout", () => {
         (error: unknown) => error,
       );
       // The claim really waits on the lock (not an error of its own)...
-      await waitFor(async () => (await blockedBy(rows[0]!.pid)) === 1, { what: "the claim to wait on the lock", timeoutMs: 5_000 });
+      expect(await waitUntilBlocking(db.pool, lockerPid, { timeoutMs: 5_000 })).toHaveLength(1);
       // ...and is abandoned after its timeout, with its connection.
       const error = await failed;
       const elapsed = performance.now() - started;

@@ -8,12 +8,12 @@
 // waiting in the buffer, the report is the same, and the job stays cancelled.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, collectWorkerMetrics } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { parsePrometheusText, sampleValue } from "../helpers/prometheus-text.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 /** One slot, so a second job waits in the buffer. */
@@ -25,7 +25,6 @@ function untilAborted(signal: AbortSignal): Promise<void> {
 }
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   w = await startTestWorker(
     db.url,
@@ -62,7 +61,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 async function started(jobId: string, on: TestWorker = w): Promise<void> {

@@ -6,11 +6,11 @@
 // reports it), which is how the missing listener showed itself.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client, type Tasks } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { type TestDatabase, useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 6 });
 let client: Client;
 let w: TestWorker;
 let openGate: () => void = () => {};
@@ -33,7 +33,6 @@ function pingAndLedger(inTransactionStep: () => Promise<void>): Tasks {
 }
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
   await db.pool.query("CREATE TABLE ledger (job_id bigint, attempt int)");
   client = new Client({ pool: db.pool });
   w = await startTestWorker(
@@ -50,7 +49,6 @@ beforeAll(async () => {
 afterAll(async () => {
   openGate();
   await stopWorkers();
-  await db?.drop();
 });
 
 async function pidsOf(where: string, on: TestDatabase = db): Promise<number[]> {
@@ -135,10 +133,9 @@ describe("terminated connections do not end the worker", () => {
 });
 
 describe("terminations of every connection at once, while jobs flow", () => {
-  let chaosDb: TestDatabase;
+  const chaosDb = useTestDatabase({ poolSize: 4 });
   let chaosClient: Client;
   beforeAll(async () => {
-    chaosDb = await freshDatabase({ poolSize: 4 });
     await chaosDb.pool.query("CREATE TABLE ledger (job_id bigint, attempt int)");
     chaosClient = new Client({ pool: chaosDb.pool });
     await startTestWorker(
@@ -147,9 +144,6 @@ describe("terminations of every connection at once, while jobs flow", () => {
       // A claim whose answer was cut leaves its jobs held by nobody: a short lease and rescue bring them back.
       { lease: "2s", heartbeatInterval: "500ms", rescueInterval: "500ms", concurrency: 4 },
     );
-  });
-  afterAll(async () => {
-    await chaosDb?.drop();
   });
 
   it("every connection of the worker terminated at once, three times while jobs flow: no exit, every job done, each transactional one committed once", async () => {

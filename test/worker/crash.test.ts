@@ -3,17 +3,16 @@
 // by the other worker) returns the job, the other worker claims it with
 // ctx.job.reclaimed = true and completes it, and the job's errors record
 // "lease expired" for the killed attempt.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   await db.pool.query(
     "CREATE TABLE public.runs (job_id bigint NOT NULL, attempt int NOT NULL, reclaimed boolean NOT NULL, worker_pid int NOT NULL)",
@@ -21,9 +20,6 @@ beforeAll(async () => {
 });
 afterEach(async () => {
   await killAllWorkers();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 // A short lease (heartbeats every 300 ms keep it while the process lives) and a frequent rescue.

@@ -2,21 +2,17 @@
 // returns them unchanged; tasks declared with it run in a worker fed by a
 // Client typed with them, and ctx.job.payload is the payload the handler
 // receives. (The compile-time checks are in test/types/typed-tasks.ts.)
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, defineTasks, WorkerConfigError } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
   await db.pool.query("CREATE TABLE ledger (order_id int PRIMARY KEY, amount int NOT NULL)");
 });
 afterEach(stopWorkers);
-afterAll(async () => {
-  await db?.drop();
-});
 
 describe("defineTasks", () => {
   it("returns the tasks object itself", () => {

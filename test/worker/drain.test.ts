@@ -1,26 +1,22 @@
 // Several worker processes drain 20,000 jobs together: every job runs
 // exactly once (one job:start per job across all processes, and attempt 1 on
 // every row: never claimed twice, never rescued), and none is left.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
 const JOBS = 20_000;
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
   await killAllWorkers();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function enqueueNoops(queue: string): Promise<void> {

@@ -9,11 +9,11 @@
 //                like any error (the job's own lease is intact)
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, type Job } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 /** Calls of fn and reconcile, by effect key. */
@@ -24,7 +24,6 @@ class Unreachable extends Error {}
 type Payload = { key: string; reconcileAnswer?: unknown; fail?: "definite" | "unknown"; stolen?: true };
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   w = await startTestWorker(db.url, {
     charge: {
@@ -60,7 +59,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 async function run(payload: Payload): Promise<Job> {

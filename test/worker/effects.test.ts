@@ -5,28 +5,24 @@
 // Two concurrent runs of one effect key deliver once: the second is `busy`
 // (snoozed without spending an attempt, never a skip) until the first records
 // its result.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, createWorker } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { emailTasks } from "../fixtures/worker/email-tasks.ts";
 import { startFakeProvider, type FakeProvider } from "../fixtures/worker/fake-email-provider.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let provider: FakeProvider;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
   await killAllWorkers();
   await provider?.close();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function succeeded(jobId: string) {

@@ -10,23 +10,21 @@ import { join, relative, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
 import { killAll, startNode } from "../helpers/cli-spawn.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 1 });
 let workDir: string;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 1 });
   // Inside the repository (git-ignored .data/), so the program's `import "idemq"` is this package.
   mkdirSync(join(ROOT, ".data"), { recursive: true });
   workDir = await mkdtemp(join(ROOT, ".data", "worker-md-"));
 });
 afterAll(async () => {
   killAll();
-  await db?.drop();
   if (workDir) await rm(workDir, { recursive: true, force: true });
 });
 

@@ -3,27 +3,23 @@
 // first read after the lease was lost is already aborted with the
 // LeaseLostError; ctx's objects are the same on every read and its methods
 // work detached; listeners attached while the worker runs get every field.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, createWorker, LeaseLostError, type JobContext, type Worker } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 const bare: Worker[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
   await stopWorkers();
   await Promise.all(bare.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 describe("the handler context, made on first use", () => {

@@ -3,17 +3,16 @@
 // rescue() (run every ~100 ms here) finds nothing to take away.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 const releases = new Map<string, () => void>();
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   w = await startTestWorker(
     db.url,
@@ -33,7 +32,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 async function leaseOf(jobId: string): Promise<number> {

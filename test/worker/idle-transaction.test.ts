@@ -9,7 +9,7 @@
 // not pg's "Client has encountered a connection error and is not queryable".
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, type Job } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
@@ -17,7 +17,7 @@ const LEASE_MS = 500;
 /** lease + the worker's idleInTransactionMargin (5 s, src/worker/defaults.ts). */
 const IDLE_TIMEOUT_MS = LEASE_MS + 5000;
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let live: TestWorker;
 let frozen: TestWorker;
@@ -29,7 +29,6 @@ async function leaseExpiresAt(jobId: string): Promise<number> {
 }
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   await db.pool.query("CREATE TABLE public.ledger (job_id bigint NOT NULL, attempt int NOT NULL, step int NOT NULL)");
   // Nobody rescues: a lease that ran out stays this worker's to record (fail() accepts an expired, unrescued lease).
@@ -93,7 +92,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 /** Waits until the job's first attempt has ended, whichever way. */

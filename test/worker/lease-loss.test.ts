@@ -5,11 +5,11 @@
 // transactional task's complete() is refused with IQ410 and its writes roll back.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, LeaseLostError } from "../../src/index.ts";
-import { expectSqlError, freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { expectSqlError, useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 /** What each handler saw when its signal aborted, by job id. */
@@ -26,7 +26,6 @@ function untilAborted(signal: AbortSignal): Promise<void> {
 }
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   await db.pool.query("CREATE TABLE public.writes (job_id bigint NOT NULL)");
   w = await startTestWorker(
@@ -55,7 +54,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 /** Makes the lease run out, rescues the job and claims it as "thief", all in one transaction. */

@@ -4,22 +4,20 @@
 // a minute here, so a job picked up within seconds came through the listener.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   w = await startTestWorker(db.url, { ping: async () => "pong" }, { pollInterval: "60s", rescueInterval: "60s" });
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 async function listenerPid(): Promise<number | undefined> {

@@ -11,24 +11,23 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { installationRoles } from "../../src/roles.ts";
 import { Client, collectDatabaseMetrics, collectWorkerMetrics, createWorker, serveMetrics } from "../../src/index.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { freshDatabase, useTestDatabase } from "../helpers/db.ts";
 import { parsePrometheusText, sampleValue, type Family } from "../helpers/prometheus-text.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
   await killAllWorkers();
 });
 afterAll(async () => {
-  await db?.drop();
+  await db.drop();
   await dropLoginRoles();
 });
 

@@ -8,7 +8,7 @@
 import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, serverUrl, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase, serverUrl } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 import { markerPid as markerPidOf, markersHeld as markersHeldOf } from "../fixtures/worker/wait-marker.ts";
@@ -19,14 +19,13 @@ const HOLD_MS = 10_000;
 const LATENCY_BOUND_MS = 2_000;
 const QUEUES = ["nf_a", "nf_b"];
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 6 });
 let client: Client;
 let role: string;
 let attackerUrl: string;
 const attackers: pg.Client[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
   client = new Client({ pool: db.pool });
   role = `idemq_nofreeze_${process.pid}_${Math.floor(Math.random() * 1e6)}`;
   // A real login, no superuser, nothing granted but CONNECT on this database.
@@ -43,7 +42,7 @@ afterEach(async () => {
   await stopWorkers();
 });
 afterAll(async () => {
-  await db?.drop();
+  await db.drop();
   if (role !== undefined) {
     const admin = new pg.Client({ connectionString: serverUrl() });
     await admin.connect();

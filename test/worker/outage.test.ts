@@ -15,17 +15,16 @@
 // database.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Outage } from "../../src/worker/outage.ts";
-import { freshDatabase, waitUntilBlocked, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let w: TestWorker;
 /** The worker's claims, outage reports and reconnections, in the order they came. */
 const order: string[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   const hour = "1 hour";
   w = await startTestWorker(
     db.url,
@@ -53,7 +52,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 /** Ends the worker's idle pool sessions (its pool reports an error for each); returns how many. */

@@ -5,21 +5,15 @@
 // the buffer, or in a claim on its way to it) after every job it starts; and
 // HeldJobs, fed the jobs of real claims, gives back what a claim of larger
 // payloads than it expected brought beyond the budget.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import * as sql from "../../src/sql/index.ts";
 import { createWorker } from "../../src/index.ts";
 import { HeldJobs } from "../../src/worker/held-jobs.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const db = useTestDatabase({ poolSize: 4 });
 
 const KB = 1024;
 

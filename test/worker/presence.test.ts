@@ -8,7 +8,7 @@
 import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { migrate } from "../../src/migrate.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { type PgBouncer, startPgBouncer } from "../helpers/pgbouncer.ts";
 import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
@@ -28,15 +28,9 @@ async function workerRows(db: pg.Pool): Promise<Row[]> {
 }
 
 describe("presence on a direct connection", () => {
-  let db: TestDatabase;
-  beforeAll(async () => {
-    db = await freshDatabase({ poolSize: 2 });
-  });
+  const db = useTestDatabase({ poolSize: 2 });
   afterEach(async () => {
     await stopWorkers();
-  });
-  afterAll(async () => {
-    await db?.drop();
   });
 
   it("registered at start with its queues and tasks, refreshed by runOnce(), removed at stop", async () => {

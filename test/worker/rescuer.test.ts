@@ -4,19 +4,17 @@
 // none is configured, so the SQL default (14 days) applies.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client, createWorker, type Worker } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 const workers: Worker[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
 });
 afterAll(async () => {
   await Promise.all(workers.map((w) => w.stop()));
-  await db?.drop();
 });
 
 function worker(keyRetention?: string): Worker {

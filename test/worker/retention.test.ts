@@ -6,20 +6,19 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { Client, createWorker, type Worker, type WorkerOptions } from "../../src/index.ts";
 import { WorkerConfigError } from "../../src/worker/task-config.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 import { TERMINAL_STATES } from "../helpers/jobs.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 6 });
 let client: Client;
 const workers: Worker[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
   client = new Client({ pool: db.pool });
 });
 afterAll(async () => {
   await Promise.all(workers.map((w) => w.stop()));
-  await db?.drop();
 });
 
 function worker(options: Partial<WorkerOptions> = {}, tasks: WorkerOptions["tasks"] = { noop: async () => {} }): Worker {
@@ -43,14 +42,6 @@ async function oldCancelled(queue: string, n: number): Promise<string[]> {
 async function remaining(ids: string[]): Promise<number> {
   const { rows } = await db.pool.query<{ n: string }>("SELECT count(*) AS n FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [ids]);
   return Number(rows[0]!.n);
-}
-
-async function until(condition: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 describe("retainer.runOnce()", () => {
@@ -85,10 +76,10 @@ describe("retainer.runOnce()", () => {
     const waiting = await client.enqueue("hold", {}, { queue: "retain-elsewhere" });
     const delayed = await client.enqueue("hold", {}, { queue: "retain-busy", runAt: new Date(Date.now() + 3_600_000) });
     await processing.start();
-    await until(async () => {
+    await waitFor(async () => {
       const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = 'retain-busy' AND state = 'processing'");
       return rows[0].n === 3;
-    }, "three jobs processing");
+    }, { what: "three jobs processing", timeoutMs: 10_000, intervalMs: 20 });
     for (const state of TERMINAL_STATES) await client.setRetention({ state, keep: "0 seconds" });
     try {
       expect(await worker({ retentionBatchSize: 2 }).retainer.runOnce()).toBe(3);
@@ -100,8 +91,8 @@ describe("retainer.runOnce()", () => {
       const succeeded: string[] = [];
       processing.on("job:success", (e) => succeeded.push(e.jobId));
       release();
-      await until(async () => succeeded.length === 3, "the three held jobs to succeed");
-      await until(async () => (await remaining(busy.map((b) => b.jobId))) === 0, "the completed rows to be deleted");
+      await waitFor(async () => succeeded.length === 3, { what: "the three held jobs to succeed", timeoutMs: 10_000, intervalMs: 20 });
+      await waitFor(async () => (await remaining(busy.map((b) => b.jobId))) === 0, { what: "the completed rows to be deleted", timeoutMs: 10_000, intervalMs: 20 });
     } finally {
       release();
       await processing.stop();
@@ -134,10 +125,10 @@ describe("retention 0 and a stale attempt", () => {
       const jobs = [await client.enqueue("stale_tx", {}, { queue: "retain-stale" }), await client.enqueue("stale_result", {}, { queue: "retain-stale" })];
       const ids = jobs.map((j) => j.jobId);
       await w.start();
-      await until(async () => {
+      await waitFor(async () => {
         const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE id = ANY ($1::bigint[]) AND state = 'processing'", [ids]);
         return rows[0].n === 2;
-      }, "both jobs processing");
+      }, { what: "both jobs processing", timeoutMs: 10_000, intervalMs: 20 });
       // Another worker takes both over (lease run out, rescued, claimed) and completes them: deleted at once.
       const other = await db.pool.connect();
       try {
@@ -153,7 +144,7 @@ describe("retention 0 and a stale attempt", () => {
       }
       expect(await remaining(ids)).toBe(0);
       release();
-      await until(async () => lost.length === 2, "both stale attempts to end");
+      await waitFor(async () => lost.length === 2, { what: "both stale attempts to end", timeoutMs: 10_000, intervalMs: 20 });
       expect(lost.sort()).toEqual([...ids].sort());
       expect(errors).toEqual([]);
     } finally {
@@ -169,7 +160,7 @@ describe("the retention timer", () => {
     const ids = await oldCancelled("retain-timer", 2);
     const w = worker({ retentionInterval: "50 milliseconds" });
     await w.start();
-    await until(async () => (await remaining(ids)) === 0, "the timer to delete the old jobs");
+    await waitFor(async () => (await remaining(ids)) === 0, { what: "the timer to delete the old jobs", timeoutMs: 10_000, intervalMs: 20 });
     await w.stop();
   });
 

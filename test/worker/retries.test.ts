@@ -4,7 +4,7 @@
 // attempt's error (class, message, stack) kept on the job.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, PermanentError, type Job } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
@@ -12,14 +12,13 @@ class FlakyError extends Error {}
 class ValidationError extends Error {}
 class TransientError extends Error {}
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 /** When the flaky handler threw, by attempt. */
 const thrownAt = new Map<number, number>();
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   w = await startTestWorker(db.url, {
     flaky: {
@@ -81,7 +80,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 async function finished(jobId: string): Promise<Job> {

@@ -5,22 +5,16 @@
 // downtimes are within misfire_grace, so no slot is lost either). A module
 // whose schedule SQL refuses stops the worker at start: one line naming the
 // schedule, exit 2.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { afterEach, describe, expect, it } from "vitest";
+import { useTestDatabase } from "../helpers/db.ts";
 import { slotJobs } from "../helpers/schedules.ts";
 import { killAllWorkers, startedWorker, startWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
-});
 afterEach(async () => {
   await killAllWorkers();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 /** Waits until the schedule has at least `n` succeeded slot jobs; returns all its jobs. */

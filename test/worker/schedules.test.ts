@@ -12,17 +12,16 @@ import {
   type ScheduleDefinition,
   type Worker,
 } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { scheduleRow, slotJobs } from "../helpers/schedules.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 12 });
 let client: Client;
 const workers: Worker[] = [];
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 12 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
@@ -30,7 +29,6 @@ afterEach(async () => {
 });
 afterAll(async () => {
   await client?.close();
-  await db?.drop();
 });
 
 function worker(schedules: readonly ScheduleDefinition[], options: { tickInterval?: string | number; queues?: string[] } = {}): Worker {

@@ -3,17 +3,16 @@
 // exit 0. A handler that ignores the signal is handed back after
 // shutdownTimeout (fail, retryable, so the attempt is on record), its
 // transaction rolled back, and the process still exits.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, type Job } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   await db.pool.query(`
     CREATE TABLE public.runs (job_id bigint NOT NULL, attempt int NOT NULL);
@@ -22,9 +21,6 @@ beforeAll(async () => {
 });
 afterEach(async () => {
   await killAllWorkers();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function runsOf(jobId: string): Promise<number> {

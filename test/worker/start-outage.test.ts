@@ -7,11 +7,11 @@
 import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 2 });
 let proxy: net.Server;
 let sockets: net.Socket[] = [];
 /** Connections accepted so far, and from which one on they are dropped (until healed). */
@@ -19,7 +19,6 @@ let accepted = 0;
 let dropFrom = Number.POSITIVE_INFINITY;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 2 });
   const target = new URL(db.url);
   proxy = net.createServer((socket) => {
     accepted++;
@@ -40,7 +39,6 @@ afterAll(async () => {
   for (const socket of sockets) socket.destroy();
   sockets = [];
   await new Promise<void>((resolve) => proxy?.close(() => resolve()));
-  await db?.drop();
 });
 
 describe("a server lost while the worker starts", () => {

@@ -1,21 +1,17 @@
 // The worker's tick() service: runOnce() (what its timer calls) enqueues the
 // due slots of the schedules, and a started worker ticks on its own timer and
 // runs the slot's job. Two workers ticking the same schedule give one job.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { createWorker, type Worker } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { schedule, slotJobs } from "../helpers/schedules.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 8 });
 const workers: Worker[] = [];
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 8 });
-});
 afterAll(async () => {
   await Promise.all(workers.map((w) => w.stop()));
-  await db?.drop();
 });
 
 function worker(options: { tickInterval?: string; queues?: string[] } = {}): Worker {

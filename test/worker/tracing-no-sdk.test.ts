@@ -7,9 +7,9 @@
 import { context, trace, type Attributes, type Context, type SpanOptions, type Tracer, type TracerProvider } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { BasicTracerProvider } from "@opentelemetry/sdk-trace-base";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
@@ -32,18 +32,12 @@ class SpyProvider implements TracerProvider {
   }
 }
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 
-beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 4 });
-});
 afterEach(async () => {
   await stopWorkers();
   trace.disable();
   context.disable();
-});
-afterAll(async () => {
-  await db?.drop();
 });
 
 async function storedTraceparent(jobId: string): Promise<string | null> {

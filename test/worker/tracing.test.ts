@@ -10,7 +10,7 @@ import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-ho
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from "@opentelemetry/sdk-trace-base";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { BadArgumentError, Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { claim, expireLease, rescue } from "../helpers/work.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
@@ -21,20 +21,18 @@ const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProces
 const appTracer = provider.getTracer("the-app");
 const contextManager = new AsyncLocalStorageContextManager();
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 4 });
 let client: Client;
 
 beforeAll(async () => {
   context.setGlobalContextManager(contextManager.enable());
   trace.setGlobalTracerProvider(provider);
-  db = await freshDatabase({ poolSize: 4 });
   client = new Client({ pool: db.pool });
 });
 afterEach(async () => {
   await stopWorkers();
 });
 afterAll(async () => {
-  await db?.drop();
   trace.disable();
   context.disable();
 });

@@ -4,16 +4,15 @@
 // rolls its writes back with the guard row, so a retry is not a duplicate.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client, type Job, type TransactionalJobContext } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
 let w: TestWorker;
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 3 });
   client = new Client({ pool: db.pool });
   await db.pool.query("CREATE TABLE public.writes (task text NOT NULL, ref text NOT NULL, job_id bigint NOT NULL)");
   const write = (task: string) => async (p: { ref: string; failFirst?: boolean }, ctx: TransactionalJobContext) => {
@@ -44,7 +43,6 @@ afterEach(() => {
 });
 afterAll(async () => {
   await stopWorkers();
-  await db?.drop();
 });
 
 async function done(jobId: string): Promise<Job> {

@@ -5,19 +5,18 @@
 // came through a NOTIFY or the claim after wait_for_jobs.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
+import { useTestDatabase } from "../helpers/db.ts";
 import { startTestWorker, stopWorkers, type TestWorker } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 import { markerPid as markerPidOf, markersHeld as markersHeldOf } from "../fixtures/worker/wait-marker.ts";
 
-let db: TestDatabase;
+const db = useTestDatabase({ poolSize: 6 });
 let client: Client;
 let w: TestWorker;
 let release: (() => void) | undefined;
 let gate: Promise<void> = Promise.resolve();
 
 beforeAll(async () => {
-  db = await freshDatabase({ poolSize: 6 });
   client = new Client({ pool: db.pool });
   w = await startTestWorker(
     db.url,
@@ -32,7 +31,6 @@ beforeAll(async () => {
 afterAll(async () => {
   release?.();
   await stopWorkers();
-  await db?.drop();
 });
 
 const markerPid = () => markerPidOf(db.pool);
