@@ -87,6 +87,9 @@ DECLARE
   v_lost bigint[];
   v_key_tasks text[];
   v_key_queues text[];
+  v_limited boolean;
+  v_take int := batch_size;
+  v_caps int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -108,6 +111,11 @@ BEGIN
       'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
   END IF;
   PERFORM idemq._check_lease(lease, 'claim');
+  -- Flow control (docs/design.md, "Flow control"): with no row in
+  -- idemq.limits, this one read is all a claim pays. The table's ACCESS
+  -- SHARE lock, held to the end of the transaction, is what a set_limit
+  -- giving a concurrency waits for.
+  v_limited := EXISTS (SELECT FROM idemq.limits);
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
@@ -244,6 +252,12 @@ BEGIN
     CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
   END IF;
 
+  IF v_limited THEN
+    -- Keys paused or without a free slot or start go; v_take bounds the walk.
+    SELECT g.tasks, g.queues, g.take, g.caps INTO v_key_tasks, v_key_queues, v_take, v_caps
+    FROM idemq._claim_gate(v_key_tasks, v_key_queues, batch_size) g;
+  END IF;
+
   IF cardinality(v_key_tasks) = 0 THEN
     -- No runnable job of any key asked for (unfiltered: none at all).
     RETURN;
@@ -264,15 +278,25 @@ BEGIN
         AND j.run_at <= now()
         AND (j.expires_at IS NULL OR j.expires_at > now())
       ORDER BY j.priority DESC, j.run_at, j.id
-      LIMIT batch_size
+      LIMIT v_take
       FOR UPDATE SKIP LOCKED
     ) p;
+  ELSIF v_caps IS NOT NULL THEN
+    -- Several keys, some capped by flow control below the batch: each key
+    -- read up to its cap (_claim_capped).
+    SELECT m.ids, m.lost INTO v_ids, v_lost
+    FROM idemq._claim_capped(v_key_tasks, v_key_queues, v_caps, v_take) m;
   ELSE
     -- Several keys: _claim_merge reads each key only as far as the claim
     -- order needs and locks the jobs it takes (its header says how, and
     -- what it costs). Only a claim of several keys pays its call.
     SELECT m.ids, m.lost INTO v_ids, v_lost
-    FROM idemq._claim_merge(v_key_tasks, v_key_queues, batch_size) m;
+    FROM idemq._claim_merge(v_key_tasks, v_key_queues, v_take) m;
+  END IF;
+  IF v_limited AND cardinality(v_ids) > 0 THEN
+    -- The slots and starts of the jobs taken, in claim order; a job that
+    -- gets none it needs is left (still locked, until this transaction ends).
+    v_ids := idemq._claim_take(v_ids);
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;
