@@ -1000,6 +1000,57 @@ $$;
 COMMENT ON FUNCTION idemq._payload_problem(jsonb, bigint) IS
   'The problem and hint of a payload over payload_bytes, its JSON text printed once.';
 
+-- ---- sql/functions/_repair_slots.sql ----
+CREATE OR REPLACE FUNCTION idemq._repair_slots(batch_size int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_lids bigint[];
+  v_slots int[];
+  v_ids bigint[];
+  v_attempts int[];
+  v_freed int;
+BEGIN
+  -- Candidates, locked: the holder as this statement's snapshot sees it.
+  -- FOR UPDATE returns each slot's newest version, which no one can change
+  -- while this transaction holds its lock.
+  SELECT array_agg(c.limit_id), array_agg(c.slot), array_agg(c.job_id), array_agg(c.attempt)
+  INTO v_lids, v_slots, v_ids, v_attempts
+  FROM (
+    SELECT s.limit_id, s.slot, s.job_id, s.attempt
+    FROM idemq.limit_slots s
+    WHERE s.job_id IS NOT NULL
+      AND NOT EXISTS (SELECT FROM idemq.jobs j
+                      WHERE j.id = s.job_id AND j.state = 'processing' AND j.attempt = s.attempt)
+    ORDER BY s.limit_id, s.slot
+    LIMIT batch_size
+    FOR UPDATE OF s SKIP LOCKED
+  ) c;
+  IF v_ids IS NULL THEN
+    RETURN 0;
+  END IF;
+  -- Judged again by a new statement (a new snapshot in READ COMMITTED): a
+  -- locked slot changed after the first snapshot was re-checked there on its
+  -- own columns only, against jobs as that older snapshot saw them.
+  SELECT array_agg(c.job_id), array_agg(c.attempt)
+  INTO v_ids, v_attempts
+  FROM unnest(v_lids, v_slots, v_ids, v_attempts) AS c(limit_id, slot, job_id, attempt)
+  WHERE NOT EXISTS (SELECT FROM idemq.jobs j
+                    WHERE j.id = c.job_id AND j.state = 'processing' AND j.attempt = c.attempt);
+  v_freed := coalesce(cardinality(v_ids), 0);
+  IF v_freed > 0 THEN
+    PERFORM idemq._release_slots(v_ids, v_attempts);
+  END IF;
+  RETURN v_freed;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._repair_slots(int) IS
+  'Free at most batch_size concurrency slots whose holder is not processing at that attempt (a write the jobs trigger missed); called by apply_retention.';
+
 -- ---- sql/functions/_job_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
@@ -1351,6 +1402,9 @@ BEGIN
       FOR UPDATE OF j SKIP LOCKED) x;
     v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
   END LOOP;
+
+  -- Flow control: slots whose holder left processing unseen by the trigger.
+  PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a
   -- writer appends meanwhile are not seen and stay for the next call.
@@ -2736,6 +2790,7 @@ REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._release_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).
@@ -4377,6 +4432,7 @@ DROP FUNCTION idemq.pause;
 DROP FUNCTION idemq.limits;
 DROP FUNCTION idemq.job;
 DROP FUNCTION idemq.clear_limit;
+DROP FUNCTION idemq._repair_slots;
 DROP FUNCTION idemq._oldest_runnable;
 DROP FUNCTION idemq._count_jobs;
 DROP FUNCTION idemq._release_slots;
