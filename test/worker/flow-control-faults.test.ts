@@ -8,7 +8,6 @@
 // test asserts that at no instant more than 3 handlers ran, that no window of
 // one second holds more than 20 starts, that every job finished exactly once,
 // and that no slot is left held.
-import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase, type TestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";

@@ -213,7 +213,8 @@ export function periodText(per: string | null): string {
 
 const LIST_COLUMNS = ["SCOPE", "LIMITS", "PAUSED", "RUNNING", "STARTED"] as const;
 
-function renderLimits(rows: readonly LimitRow[]): string[] {
+/** The limits as `idemq limit list` and `idemq stats` show them: one row per scope. */
+export function renderLimits(rows: readonly LimitRow[]): string[] {
   return table(
     LIST_COLUMNS,
     rows.map((r) => [
