@@ -34,6 +34,23 @@
 --     the worker's attempt span continues the producer's trace.
 --   * Never takes a job in processing: a lease that ran out is taken away
 --     only by rescue().
+--   * Flow control (set_limit, pause; docs/design.md, "Flow control"): a
+--     job is handed out only while neither its queue nor its task is paused
+--     (paused keys are dropped before any job is read), with a free slot of
+--     each of its scopes' concurrency limits, held by this attempt until it
+--     leaves processing (complete, fail, snooze, cancel, rescue after the
+--     lease, retention: whoever moves it), and an unused start of each of
+--     its scopes' rate limits: no window of per holds more than rate claims
+--     of a scope, timed by the claim's transaction time (the jobs'
+--     locked_at; retries count). Slots and starts are taken FOR UPDATE SKIP
+--     LOCKED and judged on their rows' own columns, so concurrent claims
+--     never admit more than the limits, whatever their interleaving.
+--   * Short batches under limits: fewer than batch_size jobs (none included)
+--     while runnable jobs remain, when a scope has no slot or start left or
+--     another claim holds the ones there are; the jobs read and not started
+--     stay locked until this transaction ends. Without a row in
+--     idemq.limits the batch is as without flow control, and the cost is one
+--     read of that table.
 --   * Cost: one index descent per distinct task or queue present, and per
 --     (task, queue) key; one key reads batch_size runnable jobs. k keys are
 --     merged reading each only as far as the claim order needs: a first
@@ -57,12 +74,15 @@
 --   Jobs locked by another transaction (being claimed, cancelled...) are
 --   skipped, not waited for. A claim of several keys locks only the jobs it
 --   takes, and a held job at its merge's frontier or bound is passed over
---   like any other (test/sql/claim-keys.test.ts).
+--   like any other (test/sql/claim-keys.test.ts). Holds idemq.limits'
+--   ACCESS SHARE lock to the end of its transaction (a set_limit giving a
+--   concurrency waits for it); never waits on a slot or start row.
 -- Errors: 22004 worker_id/batch_size NULL (token NULL is false); 22023 empty worker_id, worker_id over
 --   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
 --   queue or task name, bad lease.
 -- Tests: test/sql/claim.test.ts, test/sql/claim-keys.test.ts, test/sql/claim-concurrency.test.ts,
---   test/sql/fencing.test.ts, test/sql/traceparent.test.ts
+--   test/sql/fencing.test.ts, test/sql/traceparent.test.ts, test/sql/flow-control.test.ts,
+--   test/sql/flow-control-concurrency.test.ts, test/worker/flow-control-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
