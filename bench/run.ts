@@ -19,6 +19,7 @@ import { FULL_SIZES, QUICK_SIZES, type Context, type Workload } from "./workload
 import { enqueueWorkloads } from "./workloads/enqueue.ts";
 import { latencyWorkload } from "./workloads/latency.ts";
 import { manyQueuesWorkload } from "./workloads/many-queues.ts";
+import { flowWorkloads } from "./workloads/flow.ts";
 import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
 import { shareWorkload } from "./workloads/share.ts";
@@ -55,6 +56,7 @@ const only = args.only?.split(",").map((s) => s.trim()).filter(Boolean);
 let workloads: Workload[] = [
   ...enqueueWorkloads,
   ...processWorkloads,
+  ...flowWorkloads,
   manyQueuesWorkload,
   shareWorkload,
   latencyWorkload,

@@ -27,6 +27,7 @@ export const TARGETS: Target[] = [
   { row: "processing, batched, C=10, retention 0 vs Graphile batched", num: ref("process.c10", "idemq:retention0", JPS), den: ref("process.c10", "graphile:batched", JPS), op: ">=", bound: 1.5 },
   { row: "processing, batched, C=50, retention 0 vs Graphile batched", num: ref("process.c50", "idemq:retention0", JPS), den: ref("process.c50", "graphile:batched", JPS), op: ">=", bound: 1.5 },
   { row: "processing C=10: idemq defaults vs idemq tuned (prefetch 490)", num: ref("process.c10", "idemq:defaults", JPS), den: ref("process.c10", "idemq", JPS), op: ">=", bound: 0.9 },
+  { row: "processing C=10: a non-binding concurrency limit (1000) vs no limit", num: ref("process.limit-nonbinding", "idemq:limit1000", JPS), den: ref("process.limit-nonbinding", "idemq", JPS), op: ">=", bound: 0.9 },
   { row: "processing C=50: idemq defaults vs idemq tuned (prefetch 490)", num: ref("process.c50", "idemq:defaults", JPS), den: ref("process.c50", "idemq", JPS), op: ">=", bound: 0.9 },
   { row: "2 worker processes on one queue, defaults: most / fewest jobs", num: ref("share.c10", "idemq:defaults", "jobs_most"), den: ref("share.c10", "idemq:defaults", "jobs_fewest"), op: "<=", bound: 1.5 },
   { row: "transactional tasks vs Graphile per-job default", num: ref("process.transactional.c10", "idemq:transactional", JPS), den: ref("process.transactional.c10", "graphile:perjob", JPS), op: ">=", bound: 1.3 },

@@ -388,6 +388,68 @@ CREATE TABLE idemq.success_retention (
 COMMENT ON TABLE idemq.success_retention IS 'Which succeeded jobs have retention 0, one row kept from idemq.settings and idemq.retention by triggers; change those, not this.';
 CREATE UNIQUE INDEX success_retention_one_row ON idemq.success_retention USING btree ((true));
 
+-- ==== Flow control ====
+
+-- Flow control (issue 26; docs/design.md, "Flow control"): one row per queue
+-- or task with a limit or a pause, its concurrency as slot rows, its rate as
+-- a ring of start rows. Written by set_limit, clear_limit, pause and resume;
+-- claim() takes slots and starts in its own transaction, and the trigger
+-- function _count_jobs frees a slot when its job leaves processing.
+CREATE TABLE idemq.limits (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind text NOT NULL,
+    name text NOT NULL,
+    concurrency integer,
+    rate integer,
+    per interval,
+    per_key integer,
+    paused boolean DEFAULT false NOT NULL,
+    slot_rows integer DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT limits_scope UNIQUE (kind, name),
+    CONSTRAINT limits_kind CHECK ((kind = ANY (ARRAY['queue'::text, 'task'::text]))),
+    CONSTRAINT limits_concurrency_range CHECK (((concurrency >= 1) AND (concurrency <= 10000))),
+    CONSTRAINT limits_rate_range CHECK (((rate >= 1) AND (rate <= 100000))),
+    CONSTRAINT limits_per_at_least_a_second CHECK ((per >= '00:00:01'::interval)),
+    CONSTRAINT limits_rate_has_per CHECK (((rate IS NULL) = (per IS NULL))),
+    CONSTRAINT limits_per_key_range CHECK (((per_key >= 1) AND (per_key <= 10000))),
+    CONSTRAINT limits_slot_rows CHECK (((slot_rows >= 0) AND ((concurrency IS NOT NULL) OR (slot_rows = 0)))),
+    CONSTRAINT limits_not_empty CHECK ((paused OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
+);
+
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume only.';
+
+-- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
+-- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE
+-- SKIP LOCKED and writes its job and attempt into them, and the slot is
+-- freed (or deleted, while slot_rows is over the limit) when that attempt
+-- leaves processing. Free or held is read from the row's own columns only.
+CREATE TABLE idemq.limit_slots (
+    limit_id bigint NOT NULL,
+    slot integer NOT NULL,
+    job_id bigint,
+    attempt integer,
+    CONSTRAINT limit_slots_pkey PRIMARY KEY (limit_id, slot),
+    CONSTRAINT limit_slots_holder CHECK (((job_id IS NULL) = (attempt IS NULL)))
+) WITH (fillfactor = 50);
+
+CREATE INDEX limit_slots_held ON idemq.limit_slots USING btree (job_id) WHERE (job_id IS NOT NULL);
+
+COMMENT ON TABLE idemq.limit_slots IS 'The slots of each concurrency limit: free (job_id NULL) or held by one attempt of a processing job.';
+
+-- A rate limit of `rate` per `per`: `rate` rows, each the time of the start
+-- that used it last; a start takes a row whose time is more than `per` ago
+-- (the row's own per) and sets it to the claim's now().
+CREATE TABLE idemq.limit_starts (
+    limit_id bigint NOT NULL,
+    n integer NOT NULL,
+    per interval NOT NULL,
+    started_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    CONSTRAINT limit_starts_pkey PRIMARY KEY (limit_id, n)
+) WITH (fillfactor = 50);
+
+COMMENT ON TABLE idemq.limit_starts IS 'The ring of each rate limit: rate rows, each the start time that used it last; a start needs a row older than per.';
+
 -- ==== Workers ====
 
 -- Presence (worker_seen, worker_stopped): which queues and tasks each

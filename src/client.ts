@@ -219,6 +219,31 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return sql.setRetention(this.db(opts), opts);
   }
 
+  /** Sets the flow control of one queue or one task: concurrency, rate per period, perKey (fields left out are kept). */
+  setLimit(opts: sql.LimitScope & sql.LimitSettings & InTransaction): Promise<void> {
+    return sql.setLimit(this.db(opts), opts);
+  }
+
+  /** Removes the limits of one queue or one task (a pause stays); true when it had one. */
+  clearLimit(opts: sql.LimitScope & InTransaction): Promise<boolean> {
+    return sql.clearLimit(this.db(opts), opts);
+  }
+
+  /** Pauses one queue or one task: claims hand out none of its jobs; running jobs finish. True when it was not paused. */
+  pause(opts: sql.LimitScope & InTransaction): Promise<boolean> {
+    return sql.pause(this.db(opts), opts);
+  }
+
+  /** Ends the pause of one queue or one task; true when it was paused. */
+  resume(opts: sql.LimitScope & InTransaction): Promise<boolean> {
+    return sql.resume(this.db(opts), opts);
+  }
+
+  /** Every queue and task with a limit or a pause, and its use now. */
+  limits(opts: InTransaction = {}): Promise<sql.LimitRow[]> {
+    return sql.limits(this.db(opts));
+  }
+
   /** Releases idempotency keys; without olderThan, the SQL default retention applies. */
   pruneKeys(opts: { olderThan?: Duration | undefined } & InTransaction = {}): Promise<number> {
     return sql.pruneKeys(this.db(opts), opts);

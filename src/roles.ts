@@ -41,6 +41,7 @@ export const ROLE_FUNCTIONS = {
     "worker_seen",
     "worker_stopped",
     "stats",
+    "limits",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 

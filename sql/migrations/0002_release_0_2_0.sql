@@ -82,46 +82,310 @@ ALTER TABLE idemq.schedules
     ADD COLUMN last_error text,
     ADD COLUMN last_error_at timestamp with time zone,
     ADD CONSTRAINT schedules_error_has_time CHECK (((last_error IS NULL) = (last_error_at IS NULL)));
+-- Flow control (issue 26; docs/design.md, "Flow control"): one row per queue
+-- or task with a limit or a pause, its concurrency as slot rows, its rate as
+-- a ring of start rows. Written by set_limit, clear_limit, pause and resume;
+-- claim() takes slots and starts in its own transaction, and the trigger
+-- function _count_jobs frees a slot when its job leaves processing.
+CREATE TABLE idemq.limits (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind text NOT NULL,
+    name text NOT NULL,
+    concurrency integer,
+    rate integer,
+    per interval,
+    per_key integer,
+    paused boolean DEFAULT false NOT NULL,
+    slot_rows integer DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT limits_scope UNIQUE (kind, name),
+    CONSTRAINT limits_kind CHECK ((kind = ANY (ARRAY['queue'::text, 'task'::text]))),
+    CONSTRAINT limits_concurrency_range CHECK (((concurrency >= 1) AND (concurrency <= 10000))),
+    CONSTRAINT limits_rate_range CHECK (((rate >= 1) AND (rate <= 100000))),
+    CONSTRAINT limits_per_at_least_a_second CHECK ((per >= '00:00:01'::interval)),
+    CONSTRAINT limits_rate_has_per CHECK (((rate IS NULL) = (per IS NULL))),
+    CONSTRAINT limits_per_key_range CHECK (((per_key >= 1) AND (per_key <= 10000))),
+    CONSTRAINT limits_slot_rows CHECK (((slot_rows >= 0) AND ((concurrency IS NOT NULL) OR (slot_rows = 0)))),
+    CONSTRAINT limits_not_empty CHECK ((paused OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
+);
+
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume only.';
+
+-- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
+-- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE
+-- SKIP LOCKED and writes its job and attempt into them, and the slot is
+-- freed (or deleted, while slot_rows is over the limit) when that attempt
+-- leaves processing. Free or held is read from the row's own columns only.
+CREATE TABLE idemq.limit_slots (
+    limit_id bigint NOT NULL,
+    slot integer NOT NULL,
+    job_id bigint,
+    attempt integer,
+    CONSTRAINT limit_slots_pkey PRIMARY KEY (limit_id, slot),
+    CONSTRAINT limit_slots_holder CHECK (((job_id IS NULL) = (attempt IS NULL)))
+) WITH (fillfactor = 50);
+
+CREATE INDEX limit_slots_held ON idemq.limit_slots USING btree (job_id) WHERE (job_id IS NOT NULL);
+
+COMMENT ON TABLE idemq.limit_slots IS 'The slots of each concurrency limit: free (job_id NULL) or held by one attempt of a processing job.';
+
+-- A rate limit of `rate` per `per`: `rate` rows, each the time of the start
+-- that used it last; a start takes a row whose time is more than `per` ago
+-- (the row's own per) and sets it to the claim's now().
+CREATE TABLE idemq.limit_starts (
+    limit_id bigint NOT NULL,
+    n integer NOT NULL,
+    per interval NOT NULL,
+    started_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    CONSTRAINT limit_starts_pkey PRIMARY KEY (limit_id, n)
+) WITH (fillfactor = 50);
+
+COMMENT ON TABLE idemq.limit_starts IS 'The ring of each rate limit: rate rows, each the start time that used it last; a start needs a row older than per.';
 -- ==== end hand-written ====
 
--- ---- sql/functions/reads/_count_jobs.sql ----
-CREATE OR REPLACE FUNCTION idemq._count_jobs()
-RETURNS trigger
+-- ---- sql/functions/flow/_claim_capped.sql ----
+CREATE OR REPLACE FUNCTION idemq._claim_capped(key_tasks text[], key_queues text[], caps int[], take int,
+                                               OUT ids bigint[], OUT lost bigint[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+BEGIN
+  WITH walked AS MATERIALIZED (
+    SELECT w.id, w.lease_lost, w.priority, w.run_at
+    FROM unnest(key_tasks, key_queues, caps) AS k(task, queue, cap)
+    CROSS JOIN LATERAL (
+      SELECT j.id, j.lease_lost, j.priority, j.run_at
+      FROM idemq.jobs j
+      WHERE j.state IN ('enqueued', 'scheduled')
+        AND idemq._name_key(j.task) = idemq._name_key(k.task)
+        AND idemq._name_key(j.queue) = idemq._name_key(k.queue)
+        AND j.task = k.task
+        AND j.queue = k.queue
+        AND j.run_at <= now()
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority DESC, j.run_at, j.id
+      LIMIT k.cap
+      FOR UPDATE SKIP LOCKED
+    ) w
+  ),
+  first AS (
+    SELECT w.id, w.lease_lost, w.priority, w.run_at FROM walked w
+    ORDER BY w.priority DESC, w.run_at, w.id
+    LIMIT _claim_capped.take
+  )
+  SELECT coalesce(array_agg(f.id ORDER BY f.priority DESC, f.run_at, f.id), '{}'),
+         coalesce(array_agg(f.id) FILTER (WHERE f.lease_lost), '{}')
+  INTO ids, lost
+  FROM first f;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._claim_capped(text[], text[], int[], int) IS
+  'claim() over several keys under flow control: each key''s first jobs up to its cap, locked SKIP LOCKED, merged into claim order.';
+
+-- ---- sql/functions/flow/_claim_gate.sql ----
+CREATE OR REPLACE FUNCTION idemq._claim_gate(key_tasks text[], key_queues text[], batch_size int,
+                                             OUT tasks text[], OUT queues text[], OUT take int, OUT caps int[])
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 BEGIN
-  -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
-  -- complete_many, apply_retention) appends a row per group, not per job.
-  IF TG_OP = 'UPDATE' THEN
-    INSERT INTO idemq.job_counts (queue, task, state, n)
-    SELECT d.queue, d.task, d.state, sum(d.n)
-    FROM (SELECT o.queue, o.task, o.state, -1 AS n FROM old_jobs o
-          UNION ALL
-          SELECT w.queue, w.task, w.state, 1 FROM new_jobs w) d
-    GROUP BY d.queue, d.task, d.state
-    HAVING sum(d.n) <> 0;
-  ELSIF TG_OP = 'INSERT' THEN
-    INSERT INTO idemq.job_counts (queue, task, state, n)
-    SELECT w.queue, w.task, w.state, count(*)
-    FROM new_jobs w
-    GROUP BY w.queue, w.task, w.state;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO idemq.job_counts (queue, task, state, n)
-    SELECT o.queue, o.task, o.state, -count(*)
-    FROM old_jobs o
-    GROUP BY o.queue, o.task, o.state;
-  ELSE
-    -- TRUNCATE: no job is left in any state.
-    DELETE FROM idemq.job_counts;
-  END IF;
-  RETURN NULL;
+  WITH scopes AS MATERIALIZED (
+    SELECT l.kind, l.name,
+           CASE WHEN l.paused THEN 0 ELSE
+             least(_claim_gate.batch_size,
+                   CASE WHEN l.concurrency IS NOT NULL THEN
+                     (SELECT count(*) FROM (SELECT FROM idemq.limit_slots s
+                                            WHERE s.limit_id = l.id AND s.job_id IS NULL
+                                            LIMIT _claim_gate.batch_size) f)::int END,
+                   CASE WHEN l.rate IS NOT NULL THEN
+                     (SELECT count(*) FROM (SELECT FROM idemq.limit_starts r
+                                            WHERE r.limit_id = l.id AND r.started_at < now() - r.per
+                                            LIMIT _claim_gate.batch_size) f)::int END)
+           END AS cap
+    FROM idemq.limits l
+    WHERE (l.kind = 'queue' AND l.name = ANY (key_queues)) OR (l.kind = 'task' AND l.name = ANY (key_tasks))
+  ),
+  keys AS (
+    SELECT k.n, k.task, k.queue,
+           least(_claim_gate.batch_size,
+                 (SELECT c.cap FROM scopes c WHERE c.kind = 'task' AND c.name = k.task),
+                 (SELECT c.cap FROM scopes c WHERE c.kind = 'queue' AND c.name = k.queue)) AS cap
+    FROM unnest(key_tasks, key_queues) WITH ORDINALITY AS k(task, queue, n)
+  )
+  SELECT coalesce(array_agg(k.task ORDER BY k.n) FILTER (WHERE k.cap > 0), '{}'),
+         coalesce(array_agg(k.queue ORDER BY k.n) FILTER (WHERE k.cap > 0), '{}'),
+         least(_claim_gate.batch_size, coalesce(sum(k.cap) FILTER (WHERE k.cap > 0), 0))::int,
+         CASE WHEN bool_or(k.cap > 0 AND k.cap < _claim_gate.batch_size)
+              THEN array_agg(k.cap ORDER BY k.n) FILTER (WHERE k.cap > 0) END
+  INTO tasks, queues, take, caps
+  FROM keys k;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._count_jobs() IS
-  'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
+COMMENT ON FUNCTION idemq._claim_gate(text[], text[], int) IS
+  'claim() under flow control: the keys not paused and with free slots and starts, and how many jobs to walk at most.';
+
+-- ---- sql/functions/flow/_claim_take.sql ----
+CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+  v_held boolean[];
+  v_slot_scope bigint[];   -- per job: [queue's, task's] concurrency limit ids (NULL: none)
+  v_start_scope bigint[];  -- per job: [queue's, task's] rate limit ids
+  v_slot_lids bigint[];
+  v_slot_nos int[];
+  v_start_lids bigint[];
+  v_start_nos int[];
+  v_used_slot_lids bigint[] := '{}';
+  v_used_slot_n int[] := '{}';
+  v_used_start_lids bigint[] := '{}';
+  v_used_start_n int[] := '{}';
+  v_keep bigint[] := '{}';
+  v_a_lid bigint[] := '{}';
+  v_a_slot int[] := '{}';
+  v_a_job bigint[] := '{}';
+  v_a_attempt int[] := '{}';
+  v_r_lid bigint[] := '{}';
+  v_r_n int[] := '{}';
+  v_lid bigint;
+  v_p int;
+  v_ok boolean;
+  v_pick_slot int[];
+  v_pick_start int[];
+BEGIN
+  SELECT array_agg(j.id ORDER BY o.n), array_agg(j.attempt + 1 ORDER BY o.n),
+         array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
+         array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
+           || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
+         array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
+           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n)
+  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope
+  FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
+  JOIN idemq.jobs j ON j.id = o.id
+  LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
+  LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
+  IF v_ids IS NULL THEN
+    RETURN '{}';
+  END IF;
+
+  -- Lock as many free slots and usable starts per scope as its jobs here
+  -- could use, skipping rows other transactions hold.
+  WITH need AS (
+    SELECT u.lid, count(*) AS n
+    FROM unnest(v_slot_scope, v_held || v_held) AS u(lid, held)
+    WHERE u.lid IS NOT NULL AND NOT u.held
+    GROUP BY u.lid
+  )
+  SELECT array_agg(s.limit_id ORDER BY s.limit_id, s.slot), array_agg(s.slot ORDER BY s.limit_id, s.slot)
+  INTO v_slot_lids, v_slot_nos
+  FROM need c
+  CROSS JOIN LATERAL (
+    SELECT s.limit_id, s.slot FROM idemq.limit_slots s
+    WHERE s.limit_id = c.lid AND s.job_id IS NULL
+    ORDER BY s.slot
+    LIMIT c.n
+    FOR UPDATE SKIP LOCKED
+  ) s;
+  WITH need AS (
+    SELECT u.lid, count(*) AS n
+    FROM unnest(v_start_scope, v_held || v_held) AS u(lid, held)
+    WHERE u.lid IS NOT NULL AND NOT u.held
+    GROUP BY u.lid
+  )
+  SELECT array_agg(r.limit_id ORDER BY r.limit_id, r.n), array_agg(r.n ORDER BY r.limit_id, r.n)
+  INTO v_start_lids, v_start_nos
+  FROM need c
+  CROSS JOIN LATERAL (
+    SELECT r.limit_id, r.n FROM idemq.limit_starts r
+    WHERE r.limit_id = c.lid AND r.started_at < now() - r.per
+    ORDER BY r.started_at, r.n
+    LIMIT c.n
+    FOR UPDATE SKIP LOCKED
+  ) r;
+  v_slot_lids := coalesce(v_slot_lids, '{}');
+  v_start_lids := coalesce(v_start_lids, '{}');
+
+  -- In claim order: a job goes only if each of its scopes has a slot or a
+  -- start left for it; the k-th job of a scope gets its k-th locked row.
+  FOR i IN 1 .. cardinality(v_ids) LOOP
+    CONTINUE WHEN v_held[i];
+    v_ok := true;
+    v_pick_slot := '{}';
+    v_pick_start := '{}';
+    FOREACH v_lid IN ARRAY ARRAY[v_slot_scope[i], v_slot_scope[cardinality(v_ids) + i]] LOOP
+      CONTINUE WHEN v_lid IS NULL;
+      v_p := array_position(v_slot_lids, v_lid);
+      v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
+      IF v_p IS NULL OR v_p > cardinality(v_slot_lids) OR v_slot_lids[v_p] <> v_lid THEN
+        v_ok := false;
+      ELSE
+        v_pick_slot := v_pick_slot || v_p;
+      END IF;
+    END LOOP;
+    FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
+      CONTINUE WHEN v_lid IS NULL;
+      v_p := array_position(v_start_lids, v_lid);
+      v_p := v_p + coalesce(v_used_start_n[array_position(v_used_start_lids, v_lid)], 0);
+      IF v_p IS NULL OR v_p > cardinality(v_start_lids) OR v_start_lids[v_p] <> v_lid THEN
+        v_ok := false;
+      ELSE
+        v_pick_start := v_pick_start || v_p;
+      END IF;
+    END LOOP;
+    CONTINUE WHEN NOT v_ok;
+    v_keep := v_keep || v_ids[i];
+    FOREACH v_p IN ARRAY v_pick_slot LOOP
+      v_lid := v_slot_lids[v_p];
+      IF v_lid = ANY (v_used_slot_lids) THEN
+        v_used_slot_n[array_position(v_used_slot_lids, v_lid)] := v_used_slot_n[array_position(v_used_slot_lids, v_lid)] + 1;
+      ELSE
+        v_used_slot_lids := v_used_slot_lids || v_lid;
+        v_used_slot_n := v_used_slot_n || 1;
+      END IF;
+      v_a_lid := v_a_lid || v_lid;
+      v_a_slot := v_a_slot || v_slot_nos[v_p];
+      v_a_job := v_a_job || v_ids[i];
+      v_a_attempt := v_a_attempt || v_attempts[i];
+    END LOOP;
+    FOREACH v_p IN ARRAY v_pick_start LOOP
+      v_lid := v_start_lids[v_p];
+      IF v_lid = ANY (v_used_start_lids) THEN
+        v_used_start_n[array_position(v_used_start_lids, v_lid)] := v_used_start_n[array_position(v_used_start_lids, v_lid)] + 1;
+      ELSE
+        v_used_start_lids := v_used_start_lids || v_lid;
+        v_used_start_n := v_used_start_n || 1;
+      END IF;
+      v_r_lid := v_r_lid || v_lid;
+      v_r_n := v_r_n || v_start_nos[v_p];
+    END LOOP;
+  END LOOP;
+
+  IF cardinality(v_a_lid) > 0 THEN
+    UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
+    FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
+    WHERE s.limit_id = a.lid AND s.slot = a.slot;
+  END IF;
+  IF cardinality(v_r_lid) > 0 THEN
+    UPDATE idemq.limit_starts AS r SET started_at = now()
+    FROM unnest(v_r_lid, v_r_n) AS a(lid, n)
+    WHERE r.limit_id = a.lid AND r.n = a.n;
+  END IF;
+  RETURN v_keep;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._claim_take(bigint[]) IS
+  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start.';
 
 -- ---- sql/functions/enqueue/_enqueue_planned.sql ----
 CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
@@ -293,6 +557,52 @@ $$;
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
+-- ---- sql/functions/flow/_release_slots.sql ----
+CREATE OR REPLACE FUNCTION idemq._release_slots(job_ids bigint[], attempts int[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_limits bigint[];
+  v_slots int[];
+BEGIN
+  PERFORM FROM idemq.limit_slots s
+  WHERE s.job_id IS NOT NULL
+    AND (job_ids IS NULL OR (s.job_id, s.attempt) IN (SELECT g.id, g.attempt FROM unnest(job_ids, attempts) AS g(id, attempt)))
+  ORDER BY s.limit_id, s.slot
+  FOR UPDATE;
+  WITH freed AS (
+    UPDATE idemq.limit_slots AS s SET job_id = NULL, attempt = NULL
+    WHERE s.job_id IS NOT NULL
+      AND (job_ids IS NULL OR (s.job_id, s.attempt) IN (SELECT g.id, g.attempt FROM unnest(job_ids, attempts) AS g(id, attempt)))
+    RETURNING s.limit_id, s.slot
+  )
+  SELECT array_agg(f.limit_id ORDER BY f.limit_id, f.slot), array_agg(f.slot ORDER BY f.limit_id, f.slot)
+  INTO v_limits, v_slots
+  FROM freed f;
+  IF v_limits IS NULL THEN
+    RETURN;
+  END IF;
+  -- Read after the slots are locked (a set_limit that lowered the limit has
+  -- committed, or waits for this transaction): a draining scope deletes the
+  -- slots its jobs free, one at a time, down to its concurrency.
+  IF EXISTS (SELECT FROM idemq.limits l WHERE l.id = ANY (v_limits) AND l.slot_rows > l.concurrency) THEN
+    FOR i IN 1 .. cardinality(v_limits) LOOP
+      UPDATE idemq.limits AS l SET slot_rows = l.slot_rows - 1
+      WHERE l.id = v_limits[i] AND l.slot_rows > l.concurrency;
+      IF FOUND THEN
+        DELETE FROM idemq.limit_slots AS s WHERE s.limit_id = v_limits[i] AND s.slot = v_slots[i];
+      END IF;
+    END LOOP;
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._release_slots(bigint[], int[]) IS
+  'Free the concurrency slots held by attempts that left processing (deleting them while a lowered limit drains); called by _count_jobs.';
+
 -- ---- sql/functions/schedules/_tick.sql ----
 CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
 RETURNS int
@@ -406,6 +716,66 @@ $$;
 COMMENT ON FUNCTION idemq._tick(timestamptz) IS
   'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
 
+-- ---- sql/functions/reads/_count_jobs.sql ----
+CREATE OR REPLACE FUNCTION idemq._count_jobs()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+BEGIN
+  -- Flow control: the concurrency slots of attempts that left processing
+  -- (or were deleted) are freed in this same statement's transaction, by
+  -- whoever moved them (_release_slots). Skipped, after one probe of an
+  -- empty partial index, while no slot is held.
+  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limit_slots s WHERE s.job_id IS NOT NULL) THEN
+    IF TG_OP = 'UPDATE' THEN
+      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+      WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt);
+    ELSIF TG_OP = 'DELETE' THEN
+      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      FROM old_jobs o
+      WHERE o.state = 'processing';
+    END IF;
+    IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
+      PERFORM idemq._release_slots(v_ids, v_attempts);
+    END IF;
+  END IF;
+  -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
+  -- complete_many, apply_retention) appends a row per group, not per job.
+  IF TG_OP = 'UPDATE' THEN
+    INSERT INTO idemq.job_counts (queue, task, state, n)
+    SELECT d.queue, d.task, d.state, sum(d.n)
+    FROM (SELECT o.queue, o.task, o.state, -1 AS n FROM old_jobs o
+          UNION ALL
+          SELECT w.queue, w.task, w.state, 1 FROM new_jobs w) d
+    GROUP BY d.queue, d.task, d.state
+    HAVING sum(d.n) <> 0;
+  ELSIF TG_OP = 'INSERT' THEN
+    INSERT INTO idemq.job_counts (queue, task, state, n)
+    SELECT w.queue, w.task, w.state, count(*)
+    FROM new_jobs w
+    GROUP BY w.queue, w.task, w.state;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO idemq.job_counts (queue, task, state, n)
+    SELECT o.queue, o.task, o.state, -count(*)
+    FROM old_jobs o
+    GROUP BY o.queue, o.task, o.state;
+  ELSE
+    -- TRUNCATE: no job is left in any state.
+    DELETE FROM idemq.job_counts;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._count_jobs() IS
+  'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
+
 -- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
@@ -429,7 +799,7 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
@@ -539,6 +909,40 @@ $$;
 COMMENT ON FUNCTION idemq._grant_roles() IS
   'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
 
+-- ---- sql/functions/flow/_limit_scope.sql ----
+CREATE OR REPLACE FUNCTION idemq._limit_scope(operation text, queue text, task text, OUT kind text, OUT name text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF (_limit_scope.queue IS NULL) = (_limit_scope.task IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: give exactly one of queue and task, not %s', operation,
+                       CASE WHEN _limit_scope.queue IS NULL THEN 'neither' ELSE 'both' END),
+      HINT = 'A limit or a pause is for one queue (queue => ''emails'') or one task (task => ''send-email''); a job obeys its queue''s and its task''s.';
+  END IF;
+  IF _limit_scope.queue = '' OR _limit_scope.task = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: the %s name must not be empty', operation, CASE WHEN _limit_scope.queue = '' THEN 'queue' ELSE 'task' END),
+      HINT = 'Name the queue or the task as its jobs are enqueued.';
+  END IF;
+  IF char_length(_limit_scope.queue) > idemq._queue_name_limit() THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: queue is %s characters, over the limit of %s (%s)', operation,
+                       char_length(_limit_scope.queue), idemq._queue_name_limit(), idemq._excerpt(_limit_scope.queue)),
+      HINT = 'No job can be enqueued in a queue with a longer name.';
+  END IF;
+  PERFORM idemq._check_size(operation, 'task', _limit_scope.task, 'task_bytes',
+    'No job can be enqueued with a longer task name (the limit task_bytes).');
+  kind := CASE WHEN _limit_scope.queue IS NULL THEN 'task' ELSE 'queue' END;
+  name := coalesce(_limit_scope.queue, _limit_scope.task);
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._limit_scope(text, text, text) IS
+  'The one queue or task a flow-control call names (exactly one, non-empty, within the name limits), as (kind, name).';
+
 -- ---- sql/functions/reads/_oldest_runnable.sql ----
 CREATE OR REPLACE FUNCTION idemq._oldest_runnable()
 RETURNS TABLE(queue text, task text, oldest_seconds bigint)
@@ -625,6 +1029,57 @@ $$;
 
 COMMENT ON FUNCTION idemq._payload_problem(jsonb, bigint) IS
   'The problem and hint of a payload over payload_bytes, its JSON text printed once.';
+
+-- ---- sql/functions/flow/_repair_slots.sql ----
+CREATE OR REPLACE FUNCTION idemq._repair_slots(batch_size int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_lids bigint[];
+  v_slots int[];
+  v_ids bigint[];
+  v_attempts int[];
+  v_freed int;
+BEGIN
+  -- Candidates, locked: the holder as this statement's snapshot sees it.
+  -- FOR UPDATE returns each slot's newest version, which no one can change
+  -- while this transaction holds its lock.
+  SELECT array_agg(c.limit_id), array_agg(c.slot), array_agg(c.job_id), array_agg(c.attempt)
+  INTO v_lids, v_slots, v_ids, v_attempts
+  FROM (
+    SELECT s.limit_id, s.slot, s.job_id, s.attempt
+    FROM idemq.limit_slots s
+    WHERE s.job_id IS NOT NULL
+      AND NOT EXISTS (SELECT FROM idemq.jobs j
+                      WHERE j.id = s.job_id AND j.state = 'processing' AND j.attempt = s.attempt)
+    ORDER BY s.limit_id, s.slot
+    LIMIT batch_size
+    FOR UPDATE OF s SKIP LOCKED
+  ) c;
+  IF v_ids IS NULL THEN
+    RETURN 0;
+  END IF;
+  -- Judged again by a new statement (a new snapshot in READ COMMITTED): a
+  -- locked slot changed after the first snapshot was re-checked there on its
+  -- own columns only, against jobs as that older snapshot saw them.
+  SELECT array_agg(c.job_id), array_agg(c.attempt)
+  INTO v_ids, v_attempts
+  FROM unnest(v_lids, v_slots, v_ids, v_attempts) AS c(limit_id, slot, job_id, attempt)
+  WHERE NOT EXISTS (SELECT FROM idemq.jobs j
+                    WHERE j.id = c.job_id AND j.state = 'processing' AND j.attempt = c.attempt);
+  v_freed := coalesce(cardinality(v_ids), 0);
+  IF v_freed > 0 THEN
+    PERFORM idemq._release_slots(v_ids, v_attempts);
+  END IF;
+  RETURN v_freed;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._repair_slots(int) IS
+  'Free at most batch_size concurrency slots whose holder is not processing at that attempt (a write the jobs trigger missed); called by apply_retention.';
 
 -- ---- sql/functions/enqueue/_job_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
@@ -978,6 +1433,9 @@ BEGIN
     v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
   END LOOP;
 
+  -- Flow control: slots whose holder left processing unseen by the trigger.
+  PERFORM idemq._repair_slots(batch_size);
+
   -- Fold the appended count rows (their deletions above included). Rows a
   -- writer appends meanwhile are not seen and stay for the next call.
   WITH taken AS MATERIALIZED (
@@ -1025,6 +1483,9 @@ DECLARE
   v_lost bigint[];
   v_key_tasks text[];
   v_key_queues text[];
+  v_limited boolean;
+  v_take int := batch_size;
+  v_caps int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -1046,6 +1507,11 @@ BEGIN
       'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
   END IF;
   PERFORM idemq._check_lease(lease, 'claim');
+  -- Flow control (docs/design.md, "Flow control"): with no row in
+  -- idemq.limits, this one read is all a claim pays. The table's ACCESS
+  -- SHARE lock, held to the end of the transaction, is what a set_limit
+  -- giving a concurrency waits for.
+  v_limited := EXISTS (SELECT FROM idemq.limits);
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
@@ -1182,6 +1648,20 @@ BEGIN
     CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
   END IF;
 
+  IF v_limited THEN
+    -- Keys paused or without a free slot or start go; v_take bounds the walk.
+    SELECT g.tasks, g.queues, g.take, g.caps INTO v_key_tasks, v_key_queues, v_take, v_caps
+    FROM idemq._claim_gate(v_key_tasks, v_key_queues, batch_size) g;
+    -- No limit of the keys left: _claim_take would find nothing to take
+    -- (1.20x the no-limit claim's time with a limit on another task only,
+    -- bench/FINDINGS.md). A concurrency limit cannot appear meanwhile (its
+    -- set_limit waits for this transaction's lock on idemq.limits); a rate
+    -- or a pause committed from here on counts from the next claim.
+    v_limited := EXISTS (SELECT FROM idemq.limits l
+                         WHERE (l.kind = 'queue' AND l.name = ANY (v_key_queues))
+                            OR (l.kind = 'task' AND l.name = ANY (v_key_tasks)));
+  END IF;
+
   IF cardinality(v_key_tasks) = 0 THEN
     -- No runnable job of any key asked for (unfiltered: none at all).
     RETURN;
@@ -1202,15 +1682,25 @@ BEGIN
         AND j.run_at <= now()
         AND (j.expires_at IS NULL OR j.expires_at > now())
       ORDER BY j.priority DESC, j.run_at, j.id
-      LIMIT batch_size
+      LIMIT v_take
       FOR UPDATE SKIP LOCKED
     ) p;
+  ELSIF v_caps IS NOT NULL THEN
+    -- Several keys, some capped by flow control below the batch: each key
+    -- read up to its cap (_claim_capped).
+    SELECT m.ids, m.lost INTO v_ids, v_lost
+    FROM idemq._claim_capped(v_key_tasks, v_key_queues, v_caps, v_take) m;
   ELSE
     -- Several keys: _claim_merge reads each key only as far as the claim
     -- order needs and locks the jobs it takes (its header says how, and
     -- what it costs). Only a claim of several keys pays its call.
     SELECT m.ids, m.lost INTO v_ids, v_lost
-    FROM idemq._claim_merge(v_key_tasks, v_key_queues, batch_size) m;
+    FROM idemq._claim_merge(v_key_tasks, v_key_queues, v_take) m;
+  END IF;
+  IF v_limited AND cardinality(v_ids) > 0 THEN
+    -- The slots and starts of the jobs taken, in claim order; a job that
+    -- gets none it needs is left (still locked, until this transaction ends).
+    v_ids := idemq._claim_take(v_ids);
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;
@@ -1236,6 +1726,46 @@ $$;
 
 COMMENT ON FUNCTION idemq.claim(text, text[], int, interval, text[], boolean) IS
   'Claim up to batch_size runnable jobs (priority desc, run_at, id) under a lease; FOR UPDATE SKIP LOCKED.';
+
+-- ---- sql/functions/flow/clear_limit.sql ----
+CREATE OR REPLACE FUNCTION idemq.clear_limit(queue text DEFAULT NULL, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_kind text;
+  v_name text;
+  v_id bigint;
+BEGIN
+  SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('clear_limit', clear_limit.queue, clear_limit.task) s;
+  SELECT l.id INTO v_id FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
+  IF v_id IS NULL THEN
+    RETURN false;
+  END IF;
+  PERFORM FROM idemq.limit_slots s WHERE s.limit_id = v_id ORDER BY s.slot FOR UPDATE;
+  PERFORM FROM idemq.limit_starts r WHERE r.limit_id = v_id ORDER BY r.n FOR UPDATE;
+  PERFORM FROM idemq.limits l WHERE l.id = v_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  DELETE FROM idemq.limit_slots s WHERE s.limit_id = v_id;
+  DELETE FROM idemq.limit_starts r WHERE r.limit_id = v_id;
+  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused;
+  IF FOUND THEN
+    RETURN true;
+  END IF;
+  UPDATE idemq.limits l
+  SET concurrency = NULL, rate = NULL, per = NULL, per_key = NULL, slot_rows = 0, updated_at = now()
+  WHERE l.id = v_id AND (l.concurrency IS NOT NULL OR l.rate IS NOT NULL OR l.per_key IS NOT NULL);
+  RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.clear_limit(text, text) IS
+  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause stays. True when there was one.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete;
@@ -1803,6 +2333,28 @@ $$;
 COMMENT ON FUNCTION idemq.job(bigint) IS
   'One job''s state and outcome (no row when it does not exist); the payload only for a login that may read idemq.jobs.';
 
+-- ---- sql/functions/flow/limits.sql ----
+CREATE OR REPLACE FUNCTION idemq.limits()
+RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval, per_key int, paused boolean,
+              running int, started int, updated_at timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN l.kind = 'queue' THEN l.name END, CASE WHEN l.kind = 'task' THEN l.name END,
+         l.concurrency, l.rate, l.per, l.per_key, l.paused,
+         CASE WHEN l.concurrency IS NOT NULL THEN
+           (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
+         CASE WHEN l.rate IS NOT NULL THEN
+           (SELECT count(*) FROM idemq.limit_starts r WHERE r.limit_id = l.id AND r.started_at > now() - r.per)::int END,
+         l.updated_at
+  FROM idemq.limits l
+  ORDER BY l.kind, l.name;
+$$;
+
+COMMENT ON FUNCTION idemq.limits() IS
+  'Every queue and task with a limit or a pause: its limits, paused, and its use now (slots held, starts in the last period).';
+
 -- ---- sql/functions/reads/overview.sql ----
 CREATE OR REPLACE FUNCTION idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000)
 RETURNS TABLE(queue text, task text, metric text, value bigint, exact boolean)
@@ -1892,6 +2444,58 @@ $$;
 
 COMMENT ON FUNCTION idemq.overview(interval, bigint) IS
   'Dashboard overview: exact active counts and recent finishes per queue and task, terminal totals exact up to a cap and estimated beyond it.';
+
+-- ---- sql/functions/flow/pause.sql ----
+CREATE OR REPLACE FUNCTION idemq.pause(queue text DEFAULT NULL, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_kind text;
+  v_name text;
+BEGIN
+  SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('pause', pause.queue, pause.task) s;
+  INSERT INTO idemq.limits AS l (kind, name, paused)
+  VALUES (v_kind, v_name, true)
+  ON CONFLICT ON CONSTRAINT limits_scope DO UPDATE SET paused = true, updated_at = now()
+  WHERE NOT l.paused;
+  RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.pause(text, text) IS
+  'Pause one queue or task: claims hand out none of its jobs until resume(); running jobs finish, enqueue works. True when it was not paused.';
+
+-- ---- sql/functions/flow/resume.sql ----
+CREATE OR REPLACE FUNCTION idemq.resume(queue text DEFAULT NULL, task text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_kind text;
+  v_name text;
+BEGIN
+  SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('resume', resume.queue, resume.task) s;
+  DELETE FROM idemq.limits l
+  WHERE l.kind = v_kind AND l.name = v_name AND l.paused
+    AND l.concurrency IS NULL AND l.rate IS NULL AND l.per_key IS NULL;
+  IF FOUND THEN
+    RETURN true;
+  END IF;
+  UPDATE idemq.limits l SET paused = false, updated_at = now()
+  WHERE l.kind = v_kind AND l.name = v_name AND l.paused;
+  RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.resume(text, text) IS
+  'End the pause of one queue or task: claims hand out its jobs again, within its limits. True when it was paused.';
 
 -- ---- sql/functions/admin/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
@@ -2040,6 +2644,153 @@ $$;
 COMMENT ON FUNCTION idemq.schema_version() IS
   'The latest migration applied to this database (its release is in the name), for version checks at start.';
 
+-- ---- sql/functions/flow/set_limit.sql ----
+CREATE OR REPLACE FUNCTION idemq.set_limit(queue text DEFAULT NULL, task text DEFAULT NULL, concurrency int DEFAULT NULL,
+                                           rate int DEFAULT NULL, per interval DEFAULT NULL, per_key int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_kind text;
+  v_name text;
+  v_row idemq.limits;
+  v_rows int;
+  v_free int;
+  v_gone int;
+  v_created boolean := false;
+BEGIN
+  SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('set_limit', set_limit.queue, set_limit.task) s;
+  IF set_limit.concurrency IS NULL AND set_limit.rate IS NULL AND set_limit.per IS NULL AND set_limit.per_key IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'set_limit: give at least one limit: concurrency, rate with per, or per_key',
+      HINT = 'e.g. set_limit(queue => ''emails'', concurrency => 5, rate => 100, per => ''1 minute''); clear_limit removes limits.';
+  END IF;
+  IF set_limit.concurrency NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: concurrency must be between 1 and 10000, not %s', set_limit.concurrency),
+      HINT = 'concurrency is how many jobs of the scope may process at once; pause() stops them all.';
+  END IF;
+  IF set_limit.rate NOT BETWEEN 1 AND 100000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: rate must be between 1 and 100000, not %s', set_limit.rate),
+      HINT = 'rate is how many jobs of the scope may start per period (per); pause() stops them all.';
+  END IF;
+  IF (set_limit.rate IS NULL) <> (set_limit.per IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: rate and per go together, got %s without %s',
+                       CASE WHEN set_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
+                       CASE WHEN set_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
+      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
+  END IF;
+  IF set_limit.per < interval '1 second' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: per must be at least 1 second, not %s', set_limit.per),
+      HINT = 'Scale both: 10 per 100 milliseconds is rate => 100, per => ''1 second''.';
+  END IF;
+  PERFORM idemq._check_duration('set_limit', 'per', set_limit.per);
+  IF set_limit.per_key NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: per_key must be between 1 and 10000, not %s', set_limit.per_key),
+      HINT = 'per_key is how many jobs with one concurrency key may process at once (1: one at a time).';
+  END IF;
+
+  -- A new concurrency limit must see every job of its scope that is or will
+  -- be processing: wait for the claims in flight, hold off new ones. Taken
+  -- before this call reads the table (so two calls never hold its ACCESS
+  -- SHARE lock and wait for each other's), whenever concurrency is given.
+  IF set_limit.concurrency IS NOT NULL THEN
+    LOCK TABLE idemq.limits IN ACCESS EXCLUSIVE MODE;
+  END IF;
+  SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
+  IF v_row.id IS NULL THEN
+    INSERT INTO idemq.limits AS l (kind, name, concurrency, rate, per, per_key)
+    VALUES (v_kind, v_name, set_limit.concurrency, set_limit.rate, set_limit.per, set_limit.per_key)
+    ON CONFLICT ON CONSTRAINT limits_scope DO NOTHING
+    RETURNING l.* INTO v_row;
+    IF v_row.id IS NOT NULL THEN
+      v_created := true;
+    ELSE
+      SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
+    END IF;
+  END IF;
+  -- Slots and starts before the limits row: a slot's release takes them in
+  -- that order too.
+  PERFORM FROM idemq.limit_slots s WHERE s.limit_id = v_row.id ORDER BY s.slot FOR UPDATE;
+  IF set_limit.rate IS NOT NULL THEN
+    PERFORM FROM idemq.limit_starts r WHERE r.limit_id = v_row.id ORDER BY r.n FOR UPDATE;
+  END IF;
+  SELECT l.* INTO v_row FROM idemq.limits l WHERE l.id = v_row.id FOR UPDATE;
+  IF v_created THEN
+    -- Inserted above with the limits given: it has no slot or start yet.
+    v_row.concurrency := NULL;
+    v_row.rate := NULL;
+  END IF;
+
+  IF set_limit.concurrency IS NOT NULL THEN
+    IF v_row.concurrency IS NULL THEN
+      -- The jobs of the scope processing now each hold a slot.
+      INSERT INTO idemq.limit_slots (limit_id, slot, job_id, attempt)
+      SELECT v_row.id, row_number() OVER (ORDER BY j.id), j.id, j.attempt
+      FROM idemq.jobs j
+      WHERE j.state = 'processing'
+        AND ((v_kind = 'queue' AND j.queue = v_name) OR (v_kind = 'task' AND j.task = v_name));
+      GET DIAGNOSTICS v_rows = ROW_COUNT;
+      INSERT INTO idemq.limit_slots (limit_id, slot)
+      SELECT v_row.id, g FROM generate_series(v_rows + 1, set_limit.concurrency) g;
+      v_row.slot_rows := greatest(v_rows, set_limit.concurrency);
+    ELSE
+      v_rows := v_row.slot_rows;
+      IF set_limit.concurrency >= v_rows THEN
+        INSERT INTO idemq.limit_slots (limit_id, slot)
+        SELECT v_row.id, coalesce((SELECT max(s.slot) FROM idemq.limit_slots s WHERE s.limit_id = v_row.id), 0) + g
+        FROM generate_series(1, set_limit.concurrency - v_rows) g;
+        v_row.slot_rows := set_limit.concurrency;
+      ELSE
+        -- Lowered below the slots there are: free slots go now, held ones
+        -- as they are freed (_release_slots), until slot_rows is the limit.
+        DELETE FROM idemq.limit_slots s
+        WHERE s.limit_id = v_row.id AND s.job_id IS NULL
+          AND s.slot IN (SELECT f.slot FROM idemq.limit_slots f WHERE f.limit_id = v_row.id AND f.job_id IS NULL
+                         ORDER BY f.slot DESC LIMIT v_rows - set_limit.concurrency);
+        GET DIAGNOSTICS v_gone = ROW_COUNT;
+        v_row.slot_rows := v_rows - v_gone;
+      END IF;
+    END IF;
+    v_row.concurrency := set_limit.concurrency;
+  END IF;
+
+  IF set_limit.rate IS NOT NULL THEN
+    v_rows := coalesce(v_row.rate, 0);
+    IF set_limit.rate > v_rows THEN
+      INSERT INTO idemq.limit_starts (limit_id, n, per)
+      SELECT v_row.id, coalesce((SELECT max(r.n) FROM idemq.limit_starts r WHERE r.limit_id = v_row.id), 0) + g, set_limit.per
+      FROM generate_series(1, set_limit.rate - v_rows) g;
+    ELSIF set_limit.rate < v_rows THEN
+      -- Keep the rows used last: a start after the change waits for one of
+      -- them, and every row deleted was used before all of them.
+      DELETE FROM idemq.limit_starts r
+      WHERE r.limit_id = v_row.id
+        AND r.n IN (SELECT o.n FROM idemq.limit_starts o WHERE o.limit_id = v_row.id
+                    ORDER BY o.started_at, o.n LIMIT v_rows - set_limit.rate);
+    END IF;
+    UPDATE idemq.limit_starts r SET per = set_limit.per WHERE r.limit_id = v_row.id AND r.per <> set_limit.per;
+    v_row.rate := set_limit.rate;
+    v_row.per := set_limit.per;
+  END IF;
+
+  UPDATE idemq.limits l
+  SET concurrency = v_row.concurrency, slot_rows = v_row.slot_rows, rate = v_row.rate, per = v_row.per,
+      per_key = coalesce(set_limit.per_key, l.per_key), updated_at = now()
+  WHERE l.id = v_row.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.set_limit(text, text, int, int, interval, int) IS
+  'Set the flow control of one queue or task: concurrency (at most N processing), rate per per (starts per period), per_key; fields left NULL are kept.';
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.snooze;
 -- ---- sql/functions/attempts/snooze.sql ----
@@ -2112,10 +2863,16 @@ COMMENT ON FUNCTION idemq.stats() IS
   'Counts per queue, task and state, expired leases, oldest runnable age, and duplicate/rejection events per task.';
 
 -- Private helpers are for the public functions only.
+REVOKE EXECUTE ON FUNCTION idemq._claim_capped FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._claim_gate FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._count_jobs FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._job_counts FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._release_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).

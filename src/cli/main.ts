@@ -9,6 +9,7 @@ import { registerDevCommand } from "./commands/dev.ts";
 import { registerDoctorCommand } from "./commands/doctor.ts";
 import { registerEnqueueCommand } from "./commands/enqueue.ts";
 import { registerJobsCommands } from "./commands/jobs.ts";
+import { registerLimitCommands } from "./commands/limit.ts";
 import { registerMetricsCommand } from "./commands/metrics.ts";
 import { registerMigrateCommands } from "./commands/migrate.ts";
 import { registerPruneKeysCommand } from "./commands/prune-keys.ts";
@@ -35,6 +36,7 @@ export function buildProgram(): Command {
   registerEnqueueCommand(program);
   registerJobsCommands(program);
   registerSchedulesCommands(program);
+  registerLimitCommands(program);
   registerStatsCommand(program);
   registerMetricsCommand(program);
   registerDashboardCommand(program);

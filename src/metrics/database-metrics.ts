@@ -10,9 +10,10 @@ import pg from "pg";
 import { JOB_STATES, type Duration, type STATS_EVENT_METRICS } from "../contract.ts";
 import { toMilliseconds } from "../duration.ts";
 import * as sql from "../sql/index.ts";
-import type { StatsRow } from "../sql/index.ts";
+import type { LimitRow, StatsRow } from "../sql/index.ts";
 import { timedCalls } from "../worker/worker-state.ts";
 import { METRICS_DEFAULTS } from "./defaults.ts";
+import { FLOW_GAUGES, fillFlowGauge } from "./flow-metrics.ts";
 import { loadPromClient, registryOf } from "./prom-client.ts";
 import type { MetricsRegistry } from "./registry.ts";
 import type { MetricsHandle } from "./worker-metrics.ts";
@@ -38,6 +39,8 @@ const EVENT_COUNTERS = {
 
 interface Snapshot {
   rows: StatsRow[] | undefined;
+  /** limits(): undefined when stats() failed, or on a database without it (before 0.2.0). */
+  limits: LimitRow[] | undefined;
   seconds: number;
 }
 
@@ -73,12 +76,14 @@ export async function collectDatabaseMetrics(options: DatabaseMetricsOptions): P
     inFlight ??= (async () => {
       const started = performance.now();
       let rows: StatsRow[] | undefined;
+      let limits: LimitRow[] | undefined;
       try {
         rows = await sql.stats(calls);
+        limits = await sql.limits(calls).catch(() => undefined);
       } catch {
         rows = undefined; // idemq_database_up 0 says so; the scrape goes on
       }
-      return { rows, seconds: (performance.now() - started) / 1000 };
+      return { rows, limits, seconds: (performance.now() - started) / 1000 };
     })().finally(() => (inFlight = undefined));
     return inFlight;
   };
@@ -132,6 +137,9 @@ export async function collectDatabaseMetrics(options: DatabaseMetricsOptions): P
       for (const [queue, task, metrics] of byQueueAndTask(s.rows)) set({ queue, task }, metrics.get("oldest_runnable_seconds") ?? 0);
     },
   );
+  for (const [name, help, value] of FLOW_GAUGES) {
+    gauge(name, help, ["scope", "name"] as const, (set, s) => fillFlowGauge(value, s.limits, set));
+  }
   for (const [metric, [name, help]] of Object.entries(EVENT_COUNTERS)) {
     names.push(name);
     new prom.Counter({

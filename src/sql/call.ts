@@ -80,6 +80,11 @@ export const SQL_FUNCTIONS = {
   workers: [],
   unserved_jobs: ["seen_within"],
   schema_version: [],
+  set_limit: ["queue", "task", "concurrency", "rate", "per", "per_key"],
+  clear_limit: ["queue", "task"],
+  pause: ["queue", "task"],
+  resume: ["queue", "task"],
+  limits: [],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;
@@ -222,3 +227,11 @@ export async function scalar<F extends SqlFunction, T>(db: Queryable, fn: F, arg
 export function fromNow(interval: string): SqlExpression {
   return new SqlExpression(interval, (p) => `statement_timestamp() + ${p}::interval`);
 }
+
+const INTERVAL_OID = 1186;
+
+/** pg's parsers, but an interval stays PostgreSQL's text ("00:01:00") rather than an object (schedules(), limits()). */
+export const INTERVAL_AS_TEXT: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === INTERVAL_OID && format !== "binary" ? (value: string) => value : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"],
+};

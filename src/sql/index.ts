@@ -19,3 +19,4 @@ export * from "./schedules.ts";
 export * from "./admin.ts";
 export * from "./presence.ts";
 export * from "./reads.ts";
+export * from "./flow.ts";

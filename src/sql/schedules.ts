@@ -1,10 +1,9 @@
 // Recurring schedules: schedule, unschedule, schedules, schedule_next, and
 // tick, which enqueues their due slots.
 
-import pg from "pg";
 import { SCHEDULE_MISFIRES, SCHEDULE_OVERLAPS, type Duration, type JobState, type ScheduleMisfire, type ScheduleOverlap } from "../contract.ts";
 import { bad, instant, integer, interval, jsonb, oneOf, requiredText, text, type Instant } from "../encode.ts";
-import { call, scalar, type Args, type ParamOf, type Queryable } from "./call.ts";
+import { call, INTERVAL_AS_TEXT, scalar, type Args, type ParamOf, type Queryable } from "./call.ts";
 import type { PayloadField, PayloadMap } from "./enqueue.ts";
 
 /** The fields of a schedule besides its task and payload (typed together in ScheduleDefinition). */
@@ -127,14 +126,6 @@ export async function schedule(db: Queryable, definition: ScheduleDefinition): P
 export async function unschedule(db: Queryable, name: string): Promise<boolean> {
   return scalar(db, "unschedule", { name: requiredText(name, "name") });
 }
-
-const INTERVAL_OID = 1186;
-
-/** pg's parsers, but an interval stays PostgreSQL's text ("00:01:00") rather than an object. */
-const INTERVAL_AS_TEXT: pg.CustomTypesConfig = {
-  getTypeParser: ((oid: number, format?: "text" | "binary") =>
-    oid === INTERVAL_OID && format !== "binary" ? (value: string) => value : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"],
-};
 
 interface ScheduleRow {
   name: string;

@@ -32,7 +32,7 @@ async function doctor(db: TestDatabase, args: string[] = []): Promise<{ code: nu
   const result = await runCli(["doctor", "--json", "--database-url", db.url, ...args]);
   expect(result.stderr).toBe("");
   const out = JSON.parse(result.stdout) as { status: string; checks: Finding[] };
-  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "backlog", "schedules", "workers", "bloat", "transactions"]);
+  expect(out.checks.map((c) => c.check)).toEqual(["server", "schema", "keys", "leases", "backlog", "schedules", "workers", "flow", "bloat", "transactions"]);
   return { code: result.code, status: out.status, checks: Object.fromEntries(out.checks.map((c) => [c.check, c])) };
 }
 
@@ -50,7 +50,7 @@ describe("idemq doctor", () => {
     const human = await runCli(["doctor", "--database-url", db.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines.slice(0, 9).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
+    expect(lines.slice(0, 10).map((line) => line.split(/\s+/).slice(0, 2).join(" "))).toEqual([
       "ok server",
       "ok schema",
       "ok keys",
@@ -58,6 +58,7 @@ describe("idemq doctor", () => {
       "ok backlog",
       "ok schedules",
       "ok workers",
+      "ok flow",
       "ok bloat",
       "ok transactions",
     ]);
@@ -90,7 +91,7 @@ describe("idemq doctor", () => {
       applied: [],
       pending: [...MIGRATION_NAMES],
     });
-    for (const check of ["keys", "leases", "backlog", "schedules", "workers", "bloat"]) expect(checks[check]!.status).toBe("skipped");
+    for (const check of ["keys", "leases", "backlog", "schedules", "workers", "flow", "bloat"]) expect(checks[check]!.status).toBe("skipped");
     expect(checks.server!.status).toBe("ok");
     const { rows } = await db.pool.query("SELECT to_regnamespace('idemq') AS ns, to_regnamespace('idemq_meta') AS meta");
     expect(rows[0]).toEqual({ ns: null, meta: null });

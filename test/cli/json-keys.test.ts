@@ -32,6 +32,7 @@ function jsonCommands(): string[] {
 
 const db = useTestDatabase();
 let role: string;
+const limitQueue = unique("limited");
 let failedJob: string;
 let shownJob: string;
 let waitingJob: string;
@@ -82,6 +83,11 @@ const INVOCATIONS: Record<string, () => string[]> = {
   "schedules add": () => ["schedules", "add", unique("sync"), "--cron", "*/5 * * * *", "--task", "sync"],
   "schedules next": () => ["schedules", "next", scheduleName, "--count", "2"],
   "schedules remove": () => ["schedules", "remove", scheduleName],
+  "limit set": () => ["limit", "set", "--queue", limitQueue, "--concurrency", "3", "--rate", "10", "--per", "1m"],
+  pause: () => ["pause", "--queue", limitQueue],
+  "limit list": () => ["limit", "list"],
+  resume: () => ["resume", "--queue", limitQueue],
+  "limit clear": () => ["limit", "clear", "--queue", limitQueue],
   stats: () => ["stats"],
   rescue: () => ["rescue"],
   purge: () => ["purge", "--older-than", "7d"],

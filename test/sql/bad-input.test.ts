@@ -241,9 +241,18 @@ const CASES: Case[] = [
   c("schedule_next", "NULL cron", "SELECT * FROM idemq.schedule_next(cron => NULL)", "22004"),
   c("schedule_next", "six fields with a bad second", "SELECT * FROM idemq.schedule_next(cron => '61 * * * * *')", "22023"),
   c("schedule_next", "count 0", "SELECT * FROM idemq.schedule_next(cron => '* * * * *', count => 0)", "22023"),
+  // flow control (more in test/sql/flow-control.test.ts)
+  c("set_limit", "neither queue nor task", "SELECT idemq.set_limit(concurrency => 1)", "22023"),
+  c("set_limit", "both queue and task", "SELECT idemq.set_limit(queue => 'q', task => 't', concurrency => 1)", "22023"),
+  c("set_limit", "concurrency 0", "SELECT idemq.set_limit(queue => 'q', concurrency => 0)", "22023"),
+  c("set_limit", "rate without per", "SELECT idemq.set_limit(queue => 'q', rate => 10)", "22023"),
+  c("set_limit", "per under a second", "SELECT idemq.set_limit(task => 't', rate => 10, per => '500 milliseconds')", "22023"),
+  c("clear_limit", "neither queue nor task", "SELECT idemq.clear_limit()", "22023"),
+  c("pause", "empty queue name", "SELECT idemq.pause(queue => '')", "22023"),
+  c("resume", "both queue and task", "SELECT idemq.resume(queue => 'q', task => 't')", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_starts"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(
@@ -286,6 +295,7 @@ describe("bad input", () => {
     expect([...new Set(CASES.map((k) => k.fn))].sort()).toEqual(withArgs);
     expect(rows.filter((r) => r.nargs === 0).map((r) => r.name).sort()).toEqual([
       "active_states",
+      "limits",
       "rescue",
       "schedules",
       "schema_version",

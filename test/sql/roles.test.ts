@@ -139,6 +139,11 @@ const OPERATIONS: Operation[] = [
   },
   { name: "purge", sql: () => ["SELECT idemq.purge(older_than => '1 day') AS n", []] },
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
+  { name: "set_limit", sql: () => ["SELECT idemq.set_limit(queue => $1 || '-limited', concurrency => 2)", [fx.queue]] },
+  { name: "limits", sql: () => ["SELECT * FROM idemq.limits()", []] },
+  { name: "pause", sql: () => ["SELECT idemq.pause(queue => $1 || '-paused') AS r", [fx.queue]] },
+  { name: "resume", sql: () => ["SELECT idemq.resume(queue => $1 || '-paused') AS r", [fx.queue]] },
+  { name: "clear_limit", sql: () => ["SELECT idemq.clear_limit(queue => $1 || '-limited') AS r", [fx.queue]] },
   { name: "overview", sql: () => ["SELECT * FROM idemq.overview()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   {
     name: "worker_seen",
@@ -185,7 +190,7 @@ const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
-  "worker_seen", "worker_stopped", "stats",
+  "worker_seen", "worker_stopped", "stats", "limits",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {

@@ -34,6 +34,23 @@
 --     the worker's attempt span continues the producer's trace.
 --   * Never takes a job in processing: a lease that ran out is taken away
 --     only by rescue().
+--   * Flow control (set_limit, pause; docs/design.md, "Flow control"): a
+--     job is handed out only while neither its queue nor its task is paused
+--     (paused keys are dropped before any job is read), with a free slot of
+--     each of its scopes' concurrency limits, held by this attempt until it
+--     leaves processing (complete, fail, snooze, cancel, rescue after the
+--     lease, retention: whoever moves it), and an unused start of each of
+--     its scopes' rate limits: no window of per holds more than rate claims
+--     of a scope, timed by the claim's transaction time (the jobs'
+--     locked_at; retries count). Slots and starts are taken FOR UPDATE SKIP
+--     LOCKED and judged on their rows' own columns, so concurrent claims
+--     never admit more than the limits, whatever their interleaving.
+--   * Short batches under limits: fewer than batch_size jobs (none included)
+--     while runnable jobs remain, when a scope has no slot or start left or
+--     another claim holds the ones there are; the jobs read and not started
+--     stay locked until this transaction ends. Without a row in
+--     idemq.limits the batch is as without flow control, and the cost is one
+--     read of that table.
 --   * Cost: one index descent per distinct task or queue present, and per
 --     (task, queue) key; one key reads batch_size runnable jobs. k keys are
 --     merged reading each only as far as the claim order needs: a first
@@ -57,12 +74,15 @@
 --   Jobs locked by another transaction (being claimed, cancelled...) are
 --   skipped, not waited for. A claim of several keys locks only the jobs it
 --   takes, and a held job at its merge's frontier or bound is passed over
---   like any other (test/sql/claim-keys.test.ts).
+--   like any other (test/sql/claim-keys.test.ts). Holds idemq.limits'
+--   ACCESS SHARE lock to the end of its transaction (a set_limit giving a
+--   concurrency waits for it); never waits on a slot or start row.
 -- Errors: 22004 worker_id/batch_size NULL (token NULL is false); 22023 empty worker_id, worker_id over
 --   worker_id_bytes bytes (idemq._limit), batch_size outside 1..1000, empty
 --   queue or task name, bad lease.
 -- Tests: test/sql/claim.test.ts, test/sql/claim-keys.test.ts, test/sql/claim-concurrency.test.ts,
---   test/sql/fencing.test.ts, test/sql/traceparent.test.ts
+--   test/sql/fencing.test.ts, test/sql/traceparent.test.ts, test/sql/flow-control.test.ts,
+--   test/sql/flow-control-concurrency.test.ts, test/worker/flow-control-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.claim(
   worker_id text,
   queues text[] DEFAULT NULL,
@@ -87,6 +107,9 @@ DECLARE
   v_lost bigint[];
   v_key_tasks text[];
   v_key_queues text[];
+  v_limited boolean;
+  v_take int := batch_size;
+  v_caps int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -108,6 +131,11 @@ BEGIN
       'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
   END IF;
   PERFORM idemq._check_lease(lease, 'claim');
+  -- Flow control (docs/design.md, "Flow control"): with no row in
+  -- idemq.limits, this one read is all a claim pays. The table's ACCESS
+  -- SHARE lock, held to the end of the transaction, is what a set_limit
+  -- giving a concurrency waits for.
+  v_limited := EXISTS (SELECT FROM idemq.limits);
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
@@ -244,6 +272,20 @@ BEGIN
     CROSS JOIN (SELECT DISTINCT u.queue FROM unnest(queues) AS u(queue)) q;
   END IF;
 
+  IF v_limited THEN
+    -- Keys paused or without a free slot or start go; v_take bounds the walk.
+    SELECT g.tasks, g.queues, g.take, g.caps INTO v_key_tasks, v_key_queues, v_take, v_caps
+    FROM idemq._claim_gate(v_key_tasks, v_key_queues, batch_size) g;
+    -- No limit of the keys left: _claim_take would find nothing to take
+    -- (1.20x the no-limit claim's time with a limit on another task only,
+    -- bench/FINDINGS.md). A concurrency limit cannot appear meanwhile (its
+    -- set_limit waits for this transaction's lock on idemq.limits); a rate
+    -- or a pause committed from here on counts from the next claim.
+    v_limited := EXISTS (SELECT FROM idemq.limits l
+                         WHERE (l.kind = 'queue' AND l.name = ANY (v_key_queues))
+                            OR (l.kind = 'task' AND l.name = ANY (v_key_tasks)));
+  END IF;
+
   IF cardinality(v_key_tasks) = 0 THEN
     -- No runnable job of any key asked for (unfiltered: none at all).
     RETURN;
@@ -264,15 +306,25 @@ BEGIN
         AND j.run_at <= now()
         AND (j.expires_at IS NULL OR j.expires_at > now())
       ORDER BY j.priority DESC, j.run_at, j.id
-      LIMIT batch_size
+      LIMIT v_take
       FOR UPDATE SKIP LOCKED
     ) p;
+  ELSIF v_caps IS NOT NULL THEN
+    -- Several keys, some capped by flow control below the batch: each key
+    -- read up to its cap (_claim_capped).
+    SELECT m.ids, m.lost INTO v_ids, v_lost
+    FROM idemq._claim_capped(v_key_tasks, v_key_queues, v_caps, v_take) m;
   ELSE
     -- Several keys: _claim_merge reads each key only as far as the claim
     -- order needs and locks the jobs it takes (its header says how, and
     -- what it costs). Only a claim of several keys pays its call.
     SELECT m.ids, m.lost INTO v_ids, v_lost
-    FROM idemq._claim_merge(v_key_tasks, v_key_queues, batch_size) m;
+    FROM idemq._claim_merge(v_key_tasks, v_key_queues, v_take) m;
+  END IF;
+  IF v_limited AND cardinality(v_ids) > 0 THEN
+    -- The slots and starts of the jobs taken, in claim order; a job that
+    -- gets none it needs is left (still locked, until this transaction ends).
+    v_ids := idemq._claim_take(v_ids);
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;

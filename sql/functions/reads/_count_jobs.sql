@@ -4,7 +4,8 @@
 -- STATEMENT, with the statement's rows as the transition tables old_jobs and
 -- new_jobs; and AFTER TRUNCATE): keeps idemq.job_counts, the number of jobs
 -- per (queue, task, state) that stats() and overview() read instead of
--- counting the jobs table.
+-- counting the jobs table; and frees the flow-control slots of attempts that
+-- leave processing (_release_slots).
 --
 -- Guarantees:
 --   * After every statement that inserts, updates or deletes jobs, whoever
@@ -39,7 +40,28 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
 BEGIN
+  -- Flow control: the concurrency slots of attempts that left processing
+  -- (or were deleted) are freed in this same statement's transaction, by
+  -- whoever moved them (_release_slots). Skipped, after one probe of an
+  -- empty partial index, while no slot is held.
+  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limit_slots s WHERE s.job_id IS NOT NULL) THEN
+    IF TG_OP = 'UPDATE' THEN
+      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+      WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt);
+    ELSIF TG_OP = 'DELETE' THEN
+      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      FROM old_jobs o
+      WHERE o.state = 'processing';
+    END IF;
+    IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
+      PERFORM idemq._release_slots(v_ids, v_attempts);
+    END IF;
+  END IF;
   -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
   -- complete_many, apply_retention) appends a row per group, not per job.
   IF TG_OP = 'UPDATE' THEN

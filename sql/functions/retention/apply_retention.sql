@@ -17,6 +17,9 @@
 --   * It also deletes up to batch_size rows of idemq.workers not seen
 --     (worker_seen) for worker_retention_seconds (default a day: a worker
 --     that crashed never said it stopped); they are not in the count.
+--   * Then it frees up to batch_size flow-control slots whose holder is not
+--     processing at the slot's attempt (_repair_slots: a write the jobs
+--     trigger missed); they are not in the count either.
 --   * Last, it folds idemq.job_counts (the rows _count_jobs appends, one per
 --     group and statement that changed a count) into one row per (queue,
 --     task, state), dropping the groups that sum to 0: the sums, so
@@ -26,14 +29,15 @@
 --     that table grows with every statement that changes a job's state.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows a concurrent transaction holds
 --   (a retry, a purge, another worker's apply_retention, a worker_seen) are left for the
---   next call; concurrent callers never wait for each other. The fold takes
+--   next call; concurrent callers never wait for each other (the slot
+--   repair skips locked slots too). The fold takes
 --   the count rows committed before it looked, skipping those another
 --   caller's fold holds; writers only append, so it waits for none of them.
 --   It runs after the jobs are locked, so a TRUNCATE of idemq.jobs (whose
 --   trigger empties the counts) waits for the whole call, never the reverse.
 -- Errors: 22004 NULL batch_size; 22023 batch_size outside 1..10000.
 -- Tests: test/sql/retention-policy.test.ts, test/worker/retention.test.ts,
---   test/sql/job-counts.test.ts
+--   test/sql/job-counts.test.ts, test/sql/flow-control-repair.test.ts
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -109,6 +113,9 @@ BEGIN
       FOR UPDATE OF j SKIP LOCKED) x;
     v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
   END LOOP;
+
+  -- Flow control: slots whose holder left processing unseen by the trigger.
+  PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a
   -- writer appends meanwhile are not seen and stay for the next call.

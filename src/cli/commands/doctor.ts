@@ -19,6 +19,9 @@
 //   workers      no runnable job whose queue and task no worker seen within
 //                --worker-timeout claims (idemq.unserved_jobs(): workers
 //                refresh their row in idemq.workers every 15 seconds)
+//   flow         no paused queue or task with runnable jobs, no concurrency limit with
+//                every slot held while its runnable jobs waited longer than --max-wait
+//                (doctor-flow.ts)
 //   bloat        dead rows in idemq.jobs do not outnumber live ones
 //   transactions no transaction open longer than --long-transaction holding back
 //                VACUUM's horizon (xmin) in this database
@@ -39,6 +42,7 @@ import { EXIT } from "../exit-codes.ts";
 import { age } from "../format.ts";
 import { action, emit } from "../output.ts";
 import { parseDuration } from "../parse.ts";
+import { checkFlow } from "./doctor-flow.ts";
 
 interface Options extends CommonOptions {
   keyRetention?: string;
@@ -50,7 +54,7 @@ interface Options extends CommonOptions {
 type Status = "ok" | "warning" | "problem" | "skipped";
 
 export interface Finding {
-  check: "server" | "schema" | "keys" | "leases" | "backlog" | "schedules" | "workers" | "bloat" | "transactions";
+  check: "server" | "schema" | "keys" | "leases" | "backlog" | "schedules" | "workers" | "flow" | "bloat" | "transactions";
   status: Status;
   message: string;
   fix?: string;
@@ -139,7 +143,7 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
       [],
     );
     if (!installed[0]?.installed) {
-      for (const check of ["keys", "leases", "backlog", "schedules", "workers", "bloat"] as const) {
+      for (const check of ["keys", "leases", "backlog", "schedules", "workers", "flow", "bloat"] as const) {
         findings.push({ check, status: "skipped", message: "needs the idemq schema (see schema)" });
       }
     } else {
@@ -161,6 +165,7 @@ async function diagnose(db: OpenDatabase, options: Options): Promise<Finding[]> 
           ? await checkWorkers(client, options.workerTimeout)
           : { check: "workers", status: "skipped", message: "needs idemq.unserved_jobs(), added by migration 0017 (see schema)" },
       );
+      findings.push(await checkFlow(client, options.maxWait));
       findings.push(await checkBloat(client));
     }
     findings.push(await checkTransactions(client, options.longTransaction));

@@ -11,12 +11,13 @@ import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
 import { isJobState, JOB_STATES, type JobState } from "../../contract.ts";
 import type { Client } from "../../client.ts";
-import type { StatsRow } from "../../sql/index.ts";
+import type { LimitRow, StatsRow } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { recentRates } from "../../rates.ts";
 import { age, table } from "../format.ts";
 import { action, camelCase, emit } from "../output.ts";
+import { renderLimits } from "./limit.ts";
 
 interface Options extends CommonOptions {
   watch?: true | number;
@@ -64,6 +65,8 @@ export interface StatsReport {
   windowMinutes: number;
   rates: RateRow[] | null;
   ratesUnavailable?: string;
+  /** Flow control: the queues and tasks (of the filter) with a limit or a pause, and their use (limits()); null for a schema or role without it. */
+  limits: LimitRow[] | null;
 }
 
 export function registerStatsCommand(program: Command): void {
@@ -128,6 +131,7 @@ async function statsReport(client: Client, filter: Filter & { window: number }):
     (filter.task === undefined || row.task === filter.task) && (filter.queue === undefined || row.queue === filter.queue);
   const report = toReport((await client.stats()).filter(kept));
   report.windowMinutes = filter.window;
+  report.limits = await flowLimits(client, filter);
   try {
     // exactUpTo 0: the rates need no totals, so overview() counts none.
     const rows = await client.overview({ recent: `${filter.window} minutes`, exactUpTo: 0 });
@@ -146,6 +150,22 @@ async function statsReport(client: Client, filter: Filter & { window: number }):
     report.ratesUnavailable = "rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete";
   }
   return report;
+}
+
+/** limits() of the queue or task filtered on (a job obeys its queue's and its task's); null before 0.2.0 (no limits()). */
+async function flowLimits(client: Client, filter: Filter): Promise<LimitRow[] | null> {
+  try {
+    return (await client.limits()).filter(
+      (r) =>
+        (filter.queue === undefined && filter.task === undefined) ||
+        (r.queue !== null && r.queue === filter.queue) ||
+        (r.task !== null && r.task === filter.task),
+    );
+  } catch (error) {
+    // undefined_function: a schema before 0.2.0; insufficient_privilege: a role without limits() (the producer's).
+    if (["42883", NOT_PERMITTED].includes((error as { code?: string }).code ?? "")) return null;
+    throw error;
+  }
 }
 
 function zeroStates(): Record<JobState | "leaseExpired", number> {
@@ -183,13 +203,15 @@ function toReport(rows: readonly StatsRow[]): StatsReport {
     }
     jobs.set(id, entry);
   }
-  return { at: new Date().toISOString(), jobs: [...jobs.values()], events: [...events.values()], totals, windowMinutes: 0, rates: null };
+  return { at: new Date().toISOString(), jobs: [...jobs.values()], events: [...events.values()], totals, windowMinutes: 0, rates: null, limits: null };
 }
 
 const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED", "OLDEST RUNNABLE"];
 
 function renderStats(report: StatsReport): string[] {
-  if (report.jobs.length === 0 && report.events.length === 0) return ["No jobs yet."];
+  // Flow control under the counts: paused scopes and limits in use.
+  const flow = report.limits === null || report.limits.length === 0 ? [] : ["", ...renderLimits(report.limits)];
+  if (report.jobs.length === 0 && report.events.length === 0) return ["No jobs yet.", ...flow];
   const numbers = (counts: Counts) => [
     ...JOB_STATES.map((state) => String(counts[state])),
     String(counts.leaseExpired),
@@ -229,6 +251,7 @@ function renderStats(report: StatsReport): string[] {
     );
   }
   if (report.ratesUnavailable !== undefined) lines.push("", `No rates: ${report.ratesUnavailable}.`);
+  lines.push(...flow);
   if (report.totals.leaseExpired > 0) {
     lines.push("", `${report.totals.leaseExpired} job(s) hold an expired lease: run \`idemq rescue\` or start a worker.`);
   }

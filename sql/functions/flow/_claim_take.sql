@@ -1,0 +1,186 @@
+-- idemq._claim_take(job_ids bigint[]) RETURNS bigint[]
+--
+-- claim()'s flow control after it has locked its jobs, when idemq.limits has
+-- a row: takes a concurrency slot and a start for each job its queue's and
+-- its task's limits ask for, in claim order, and returns the jobs that got
+-- them all; claim() updates only those.
+--
+-- Guarantees:
+--   * The jobs returned are job_ids' in their order (claim order), less
+--     every job whose queue or task is paused and every job one of whose
+--     scopes has no slot or start left for it when its turn comes (a job
+--     held back by one scope takes nothing from the other).
+--   * A slot is taken only if free (job_id NULL) on its newest row version,
+--     locked FOR UPDATE SKIP LOCKED, and gets (job_id, attempt + 1): the
+--     attempt claim() is about to start. A start is taken only if its row's
+--     started_at is more than its per before now(), locked the same way, and
+--     gets now(), the claim's start time (the jobs' locked_at).
+--   * Both tests read the locked row's own columns only, which PostgreSQL
+--     re-checks on the newest version of a row changed since the
+--     statement's snapshot (EvalPlanQual): a slot taken and committed by
+--     another claim after this statement's snapshot is passed over, so no
+--     two attempts ever hold one slot and no row is used twice within its
+--     period (docs/design.md, "Flow control").
+--   * The jobs not returned stay locked until the claim's transaction ends
+--     (other claimers skip them meanwhile), as do slots and starts locked
+--     and not used.
+-- Concurrency: SKIP LOCKED throughout: never waits for another claim, a
+--   release or set_limit.
+-- Errors: none.
+-- Tests: test/sql/flow-control.test.ts, test/sql/flow-control-concurrency.test.ts
+CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+  v_held boolean[];
+  v_slot_scope bigint[];   -- per job: [queue's, task's] concurrency limit ids (NULL: none)
+  v_start_scope bigint[];  -- per job: [queue's, task's] rate limit ids
+  v_slot_lids bigint[];
+  v_slot_nos int[];
+  v_start_lids bigint[];
+  v_start_nos int[];
+  v_used_slot_lids bigint[] := '{}';
+  v_used_slot_n int[] := '{}';
+  v_used_start_lids bigint[] := '{}';
+  v_used_start_n int[] := '{}';
+  v_keep bigint[] := '{}';
+  v_a_lid bigint[] := '{}';
+  v_a_slot int[] := '{}';
+  v_a_job bigint[] := '{}';
+  v_a_attempt int[] := '{}';
+  v_r_lid bigint[] := '{}';
+  v_r_n int[] := '{}';
+  v_lid bigint;
+  v_p int;
+  v_ok boolean;
+  v_pick_slot int[];
+  v_pick_start int[];
+BEGIN
+  SELECT array_agg(j.id ORDER BY o.n), array_agg(j.attempt + 1 ORDER BY o.n),
+         array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
+         array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
+           || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
+         array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
+           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n)
+  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope
+  FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
+  JOIN idemq.jobs j ON j.id = o.id
+  LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
+  LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
+  IF v_ids IS NULL THEN
+    RETURN '{}';
+  END IF;
+
+  -- Lock as many free slots and usable starts per scope as its jobs here
+  -- could use, skipping rows other transactions hold.
+  WITH need AS (
+    SELECT u.lid, count(*) AS n
+    FROM unnest(v_slot_scope, v_held || v_held) AS u(lid, held)
+    WHERE u.lid IS NOT NULL AND NOT u.held
+    GROUP BY u.lid
+  )
+  SELECT array_agg(s.limit_id ORDER BY s.limit_id, s.slot), array_agg(s.slot ORDER BY s.limit_id, s.slot)
+  INTO v_slot_lids, v_slot_nos
+  FROM need c
+  CROSS JOIN LATERAL (
+    SELECT s.limit_id, s.slot FROM idemq.limit_slots s
+    WHERE s.limit_id = c.lid AND s.job_id IS NULL
+    ORDER BY s.slot
+    LIMIT c.n
+    FOR UPDATE SKIP LOCKED
+  ) s;
+  WITH need AS (
+    SELECT u.lid, count(*) AS n
+    FROM unnest(v_start_scope, v_held || v_held) AS u(lid, held)
+    WHERE u.lid IS NOT NULL AND NOT u.held
+    GROUP BY u.lid
+  )
+  SELECT array_agg(r.limit_id ORDER BY r.limit_id, r.n), array_agg(r.n ORDER BY r.limit_id, r.n)
+  INTO v_start_lids, v_start_nos
+  FROM need c
+  CROSS JOIN LATERAL (
+    SELECT r.limit_id, r.n FROM idemq.limit_starts r
+    WHERE r.limit_id = c.lid AND r.started_at < now() - r.per
+    ORDER BY r.started_at, r.n
+    LIMIT c.n
+    FOR UPDATE SKIP LOCKED
+  ) r;
+  v_slot_lids := coalesce(v_slot_lids, '{}');
+  v_start_lids := coalesce(v_start_lids, '{}');
+
+  -- In claim order: a job goes only if each of its scopes has a slot or a
+  -- start left for it; the k-th job of a scope gets its k-th locked row.
+  FOR i IN 1 .. cardinality(v_ids) LOOP
+    CONTINUE WHEN v_held[i];
+    v_ok := true;
+    v_pick_slot := '{}';
+    v_pick_start := '{}';
+    FOREACH v_lid IN ARRAY ARRAY[v_slot_scope[i], v_slot_scope[cardinality(v_ids) + i]] LOOP
+      CONTINUE WHEN v_lid IS NULL;
+      v_p := array_position(v_slot_lids, v_lid);
+      v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
+      IF v_p IS NULL OR v_p > cardinality(v_slot_lids) OR v_slot_lids[v_p] <> v_lid THEN
+        v_ok := false;
+      ELSE
+        v_pick_slot := v_pick_slot || v_p;
+      END IF;
+    END LOOP;
+    FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
+      CONTINUE WHEN v_lid IS NULL;
+      v_p := array_position(v_start_lids, v_lid);
+      v_p := v_p + coalesce(v_used_start_n[array_position(v_used_start_lids, v_lid)], 0);
+      IF v_p IS NULL OR v_p > cardinality(v_start_lids) OR v_start_lids[v_p] <> v_lid THEN
+        v_ok := false;
+      ELSE
+        v_pick_start := v_pick_start || v_p;
+      END IF;
+    END LOOP;
+    CONTINUE WHEN NOT v_ok;
+    v_keep := v_keep || v_ids[i];
+    FOREACH v_p IN ARRAY v_pick_slot LOOP
+      v_lid := v_slot_lids[v_p];
+      IF v_lid = ANY (v_used_slot_lids) THEN
+        v_used_slot_n[array_position(v_used_slot_lids, v_lid)] := v_used_slot_n[array_position(v_used_slot_lids, v_lid)] + 1;
+      ELSE
+        v_used_slot_lids := v_used_slot_lids || v_lid;
+        v_used_slot_n := v_used_slot_n || 1;
+      END IF;
+      v_a_lid := v_a_lid || v_lid;
+      v_a_slot := v_a_slot || v_slot_nos[v_p];
+      v_a_job := v_a_job || v_ids[i];
+      v_a_attempt := v_a_attempt || v_attempts[i];
+    END LOOP;
+    FOREACH v_p IN ARRAY v_pick_start LOOP
+      v_lid := v_start_lids[v_p];
+      IF v_lid = ANY (v_used_start_lids) THEN
+        v_used_start_n[array_position(v_used_start_lids, v_lid)] := v_used_start_n[array_position(v_used_start_lids, v_lid)] + 1;
+      ELSE
+        v_used_start_lids := v_used_start_lids || v_lid;
+        v_used_start_n := v_used_start_n || 1;
+      END IF;
+      v_r_lid := v_r_lid || v_lid;
+      v_r_n := v_r_n || v_start_nos[v_p];
+    END LOOP;
+  END LOOP;
+
+  IF cardinality(v_a_lid) > 0 THEN
+    UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
+    FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
+    WHERE s.limit_id = a.lid AND s.slot = a.slot;
+  END IF;
+  IF cardinality(v_r_lid) > 0 THEN
+    UPDATE idemq.limit_starts AS r SET started_at = now()
+    FROM unnest(v_r_lid, v_r_n) AS a(lid, n)
+    WHERE r.limit_id = a.lid AND r.n = a.n;
+  END IF;
+  RETURN v_keep;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._claim_take(bigint[]) IS
+  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start.';

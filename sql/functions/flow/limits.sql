@@ -1,0 +1,38 @@
+-- idemq.limits() RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval,
+--   per_key int, paused boolean, running int, started int, updated_at timestamptz)
+--
+-- Every queue and task with a limit or a pause, and what it uses now.
+--
+-- Guarantees:
+--   * One row per scope (queue set and task NULL, or the reverse), ordered
+--     by queues first, then by name. concurrency, rate, per, per_key: NULL
+--     when not set.
+--   * running: the slots held (the jobs of the scope processing under its
+--     concurrency limit; more than concurrency only while a lowered limit
+--     drains); NULL without a concurrency limit.
+--   * started: the starts within the last per (rate rows used after now() -
+--     per); NULL without a rate limit.
+-- Concurrency: a plain read; waits only while set_limit gives a concurrency
+--   (its table lock).
+-- Errors: none.
+-- Tests: test/sql/flow-control.test.ts
+CREATE OR REPLACE FUNCTION idemq.limits()
+RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval, per_key int, paused boolean,
+              running int, started int, updated_at timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT CASE WHEN l.kind = 'queue' THEN l.name END, CASE WHEN l.kind = 'task' THEN l.name END,
+         l.concurrency, l.rate, l.per, l.per_key, l.paused,
+         CASE WHEN l.concurrency IS NOT NULL THEN
+           (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
+         CASE WHEN l.rate IS NOT NULL THEN
+           (SELECT count(*) FROM idemq.limit_starts r WHERE r.limit_id = l.id AND r.started_at > now() - r.per)::int END,
+         l.updated_at
+  FROM idemq.limits l
+  ORDER BY l.kind, l.name;
+$$;
+
+COMMENT ON FUNCTION idemq.limits() IS
+  'Every queue and task with a limit or a pause: its limits, paused, and its use now (slots held, starts in the last period).';

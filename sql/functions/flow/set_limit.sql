@@ -1,0 +1,186 @@
+-- idemq.set_limit(queue text DEFAULT NULL, task text DEFAULT NULL, concurrency int DEFAULT NULL,
+--   rate int DEFAULT NULL, per interval DEFAULT NULL, per_key int DEFAULT NULL) RETURNS void
+--
+-- Sets the flow control of one queue or one task (exactly one of the two):
+-- at most concurrency of its jobs processing at once, at most rate starts
+-- (claims, retries included) per period per, and per_key (stored for the
+-- concurrency keys of a later release). claim() obeys it for every caller.
+--
+-- Guarantees:
+--   * A field left NULL is not given: an existing limit keeps it, so
+--     set_limit on a scope that has a limit replaces the fields it is given
+--     (clear_limit removes them all). Every argument is checked before
+--     anything is written.
+--   * Concurrency (docs/design.md, "Flow control"): the scope gets slot rows.
+--     A call that gives concurrency waits for the claims in flight (the
+--     transactions that called claim() and have not ended: it takes
+--     idemq.limits' ACCESS EXCLUSIVE lock, which every claim's ACCESS SHARE
+--     lock on the table holds off, and new claims wait for its commit). A
+--     new concurrency limit so counts every job of the scope processing when
+--     it commits: it gives each one a slot, and when they are more
+--     than concurrency makes as many slots, held, as run. Raised: free slots
+--     are added. Lowered while more run: free slots are deleted, and each
+--     slot freed while the scope has more slots than concurrency is deleted
+--     instead, so no job of the scope starts until fewer than the new limit
+--     run.
+--   * Rate: the scope's ring gets rate rows (new ones never used). Lowered:
+--     the rows used longest ago are deleted, so every period-long window that
+--     holds a start made after the change holds at most the new rate. A new
+--     rate limit counts the starts made after it is set; a changed per
+--     applies to every row (a window holding only starts made before the
+--     change was judged by the old per).
+-- Concurrency: locks the scope's slot and start rows (in order) and then its
+--   limits row: concurrent set_limit, clear_limit and slot releases of the
+--   scope wait, claims skip the locked rows. A call that gives concurrency
+--   takes the table lock above (run it with a lock_timeout where a claim
+--   transaction may stay open long).
+-- Errors: 22023 both or neither of queue and task, an empty or too long name
+--   (_limit_scope), no limit given, concurrency or per_key outside 1..10000,
+--   rate outside 1..100000, rate without per or per without rate, per under
+--   one second or over duration_days (idemq._limit).
+-- Tests: test/sql/flow-control.test.ts, test/sql/flow-control-concurrency.test.ts
+CREATE OR REPLACE FUNCTION idemq.set_limit(queue text DEFAULT NULL, task text DEFAULT NULL, concurrency int DEFAULT NULL,
+                                           rate int DEFAULT NULL, per interval DEFAULT NULL, per_key int DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_kind text;
+  v_name text;
+  v_row idemq.limits;
+  v_rows int;
+  v_free int;
+  v_gone int;
+  v_created boolean := false;
+BEGIN
+  SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('set_limit', set_limit.queue, set_limit.task) s;
+  IF set_limit.concurrency IS NULL AND set_limit.rate IS NULL AND set_limit.per IS NULL AND set_limit.per_key IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'set_limit: give at least one limit: concurrency, rate with per, or per_key',
+      HINT = 'e.g. set_limit(queue => ''emails'', concurrency => 5, rate => 100, per => ''1 minute''); clear_limit removes limits.';
+  END IF;
+  IF set_limit.concurrency NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: concurrency must be between 1 and 10000, not %s', set_limit.concurrency),
+      HINT = 'concurrency is how many jobs of the scope may process at once; pause() stops them all.';
+  END IF;
+  IF set_limit.rate NOT BETWEEN 1 AND 100000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: rate must be between 1 and 100000, not %s', set_limit.rate),
+      HINT = 'rate is how many jobs of the scope may start per period (per); pause() stops them all.';
+  END IF;
+  IF (set_limit.rate IS NULL) <> (set_limit.per IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: rate and per go together, got %s without %s',
+                       CASE WHEN set_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
+                       CASE WHEN set_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
+      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
+  END IF;
+  IF set_limit.per < interval '1 second' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: per must be at least 1 second, not %s', set_limit.per),
+      HINT = 'Scale both: 10 per 100 milliseconds is rate => 100, per => ''1 second''.';
+  END IF;
+  PERFORM idemq._check_duration('set_limit', 'per', set_limit.per);
+  IF set_limit.per_key NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('set_limit: per_key must be between 1 and 10000, not %s', set_limit.per_key),
+      HINT = 'per_key is how many jobs with one concurrency key may process at once (1: one at a time).';
+  END IF;
+
+  -- A new concurrency limit must see every job of its scope that is or will
+  -- be processing: wait for the claims in flight, hold off new ones. Taken
+  -- before this call reads the table (so two calls never hold its ACCESS
+  -- SHARE lock and wait for each other's), whenever concurrency is given.
+  IF set_limit.concurrency IS NOT NULL THEN
+    LOCK TABLE idemq.limits IN ACCESS EXCLUSIVE MODE;
+  END IF;
+  SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
+  IF v_row.id IS NULL THEN
+    INSERT INTO idemq.limits AS l (kind, name, concurrency, rate, per, per_key)
+    VALUES (v_kind, v_name, set_limit.concurrency, set_limit.rate, set_limit.per, set_limit.per_key)
+    ON CONFLICT ON CONSTRAINT limits_scope DO NOTHING
+    RETURNING l.* INTO v_row;
+    IF v_row.id IS NOT NULL THEN
+      v_created := true;
+    ELSE
+      SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
+    END IF;
+  END IF;
+  -- Slots and starts before the limits row: a slot's release takes them in
+  -- that order too.
+  PERFORM FROM idemq.limit_slots s WHERE s.limit_id = v_row.id ORDER BY s.slot FOR UPDATE;
+  IF set_limit.rate IS NOT NULL THEN
+    PERFORM FROM idemq.limit_starts r WHERE r.limit_id = v_row.id ORDER BY r.n FOR UPDATE;
+  END IF;
+  SELECT l.* INTO v_row FROM idemq.limits l WHERE l.id = v_row.id FOR UPDATE;
+  IF v_created THEN
+    -- Inserted above with the limits given: it has no slot or start yet.
+    v_row.concurrency := NULL;
+    v_row.rate := NULL;
+  END IF;
+
+  IF set_limit.concurrency IS NOT NULL THEN
+    IF v_row.concurrency IS NULL THEN
+      -- The jobs of the scope processing now each hold a slot.
+      INSERT INTO idemq.limit_slots (limit_id, slot, job_id, attempt)
+      SELECT v_row.id, row_number() OVER (ORDER BY j.id), j.id, j.attempt
+      FROM idemq.jobs j
+      WHERE j.state = 'processing'
+        AND ((v_kind = 'queue' AND j.queue = v_name) OR (v_kind = 'task' AND j.task = v_name));
+      GET DIAGNOSTICS v_rows = ROW_COUNT;
+      INSERT INTO idemq.limit_slots (limit_id, slot)
+      SELECT v_row.id, g FROM generate_series(v_rows + 1, set_limit.concurrency) g;
+      v_row.slot_rows := greatest(v_rows, set_limit.concurrency);
+    ELSE
+      v_rows := v_row.slot_rows;
+      IF set_limit.concurrency >= v_rows THEN
+        INSERT INTO idemq.limit_slots (limit_id, slot)
+        SELECT v_row.id, coalesce((SELECT max(s.slot) FROM idemq.limit_slots s WHERE s.limit_id = v_row.id), 0) + g
+        FROM generate_series(1, set_limit.concurrency - v_rows) g;
+        v_row.slot_rows := set_limit.concurrency;
+      ELSE
+        -- Lowered below the slots there are: free slots go now, held ones
+        -- as they are freed (_release_slots), until slot_rows is the limit.
+        DELETE FROM idemq.limit_slots s
+        WHERE s.limit_id = v_row.id AND s.job_id IS NULL
+          AND s.slot IN (SELECT f.slot FROM idemq.limit_slots f WHERE f.limit_id = v_row.id AND f.job_id IS NULL
+                         ORDER BY f.slot DESC LIMIT v_rows - set_limit.concurrency);
+        GET DIAGNOSTICS v_gone = ROW_COUNT;
+        v_row.slot_rows := v_rows - v_gone;
+      END IF;
+    END IF;
+    v_row.concurrency := set_limit.concurrency;
+  END IF;
+
+  IF set_limit.rate IS NOT NULL THEN
+    v_rows := coalesce(v_row.rate, 0);
+    IF set_limit.rate > v_rows THEN
+      INSERT INTO idemq.limit_starts (limit_id, n, per)
+      SELECT v_row.id, coalesce((SELECT max(r.n) FROM idemq.limit_starts r WHERE r.limit_id = v_row.id), 0) + g, set_limit.per
+      FROM generate_series(1, set_limit.rate - v_rows) g;
+    ELSIF set_limit.rate < v_rows THEN
+      -- Keep the rows used last: a start after the change waits for one of
+      -- them, and every row deleted was used before all of them.
+      DELETE FROM idemq.limit_starts r
+      WHERE r.limit_id = v_row.id
+        AND r.n IN (SELECT o.n FROM idemq.limit_starts o WHERE o.limit_id = v_row.id
+                    ORDER BY o.started_at, o.n LIMIT v_rows - set_limit.rate);
+    END IF;
+    UPDATE idemq.limit_starts r SET per = set_limit.per WHERE r.limit_id = v_row.id AND r.per <> set_limit.per;
+    v_row.rate := set_limit.rate;
+    v_row.per := set_limit.per;
+  END IF;
+
+  UPDATE idemq.limits l
+  SET concurrency = v_row.concurrency, slot_rows = v_row.slot_rows, rate = v_row.rate, per = v_row.per,
+      per_key = coalesce(set_limit.per_key, l.per_key), updated_at = now()
+  WHERE l.id = v_row.id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.set_limit(text, text, int, int, interval, int) IS
+  'Set the flow control of one queue or task: concurrency (at most N processing), rate per per (starts per period), per_key; fields left NULL are kept.';

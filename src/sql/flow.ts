@@ -1,0 +1,97 @@
+// Flow control: a queue's or a task's limits and pause (set_limit,
+// clear_limit, pause, resume) and their reading with current use (limits()).
+// claim() obeys them; nothing here runs at claim time.
+
+import type { Duration } from "../contract.ts";
+import { integer, interval, text } from "../encode.ts";
+import { call, INTERVAL_AS_TEXT, scalar, type Queryable } from "./call.ts";
+
+/** One queue or one task (exactly one: SQL refuses both or neither with 22023). */
+export interface LimitScope {
+  queue?: string | undefined;
+  task?: string | undefined;
+}
+
+export interface LimitSettings {
+  /** At most this many jobs of the scope processing at once (1..10000). */
+  concurrency?: number | undefined;
+  /** At most `rate` starts (claims, retries included) per `per` (at least a second); give both. */
+  rate?: number | undefined;
+  per?: Duration | undefined;
+  /** Stored for concurrency keys (a later release): at most this many running per key. */
+  perKey?: number | undefined;
+}
+
+/** Sets a queue's or a task's limits (set_limit); fields left undefined keep their value. */
+export async function setLimit(db: Queryable, opts: LimitScope & LimitSettings): Promise<void> {
+  await call(db, "set_limit", {
+    queue: text(opts.queue, "queue"),
+    task: text(opts.task, "task"),
+    concurrency: integer(opts.concurrency, "concurrency"),
+    rate: integer(opts.rate, "rate"),
+    per: interval(opts.per),
+    per_key: integer(opts.perKey, "perKey"),
+  });
+}
+
+/** Removes a queue's or a task's limits (clear_limit); a pause stays. True when it had one. */
+export function clearLimit(db: Queryable, opts: LimitScope): Promise<boolean> {
+  return scalar(db, "clear_limit", { queue: text(opts.queue, "queue"), task: text(opts.task, "task") });
+}
+
+/** Pauses a queue or a task: claims hand out none of its jobs until resume. True when it was not paused. */
+export function pause(db: Queryable, opts: LimitScope): Promise<boolean> {
+  return scalar(db, "pause", { queue: text(opts.queue, "queue"), task: text(opts.task, "task") });
+}
+
+/** Ends a pause. True when the scope was paused. */
+export function resume(db: Queryable, opts: LimitScope): Promise<boolean> {
+  return scalar(db, "resume", { queue: text(opts.queue, "queue"), task: text(opts.task, "task") });
+}
+
+export interface LimitRow {
+  queue: string | null;
+  task: string | null;
+  concurrency: number | null;
+  rate: number | null;
+  /** The period of `rate`, as PostgreSQL prints an interval (e.g. "00:01:00"). */
+  per: string | null;
+  perKey: number | null;
+  paused: boolean;
+  /** Slots held now (jobs processing under the concurrency limit); null without one. */
+  running: number | null;
+  /** Starts within the last `per`; null without a rate limit. */
+  started: number | null;
+  updatedAt: Date;
+}
+
+/** Every queue and task with a limit or a pause, and its use now (limits()). */
+export async function limits(db: Queryable): Promise<LimitRow[]> {
+  const rows = await call<
+    "limits",
+    {
+      queue: string | null;
+      task: string | null;
+      concurrency: number | null;
+      rate: number | null;
+      per: string | null;
+      per_key: number | null;
+      paused: boolean;
+      running: number | null;
+      started: number | null;
+      updated_at: Date;
+    }
+  >(db, "limits", {}, "", INTERVAL_AS_TEXT);
+  return rows.map((r) => ({
+    queue: r.queue,
+    task: r.task,
+    concurrency: r.concurrency,
+    rate: r.rate,
+    per: r.per,
+    perKey: r.per_key,
+    paused: r.paused,
+    running: r.running,
+    started: r.started,
+    updatedAt: r.updated_at,
+  }));
+}
