@@ -1,5 +1,5 @@
-// The dashboard's writes: retry, cancel, reschedule one job, and purge
-// finished jobs, each through its SQL function (src/sql/), never a direct
+// The dashboard's writes: retry, cancel, reschedule one job, purge
+// finished jobs, and flow control (pause, resume, set and clear a limit), each through its SQL function (src/sql/), never a direct
 // write. A GET shows what will happen and a form; only its POST, carrying the
 // CSRF token, acts. The database decides who may: the functions are
 // the installation's admin role's, and a role without EXECUTE gets 403 with a message saying so.
@@ -10,6 +10,7 @@ import { BadRequest } from "./bad-request.ts";
 import { html, query, type Html } from "./html.ts";
 import { stateBadge } from "./layout.ts";
 import type { JobAction } from "./job-page.ts";
+import type { LimitAction } from "./limits-page.ts";
 
 const VERBS: Record<JobAction, string> = {
   retry: "Retry: back to enqueued with fresh attempts (the error history is kept)",
@@ -96,4 +97,47 @@ ${states.map((s) => html`<input type="hidden" name="state" value="${s}">`)}
 export async function runPurge(db: sql.Queryable, form: URLSearchParams): Promise<string> {
   const deleted = await sql.purge(db, { olderThan: olderThan(form), states: purgeStates(form) });
   return `purged ${deleted.toLocaleString("en-US")} job(s)`;
+}
+
+/** The scope a flow-control form names: hidden queue= or task= (a row's buttons), or kind= and name= (the forms). */
+function limitScope(form: URLSearchParams): sql.LimitScope {
+  const kind = form.get("kind");
+  const queue = kind === null ? form.get("queue") : kind === "queue" ? form.get("name") : null;
+  const task = kind === null ? form.get("task") : kind === "task" ? form.get("name") : null;
+  if (kind !== null && kind !== "queue" && kind !== "task") throw new BadRequest(`kind must be queue or task, not "${kind}"`);
+  // Exactly one, and a valid name, is SQL's to judge (22023 with its hint).
+  return { queue: queue ?? undefined, task: task ?? undefined };
+}
+
+/** A whole number field of a form, or undefined when empty; its range is SQL's to judge. */
+function wholeNumber(form: URLSearchParams, name: string): number | undefined {
+  const text = form.get(name)?.trim() ?? "";
+  if (text === "") return undefined;
+  if (!/^-?\d{1,9}$/.test(text)) throw new BadRequest(`${name} must be a whole number, not "${text}"`);
+  return Number(text);
+}
+
+function scopeText(scope: sql.LimitScope): string {
+  return scope.queue !== undefined ? `queue ${scope.queue}` : `task ${scope.task}`;
+}
+
+/** Runs a flow-control action (set_limit, clear_limit, pause, resume); returns the notice /limits shows. */
+export async function runLimitAction(db: sql.Queryable, action: LimitAction, form: URLSearchParams): Promise<string> {
+  const scope = limitScope(form);
+  switch (action) {
+    case "pause":
+      return (await sql.pause(db, scope)) ? `paused ${scopeText(scope)}` : `${scopeText(scope)} was paused already`;
+    case "resume":
+      return (await sql.resume(db, scope)) ? `resumed ${scopeText(scope)}` : `${scopeText(scope)} was not paused`;
+    case "clear":
+      return (await sql.clearLimit(db, scope)) ? `cleared the limits of ${scopeText(scope)}` : `${scopeText(scope)} had no limit`;
+    case "set": {
+      const concurrency = wholeNumber(form, "concurrency");
+      const rate = wholeNumber(form, "rate");
+      const per = form.get("per")?.trim() || undefined;
+      await sql.setLimit(db, { ...scope, concurrency, rate, per });
+      const parts = [concurrency === undefined ? "" : `concurrency ${concurrency}`, rate === undefined ? "" : `rate ${rate} per ${per}`].filter((p) => p !== "");
+      return `set ${scopeText(scope)}: ${parts.join(", ")}`;
+    }
+  }
 }

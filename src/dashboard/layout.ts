@@ -28,6 +28,7 @@ const NAV: [string, string][] = [
   ["/", "Overview"],
   ["/jobs", "Jobs"],
   ["/schedules", "Schedules"],
+  ["/limits", "Flow control"],
   ["/purge", "Purge"],
   ["/metrics", "Metrics"],
 ];

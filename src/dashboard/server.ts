@@ -7,12 +7,13 @@ import type { AddressInfo } from "node:net";
 import type pg from "pg";
 import type { MetricsRegistry } from "../metrics/registry.ts";
 import { respondWithMetrics } from "../metrics/serve.ts";
-import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runPurge } from "./actions.ts";
+import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runLimitAction, runPurge } from "./actions.ts";
 import { access, checkBind, hostAllowed, newSecret, sameSecret } from "./auth.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
 import { jobId, jobPage, JOB_ACTIONS, type JobAction } from "./job-page.ts";
 import { jobsPage } from "./jobs-page.ts";
+import { LIMIT_ACTIONS, limitsPage, type LimitAction } from "./limits-page.ts";
 import { page } from "./layout.ts";
 import { OVERVIEW_SCRIPT, overviewPage } from "./overview-page.ts";
 import { schedulesPage } from "./schedules-page.ts";
@@ -62,6 +63,12 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     if (get && parts.length === 0) return ok({ ...(await overviewPage(db, url.searchParams)), script: OVERVIEW_SCRIPT });
     if (get && url.pathname === "/jobs") return ok(await jobsPage(db, url.searchParams));
     if (get && url.pathname === "/schedules") return ok(await schedulesPage(db));
+    if (get && url.pathname === "/limits") return ok(await limitsPage(db, csrf, url.searchParams.get("done") ?? undefined));
+    if (post && parts[0] === "limits" && parts.length === 2 && LIMIT_ACTIONS.includes(parts[1] as LimitAction)) {
+      const form = await readForm(req, csrf);
+      const notice = await runLimitAction(db, parts[1] as LimitAction, form);
+      return { status: 303, location: `/limits?done=${encodeURIComponent(notice)}` };
+    }
     if (get && url.pathname === "/purge") {
       const done = url.searchParams.get("done");
       const form = purgeForm();
