@@ -42,6 +42,7 @@ export const ROLE_FUNCTIONS = {
     "worker_stopped",
     "stats",
     "limits",
+    "declare_limit",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 

@@ -799,7 +799,7 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
@@ -1897,6 +1897,67 @@ $$;
 
 COMMENT ON FUNCTION idemq.complete_many(bigint[], int[], uuid[]) IS
   'Mark many (job_id, attempt, lease_token) entries succeeded; returns the ids completed, skipping lost leases.';
+
+-- ---- sql/functions/flow/declare_limit.sql ----
+CREATE OR REPLACE FUNCTION idemq.declare_limit(task text, concurrency int DEFAULT NULL, rate int DEFAULT NULL,
+                                               per interval DEFAULT NULL)
+RETURNS TABLE(stored_concurrency int, stored_rate int, stored_per interval, applied boolean)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_kind text;
+  v_name text;
+  v_row idemq.limits;
+  v_concurrency int;
+  v_rate int;
+  v_per interval;
+BEGIN
+  SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('declare_limit', NULL, declare_limit.task) s;
+  IF declare_limit.concurrency IS NULL AND declare_limit.rate IS NULL AND declare_limit.per IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'declare_limit: give concurrency, or rate with per',
+      HINT = 'e.g. declare_limit(task => ''send-email'', concurrency => 5, rate => 100, per => ''1 minute'').';
+  END IF;
+  IF (declare_limit.rate IS NULL) <> (declare_limit.per IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('declare_limit: rate and per go together, got %s without %s',
+                       CASE WHEN declare_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
+                       CASE WHEN declare_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
+      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
+  END IF;
+
+  PERFORM pg_advisory_xact_lock(hashtextextended('idemq.declare_limit ' || v_name, 0));
+  SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
+  IF declare_limit.concurrency IS NOT NULL
+     AND (v_row.concurrency IS NULL OR declare_limit.concurrency < v_row.concurrency) THEN
+    v_concurrency := declare_limit.concurrency;
+  END IF;
+  -- Fewer starts per second: rate / per < stored rate / stored per, compared
+  -- without division.
+  IF declare_limit.rate IS NOT NULL
+     AND (v_row.rate IS NULL
+          OR declare_limit.rate::numeric * extract(epoch FROM v_row.per)
+             < v_row.rate::numeric * extract(epoch FROM declare_limit.per)) THEN
+    v_rate := declare_limit.rate;
+    v_per := declare_limit.per;
+  END IF;
+  IF v_concurrency IS NOT NULL OR v_rate IS NOT NULL THEN
+    PERFORM idemq.set_limit(task => v_name, concurrency => v_concurrency, rate => v_rate, per => v_per);
+  END IF;
+  RETURN QUERY
+  SELECT l.concurrency, l.rate, l.per, v_concurrency IS NOT NULL OR v_rate IS NOT NULL
+  FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name
+  UNION ALL
+  SELECT NULL::int, NULL::int, NULL::interval, false
+  WHERE NOT EXISTS (SELECT FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name);
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.declare_limit(text, int, int, interval) IS
+  'A worker''s declared limits of one task: set when none is stored or the stored one is higher, never raised; returns what is stored and whether it wrote.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.effect_claim;

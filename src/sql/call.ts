@@ -85,6 +85,7 @@ export const SQL_FUNCTIONS = {
   pause: ["queue", "task"],
   resume: ["queue", "task"],
   limits: [],
+  declare_limit: ["task", "concurrency", "rate", "per"],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;

@@ -95,3 +95,39 @@ export async function limits(db: Queryable): Promise<LimitRow[]> {
     updatedAt: r.updated_at,
   }));
 }
+
+export interface DeclaredLimit {
+  /** The task's limits stored after the call (null: not set). */
+  concurrency: number | null;
+  rate: number | null;
+  per: string | null;
+  /** True when the call wrote (the declared limit was lower, or none was stored). */
+  applied: boolean;
+}
+
+/**
+ * A worker's declared limits of one task (declare_limit): each is set when
+ * none is stored or the stored one is higher, never raised; the worker role may call it.
+ */
+export async function declareLimit(
+  db: Queryable,
+  opts: { task: string; concurrency?: number | undefined; rate?: number | undefined; per?: Duration | undefined },
+): Promise<DeclaredLimit> {
+  const rows = await call<
+    "declare_limit",
+    { stored_concurrency: number | null; stored_rate: number | null; stored_per: string | null; applied: boolean }
+  >(
+    db,
+    "declare_limit",
+    {
+      task: text(opts.task, "task"),
+      concurrency: integer(opts.concurrency, "concurrency"),
+      rate: integer(opts.rate, "rate"),
+      per: interval(opts.per),
+    },
+    "",
+    INTERVAL_AS_TEXT,
+  );
+  const r = rows[0]!;
+  return { concurrency: r.stored_concurrency, rate: r.stored_rate, per: r.stored_per, applied: r.applied };
+}

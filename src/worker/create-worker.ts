@@ -21,6 +21,7 @@ import { Ticker } from "./maintenance/ticker.ts";
 import { runJob } from "./run-job.ts";
 import { loadOtelApi } from "../tracing/otel-api.ts";
 import { AttemptTracing } from "../tracing/spans.ts";
+import { declareLimits } from "./declared-limits.ts";
 import { declareSchedules } from "./schedules.ts";
 import { normalizeSettings, type Settings } from "./settings.ts";
 import { handBack, installSignalHandlers, releaseClaimed, releaseOverBudget } from "./shutdown.ts";
@@ -172,6 +173,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         if (api !== null) this.state.tracing = new AttemptTracing(api, this.workerId);
       }
       await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
+      await declareLimits(this.pool, this.state.tasks, this.settings.callTimeoutMs, (entry) => this.state.emit("log", entry), this.workerId);
       if (this.settings.wakeUp === "listen") await this.checkListenConnection();
       await this.wakeUps.start();
       // Registered before the first claim: a doctor run now already sees this worker.

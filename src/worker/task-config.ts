@@ -1,6 +1,6 @@
 // Validates the tasks given to createWorker (or exported by a tasks module):
 // each is a function or { run, transactional?, guardKey?, maxAttempts?,
-// backoff?, exceptOn?, onlyOn?, lease? }. A mistake is one WorkerConfigError
+// backoff?, exceptOn?, onlyOn?, lease?, concurrencyLimit?, rateLimit? }. A mistake is one WorkerConfigError
 // whose message names the task and the option.
 import { type Backoff, type Duration } from "../contract.ts";
 import { toMilliseconds, toPgInterval } from "../duration.ts";
@@ -27,13 +27,23 @@ export interface NormalizedTask {
   onlyOn: readonly ErrorClass[] | undefined;
   /** The task's lease as an interval literal, and in ms; undefined: the worker's. */
   lease: { interval: string; ms: number } | undefined;
+  /** Flow control the task declares (concurrencyLimit, rateLimit), applied at start by declare_limit; undefined: none. */
+  limits: DeclaredLimits | undefined;
 }
 
-const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease"] as const;
+export interface DeclaredLimits {
+  concurrency?: number;
+  rate?: number;
+  /** The rate's period as an interval literal. */
+  per?: string;
+}
+
+const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease", "concurrencyLimit", "rateLimit"] as const;
 type TaskOption = (typeof TASK_OPTIONS)[number];
 const isTaskOption = (key: string): key is TaskOption => (TASK_OPTIONS as readonly string[]).includes(key);
 
-const TASK_SHAPE = "a function (payload, ctx) => ... or { run, transactional?, guardKey?, maxAttempts?, backoff?, exceptOn?, onlyOn?, lease? }";
+const TASK_SHAPE =
+  "a function (payload, ctx) => ... or { run, transactional?, guardKey?, maxAttempts?, backoff?, exceptOn?, onlyOn?, lease?, concurrencyLimit?, rateLimit? }";
 
 /**
  * Declares a worker's tasks once, so that `createWorker({ tasks })` runs them
@@ -76,6 +86,7 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
       exceptOn: [],
       onlyOn: undefined,
       lease: undefined,
+      limits: undefined,
     };
   }
   if (definition === null || typeof definition !== "object" || typeof (definition as { run?: unknown }).run !== "function") {
@@ -117,7 +128,40 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
     exceptOn: errorClasses(config.exceptOn, `${what}: exceptOn`) ?? [],
     onlyOn: errorClasses(config.onlyOn, `${what}: onlyOn`),
     lease: config.lease === undefined ? undefined : lease(config.lease as Duration, `${what}: lease`),
+    limits: declaredLimits(config.concurrencyLimit, config.rateLimit, what),
   };
+}
+
+/** concurrencyLimit and rateLimit, checked against set_limit's ranges, so a worker never starts with one SQL would refuse. */
+function declaredLimits(concurrency: unknown, rateLimit: unknown, what: string): DeclaredLimits | undefined {
+  const limits: DeclaredLimits = {};
+  if (concurrency !== undefined) {
+    if (!Number.isInteger(concurrency) || (concurrency as number) < 1 || (concurrency as number) > 10_000) {
+      throw new WorkerConfigError(`${what}: concurrencyLimit must be an integer from 1 to 10000, got ${describe(concurrency)}`);
+    }
+    limits.concurrency = concurrency as number;
+  }
+  if (rateLimit !== undefined) {
+    const shape = `rateLimit must be { rate, per }, e.g. { rate: 100, per: "1 minute" }`;
+    if (rateLimit === null || typeof rateLimit !== "object" || Array.isArray(rateLimit)) {
+      throw new WorkerConfigError(`${what}: ${shape}, got ${describe(rateLimit)}`);
+    }
+    const { rate, per, ...rest } = rateLimit as { rate?: unknown; per?: unknown };
+    const extra = Object.keys(rest)[0];
+    if (extra !== undefined) throw new WorkerConfigError(`${what}: rateLimit has an unknown option "${extra}" (${shape})`);
+    if (rate === undefined) throw new WorkerConfigError(`${what}: ${shape}: rate is missing`);
+    if (!Number.isInteger(rate) || (rate as number) < 1 || (rate as number) > 100_000) {
+      throw new WorkerConfigError(`${what}: rateLimit.rate must be an integer from 1 to 100000, got ${describe(rate)}`);
+    }
+    if (per === undefined) throw new WorkerConfigError(`${what}: ${shape}: per is missing`);
+    const ms = durationMs(per as Duration, `${what}: rateLimit.per`);
+    if (ms < 1000) {
+      throw new WorkerConfigError(`${what}: rateLimit.per must be at least 1 second (scale both: 10 per 100 ms is { rate: 100, per: "1s" })`);
+    }
+    limits.rate = rate as number;
+    limits.per = toPgInterval(per as Duration);
+  }
+  return limits.concurrency === undefined && limits.rate === undefined ? undefined : limits;
 }
 
 function errorClasses(value: unknown, what: string): ErrorClass[] | undefined {

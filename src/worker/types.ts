@@ -108,6 +108,14 @@ interface TaskOptions {
   onlyOn?: readonly ErrorClass[] | undefined;
   /** This task's lease (heartbeats extend it by this much). */
   lease?: Duration | undefined;
+  /**
+   * At most this many of the task's jobs processing at once, across every
+   * worker and SQL consumer (1..10000): applied at start(), lower-only
+   * (docs/worker.md, "Declared limits").
+   */
+  concurrencyLimit?: number | undefined;
+  /** At most `rate` starts of the task per `per` (at least 1 second), e.g. { rate: 100, per: "1 minute" }; applied as concurrencyLimit is. */
+  rateLimit?: { rate: number; per: Duration } | undefined;
 }
 
 /** A plain task with options. */

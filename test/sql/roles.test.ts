@@ -141,6 +141,7 @@ const OPERATIONS: Operation[] = [
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "set_limit", sql: () => ["SELECT idemq.set_limit(queue => $1 || '-limited', concurrency => 2)", [fx.queue]] },
   { name: "limits", sql: () => ["SELECT * FROM idemq.limits()", []] },
+  { name: "declare_limit", sql: () => ["SELECT * FROM idemq.declare_limit(task => $1 || '-declared', concurrency => 3)", [fx.queue]] },
   { name: "pause", sql: () => ["SELECT idemq.pause(queue => $1 || '-paused') AS r", [fx.queue]] },
   { name: "resume", sql: () => ["SELECT idemq.resume(queue => $1 || '-paused') AS r", [fx.queue]] },
   { name: "clear_limit", sql: () => ["SELECT idemq.clear_limit(queue => $1 || '-limited') AS r", [fx.queue]] },
@@ -190,7 +191,7 @@ const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
-  "worker_seen", "worker_stopped", "stats", "limits",
+  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {

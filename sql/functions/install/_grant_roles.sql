@@ -25,7 +25,8 @@
 --     apply_retention (and deletes finished jobs past their retention),
 --     worker_seen and worker_stopped (its presence), stats (counts only, no
 --     payload: a worker's --metrics-port serves them), limits (the flow
---     control it is held to, and its use: no payload).
+--     control it is held to, and its use: no payload), declare_limit (its
+--     tasks' declared limits, applied lower-only: it can never raise one).
 --     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). All three: USAGE on schema idemq, the
@@ -76,7 +77,7 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
