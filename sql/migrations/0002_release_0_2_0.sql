@@ -1928,6 +1928,15 @@ BEGIN
                        CASE WHEN declare_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
       HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
   END IF;
+  -- set_limit's ranges, checked here too: a declared value is refused even
+  -- where a lower stored one means it would not be applied.
+  IF declare_limit.concurrency NOT BETWEEN 1 AND 10000 OR declare_limit.rate NOT BETWEEN 1 AND 100000
+     OR declare_limit.per < interval '1 second' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('declare_limit: concurrency must be 1..10000, rate 1..100000 and per at least 1 second, not %s, %s, %s',
+                       declare_limit.concurrency, declare_limit.rate, declare_limit.per),
+      HINT = 'The ranges are set_limit''s (docs/sql-api.md); a worker checks them when it is created.';
+  END IF;
 
   PERFORM pg_advisory_xact_lock(hashtextextended('idemq.declare_limit ' || v_name, 0));
   SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;

@@ -248,6 +248,11 @@ const CASES: Case[] = [
   c("set_limit", "rate without per", "SELECT idemq.set_limit(queue => 'q', rate => 10)", "22023"),
   c("set_limit", "per under a second", "SELECT idemq.set_limit(task => 't', rate => 10, per => '500 milliseconds')", "22023"),
   c("clear_limit", "neither queue nor task", "SELECT idemq.clear_limit()", "22023"),
+  c("declare_limit", "no task", "SELECT * FROM idemq.declare_limit(task => NULL, concurrency => 1)", "22023"),
+  c("declare_limit", "no limit", "SELECT * FROM idemq.declare_limit(task => 't')", "22023"),
+  c("declare_limit", "rate without per", "SELECT * FROM idemq.declare_limit(task => 't', rate => 10)", "22023"),
+  c("declare_limit", "concurrency 0", "SELECT * FROM idemq.declare_limit(task => 't', concurrency => 0)", "22023"),
+  c("declare_limit", "per under a second", "SELECT * FROM idemq.declare_limit(task => 't', rate => 10, per => '500 milliseconds')", "22023"),
   c("pause", "empty queue name", "SELECT idemq.pause(queue => '')", "22023"),
   c("resume", "both queue and task", "SELECT idemq.resume(queue => 'q', task => 't')", "22023"),
 ];
