@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { installationRoles } from "../../src/roles.ts";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server.ts";
 import { limits } from "../../src/sql/index.ts";
+import { launchBrowser, screenshot } from "../helpers/browser.ts";
 import { useTestDatabase } from "../helpers/db.ts";
 import { makeJob } from "../helpers/jobs.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
@@ -135,6 +136,29 @@ describe("flow control in the dashboard", () => {
     expect(word.status).toBe(400);
     expect(word.text).toContain("concurrency must be a whole number, not &quot;five&quot;");
     expect(JSON.stringify(await limits(db.pool))).toBe(before);
+  });
+
+  it("in a browser: the nav leads to the page, the set form stores a limit, a row's pause button pauses it", async () => {
+    const browser = await launchBrowser();
+    try {
+      const page = await browser.newPage();
+      await page.goto(dashboard.url);
+      await page.click('header a:text-is("Flow control")');
+      expect(new URL(page.url()).pathname).toBe("/limits");
+      await page.selectOption("#set-limit select[name=kind]", "task");
+      await page.fill("#set-limit input[name=name]", "push");
+      await page.fill("#set-limit input[name=rate]", "30");
+      await page.fill("#set-limit input[name=per]", "1 minute");
+      await page.click("#set-limit button[type=submit]");
+      expect(await page.locator("#notice").textContent()).toBe("set task push: rate 30 per 1 minute");
+      await page.click('tr[data-scope="task:push"] button[data-action=pause]');
+      expect(await page.locator("#notice").textContent()).toBe("paused task push");
+      expect(await page.locator('tr[data-scope="task:push"] td').nth(2).textContent()).toBe("paused");
+      expect((await limits(db.pool)).find((l) => l.task === "push")).toMatchObject({ rate: 30, per: "00:01:00", paused: true });
+      await screenshot(page, "dashboard-limits");
+    } finally {
+      await browser.close();
+    }
   });
 
   it("a POST without the page's CSRF token is refused and pauses nothing", async () => {
