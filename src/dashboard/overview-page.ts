@@ -1,11 +1,13 @@
 // GET /: counts per queue and task from overview() (exact for active jobs and
 // for recent finishes; terminal totals exact up to a cap, estimated beyond
 // it, and labelled so), throughput and failure rate over the window, and the
-// effects-once figures: duplicates and rejections per task. overview() reads
-// kept counts, so the page costs the same however many jobs are retained.
+// effects-once figures: duplicates and rejections per task. A line on flow
+// control (limits(): paused scopes, limits with every slot held) links to
+// /limits. overview() reads kept counts, so the page costs the same however
+// many jobs are retained.
 import { ACTIVE_STATES, TERMINAL_STATES } from "../contract.ts";
 import { recentRates } from "../rates.ts";
-import { overview, type OverviewRow, type Queryable } from "../sql/index.ts";
+import { limits, overview, type LimitRow, type OverviewRow, type Queryable } from "../sql/index.ts";
 import { html, query, type Html } from "./html.ts";
 import { duration, number, stateBadge } from "./layout.ts";
 
@@ -27,7 +29,7 @@ interface Line {
 
 export async function overviewPage(db: Queryable, parameters: URLSearchParams): Promise<{ title: string; body: Html }> {
   const minutes = WINDOWS.find((m) => String(m) === parameters.get("minutes")) ?? WINDOWS[0];
-  const rows = await overview(db, { recent: `${minutes} minutes`, exactUpTo: EXACT_UP_TO });
+  const [rows, flow] = await Promise.all([overview(db, { recent: `${minutes} minutes`, exactUpTo: EXACT_UP_TO }), limits(db)]);
   const lines = new Map<string, Line>();
   const totals: OverviewRow[] = [];
   const events = new Map<string, Map<string, number>>();
@@ -49,7 +51,7 @@ export async function overviewPage(db: Queryable, parameters: URLSearchParams): 
 <p>Window: ${WINDOWS.map((m) => (m === minutes ? html`<b>${m} min</b> ` : html`<a href="/${query({ minutes: m })}">${m} min</a> `))}
 <label class="muted"><input type="checkbox" id="auto"> refresh every 5 s</label></p>
 <h2>Totals</h2>${totalsTable(totals)}
-<h2>Queues and tasks</h2>${queueTable(sorted, minutes)}
+<h2>Queues and tasks</h2>${flowLine(flow)}${queueTable(sorted, minutes)}
 <h2>Effects once: duplicates and rejections per task</h2>${eventsTable(events)}`,
   };
 }
@@ -87,6 +89,17 @@ ${ACTIVE_STATES.map((s) => html`<td class="n"><a href="${link(s)}">${number(v(li
 <td class="n">${rates.perMinute.toFixed(1)}</td>
 <td class="n">${rates.failureRate === null ? "-" : `${(100 * rates.failureRate).toFixed(1)} %`}</td></tr>`;
 })}</table>`;
+}
+
+/** One line on flow control above the queues: paused scopes and saturated limits, linking to /limits. */
+function flowLine(rows: readonly LimitRow[]): Html | "" {
+  if (rows.length === 0) return "";
+  const name = (r: LimitRow) => (r.queue !== null ? `queue ${r.queue}` : `task ${r.task}`);
+  const paused = rows.filter((r) => r.paused).map(name);
+  const full = rows.filter((r) => r.concurrency !== null && (r.running ?? 0) >= r.concurrency).map(name);
+  return html`<p class="${paused.length > 0 ? "note" : "muted"}" id="flow">Flow control: ${rows.length} queue(s) or task(s) with a limit or a pause${
+    paused.length > 0 ? html`; <b>paused: ${paused.join(", ")}</b>` : ""
+  }${full.length > 0 ? html`; every slot held: ${full.join(", ")}` : ""}. <a href="/limits">Details</a></p>`;
 }
 
 function eventsTable(events: Map<string, Map<string, number>>): Html {

@@ -109,6 +109,11 @@ describe("flow control in the dashboard", () => {
     expect(cell(page.text, "queue:reports", "paused")).toBe("paused");
     expect(cell(page.text, "queue:reports", "why")).toBe("paused: they wait for resume");
     expect(page.text).toMatch(/<tr data-scope="queue:reports">[\s\S]*?action="\/limits\/resume"[\s\S]*?<\/tr>/);
+    // The overview says so above its queues, with the limit whose slots are all held, and links here.
+    const overview = await (await fetch(dashboard.url)).text();
+    expect(/<p class="note" id="flow">([\s\S]*?)<\/p>/.exec(overview)?.[1]?.replace(/<[^>]+>/g, "")).toBe(
+      "Flow control: 2 queue(s) or task(s) with a limit or a pause; paused: queue reports; every slot held: queue mail. Details",
+    );
     expect((await post(dashboard.url, "pause", { queue: "reports" })).location).toBe(`/limits?done=${encodeURIComponent("queue reports was paused already")}`);
 
     expect((await post(dashboard.url, "resume", { queue: "reports" })).location).toBe(`/limits?done=${encodeURIComponent("resumed queue reports")}`);
