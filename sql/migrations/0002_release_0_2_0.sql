@@ -480,12 +480,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
-DECLARE
-  v_hash int;
 BEGIN
-  FOR v_hash IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_advisory_xact_lock(1801812339, v_hash);
-  END LOOP;
+  -- One statement: the locks are taken as the sorted rows come (OFFSET 0
+  -- keeps the sort below the calls).
+  PERFORM pg_advisory_xact_lock(1801812339, s.h)
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 OFFSET 0) AS s;
 END;
 $$;
 
@@ -543,11 +542,21 @@ COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], uuid[], text, text) IS
 -- ---- sql/functions/flow/_per_key.sql ----
 CREATE OR REPLACE FUNCTION idemq._per_key(queue text, task text)
 RETURNS int
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN coalesce((SELECT min(l.per_key) FROM idemq.limits l
-                 WHERE l.per_key IS NOT NULL
-                   AND ((l.kind = 'queue' AND l.name = _per_key.queue) OR (l.kind = 'task' AND l.name = _per_key.task))),
-                1);
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+-- PL/pgSQL, not SQL: its callers run once per transaction (an enqueue, a
+-- release), and a SQL function with a sub-SELECT is not inlined and was
+-- planned again in every transaction; PL/pgSQL keeps the plan for the
+-- session (bench/FINDINGS.md, "Flow control: concurrency keys").
+AS $$
+#variable_conflict error
+BEGIN
+  RETURN coalesce((SELECT min(l.per_key) FROM idemq.limits l
+                   WHERE l.per_key IS NOT NULL
+                     AND ((l.kind = 'queue' AND l.name = _per_key.queue) OR (l.kind = 'task' AND l.name = _per_key.task))),
+                  1);
+END;
+$$;
 
 COMMENT ON FUNCTION idemq._per_key(text, text) IS
   'How many jobs of one concurrency key may be admitted at once for a job of this queue and task: the lower per_key, else 1.';
@@ -886,39 +895,53 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_key text;
-  v_next record;
-  v_admitted bigint;
-  v_state idemq.job_state;
-  v_queues text[] := '{}';
+  v_keys text[];
+  v_picked bigint[];
+  v_moved int;
+  v_queues text[];
+  -- Without any per_key set (the usual case) K is 1 for every job: no
+  -- _per_key call per key.
+  v_per_key_set boolean := EXISTS (SELECT FROM idemq.limits l WHERE l.per_key IS NOT NULL);
 BEGIN
   PERFORM idemq._key_lock(keys);
-  FOR v_key IN SELECT DISTINCT k FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 LOOP
-    LOOP
-      SELECT w.id, w.queue, w.task INTO v_next
-      FROM idemq.jobs w
-      WHERE w.concurrency_key = v_key AND w.state = 'awaiting'
+  SELECT array_agg(DISTINCT k) INTO v_keys FROM unnest(keys) AS k WHERE k IS NOT NULL;
+  LOOP
+    -- One statement for every key (a complete_many of 100 jobs of 100 keys
+    -- promotes 100 jobs in one UPDATE, one trigger call): per key, its
+    -- admitted count and the K of its best waiting job, then that many of
+    -- the best waiting jobs. Started after the locks (see Concurrency).
+    SELECT array_agg(p.id) INTO v_picked
+    FROM unnest(v_keys) AS k(key)
+    CROSS JOIN LATERAL (
+      SELECT w.queue, w.task FROM idemq.jobs w
+      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
         AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
       ORDER BY w.priority DESC, w.run_at, w.id
-      LIMIT 1;
-      EXIT WHEN NOT FOUND;
-      SELECT count(*) INTO v_admitted
-      FROM idemq.jobs h
-      WHERE h.concurrency_key = v_key AND h.state IN ('enqueued', 'scheduled', 'processing');
-      EXIT WHEN v_admitted >= idemq._per_key(v_next.queue, v_next.task);
-      -- Re-judged on the row's newest version: a job cancelled or deleted
-      -- meanwhile is left alone, and the loop looks again.
+      LIMIT 1) AS head
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN v_per_key_set THEN idemq._per_key(head.queue, head.task) ELSE 1 END
+             - (SELECT count(*) FROM idemq.jobs h
+                WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS room) AS r
+    CROSS JOIN LATERAL (
+      SELECT w.id FROM idemq.jobs w
+      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
+        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
+      ORDER BY w.priority DESC, w.run_at, w.id
+      LIMIT greatest(r.room, 0)) AS p;
+    EXIT WHEN v_picked IS NULL;
+    -- Re-judged on each row's newest version: a job cancelled or deleted
+    -- meanwhile is left alone, and the keys are looked at again.
+    WITH moved AS (
       UPDATE idemq.jobs AS j SET state = idemq._initial_state(j.run_at)
-      WHERE j.id = v_next.id AND j.state = 'awaiting'
+      WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
         AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
-      RETURNING j.state INTO v_state;
-      IF v_state = 'enqueued' AND v_next.queue <> ALL (v_queues) THEN
-        v_queues := v_queues || v_next.queue;
-      END IF;
-      v_state := NULL;
-    END LOOP;
+      RETURNING j.queue, j.state
+    )
+    SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_moved, v_queues
+    FROM moved m;
+    PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
+    EXIT WHEN v_moved = cardinality(v_picked);
   END LOOP;
-  PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
 END;
 $$;
 
@@ -1321,9 +1344,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_limit int := idemq._per_key(_key_admits.queue, _key_admits.task);
+  v_limit int;
 BEGIN
-  PERFORM idemq._key_lock(ARRAY[_key_admits.key]);
+  -- _key_lock's lock for one key, taken here directly (a call less per enqueue).
+  PERFORM pg_advisory_xact_lock(1801812339, hashtext(_key_admits.key));
+  v_limit := idemq._per_key(_key_admits.queue, _key_admits.task);
   IF (SELECT count(*) FROM idemq.jobs h
       WHERE h.concurrency_key = _key_admits.key AND h.state IN ('enqueued', 'scheduled', 'processing')) >= v_limit THEN
     RETURN false;

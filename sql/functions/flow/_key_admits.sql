@@ -6,7 +6,7 @@
 -- _initial_state(run_at) when true, `awaiting` when false.
 --
 -- Guarantees:
---   * Takes the key's lock (_key_lock), kept until the transaction ends, so
+--   * Takes the key's lock (_key_lock's, for one key), kept until the transaction ends, so
 --     the answer holds until the job is inserted and committed.
 --   * True only when fewer than _per_key(queue, task) jobs of the key are
 --     admitted and none waits for it; jobs already waiting that the key has
@@ -22,9 +22,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_limit int := idemq._per_key(_key_admits.queue, _key_admits.task);
+  v_limit int;
 BEGIN
-  PERFORM idemq._key_lock(ARRAY[_key_admits.key]);
+  -- _key_lock's lock for one key, taken here directly (a call less per enqueue).
+  PERFORM pg_advisory_xact_lock(1801812339, hashtext(_key_admits.key));
+  v_limit := idemq._per_key(_key_admits.queue, _key_admits.task);
   IF (SELECT count(*) FROM idemq.jobs h
       WHERE h.concurrency_key = _key_admits.key AND h.state IN ('enqueued', 'scheduled', 'processing')) >= v_limit THEN
     RETURN false;

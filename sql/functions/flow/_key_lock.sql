@@ -22,12 +22,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
-DECLARE
-  v_hash int;
 BEGIN
-  FOR v_hash IN SELECT DISTINCT hashtext(k) FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 LOOP
-    PERFORM pg_advisory_xact_lock(1801812339, v_hash);
-  END LOOP;
+  -- One statement: the locks are taken as the sorted rows come (OFFSET 0
+  -- keeps the sort below the calls).
+  PERFORM pg_advisory_xact_lock(1801812339, s.h)
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 OFFSET 0) AS s;
 END;
 $$;
 

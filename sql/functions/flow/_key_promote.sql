@@ -1,21 +1,23 @@
 -- idemq._key_promote(keys text[]) RETURNS void
 --
 -- Admits waiting jobs of these concurrency keys while their keys have room:
--- for each key, the best job waiting for it (awaiting, no parent left in
+-- for each key, the best jobs waiting for it (awaiting, no parent left in
 -- job_dependencies; by priority desc, run_at, id: the order claim() takes
--- them in) becomes enqueued (or scheduled, _initial_state) as long as fewer
--- than its K (_per_key) jobs of the key are admitted (enqueued, scheduled
--- or processing). Called by the trigger function _count_jobs when admitted
+-- them in) become enqueued (or scheduled, _initial_state), as many as the
+-- key has room for: K (_per_key of the best waiting job's queue and task)
+-- less its admitted jobs (enqueued, scheduled or processing). Called by the trigger function _count_jobs when admitted
 -- jobs leave (finish or are deleted), by enqueue and _insert_jobs for new
 -- jobs, by _on_job_finished for children whose parents all succeeded, by
 -- retry and by set_limit (a raised per_key).
 --
 -- Guarantees:
 --   * Under the keys' locks (_key_lock) and in statements started after
---     them: at most K of a key are admitted once this returns, and none of
---     its jobs waits for it while it has room for the best of them (a job
---     whose own K is lower than the admitted count waits, and the jobs
---     behind it with it: the order holds).
+--     them: at most K of a key are admitted once this returns (K read for
+--     the key's best waiting job: jobs of one key in scopes with different
+--     per_key are admitted by the K of the one at the head), and none of its
+--     jobs waits for it while it has room.
+--   * Set-based: one SELECT and one UPDATE for all the keys (one trigger
+--     call), again only when a picked job changed meanwhile.
 --   * A promoted job runnable now wakes its queue's waiting consumers
 --     (_notify_waiting).
 --   * Costs a key with nothing waiting one probe of jobs_key_waiting.
@@ -34,39 +36,53 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_key text;
-  v_next record;
-  v_admitted bigint;
-  v_state idemq.job_state;
-  v_queues text[] := '{}';
+  v_keys text[];
+  v_picked bigint[];
+  v_moved int;
+  v_queues text[];
+  -- Without any per_key set (the usual case) K is 1 for every job: no
+  -- _per_key call per key.
+  v_per_key_set boolean := EXISTS (SELECT FROM idemq.limits l WHERE l.per_key IS NOT NULL);
 BEGIN
   PERFORM idemq._key_lock(keys);
-  FOR v_key IN SELECT DISTINCT k FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 LOOP
-    LOOP
-      SELECT w.id, w.queue, w.task INTO v_next
-      FROM idemq.jobs w
-      WHERE w.concurrency_key = v_key AND w.state = 'awaiting'
+  SELECT array_agg(DISTINCT k) INTO v_keys FROM unnest(keys) AS k WHERE k IS NOT NULL;
+  LOOP
+    -- One statement for every key (a complete_many of 100 jobs of 100 keys
+    -- promotes 100 jobs in one UPDATE, one trigger call): per key, its
+    -- admitted count and the K of its best waiting job, then that many of
+    -- the best waiting jobs. Started after the locks (see Concurrency).
+    SELECT array_agg(p.id) INTO v_picked
+    FROM unnest(v_keys) AS k(key)
+    CROSS JOIN LATERAL (
+      SELECT w.queue, w.task FROM idemq.jobs w
+      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
         AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
       ORDER BY w.priority DESC, w.run_at, w.id
-      LIMIT 1;
-      EXIT WHEN NOT FOUND;
-      SELECT count(*) INTO v_admitted
-      FROM idemq.jobs h
-      WHERE h.concurrency_key = v_key AND h.state IN ('enqueued', 'scheduled', 'processing');
-      EXIT WHEN v_admitted >= idemq._per_key(v_next.queue, v_next.task);
-      -- Re-judged on the row's newest version: a job cancelled or deleted
-      -- meanwhile is left alone, and the loop looks again.
+      LIMIT 1) AS head
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN v_per_key_set THEN idemq._per_key(head.queue, head.task) ELSE 1 END
+             - (SELECT count(*) FROM idemq.jobs h
+                WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS room) AS r
+    CROSS JOIN LATERAL (
+      SELECT w.id FROM idemq.jobs w
+      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
+        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
+      ORDER BY w.priority DESC, w.run_at, w.id
+      LIMIT greatest(r.room, 0)) AS p;
+    EXIT WHEN v_picked IS NULL;
+    -- Re-judged on each row's newest version: a job cancelled or deleted
+    -- meanwhile is left alone, and the keys are looked at again.
+    WITH moved AS (
       UPDATE idemq.jobs AS j SET state = idemq._initial_state(j.run_at)
-      WHERE j.id = v_next.id AND j.state = 'awaiting'
+      WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
         AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
-      RETURNING j.state INTO v_state;
-      IF v_state = 'enqueued' AND v_next.queue <> ALL (v_queues) THEN
-        v_queues := v_queues || v_next.queue;
-      END IF;
-      v_state := NULL;
-    END LOOP;
+      RETURNING j.queue, j.state
+    )
+    SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_moved, v_queues
+    FROM moved m;
+    PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
+    EXIT WHEN v_moved = cardinality(v_picked);
   END LOOP;
-  PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
 END;
 $$;
 

@@ -11,11 +11,21 @@
 -- Tests: test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq._per_key(queue text, task text)
 RETURNS int
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN coalesce((SELECT min(l.per_key) FROM idemq.limits l
-                 WHERE l.per_key IS NOT NULL
-                   AND ((l.kind = 'queue' AND l.name = _per_key.queue) OR (l.kind = 'task' AND l.name = _per_key.task))),
-                1);
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+-- PL/pgSQL, not SQL: its callers run once per transaction (an enqueue, a
+-- release), and a SQL function with a sub-SELECT is not inlined and was
+-- planned again in every transaction; PL/pgSQL keeps the plan for the
+-- session (bench/FINDINGS.md, "Flow control: concurrency keys").
+AS $$
+#variable_conflict error
+BEGIN
+  RETURN coalesce((SELECT min(l.per_key) FROM idemq.limits l
+                   WHERE l.per_key IS NOT NULL
+                     AND ((l.kind = 'queue' AND l.name = _per_key.queue) OR (l.kind = 'task' AND l.name = _per_key.task))),
+                  1);
+END;
+$$;
 
 COMMENT ON FUNCTION idemq._per_key(text, text) IS
   'How many jobs of one concurrency key may be admitted at once for a job of this queue and task: the lower per_key, else 1.';
