@@ -93,6 +93,31 @@ describe("one at a time per key (K = 1)", () => {
     expect(await claim(db.pool, { queues: [queue], batch_size: 10 })).toEqual([]);
   });
 
+  it("enqueue_many admits the batch's best job of a key (priority desc, run_at, id), and a duplicate of an idempotency key adds no job", async () => {
+    const queue = unique("batch");
+    const key = unique("k");
+    const rows = await enqueueMany(db.pool, [
+      { task: "test_task", queue, concurrency_key: key, priority: 0 },
+      { task: "test_task", queue, concurrency_key: key, priority: 9, idempotency_key: `${key}:idem` },
+      { task: "test_task", queue, concurrency_key: key, priority: 9, idempotency_key: `${key}:idem` },
+    ]);
+    expect(rows.map((r) => r.outcome)).toEqual(["created", "created", "deduplicated"]);
+    expect(await states(db.pool, [rows[0]!.job_id!, rows[1]!.job_id!])).toEqual({
+      [rows[0]!.job_id!]: "awaiting",
+      [rows[1]!.job_id!]: "enqueued",
+    });
+    expect(await count(db.pool, "SELECT 1 FROM idemq.jobs WHERE concurrency_key = $1", [key])).toBe(2);
+  });
+
+  it("a job admitted for later (run_at in the future) is scheduled and holds its key's place", async () => {
+    const queue = unique("later");
+    const key = unique("k");
+    const later = await keyed(queue, key, { run_at: new Date(Date.now() + 3_600_000) });
+    const now = await keyed(queue, key);
+    expect(await states(db.pool, [later, now])).toEqual({ [later]: "scheduled", [now]: "awaiting" });
+    expect(await claim(db.pool, { queues: [queue] })).toEqual([]);
+  });
+
   it("a key is the same key across queues and tasks; jobs without a key are not held back", async () => {
     const [q1, q2] = [unique("qa"), unique("qb")];
     const key = unique("shared");
