@@ -49,26 +49,25 @@ BEGIN
   LOOP
     -- One statement for every key (a complete_many of 100 jobs of 100 keys
     -- promotes 100 jobs in one UPDATE, one trigger call): per key, its
-    -- admitted count and the K of its best waiting job, then that many of
-    -- the best waiting jobs. Started after the locks (see Concurrency).
+    -- admitted count, then as many of its best waiting jobs as K leaves
+    -- room for. Started after the locks (see Concurrency).
     SELECT array_agg(p.id) INTO v_picked
     FROM unnest(v_keys) AS k(key)
     CROSS JOIN LATERAL (
-      SELECT w.queue, w.task FROM idemq.jobs w
-      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
-        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
-      ORDER BY w.priority DESC, w.run_at, w.id
-      LIMIT 1) AS head
-    CROSS JOIN LATERAL (
-      SELECT CASE WHEN v_per_key_set THEN idemq._per_key(head.queue, head.task) ELSE 1 END
-             - (SELECT count(*) FROM idemq.jobs h
-                WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS room) AS r
+      SELECT count(*) AS n FROM idemq.jobs h
+      WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS a
     CROSS JOIN LATERAL (
       SELECT w.id FROM idemq.jobs w
       WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
         AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
       ORDER BY w.priority DESC, w.run_at, w.id
-      LIMIT greatest(r.room, 0)) AS p;
+      -- K is 1 unless a per_key is set; then the K of the best waiting job.
+      LIMIT greatest(CASE WHEN NOT v_per_key_set THEN 1
+                          ELSE (SELECT idemq._per_key(b.queue, b.task) FROM idemq.jobs b
+                                WHERE b.concurrency_key = k.key AND b.state = 'awaiting'
+                                  AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = b.id)
+                                ORDER BY b.priority DESC, b.run_at, b.id
+                                LIMIT 1) END - a.n, 0)) AS p;
     EXIT WHEN v_picked IS NULL;
     -- Re-judged on each row's newest version: a job cancelled or deleted
     -- meanwhile is left alone, and the keys are looked at again.
