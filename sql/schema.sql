@@ -106,7 +106,9 @@ CREATE TYPE idemq.job_row AS (
 	result jsonb,
 	created_at timestamp with time zone,
 	finished_at timestamp with time zone,
-	expires_at timestamp with time zone
+	expires_at timestamp with time zone,
+	concurrency_key text,
+	waiting_for text
 );
 
 -- One job on its way through the enqueue pipeline (enqueue, enqueue_many):
@@ -129,7 +131,8 @@ CREATE TYPE idemq._planned_job AS (
 	expires_at timestamp with time zone,
 	after bigint[],
 	key_retention interval,
-	traceparent text
+	traceparent text,
+	concurrency_key text
 );
 
 -- The limits an enqueue checks, read as one value (the row of
@@ -175,6 +178,10 @@ CREATE TABLE idemq.jobs (
     -- The fencing token of claim(..., token => true); NULL on a job claimed
     -- without one, which then matches only a call without one (0.1.0 workers).
     lease_token uuid,
+    -- Flow control's concurrency key (enqueue's concurrency_key): at most K
+    -- jobs of one key are admitted (enqueued, scheduled or processing) at
+    -- once; the others wait in `awaiting` (docs/design.md, "Concurrency keys").
+    concurrency_key text,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -210,6 +217,10 @@ CREATE INDEX jobs_leases ON idemq.jobs USING btree (lease_expires_at) WHERE (sta
 CREATE INDEX jobs_deadlines ON idemq.jobs USING btree (expires_at) WHERE ((expires_at IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'awaiting'::idemq.job_state])));
 -- Children waiting for their parents.
 CREATE INDEX jobs_awaiting ON idemq.jobs USING btree (id) WHERE (state = 'awaiting'::idemq.job_state);
+-- Concurrency keys: the admitted jobs of a key (counted under the key's lock),
+-- and the jobs waiting for a place, in the order they are promoted.
+CREATE INDEX jobs_key_admitted ON idemq.jobs USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'processing'::idemq.job_state])));
+CREATE INDEX jobs_key_waiting ON idemq.jobs USING btree (concurrency_key, priority DESC, run_at, id) WHERE ((concurrency_key IS NOT NULL) AND (state = 'awaiting'::idemq.job_state));
 -- Retention and purge: finished jobs by state and age.
 CREATE INDEX jobs_by_finish ON idemq.jobs USING btree (state, finished_at) WHERE (finished_at IS NOT NULL);
 -- The dashboard's jobs with errors.

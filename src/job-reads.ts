@@ -7,7 +7,7 @@
 
 import { CLIENT_DEFAULTS, type JobState } from "./contract.ts";
 import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
-import { job as jobCall, runQuery, type JobRow, type Queryable } from "./sql/index.ts";
+import { job as jobCall, runQuery, type JobRow, type JobWaitingFor, type Queryable } from "./sql/index.ts";
 
 export interface Job {
   id: string;
@@ -47,6 +47,13 @@ export interface Job {
   createdAt: Date;
   finishedAt: Date | null;
   expiresAt: Date | null;
+  /** The job's concurrency key (flow control), null without one. */
+  concurrencyKey: string | null;
+  /**
+   * Why an awaiting job is not runnable: "parents" (a parent in `after` has not
+   * succeeded) or "concurrency_key" (K jobs of its key are admitted); null otherwise.
+   */
+  waitingFor: JobWaitingFor | null;
 }
 
 export interface ListJobsFilter {
@@ -64,7 +71,10 @@ export interface ListJobsFilter {
 /** The columns listJobs reads, named as idemq.job() returns them (JobRow). */
 const JOB_COLUMNS =
   "j.id AS job_id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.uncounted, j.max_attempts, " +
-  "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at";
+  "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at, " +
+  "j.concurrency_key, CASE WHEN j.state = 'awaiting' THEN CASE " +
+  "WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id) THEN 'parents' " +
+  "WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END END AS waiting_for";
 
 /** The lowest max_attempts fail() recorded (it records the limit each failed attempt counted against), else the job's. */
 function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
@@ -99,6 +109,8 @@ function toJob(r: JobRow): Job {
     createdAt: r.created_at,
     finishedAt: r.finished_at,
     expiresAt: r.expires_at,
+    concurrencyKey: r.concurrency_key ?? null,
+    waitingFor: r.waiting_for ?? null,
   };
 }
 

@@ -46,7 +46,9 @@ CREATE TYPE idemq.job_row AS (
   result jsonb,
   created_at timestamptz,
   finished_at timestamptz,
-  expires_at timestamptz
+  expires_at timestamptz,
+  concurrency_key text,
+  waiting_for text
 );
 
 -- The lease token: a random value claim(..., token => true) sets on each job
@@ -141,6 +143,10 @@ CREATE TABLE idemq.limit_starts (
 ) WITH (fillfactor = 50);
 
 COMMENT ON TABLE idemq.limit_starts IS 'The ring of each rate limit: rate rows, each the start time that used it last; a start needs a row older than per.';
+-- Concurrency keys (issue 26; docs/design.md, "Concurrency keys"): enqueue's
+-- new last field. The column idemq.jobs.concurrency_key and its indexes are
+-- added after the functions (the ALTER TABLE locks the jobs).
+ALTER TYPE idemq._planned_job ADD ATTRIBUTE concurrency_key text;
 -- ==== end hand-written ====
 
 -- ---- sql/functions/flow/_claim_capped.sql ----
@@ -387,35 +393,6 @@ $$;
 COMMENT ON FUNCTION idemq._claim_take(bigint[]) IS
   'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start.';
 
--- ---- sql/functions/enqueue/_enqueue_planned.sql ----
-CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
-RETURNS idemq._planned_job[]
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
--- Generic plans: with a custom plan (the first five calls of a session, and
--- after them whenever its estimate wins) each statement that reads the
--- jobs array took the whole array into its plan as a constant, copied it
--- and planned around it at every call, a cost per job of the array
--- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
--- enqueue_many, _parse_jobs and _insert_jobs are set the same way, for the
--- same reason.
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict error
-DECLARE
-  v_planned idemq._planned_job[] := CASE WHEN keyed THEN idemq._resolve_keys(jobs) ELSE jobs END;
-BEGIN
-  IF parents THEN
-    PERFORM idemq._lock_parents(v_planned);
-  END IF;
-  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
-  RETURN v_planned;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
-  'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';
-
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
 RETURNS text
@@ -470,10 +447,49 @@ RETURN CASE
   WHEN job.key_retention < interval '0' THEN 13
   WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN 14
   WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
+  WHEN job.concurrency_key = '' THEN 16
+  WHEN octet_length(job.concurrency_key) > limits.key_bytes THEN 17
 END;
 
 COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS
   'The number of the first value rule of enqueue a job breaks (NULL: none); _job_problem words it.';
+
+-- ---- sql/functions/enqueue/_key_leaders.sql ----
+CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+              duplicate_policy idemq.duplicate_policy, elements bigint, retention interval)
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements,
+         l.key_retention
+  FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,
+               count(*) OVER (PARTITION BY p.idempotency_key) AS elements, p.key_retention
+        FROM unnest(jobs) AS p
+        WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
+        ORDER BY p.idempotency_key, p.ordinal) l
+  ORDER BY l.idempotency_key;
+END;
+
+COMMENT ON FUNCTION idemq._key_leaders(idemq._planned_job[], boolean) IS
+  'The first undecided element of each idempotency key in a plan, in key order: the one that decides for the key.';
+
+-- ---- sql/functions/flow/_key_lock.sql ----
+CREATE OR REPLACE FUNCTION idemq._key_lock(keys text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  -- One statement: the locks are taken as the sorted rows come (OFFSET 0
+  -- keeps the sort below the calls).
+  PERFORM pg_advisory_xact_lock(1801812339, s.h)
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY 1 OFFSET 0) AS s;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._key_lock(text[]) IS
+  'Lock concurrency keys for the rest of the transaction (advisory, in hash order): admissions of a key are serialised.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
@@ -522,6 +538,28 @@ $$;
 
 COMMENT ON FUNCTION idemq._pairs_by_id(bigint[], int[], uuid[], text, text) IS
   'Check (job_id, attempt, lease_token) entries and sort them by id, each id once with its highest attempt, for width_bucket() lookups.';
+
+-- ---- sql/functions/flow/_per_key.sql ----
+CREATE OR REPLACE FUNCTION idemq._per_key(queue text, task text)
+RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+-- PL/pgSQL, not SQL: its callers run once per transaction (an enqueue, a
+-- release), and a SQL function with a sub-SELECT is not inlined and was
+-- planned again in every transaction; PL/pgSQL keeps the plan for the
+-- session (bench/FINDINGS.md, "Flow control: concurrency keys").
+AS $$
+#variable_conflict error
+BEGIN
+  RETURN coalesce((SELECT min(l.per_key) FROM idemq.limits l
+                   WHERE l.per_key IS NOT NULL
+                     AND ((l.kind = 'queue' AND l.name = _per_key.queue) OR (l.kind = 'task' AND l.name = _per_key.task))),
+                  1);
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._per_key(text, text) IS
+  'How many jobs of one concurrency key may be admitted at once for a job of this queue and task: the lower per_key, else 1.';
 
 -- ---- sql/functions/attempts/_raise_not_held.sql ----
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
@@ -716,66 +754,6 @@ $$;
 COMMENT ON FUNCTION idemq._tick(timestamptz) IS
   'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
 
--- ---- sql/functions/reads/_count_jobs.sql ----
-CREATE OR REPLACE FUNCTION idemq._count_jobs()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_ids bigint[];
-  v_attempts int[];
-BEGIN
-  -- Flow control: the concurrency slots of attempts that left processing
-  -- (or were deleted) are freed in this same statement's transaction, by
-  -- whoever moved them (_release_slots). Skipped, after one probe of an
-  -- empty partial index, while no slot is held.
-  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limit_slots s WHERE s.job_id IS NOT NULL) THEN
-    IF TG_OP = 'UPDATE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
-      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-      WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt);
-    ELSIF TG_OP = 'DELETE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
-      FROM old_jobs o
-      WHERE o.state = 'processing';
-    END IF;
-    IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
-      PERFORM idemq._release_slots(v_ids, v_attempts);
-    END IF;
-  END IF;
-  -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
-  -- complete_many, apply_retention) appends a row per group, not per job.
-  IF TG_OP = 'UPDATE' THEN
-    INSERT INTO idemq.job_counts (queue, task, state, n)
-    SELECT d.queue, d.task, d.state, sum(d.n)
-    FROM (SELECT o.queue, o.task, o.state, -1 AS n FROM old_jobs o
-          UNION ALL
-          SELECT w.queue, w.task, w.state, 1 FROM new_jobs w) d
-    GROUP BY d.queue, d.task, d.state
-    HAVING sum(d.n) <> 0;
-  ELSIF TG_OP = 'INSERT' THEN
-    INSERT INTO idemq.job_counts (queue, task, state, n)
-    SELECT w.queue, w.task, w.state, count(*)
-    FROM new_jobs w
-    GROUP BY w.queue, w.task, w.state;
-  ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO idemq.job_counts (queue, task, state, n)
-    SELECT o.queue, o.task, o.state, -count(*)
-    FROM old_jobs o
-    GROUP BY o.queue, o.task, o.state;
-  ELSE
-    -- TRUNCATE: no job is left in any state.
-    DELETE FROM idemq.job_counts;
-  END IF;
-  RETURN NULL;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._count_jobs() IS
-  'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
-
 -- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
@@ -908,6 +886,66 @@ $$;
 
 COMMENT ON FUNCTION idemq._grant_roles() IS
   'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
+
+-- ---- sql/functions/flow/_key_promote.sql ----
+CREATE OR REPLACE FUNCTION idemq._key_promote(keys text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_keys text[];
+  v_picked bigint[];
+  v_moved int;
+  v_queues text[];
+  -- Without any per_key set (the usual case) K is 1 for every job: no
+  -- _per_key call per key.
+  v_per_key_set boolean := EXISTS (SELECT FROM idemq.limits l WHERE l.per_key IS NOT NULL);
+BEGIN
+  PERFORM idemq._key_lock(keys);
+  SELECT array_agg(DISTINCT k) INTO v_keys FROM unnest(keys) AS k WHERE k IS NOT NULL;
+  LOOP
+    -- One statement for every key (a complete_many of 100 jobs of 100 keys
+    -- promotes 100 jobs in one UPDATE, one trigger call): per key, its
+    -- admitted count, then as many of its best waiting jobs as K leaves
+    -- room for. Started after the locks (see Concurrency).
+    SELECT array_agg(p.id) INTO v_picked
+    FROM unnest(v_keys) AS k(key)
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n FROM idemq.jobs h
+      WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS a
+    CROSS JOIN LATERAL (
+      SELECT w.id FROM idemq.jobs w
+      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
+        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
+      ORDER BY w.priority DESC, w.run_at, w.id
+      -- K is 1 unless a per_key is set; then the K of the best waiting job.
+      LIMIT greatest(CASE WHEN NOT v_per_key_set THEN 1
+                          ELSE (SELECT idemq._per_key(b.queue, b.task) FROM idemq.jobs b
+                                WHERE b.concurrency_key = k.key AND b.state = 'awaiting'
+                                  AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = b.id)
+                                ORDER BY b.priority DESC, b.run_at, b.id
+                                LIMIT 1) END - a.n, 0)) AS p;
+    EXIT WHEN v_picked IS NULL;
+    -- Re-judged on each row's newest version: a job cancelled or deleted
+    -- meanwhile is left alone, and the keys are looked at again.
+    WITH moved AS (
+      UPDATE idemq.jobs AS j SET state = idemq._initial_state(j.run_at)
+      WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
+        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+      RETURNING j.queue, j.state
+    )
+    SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_moved, v_queues
+    FROM moved m;
+    PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
+    EXIT WHEN v_moved = cardinality(v_picked);
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._key_promote(text[]) IS
+  'Admit the best waiting jobs of these concurrency keys while fewer than K of each are admitted; called where a key''s place frees or its jobs arrive.';
 
 -- ---- sql/functions/flow/_limit_scope.sql ----
 CREATE OR REPLACE FUNCTION idemq._limit_scope(operation text, queue text, task text, OUT kind text, OUT name text)
@@ -1081,6 +1119,159 @@ $$;
 COMMENT ON FUNCTION idemq._repair_slots(int) IS
   'Free at most batch_size concurrency slots whose holder is not processing at that attempt (a write the jobs trigger missed); called by apply_retention.';
 
+-- ---- sql/functions/reads/_count_jobs.sql ----
+CREATE OR REPLACE FUNCTION idemq._count_jobs()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_attempts int[];
+  v_keys text[];
+BEGIN
+  -- Flow control: the concurrency slots of attempts that left processing
+  -- (or were deleted) are freed in this same statement's transaction, by
+  -- whoever moved them (_release_slots). Skipped, after one probe of an
+  -- empty partial index, while no slot is held.
+  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limit_slots s WHERE s.job_id IS NOT NULL) THEN
+    IF TG_OP = 'UPDATE' THEN
+      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+      WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt);
+    ELSIF TG_OP = 'DELETE' THEN
+      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      FROM old_jobs o
+      WHERE o.state = 'processing';
+    END IF;
+    IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
+      PERFORM idemq._release_slots(v_ids, v_attempts);
+    END IF;
+  END IF;
+  -- Concurrency keys: a job of a key that leaves the admitted states
+  -- (finishes, or is deleted) makes room for the key's next waiting job,
+  -- in this same transaction (_key_promote, after the key's lock). A
+  -- statement without a keyed admitted job pays one scan of old_jobs.
+  IF TG_OP = 'UPDATE' THEN
+    IF EXISTS (SELECT FROM old_jobs o
+               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
+      SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
+      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+      WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
+        AND w.state NOT IN ('enqueued', 'scheduled', 'processing');
+    END IF;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
+    FROM old_jobs o
+    WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing');
+  END IF;
+  IF v_keys IS NOT NULL THEN
+    PERFORM idemq._key_promote(v_keys);
+  END IF;
+  -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
+  -- complete_many, apply_retention) appends a row per group, not per job.
+  IF TG_OP = 'UPDATE' THEN
+    INSERT INTO idemq.job_counts (queue, task, state, n)
+    SELECT d.queue, d.task, d.state, sum(d.n)
+    FROM (SELECT o.queue, o.task, o.state, -1 AS n FROM old_jobs o
+          UNION ALL
+          SELECT w.queue, w.task, w.state, 1 FROM new_jobs w) d
+    GROUP BY d.queue, d.task, d.state
+    HAVING sum(d.n) <> 0;
+  ELSIF TG_OP = 'INSERT' THEN
+    INSERT INTO idemq.job_counts (queue, task, state, n)
+    SELECT w.queue, w.task, w.state, count(*)
+    FROM new_jobs w
+    GROUP BY w.queue, w.task, w.state;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO idemq.job_counts (queue, task, state, n)
+    SELECT o.queue, o.task, o.state, -count(*)
+    FROM old_jobs o
+    GROUP BY o.queue, o.task, o.state;
+  ELSE
+    -- TRUNCATE: no job is left in any state.
+    DELETE FROM idemq.job_counts;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._count_jobs() IS
+  'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
+
+-- ---- sql/functions/enqueue/_insert_jobs.sql ----
+CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Generic plans, so the jobs array stays a parameter: see _enqueue_planned.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_notified bigint;
+BEGIN
+  WITH ins AS (
+    INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
+                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key)
+    SELECT p.job_id, p.task, p.queue, p.payload,
+           CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
+                  SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
+                THEN 'awaiting'::idemq.job_state
+                WHEN p.concurrency_key IS NOT NULL THEN 'awaiting'::idemq.job_state
+                ELSE idemq._initial_state(p.run_at) END,
+           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
+           p.concurrency_key
+    FROM unnest(jobs) p
+    WHERE p.outcome = 'created'
+    RETURNING j.queue, j.state
+  )
+  SELECT count(idemq._notify_waiting(q.queue)) INTO v_notified
+  FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q;
+
+  IF keyed THEN
+    INSERT INTO idemq.counters AS c (task, event, n)
+    SELECT p.task, p.outcome, count(*)
+    FROM unnest(jobs) p
+    WHERE p.outcome <> 'created'
+    GROUP BY 1, 2;
+  END IF;
+
+  IF parents THEN
+    INSERT INTO idemq.job_dependencies (parent_id, child_id)
+    SELECT DISTINCT pj.id, p.job_id
+    FROM unnest(jobs) p
+    JOIN idemq.jobs pj ON pj.id = ANY (p.after)
+    WHERE p.outcome = 'created' AND pj.state <> 'succeeded'
+      AND NOT EXISTS (SELECT 1 FROM idemq.jobs u
+                      WHERE u.id = ANY (p.after) AND u.state = ANY (idemq._unsuccessful_states()));
+
+    UPDATE idemq.jobs AS j
+    SET state = 'cancelled', finished_at = now(),
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+          'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
+          'message', format('parent job %s ended %s before this job could run', f.parent_id, f.parent_state)))
+    FROM (SELECT DISTINCT ON (p.job_id) p.job_id, pj.id AS parent_id, pj.state AS parent_state
+          FROM unnest(jobs) p
+          JOIN idemq.jobs pj ON pj.id = ANY (p.after)
+          WHERE p.outcome = 'created' AND pj.state = ANY (idemq._unsuccessful_states())
+          ORDER BY p.job_id, pj.id) f
+    WHERE j.id = f.job_id;
+  END IF;
+  -- Concurrency keys: the new jobs of each key wait; admit what fits. After the
+  -- continuations: a child waiting for parents has its job_dependencies rows
+  -- by now, and _key_promote leaves it alone.
+  IF EXISTS (SELECT FROM unnest(jobs) p WHERE p.outcome = 'created' AND p.concurrency_key IS NOT NULL) THEN
+    PERFORM idemq._key_promote(ARRAY(SELECT p.concurrency_key FROM unnest(jobs) p
+                                     WHERE p.outcome = 'created' AND p.concurrency_key IS NOT NULL));
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._insert_jobs(idemq._planned_job[], boolean, boolean) IS
+  'Write a plan''s created jobs (state, continuations), count the other outcomes, and notify waiting consumers.';
+
 -- ---- sql/functions/enqueue/_job_problem.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
@@ -1132,10 +1323,156 @@ RETURN CASE idemq._job_rule_broken(job, limits)
                  'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
           'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '
           'e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave traceparent out.']
+  WHEN 16 THEN
+    ARRAY['concurrency_key must be a non-empty string or null',
+          'Name what must not run twice at once, e.g. ''customer:42'', or leave concurrency_key out.']
+  WHEN 17 THEN
+    ARRAY[format('concurrency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
+                 octet_length(job.concurrency_key), limits.key_bytes, idemq._excerpt(job.concurrency_key)),
+          'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''customer:'' || md5(...).']
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
   'What is wrong with one job to enqueue, and the fix (NULL: nothing): the value rules of enqueue and enqueue_many, once.';
+
+-- ---- sql/functions/flow/_key_admits.sql ----
+CREATE OR REPLACE FUNCTION idemq._key_admits(key text, queue text, task text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_limit int;
+BEGIN
+  -- _key_lock's lock for one key, taken here directly (a call less per enqueue).
+  PERFORM pg_advisory_xact_lock(1801812339, hashtext(_key_admits.key));
+  v_limit := idemq._per_key(_key_admits.queue, _key_admits.task);
+  IF (SELECT count(*) FROM idemq.jobs h
+      WHERE h.concurrency_key = _key_admits.key AND h.state IN ('enqueued', 'scheduled', 'processing')) >= v_limit THEN
+    RETURN false;
+  END IF;
+  IF EXISTS (SELECT FROM idemq.jobs w
+             WHERE w.concurrency_key = _key_admits.key AND w.state = 'awaiting'
+               AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)) THEN
+    PERFORM idemq._key_promote(ARRAY[_key_admits.key]);
+    RETURN (SELECT count(*) FROM idemq.jobs h
+            WHERE h.concurrency_key = _key_admits.key AND h.state IN ('enqueued', 'scheduled', 'processing')) < v_limit
+       AND NOT EXISTS (SELECT FROM idemq.jobs w
+                       WHERE w.concurrency_key = _key_admits.key AND w.state = 'awaiting'
+                         AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id));
+  END IF;
+  RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._key_admits(text, text, text) IS
+  'Lock a concurrency key and say whether a new job of it is admitted at once (fewer than K admitted, none waiting).';
+
+-- ---- sql/functions/attempts/_on_job_finished.sql ----
+CREATE OR REPLACE FUNCTION idemq._on_job_finished()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_children bigint[];
+  v_queues text[];
+  v_keys text[];
+BEGIN
+  IF NEW.idempotency_key IS NOT NULL THEN
+    UPDATE idemq.keys AS k
+    SET finished_state = NEW.state, finished_at = NEW.finished_at
+    WHERE k.key = NEW.idempotency_key AND k.job_id = NEW.id;
+  END IF;
+
+  IF NEW.has_children THEN
+    WITH released AS (
+      DELETE FROM idemq.job_dependencies AS d
+      WHERE d.parent_id = NEW.id
+      RETURNING d.child_id
+    )
+    SELECT array_agg(r.child_id) INTO v_children FROM released r;
+    IF v_children IS NULL THEN
+      RETURN NULL;
+    END IF;
+    -- Lock the children (in id order) before looking at what else they wait
+    -- on, and look in statements of their own: each takes its snapshot after
+    -- the lock, so it sees what a concurrent parent's transaction committed.
+    -- Read in the statement that deletes the dependency rows, two parents
+    -- succeeding at once would each still see the other's row, and neither
+    -- would release the child.
+    PERFORM 1 FROM idemq.jobs j
+    WHERE j.id = ANY (v_children)
+    ORDER BY j.id
+    FOR NO KEY UPDATE;
+
+    IF NEW.state = 'succeeded' THEN
+      WITH moved AS (
+        UPDATE idemq.jobs AS j
+        SET state = idemq._initial_state(j.run_at)
+        WHERE j.id = ANY (v_children)
+          AND j.state = 'awaiting'
+          AND j.concurrency_key IS NULL
+          AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+        RETURNING j.queue, j.state
+      )
+      SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
+      PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
+      -- A child with a concurrency key stays awaiting, now for its key, and
+      -- is admitted when the key has room (_key_promote).
+      SELECT array_agg(DISTINCT j.concurrency_key) INTO v_keys
+      FROM idemq.jobs j
+      WHERE j.id = ANY (v_children) AND j.state = 'awaiting' AND j.concurrency_key IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id);
+      IF v_keys IS NOT NULL THEN
+        PERFORM idemq._key_promote(v_keys);
+      END IF;
+    ELSE
+      UPDATE idemq.jobs AS j
+      SET state = 'cancelled', finished_at = now(),
+          errors = idemq._append_error(j.errors, jsonb_build_object(
+            'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
+            'message', format('parent job %s ended %s before this job could run', NEW.id, NEW.state)))
+      WHERE j.id = ANY (v_children) AND j.state = 'awaiting';
+    END IF;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._on_job_finished() IS
+  'Trigger: on a job entering a terminal state, finish its key in the ledger and release or cancel its children.';
+
+-- ---- sql/functions/enqueue/_enqueue_planned.sql ----
+CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
+RETURNS idemq._planned_job[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Generic plans: with a custom plan (the first five calls of a session, and
+-- after them whenever its estimate wins) each statement that reads the
+-- jobs array took the whole array into its plan as a constant, copied it
+-- and planned around it at every call, a cost per job of the array
+-- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
+-- enqueue_many, _parse_jobs and _insert_jobs are set the same way, for the
+-- same reason.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_planned idemq._planned_job[] := CASE WHEN keyed THEN idemq._resolve_keys(jobs) ELSE jobs END;
+BEGIN
+  IF parents THEN
+    PERFORM idemq._lock_parents(v_planned);
+  END IF;
+  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
+  RETURN v_planned;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
+  'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';
 
 -- ---- sql/functions/enqueue/_parse_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
@@ -1236,7 +1573,8 @@ BEGIN
                CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
                     THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
                coalesce(d.key_retention::interval, v_key_retention),
-               d.traceparent
+               d.traceparent,
+               d.concurrency_key
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -1280,13 +1618,17 @@ BEGIN
           WHEN r.traceparent IS NOT NULL AND jsonb_typeof(r.v->'traceparent') <> 'string' THEN
             format('traceparent must be a string (a W3C traceparent) or null, not %s',
                    idemq._excerpt((r.v->'traceparent')::text))
+          WHEN r.concurrency_key IS NOT NULL AND jsonb_typeof(r.v->'concurrency_key') <> 'string' THEN
+            format('concurrency_key must be a string or null, not %s',
+                   idemq._excerpt((r.v->'concurrency_key')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(v_jobs),
                       jsonb_to_recordset(v_jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb, key_retention text, traceparent text)) WITH ORDINALITY
+                        expires_at text, after jsonb, key_retention text, traceparent text,
+                        concurrency_key text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, traceparent, ord)
+                backoff, expires_at, after, key_retention, traceparent, concurrency_key, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
@@ -2052,6 +2394,8 @@ $$;
 COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int, uuid) IS
   'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.enqueue;
 -- ---- sql/functions/enqueue/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
@@ -2066,7 +2410,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   expires_at timestamptz DEFAULT NULL,
   after bigint[] DEFAULT NULL,
   key_retention interval DEFAULT '14 days',
-  traceparent text DEFAULT NULL)
+  traceparent text DEFAULT NULL,
+  concurrency_key text DEFAULT NULL)
 RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -2111,6 +2456,7 @@ BEGIN
   v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
   v_job.key_retention := enqueue.key_retention;
   v_job.traceparent := enqueue.traceparent;
+  v_job.concurrency_key := enqueue.concurrency_key;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
   -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
@@ -2145,11 +2491,16 @@ BEGIN
       RETURNING k.job_id INTO v_key_job;
     END IF;
     IF v_job.idempotency_key IS NULL OR v_key_job IS NOT NULL THEN
-      v_state := idemq._initial_state(v_job.run_at);
+      -- A concurrency key: admitted at once, or waiting for its key
+      -- (_key_admits takes the key's lock until commit).
+      v_state := CASE WHEN v_job.concurrency_key IS NULL
+                        OR idemq._key_admits(v_job.concurrency_key, v_job.queue, v_job.task)
+                      THEN idemq._initial_state(v_job.run_at) ELSE 'awaiting' END;
       INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                   idempotency_key, backoff, expires_at, traceparent)
+                                   idempotency_key, backoff, expires_at, traceparent, concurrency_key)
       VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
-              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent);
+              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent,
+              v_job.concurrency_key);
       IF v_state = 'enqueued' THEN
         PERFORM idemq._notify_waiting(v_job.queue);
       END IF;
@@ -2187,7 +2538,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
@@ -2394,7 +2745,11 @@ BEGIN
   SELECT j.id, j.task, j.queue, CASE WHEN v_payloads THEN j.payload END, j.state, j.priority,
          j.run_at, j.attempt, j.uncounted, j.max_attempts, j.idempotency_key, j.locked_by,
          j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
-         j.expires_at
+         j.expires_at, j.concurrency_key,
+         CASE WHEN j.state = 'awaiting' THEN
+           CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id) THEN 'parents'
+                WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
+         END
   FROM idemq.jobs j
   WHERE j.id = job.job_id;
 END;
@@ -2578,7 +2933,10 @@ AS $$
 DECLARE
   v_job idemq.jobs;
   v_holder record;
+  v_state idemq.job_state;
 BEGIN
+  -- The concurrency key never changes: read it unlocked, lock the key first.
+  PERFORM idemq._key_lock(ARRAY(SELECT j.concurrency_key FROM idemq.jobs j WHERE j.id = retry.job_id));
   v_job := idemq._lock_job(retry.job_id, 'retry');
   IF v_job.state <> ALL (idemq._unsuccessful_states()) THEN
     RAISE EXCEPTION USING ERRCODE = 'IQ412',
@@ -2608,14 +2966,23 @@ BEGIN
           finished_state = NULL, finished_at = NULL;
   END IF;
 
+  IF v_job.concurrency_key IS NOT NULL THEN
+    -- Parents it no longer waits for (the override) must not hold it.
+    DELETE FROM idemq.job_dependencies AS d WHERE d.child_id = v_job.id;
+  END IF;
   UPDATE idemq.jobs AS j
-  SET state = 'enqueued', run_at = now(), finished_at = NULL, uncounted = j.attempt,
+  SET state = CASE WHEN j.concurrency_key IS NULL THEN 'enqueued' ELSE 'awaiting' END::idemq.job_state, run_at = now(), finished_at = NULL, uncounted = j.attempt,
       errors = idemq._append_error(j.errors, jsonb_build_object(
         'attempt', j.attempt, 'class', 'Retried',
         'message', format('retried by an operator after the job was %s', j.state),
         'previous_state', j.state, 'finished_at', j.finished_at, 'retried_at', now())),
       expires_at = CASE WHEN j.state = 'expired' OR j.expires_at <= now() THEN NULL ELSE j.expires_at END
   WHERE j.id = v_job.id;
+  IF v_job.concurrency_key IS NOT NULL THEN
+    PERFORM idemq._key_promote(ARRAY[v_job.concurrency_key]);
+    SELECT j.state INTO v_state FROM idemq.jobs j WHERE j.id = v_job.id;
+    RETURN v_state;
+  END IF;
   PERFORM idemq._notify_waiting(v_job.queue);
   RETURN 'enqueued';
 END;
@@ -2855,6 +3222,13 @@ BEGIN
   SET concurrency = v_row.concurrency, slot_rows = v_row.slot_rows, rate = v_row.rate, per = v_row.per,
       per_key = coalesce(set_limit.per_key, l.per_key), updated_at = now()
   WHERE l.id = v_row.id;
+  -- A raised per_key: the scope's keys with jobs waiting get their room now.
+  IF set_limit.per_key > 1 THEN
+    PERFORM idemq._key_promote(ARRAY(
+      SELECT DISTINCT w.concurrency_key FROM idemq.jobs w
+      WHERE w.concurrency_key IS NOT NULL AND w.state = 'awaiting'
+        AND CASE v_kind WHEN 'queue' THEN w.queue ELSE w.task END = v_name));
+  END IF;
 END;
 $$;
 
@@ -2938,9 +3312,13 @@ REVOKE EXECUTE ON FUNCTION idemq._claim_gate FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._count_jobs FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._job_counts FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._key_promote FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._release_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
@@ -2974,4 +3352,9 @@ SELECT j.queue, j.task, j.state, count(*) FROM idemq.jobs j GROUP BY j.queue, j.
 -- nothing), held until the commit, which follows at once. The functions
 -- above that read the column are PL/pgSQL, resolved when they run.
 ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
+-- Concurrency keys: the column and its two partial indexes (empty until a
+-- job names a key, so they build at once).
+ALTER TABLE idemq.jobs ADD COLUMN concurrency_key text;
+CREATE INDEX jobs_key_admitted ON idemq.jobs USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'processing'::idemq.job_state])));
+CREATE INDEX jobs_key_waiting ON idemq.jobs USING btree (concurrency_key, priority DESC, run_at, id) WHERE ((concurrency_key IS NOT NULL) AND (state = 'awaiting'::idemq.job_state));
 -- ==== end hand-written ====

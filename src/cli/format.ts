@@ -63,7 +63,8 @@ export function jobRow(job: Job, now = Date.now()): string[] {
         : `done ${relative(job.finishedAt, now)}`;
   return [
     job.id,
-    job.state,
+    // An awaiting job waits for its parents, or (said here) for its concurrency key.
+    job.waitingFor === "concurrency_key" ? "awaiting (key)" : job.state,
     truncate(job.queue, 24),
     truncate(job.task, 32),
     `${job.countedAttempts}/${job.attemptLimit}`,
@@ -229,6 +230,10 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
     `  state      ${job.state}${job.finishedAt ? ` since ${instant(job.finishedAt)}` : ""}`,
     `  attempts   ${attemptsText(job)}`,
     `  key        ${printable(job.idempotencyKey ?? "-")}`,
+    ...(job.concurrencyKey === null ? [] : [`  conc. key  ${printable(job.concurrencyKey)}`]),
+    ...(job.waitingFor === null
+      ? []
+      : [`  waiting    for ${job.waitingFor === "parents" ? "its parents (after)" : "a place of its concurrency key"}`]),
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
   ];

@@ -45,6 +45,13 @@ export interface EnqueueOptions {
    * when given, else of the active context; leave it out.
    */
   traceparent?: string | undefined;
+  /**
+   * Flow control: jobs with the same key run at most K at a time (K = 1 unless the
+   * queue's or task's `perKey` limit says more), in the order they would otherwise be
+   * claimed; a job beyond them waits in `awaiting` (job().waitingFor "concurrency_key").
+   * Non-empty, at most key_bytes bytes. E.g. the customer id.
+   */
+  concurrencyKey?: string | undefined;
 }
 
 export interface EnqueueResult {
@@ -89,6 +96,7 @@ export async function enqueueTraced(
     after: optionalJobIds(opts.after, "after"),
     key_retention: interval(opts.keyRetention),
     traceparent: text(opts.traceparent, "traceparent"),
+    concurrency_key: text(opts.concurrencyKey, "concurrencyKey"),
   });
   const row = rows[0]!;
   return { jobId: row.job_id, deduplicated: row.deduplicated, jobTraceparent: row.job_traceparent };
@@ -143,6 +151,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
       after: optionalJobIds(job.after, `${what}.after`)?.map((id) => marker + id),
       key_retention: interval(job.keyRetention),
       traceparent: text(job.traceparent, `${what}.traceparent`),
+      concurrency_key: text(job.concurrencyKey, `${what}.concurrencyKey`),
     };
     return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
   });

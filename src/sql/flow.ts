@@ -18,7 +18,7 @@ export interface LimitSettings {
   /** At most `rate` starts (claims, retries included) per `per` (at least a second); give both. */
   rate?: number | undefined;
   per?: Duration | undefined;
-  /** Stored for concurrency keys (a later release): at most this many running per key. */
+  /** K of the concurrency keys (enqueue's concurrencyKey): at most this many jobs of one key admitted at once (default 1). */
   perKey?: number | undefined;
 }
 

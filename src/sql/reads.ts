@@ -26,7 +26,14 @@ export interface JobRow {
   created_at: Date;
   finished_at: Date | null;
   expires_at: Date | null;
+  /** enqueue's concurrency_key (flow control), null without one. */
+  concurrency_key: string | null;
+  /** Why an awaiting job is not runnable: "parents" or "concurrency_key"; null in other states. */
+  waiting_for: JobWaitingFor | null;
 }
+
+/** What an awaiting job waits for (idemq.job()'s waiting_for). */
+export type JobWaitingFor = "parents" | "concurrency_key";
 
 /** One job's state and outcome (idemq.job(), which every idemq role may call); undefined when there is no such job. */
 export async function job(db: Queryable, jobId: JobIdInput): Promise<JobRow | undefined> {

@@ -125,6 +125,31 @@ describe("idemq jobs (list)", () => {
     expect(sub.code).toBe(EXIT.USAGE);
     expect(errorLines(sub)).toEqual([expect.stringContaining("unknown command 'jobs frobnicate'; use jobs show, retry, cancel or reschedule")]);
   });
+
+  it("tells a job waiting for its concurrency key from one waiting for its parents, in the table, --json and jobs show", async () => {
+    const queue = unique("cli-keys");
+    const key = unique("customer");
+    const parent = (await enqueue(db.pool, { queue: unique("cli-parents") })).job_id;
+    const admitted = (await enqueue(db.pool, { queue, concurrency_key: key })).job_id;
+    const keyed = (await enqueue(db.pool, { queue, concurrency_key: key })).job_id;
+    const child = (await enqueue(db.pool, { queue, after: [parent] })).job_id;
+    const table = await jobs(["--queue", queue]);
+    expect(table.code).toBe(EXIT.OK);
+    const rowOf = (id: string): string => table.stdout.split("\n").find((line) => line.trimStart().startsWith(`${id} `)) ?? "";
+    expect(rowOf(keyed)).toMatch(/awaiting \(key\)/);
+    expect(rowOf(child)).toMatch(/ awaiting /);
+    expect(rowOf(child)).not.toMatch(/\(key\)/);
+    expect(rowOf(admitted)).toMatch(/ enqueued /);
+    const listed = JSON.parse((await jobs(["--queue", queue, "--json"])).stdout).jobs as { id: string; waitingFor: string | null; concurrencyKey: string | null }[];
+    expect(listed.map((j) => [j.id, j.waitingFor, j.concurrencyKey])).toEqual([
+      [child, "parents", null],
+      [keyed, "concurrency_key", key],
+      [admitted, null, key],
+    ]);
+    const shown = await jobs(["show", keyed]);
+    expect(shown.stdout).toMatch(/waiting +for a place of its concurrency key/);
+    expect(shown.stdout).toContain(key);
+  });
 });
 
 describe("idemq jobs show", () => {

@@ -61,6 +61,7 @@ const ENQUEUE_CASTS: Record<string, string> = {
   after: "bigint[]",
   key_retention: "interval",
   traceparent: "text",
+  concurrency_key: "text",
 };
 
 /** idemq.enqueue's arguments; any of them may be a Sql expression. */
@@ -80,6 +81,7 @@ export interface EnqueueArgs {
   after?: (string | number)[] | Sql;
   key_retention?: string | Sql;
   traceparent?: string | Sql;
+  concurrency_key?: string | Sql;
 }
 
 export interface Enqueued {

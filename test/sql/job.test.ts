@@ -22,7 +22,7 @@ const fx = { payload: { email: "ada@example.com", token: "secret" }, done: "", f
 const COLUMNS = [
   "job_id", "task", "queue", "payload", "state", "priority", "run_at", "attempt", "uncounted", "max_attempts",
   "idempotency_key", "locked_by", "locked_at", "lease_expires_at", "errors", "result", "created_at", "finished_at",
-  "expires_at",
+  "expires_at", "concurrency_key", "waiting_for",
 ];
 
 beforeAll(async () => {
@@ -49,7 +49,11 @@ describe("idemq.job", () => {
   it("returns the job's row of idemq.job_row: every column, equal to the stored job's", async () => {
     const { rows, fields } = await db.pool.query("SELECT * FROM idemq.job(job_id => $1)", [fx.done]);
     expect(fields.map((f) => f.name)).toEqual(COLUMNS);
-    const stored = await db.pool.query(`SELECT ${COLUMNS.map((c) => (c === "job_id" ? "id AS job_id" : c)).join(", ")} FROM idemq.jobs WHERE id = $1`, [fx.done]);
+    // waiting_for is derived (NULL for a finished job), not a column of idemq.jobs.
+    const stored = await db.pool.query(
+      `SELECT ${COLUMNS.map((c) => (c === "job_id" ? "id AS job_id" : c === "waiting_for" ? "NULL::text AS waiting_for" : c)).join(", ")} FROM idemq.jobs WHERE id = $1`,
+      [fx.done],
+    );
     expect(rows).toEqual(stored.rows);
     expect(rows[0]).toMatchObject({
       job_id: fx.done,

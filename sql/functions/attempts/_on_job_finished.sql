@@ -9,7 +9,9 @@
 --     finished_at, so the duplicate policy applies from now on.
 --   * Children waiting on this job (after): when it succeeded, each child whose
 --     parents have all succeeded becomes runnable (enqueued, or scheduled if
---     its run_at is later) and waiting workers are notified; when it failed, was
+--     its run_at is later) and waiting workers are notified, or, with a
+--     concurrency key, goes on awaiting its key and is admitted when the key
+--     has room (_key_promote); when it failed, was
 --     cancelled or expired, its awaiting children are cancelled with the
 --     reason in their errors (and theirs in turn, through this trigger).
 --     Their other dependency rows stay until those parents finish; they
@@ -19,7 +21,8 @@
 --   child finishing at once serialise on the child and the later one sees the
 --   earlier one's outcome (the child is released once, or stays cancelled).
 -- Errors: none of its own.
--- Tests: test/sql/continuations.test.ts, test/sql/enqueue-policies.test.ts
+-- Tests: test/sql/continuations.test.ts, test/sql/enqueue-policies.test.ts,
+--   test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq._on_job_finished()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -29,6 +32,7 @@ AS $$
 DECLARE
   v_children bigint[];
   v_queues text[];
+  v_keys text[];
 BEGIN
   IF NEW.idempotency_key IS NOT NULL THEN
     UPDATE idemq.keys AS k
@@ -63,11 +67,21 @@ BEGIN
         SET state = idemq._initial_state(j.run_at)
         WHERE j.id = ANY (v_children)
           AND j.state = 'awaiting'
+          AND j.concurrency_key IS NULL
           AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id)
         RETURNING j.queue, j.state
       )
       SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
       PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
+      -- A child with a concurrency key stays awaiting, now for its key, and
+      -- is admitted when the key has room (_key_promote).
+      SELECT array_agg(DISTINCT j.concurrency_key) INTO v_keys
+      FROM idemq.jobs j
+      WHERE j.id = ANY (v_children) AND j.state = 'awaiting' AND j.concurrency_key IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id);
+      IF v_keys IS NOT NULL THEN
+        PERFORM idemq._key_promote(v_keys);
+      END IF;
     ELSE
       UPDATE idemq.jobs AS j
       SET state = 'cancelled', finished_at = now(),

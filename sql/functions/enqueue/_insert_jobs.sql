@@ -12,6 +12,9 @@
 --     once, through an UPDATE so the key ledger and grandchildren follow, with
 --     the reason in its errors. An awaiting child records what it waits on
 --     in job_dependencies.
+--   * A created job with a concurrency key and no parent waiting starts
+--     `awaiting` too, and _key_promote then admits the best of each key's
+--     waiting jobs up to its room (docs/design.md, "Concurrency keys").
 --   * Outcomes other than created are counted per task for stats().
 --   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable
 --     now, when a session waits for it (_notify_waiting).
@@ -20,7 +23,7 @@
 -- Concurrency: plain inserts; see _notify_waiting for its advisory locks.
 -- Errors: none of its own.
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
---   test/sql/continuations.test.ts, test/sql/wake-up.test.ts
+--   test/sql/continuations.test.ts, test/sql/wake-up.test.ts, test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -34,13 +37,15 @@ DECLARE
 BEGIN
   WITH ins AS (
     INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                 idempotency_key, backoff, expires_at, traceparent)
+                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key)
     SELECT p.job_id, p.task, p.queue, p.payload,
            CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
                 THEN 'awaiting'::idemq.job_state
+                WHEN p.concurrency_key IS NOT NULL THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
-           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent
+           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
+           p.concurrency_key
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state
@@ -76,6 +81,13 @@ BEGIN
           WHERE p.outcome = 'created' AND pj.state = ANY (idemq._unsuccessful_states())
           ORDER BY p.job_id, pj.id) f
     WHERE j.id = f.job_id;
+  END IF;
+  -- Concurrency keys: the new jobs of each key wait; admit what fits. After the
+  -- continuations: a child waiting for parents has its job_dependencies rows
+  -- by now, and _key_promote leaves it alone.
+  IF EXISTS (SELECT FROM unnest(jobs) p WHERE p.outcome = 'created' AND p.concurrency_key IS NOT NULL) THEN
+    PERFORM idemq._key_promote(ARRAY(SELECT p.concurrency_key FROM unnest(jobs) p
+                                     WHERE p.outcome = 'created' AND p.concurrency_key IS NOT NULL));
   END IF;
 END;
 $$;

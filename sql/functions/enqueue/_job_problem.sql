@@ -28,7 +28,7 @@
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
---   test/sql/limits.test.ts, test/sql/traceparent.test.ts
+--   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -79,6 +79,13 @@ RETURN CASE idemq._job_rule_broken(job, limits)
                  'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
           'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '
           'e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave traceparent out.']
+  WHEN 16 THEN
+    ARRAY['concurrency_key must be a non-empty string or null',
+          'Name what must not run twice at once, e.g. ''customer:42'', or leave concurrency_key out.']
+  WHEN 17 THEN
+    ARRAY[format('concurrency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
+                 octet_length(job.concurrency_key), limits.key_bytes, idemq._excerpt(job.concurrency_key)),
+          'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''customer:'' || md5(...).']
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS

@@ -33,7 +33,7 @@ BEGIN ATOMIC
          l.key_retention
   FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,
                count(*) OVER (PARTITION BY p.idempotency_key) AS elements, p.key_retention
-        FROM unnest(jobs) p
+        FROM unnest(jobs) AS p
         WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
         ORDER BY p.idempotency_key, p.ordinal) l
   ORDER BY l.idempotency_key;

@@ -39,7 +39,8 @@
 --   jobs_per_call elements, or an element is wrong (_raise_bad_job:
 --   "jobs[N] ..." with a HINT naming element N); messages quote excerpts
 --   of the input only (_excerpt).
--- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts, test/sql/limits.test.ts
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts, test/sql/limits.test.ts,
+--   test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq._parse_jobs(jobs jsonb, OUT planned idemq._planned_job[], OUT keyed boolean,
                                              OUT parents boolean)
 LANGUAGE plpgsql VOLATILE
@@ -138,7 +139,8 @@ BEGIN
                CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
                     THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
                coalesce(d.key_retention::interval, v_key_retention),
-               d.traceparent
+               d.traceparent,
+               d.concurrency_key
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -182,13 +184,17 @@ BEGIN
           WHEN r.traceparent IS NOT NULL AND jsonb_typeof(r.v->'traceparent') <> 'string' THEN
             format('traceparent must be a string (a W3C traceparent) or null, not %s',
                    idemq._excerpt((r.v->'traceparent')::text))
+          WHEN r.concurrency_key IS NOT NULL AND jsonb_typeof(r.v->'concurrency_key') <> 'string' THEN
+            format('concurrency_key must be a string or null, not %s',
+                   idemq._excerpt((r.v->'concurrency_key')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(v_jobs),
                       jsonb_to_recordset(v_jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb, key_retention text, traceparent text)) WITH ORDINALITY
+                        expires_at text, after jsonb, key_retention text, traceparent text,
+                        concurrency_key text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, traceparent, ord)
+                backoff, expires_at, after, key_retention, traceparent, concurrency_key, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN

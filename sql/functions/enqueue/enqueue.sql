@@ -3,7 +3,8 @@
 --   idempotency_key text DEFAULT NULL,
 --   duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
 --   backoff jsonb DEFAULT NULL, expires_at timestamptz DEFAULT NULL, after bigint[] DEFAULT NULL,
---   key_retention interval DEFAULT '14 days', traceparent text DEFAULT NULL)
+--   key_retention interval DEFAULT '14 days', traceparent text DEFAULT NULL,
+--   concurrency_key text DEFAULT NULL)
 --   RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 --
 -- Adds a job, or returns the active job that already holds its idempotency key.
@@ -29,6 +30,13 @@
 --     _is_traceparent), stored on a new job and handed to its worker by
 --     claim(), which continues the trace. A duplicate stores nothing: the job
 --     keeps the context of the enqueue that created it.
+--   * concurrency_key: at most K jobs of the key are admitted (enqueued,
+--     scheduled or processing) at once, K the lower per_key of the job's
+--     queue and task (set_limit), else 1; a job beyond them waits in
+--     `awaiting` (job() says waiting_for 'concurrency_key') and is admitted
+--     when an admitted job of the key finishes (_key_promote), the best
+--     first (priority desc, run_at, id). A job with parents waits for them
+--     first, then for its key. docs/design.md, "Concurrency keys".
 --   * job_traceparent: the trace context stored on the job returned: the
 --     caller's own for a new job; for a duplicate (deduplicated = true) the
 --     existing job's (NULL when it has none), so the duplicate's enqueue span
@@ -39,8 +47,9 @@
 -- Errors: 22004 a required argument is NULL; 22023 bad argument (empty task,
 --   payload not an object, max_attempts < 1, malformed backoff, a queue name
 --   over 1000 characters, run_at infinite, traceparent not a W3C
---   traceparent...) or over a limit of
---   idemq.settings (task_bytes, payload_bytes, key_bytes, parents_per_job:
+--   traceparent..., an empty concurrency_key) or over a limit of
+--   idemq.settings (task_bytes, payload_bytes, key_bytes for the idempotency
+--   and the concurrency key, parents_per_job:
 --   _enqueue_limits, read once per call);
 --   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"};
 --   the message quotes the key through _excerpt, escaped, DETAIL has it whole);
@@ -48,7 +57,8 @@
 --   (DETAIL {"key","existing_job_id"}); IQ404 a parent in `after` does not exist.
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-policies.test.ts,
 --   test/sql/enqueue-concurrency.test.ts, test/sql/continuations.test.ts,
---   test/sql/bad-input.test.ts, test/sql/limits.test.ts, test/sql/traceparent.test.ts
+--   test/sql/bad-input.test.ts, test/sql/limits.test.ts, test/sql/traceparent.test.ts,
+--   test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
   payload jsonb DEFAULT '{}',
@@ -62,7 +72,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   expires_at timestamptz DEFAULT NULL,
   after bigint[] DEFAULT NULL,
   key_retention interval DEFAULT '14 days',
-  traceparent text DEFAULT NULL)
+  traceparent text DEFAULT NULL,
+  concurrency_key text DEFAULT NULL)
 RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -107,6 +118,7 @@ BEGIN
   v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
   v_job.key_retention := enqueue.key_retention;
   v_job.traceparent := enqueue.traceparent;
+  v_job.concurrency_key := enqueue.concurrency_key;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
   -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
@@ -141,11 +153,16 @@ BEGIN
       RETURNING k.job_id INTO v_key_job;
     END IF;
     IF v_job.idempotency_key IS NULL OR v_key_job IS NOT NULL THEN
-      v_state := idemq._initial_state(v_job.run_at);
+      -- A concurrency key: admitted at once, or waiting for its key
+      -- (_key_admits takes the key's lock until commit).
+      v_state := CASE WHEN v_job.concurrency_key IS NULL
+                        OR idemq._key_admits(v_job.concurrency_key, v_job.queue, v_job.task)
+                      THEN idemq._initial_state(v_job.run_at) ELSE 'awaiting' END;
       INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                   idempotency_key, backoff, expires_at, traceparent)
+                                   idempotency_key, backoff, expires_at, traceparent, concurrency_key)
       VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
-              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent);
+              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent,
+              v_job.concurrency_key);
       IF v_state = 'enqueued' THEN
         PERFORM idemq._notify_waiting(v_job.queue);
       END IF;
@@ -183,5 +200,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';

@@ -3,8 +3,9 @@
 --
 -- Sets the flow control of one queue or one task (exactly one of the two):
 -- at most concurrency of its jobs processing at once, at most rate starts
--- (claims, retries included) per period per, and per_key (stored for the
--- concurrency keys of a later release). claim() obeys it for every caller.
+-- (claims, retries included) per period per, and per_key (K: at most K jobs
+-- of one concurrency key admitted at once, enqueue's concurrency_key).
+-- claim() obeys it for every caller.
 --
 -- Guarantees:
 --   * A field left NULL is not given: an existing limit keeps it, so
@@ -29,6 +30,10 @@
 --     rate limit counts the starts made after it is set; a changed per
 --     applies to every row (a window holding only starts made before the
 --     change was judged by the old per).
+--   * per_key (docs/design.md, "Concurrency keys"): raised, the jobs of the
+--     scope waiting for their keys are admitted as far as the new K allows
+--     (_key_promote), before this returns; lowered, admitted jobs run on,
+--     and no job of the key is admitted until fewer than K are.
 -- Concurrency: locks the scope's slot and start rows (in order) and then its
 --   limits row: concurrent set_limit, clear_limit and slot releases of the
 --   scope wait, claims skip the locked rows. A call that gives concurrency
@@ -38,7 +43,8 @@
 --   (_limit_scope), no limit given, concurrency or per_key outside 1..10000,
 --   rate outside 1..100000, rate without per or per without rate, per under
 --   one second or over duration_days (idemq._limit).
--- Tests: test/sql/flow-control.test.ts, test/sql/flow-control-concurrency.test.ts
+-- Tests: test/sql/flow-control.test.ts, test/sql/flow-control-concurrency.test.ts,
+--   test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq.set_limit(queue text DEFAULT NULL, task text DEFAULT NULL, concurrency int DEFAULT NULL,
                                            rate int DEFAULT NULL, per interval DEFAULT NULL, per_key int DEFAULT NULL)
 RETURNS void
@@ -179,6 +185,13 @@ BEGIN
   SET concurrency = v_row.concurrency, slot_rows = v_row.slot_rows, rate = v_row.rate, per = v_row.per,
       per_key = coalesce(set_limit.per_key, l.per_key), updated_at = now()
   WHERE l.id = v_row.id;
+  -- A raised per_key: the scope's keys with jobs waiting get their room now.
+  IF set_limit.per_key > 1 THEN
+    PERFORM idemq._key_promote(ARRAY(
+      SELECT DISTINCT w.concurrency_key FROM idemq.jobs w
+      WHERE w.concurrency_key IS NOT NULL AND w.state = 'awaiting'
+        AND CASE v_kind WHEN 'queue' THEN w.queue ELSE w.task END = v_name));
+  END IF;
 END;
 $$;
 

@@ -4,8 +4,10 @@
 -- STATEMENT, with the statement's rows as the transition tables old_jobs and
 -- new_jobs; and AFTER TRUNCATE): keeps idemq.job_counts, the number of jobs
 -- per (queue, task, state) that stats() and overview() read instead of
--- counting the jobs table; and frees the flow-control slots of attempts that
--- leave processing (_release_slots).
+-- counting the jobs table; frees the flow-control slots of attempts that
+-- leave processing (_release_slots); and admits the next waiting jobs of
+-- concurrency keys whose admitted jobs finished or were deleted
+-- (_key_promote).
 --
 -- Guarantees:
 --   * After every statement that inserts, updates or deletes jobs, whoever
@@ -33,7 +35,8 @@
 --   upgrade's lock and goes on with its old body, would stay uncounted for
 --   good.
 -- Errors: none of its own.
--- Tests: test/sql/job-counts.test.ts, test/contract/state-machine-code.test.ts
+-- Tests: test/sql/job-counts.test.ts, test/contract/state-machine-code.test.ts,
+--   test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts
 CREATE OR REPLACE FUNCTION idemq._count_jobs()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -43,6 +46,7 @@ AS $$
 DECLARE
   v_ids bigint[];
   v_attempts int[];
+  v_keys text[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
   -- (or were deleted) are freed in this same statement's transaction, by
@@ -61,6 +65,26 @@ BEGIN
     IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
       PERFORM idemq._release_slots(v_ids, v_attempts);
     END IF;
+  END IF;
+  -- Concurrency keys: a job of a key that leaves the admitted states
+  -- (finishes, or is deleted) makes room for the key's next waiting job,
+  -- in this same transaction (_key_promote, after the key's lock). A
+  -- statement without a keyed admitted job pays one scan of old_jobs.
+  IF TG_OP = 'UPDATE' THEN
+    IF EXISTS (SELECT FROM old_jobs o
+               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
+      SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
+      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+      WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
+        AND w.state NOT IN ('enqueued', 'scheduled', 'processing');
+    END IF;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
+    FROM old_jobs o
+    WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing');
+  END IF;
+  IF v_keys IS NOT NULL THEN
+    PERFORM idemq._key_promote(v_keys);
   END IF;
   -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
   -- complete_many, apply_retention) appends a row per group, not per job.

@@ -7,8 +7,13 @@
 --   * Returns one row of idemq.job_row (job_id, task, queue, payload, state,
 --     priority, run_at, attempt, uncounted, max_attempts, idempotency_key,
 --     locked_by, locked_at, lease_expires_at, errors, result, created_at,
---     finished_at, expires_at), or no row when the job does not exist (never
---     enqueued, or deleted by retention or purge).
+--     finished_at, expires_at, concurrency_key, waiting_for), or no row when
+--     the job does not exist (never enqueued, or deleted by retention or
+--     purge).
+--   * waiting_for says why an awaiting job is not runnable: 'parents' while
+--     a parent in its `after` has not succeeded, 'concurrency_key' while it
+--     waits for a place of its concurrency key (docs/design.md, "Concurrency
+--     keys"); NULL in every other state.
 --   * errors is the job's error history as fail(), rescue() and retry()
 --     record it (the latest error_history entries; the last one is the
 --     latest error), result what complete() stored (NULL otherwise).
@@ -27,11 +32,11 @@
 --   * Never the job's lease_token: that is the holding attempt's alone
 --     (claim() hands it out once), the part of the fencing token another
 --     worker cannot guess.
---   * One primary-key probe.
+--   * One primary-key probe (and one of job_dependencies for an awaiting job).
 -- Concurrency: a plain read (no lock): the job as committed when the
 --   statement began.
 -- Errors: 22004 job_id NULL.
--- Tests: test/sql/job.test.ts, test/sql/roles.test.ts
+-- Tests: test/sql/job.test.ts, test/sql/roles.test.ts, test/sql/concurrency-keys.test.ts
 CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
 RETURNS SETOF idemq.job_row
 LANGUAGE plpgsql STABLE
@@ -55,7 +60,11 @@ BEGIN
   SELECT j.id, j.task, j.queue, CASE WHEN v_payloads THEN j.payload END, j.state, j.priority,
          j.run_at, j.attempt, j.uncounted, j.max_attempts, j.idempotency_key, j.locked_by,
          j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
-         j.expires_at
+         j.expires_at, j.concurrency_key,
+         CASE WHEN j.state = 'awaiting' THEN
+           CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id) THEN 'parents'
+                WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
+         END
   FROM idemq.jobs j
   WHERE j.id = job.job_id;
 END;

@@ -76,7 +76,7 @@ A job obeys its queue's limits and its task's.`,
       .option("--concurrency <n>", "at most N of its jobs processing at once, across all workers and SQL consumers", integerParser("--concurrency", 1))
       .option("--rate <n>", "at most N starts (claims, retries included) per --per", integerParser("--rate", 1))
       .addOption(new Option("--per <duration>", "the period of --rate, at least 1s (e.g. 1s, 1m, 1h)").argParser(parseDuration))
-      .option("--per-key <n>", "at most N running per concurrency key (stored for concurrency keys)", integerParser("--per-key", 1)),
+      .option("--per-key <n>", "at most N jobs of one concurrency key admitted at once (default 1)", integerParser("--per-key", 1)),
   ).action(
     action(async (_options: SetOptions, cmd: Command) => {
       const options = cmd.optsWithGlobals<SetOptions>();

@@ -1,0 +1,89 @@
+-- idemq._key_promote(keys text[]) RETURNS void
+--
+-- Admits waiting jobs of these concurrency keys while their keys have room:
+-- for each key, the best jobs waiting for it (awaiting, no parent left in
+-- job_dependencies; by priority desc, run_at, id: the order claim() takes
+-- them in) become enqueued (or scheduled, _initial_state), as many as the
+-- key has room for: K (_per_key of the best waiting job's queue and task)
+-- less its admitted jobs (enqueued, scheduled or processing). Called by the trigger function _count_jobs when admitted
+-- jobs leave (finish or are deleted), by enqueue and _insert_jobs for new
+-- jobs, by _on_job_finished for children whose parents all succeeded, by
+-- retry and by set_limit (a raised per_key).
+--
+-- Guarantees:
+--   * Under the keys' locks (_key_lock) and in statements started after
+--     them: at most K of a key are admitted once this returns (K read for
+--     the key's best waiting job: jobs of one key in scopes with different
+--     per_key are admitted by the K of the one at the head), and none of its
+--     jobs waits for it while it has room.
+--   * Set-based: one SELECT and one UPDATE for all the keys (one trigger
+--     call), again only when a picked job changed meanwhile.
+--   * A promoted job runnable now wakes its queue's waiting consumers
+--     (_notify_waiting).
+--   * Costs a key with nothing waiting one probe of jobs_key_waiting.
+-- Concurrency: the count is exact because every admission of a key holds
+--   its lock, and every release (_count_jobs) takes it after the released
+--   job left: a release that commits after this one's count promotes after
+--   this transaction ends; one counted as still admitted only delays. The
+--   promoted row is updated only if still awaiting without parents (read on
+--   its newest version), so a concurrent cancel is never undone.
+-- Errors: none.
+-- Tests: test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts
+CREATE OR REPLACE FUNCTION idemq._key_promote(keys text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_keys text[];
+  v_picked bigint[];
+  v_moved int;
+  v_queues text[];
+  -- Without any per_key set (the usual case) K is 1 for every job: no
+  -- _per_key call per key.
+  v_per_key_set boolean := EXISTS (SELECT FROM idemq.limits l WHERE l.per_key IS NOT NULL);
+BEGIN
+  PERFORM idemq._key_lock(keys);
+  SELECT array_agg(DISTINCT k) INTO v_keys FROM unnest(keys) AS k WHERE k IS NOT NULL;
+  LOOP
+    -- One statement for every key (a complete_many of 100 jobs of 100 keys
+    -- promotes 100 jobs in one UPDATE, one trigger call): per key, its
+    -- admitted count, then as many of its best waiting jobs as K leaves
+    -- room for. Started after the locks (see Concurrency).
+    SELECT array_agg(p.id) INTO v_picked
+    FROM unnest(v_keys) AS k(key)
+    CROSS JOIN LATERAL (
+      SELECT count(*) AS n FROM idemq.jobs h
+      WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS a
+    CROSS JOIN LATERAL (
+      SELECT w.id FROM idemq.jobs w
+      WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
+        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
+      ORDER BY w.priority DESC, w.run_at, w.id
+      -- K is 1 unless a per_key is set; then the K of the best waiting job.
+      LIMIT greatest(CASE WHEN NOT v_per_key_set THEN 1
+                          ELSE (SELECT idemq._per_key(b.queue, b.task) FROM idemq.jobs b
+                                WHERE b.concurrency_key = k.key AND b.state = 'awaiting'
+                                  AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = b.id)
+                                ORDER BY b.priority DESC, b.run_at, b.id
+                                LIMIT 1) END - a.n, 0)) AS p;
+    EXIT WHEN v_picked IS NULL;
+    -- Re-judged on each row's newest version: a job cancelled or deleted
+    -- meanwhile is left alone, and the keys are looked at again.
+    WITH moved AS (
+      UPDATE idemq.jobs AS j SET state = idemq._initial_state(j.run_at)
+      WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
+        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+      RETURNING j.queue, j.state
+    )
+    SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_moved, v_queues
+    FROM moved m;
+    PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
+    EXIT WHEN v_moved = cardinality(v_picked);
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._key_promote(text[]) IS
+  'Admit the best waiting jobs of these concurrency keys while fewer than K of each are admitted; called where a key''s place frees or its jobs arrive.';
