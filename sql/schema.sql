@@ -404,6 +404,7 @@ CREATE TABLE idemq.limits (
     per interval,
     per_key integer,
     paused boolean DEFAULT false NOT NULL,
+    held_until timestamp with time zone,
     slot_rows integer DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT limits_scope UNIQUE (kind, name),
@@ -414,10 +415,10 @@ CREATE TABLE idemq.limits (
     CONSTRAINT limits_rate_has_per CHECK (((rate IS NULL) = (per IS NULL))),
     CONSTRAINT limits_per_key_range CHECK (((per_key >= 1) AND (per_key <= 10000))),
     CONSTRAINT limits_slot_rows CHECK (((slot_rows >= 0) AND ((concurrency IS NOT NULL) OR (slot_rows = 0)))),
-    CONSTRAINT limits_not_empty CHECK ((paused OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
+    CONSTRAINT limits_not_empty CHECK ((paused OR (held_until IS NOT NULL) OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
 );
 
-COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume only.';
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume, hold only.';
 
 -- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
 -- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE

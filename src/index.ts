@@ -40,6 +40,7 @@ export {
   KeyReuseError,
   LeaseLostError,
   PermanentError,
+  RateLimitedError,
   SchemaMissingError,
 } from "./errors.ts";
 
@@ -84,6 +85,7 @@ export type {
   StatsRow,
 } from "./sql/index.ts";
 export type { Job, ListJobsFilter } from "./job-reads.ts";
+export type { RateLimitScope } from "./errors.ts";
 
 // Prometheus metrics (prom-client, an optional peer dependency, loaded only when used).
 export { collectDatabaseMetrics, collectWorkerMetrics, MetricsUnavailableError, serveMetrics } from "./metrics/index.ts";

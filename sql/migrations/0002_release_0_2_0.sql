@@ -96,6 +96,7 @@ CREATE TABLE idemq.limits (
     per interval,
     per_key integer,
     paused boolean DEFAULT false NOT NULL,
+    held_until timestamp with time zone,
     slot_rows integer DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT limits_scope UNIQUE (kind, name),
@@ -106,10 +107,10 @@ CREATE TABLE idemq.limits (
     CONSTRAINT limits_rate_has_per CHECK (((rate IS NULL) = (per IS NULL))),
     CONSTRAINT limits_per_key_range CHECK (((per_key >= 1) AND (per_key <= 10000))),
     CONSTRAINT limits_slot_rows CHECK (((slot_rows >= 0) AND ((concurrency IS NOT NULL) OR (slot_rows = 0)))),
-    CONSTRAINT limits_not_empty CHECK ((paused OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
+    CONSTRAINT limits_not_empty CHECK ((paused OR (held_until IS NOT NULL) OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
 );
 
-COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume only.';
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume, hold only.';
 
 -- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
 -- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE
@@ -195,7 +196,7 @@ AS $$
 BEGIN
   WITH scopes AS MATERIALIZED (
     SELECT l.kind, l.name,
-           CASE WHEN l.paused THEN 0 ELSE
+           CASE WHEN l.paused OR l.held_until > now() THEN 0 ELSE
              least(_claim_gate.batch_size,
                    CASE WHEN l.concurrency IS NOT NULL THEN
                      (SELECT count(*) FROM (SELECT FROM idemq.limit_slots s
@@ -796,7 +797,7 @@ DECLARE
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
-  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits'];
@@ -1511,7 +1512,10 @@ BEGIN
   -- idemq.limits, this one read is all a claim pays. The table's ACCESS
   -- SHARE lock, held to the end of the transaction, is what a set_limit
   -- giving a concurrency waits for.
-  v_limited := EXISTS (SELECT FROM idemq.limits);
+  -- A row holding nothing but a hold that has passed (hold()) does not count.
+  v_limited := EXISTS (SELECT FROM idemq.limits l
+                       WHERE NOT (l.held_until <= now() AND NOT l.paused AND l.concurrency IS NULL
+                                  AND l.rate IS NULL AND l.per_key IS NULL));
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
@@ -1753,7 +1757,7 @@ BEGIN
   END IF;
   DELETE FROM idemq.limit_slots s WHERE s.limit_id = v_id;
   DELETE FROM idemq.limit_starts r WHERE r.limit_id = v_id;
-  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused;
+  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused AND NOT coalesce(l.held_until > now(), false);
   IF FOUND THEN
     RETURN true;
   END IF;
@@ -1765,7 +1769,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.clear_limit(text, text) IS
-  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause stays. True when there was one.';
+  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause or a hold stays. True when there was one.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete;
@@ -2300,6 +2304,70 @@ $$;
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
   'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
 
+-- ---- sql/functions/flow/hold.sql ----
+CREATE OR REPLACE FUNCTION idemq.hold(job_id bigint, attempt int, scope text, until timestamptz,
+                                      lease_token uuid DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_queue text;
+  v_task text;
+  v_held timestamptz;
+BEGIN
+  IF hold.job_id IS NULL OR hold.attempt IS NULL OR hold.scope IS NULL OR hold.until IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('hold: %s must not be NULL',
+                       CASE WHEN hold.job_id IS NULL THEN 'job_id' WHEN hold.attempt IS NULL THEN 'attempt'
+                            WHEN hold.scope IS NULL THEN 'scope' ELSE 'until' END),
+      HINT = 'Pass the held job''s job_id and attempt (and lease_token), the scope (''queue'' or ''task'') and when the API accepts calls again.';
+  END IF;
+  IF hold.scope NOT IN ('queue', 'task') THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('hold: scope must be ''queue'' or ''task'', not %s', idemq._excerpt(hold.scope)),
+      HINT = 'Hold the job''s queue (every task sharing the API) or its task; a concurrency key is not a scope of hold yet.';
+  END IF;
+  PERFORM idemq._check_instant('hold', 'until', hold.until);
+  IF hold.until > now() + make_interval(days => idemq._limit('duration_days')::int) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('hold: until must be at most %s days ahead (duration_days), not %s',
+                       idemq._limit('duration_days'), hold.until),
+      HINT = 'A Retry-After that far ahead is likely a parsing error; hold for the API''s real window, or pause() the queue.';
+  END IF;
+  UPDATE idemq.jobs AS j
+  SET state = 'scheduled', run_at = hold.until, uncounted = j.uncounted + 1,
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = hold.job_id AND j.attempt = hold.attempt
+    AND j.lease_token IS NOT DISTINCT FROM hold.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.queue, j.task INTO v_queue, v_task;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(hold.job_id, hold.attempt, 'hold');
+  END IF;
+  IF hold.until <= now() THEN
+    PERFORM idemq._notify_waiting(v_queue);
+    RETURN hold.until;
+  END IF;
+  -- Rows that held nothing but a hold now past (claim ignores them; this
+  -- keeps the table as small as the limits set).
+  DELETE FROM idemq.limits l
+  WHERE l.held_until <= now() AND NOT l.paused
+    AND l.concurrency IS NULL AND l.rate IS NULL AND l.per_key IS NULL;
+  INSERT INTO idemq.limits AS l (kind, name, held_until)
+  VALUES (hold.scope, CASE WHEN hold.scope = 'queue' THEN v_queue ELSE v_task END, hold.until)
+  ON CONFLICT ON CONSTRAINT limits_scope DO UPDATE
+    SET held_until = greatest(l.held_until, hold.until), updated_at = now()
+  RETURNING l.held_until INTO v_held;
+  RETURN v_held;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.hold(bigint, int, text, timestamptz, uuid) IS
+  'Back-pressure (a 429): snooze the held job to until without spending an attempt, and hold back its queue or task from every claim until then.';
+
 -- ---- sql/functions/reads/job.sql ----
 CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
 RETURNS SETOF idemq.job_row
@@ -2336,6 +2404,7 @@ COMMENT ON FUNCTION idemq.job(bigint) IS
 -- ---- sql/functions/flow/limits.sql ----
 CREATE OR REPLACE FUNCTION idemq.limits()
 RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval, per_key int, paused boolean,
+              held_until timestamptz,
               running int, started int, updated_at timestamptz)
 LANGUAGE sql STABLE
 SECURITY DEFINER
@@ -2343,6 +2412,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT CASE WHEN l.kind = 'queue' THEN l.name END, CASE WHEN l.kind = 'task' THEN l.name END,
          l.concurrency, l.rate, l.per, l.per_key, l.paused,
+         CASE WHEN l.held_until > now() THEN l.held_until END,
          CASE WHEN l.concurrency IS NOT NULL THEN
            (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
          CASE WHEN l.rate IS NOT NULL THEN
@@ -2353,7 +2423,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION idemq.limits() IS
-  'Every queue and task with a limit or a pause: its limits, paused, and its use now (slots held, starts in the last period).';
+  'Every queue and task with a limit, a pause or a hold: its limits, paused, and its use now (slots held, starts in the last period).';
 
 -- ---- sql/functions/reads/overview.sql ----
 CREATE OR REPLACE FUNCTION idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000)
@@ -2483,19 +2553,19 @@ DECLARE
 BEGIN
   SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('resume', resume.queue, resume.task) s;
   DELETE FROM idemq.limits l
-  WHERE l.kind = v_kind AND l.name = v_name AND l.paused
+  WHERE l.kind = v_kind AND l.name = v_name AND (l.paused OR l.held_until > now())
     AND l.concurrency IS NULL AND l.rate IS NULL AND l.per_key IS NULL;
   IF FOUND THEN
     RETURN true;
   END IF;
-  UPDATE idemq.limits l SET paused = false, updated_at = now()
-  WHERE l.kind = v_kind AND l.name = v_name AND l.paused;
+  UPDATE idemq.limits l SET paused = false, held_until = NULL, updated_at = now()
+  WHERE l.kind = v_kind AND l.name = v_name AND (l.paused OR l.held_until > now());
   RETURN FOUND;
 END;
 $$;
 
 COMMENT ON FUNCTION idemq.resume(text, text) IS
-  'End the pause of one queue or task: claims hand out its jobs again, within its limits. True when it was paused.';
+  'End the pause (and a hold) of one queue or task: claims hand out its jobs again, within its limits. True when it was paused.';
 
 -- ---- sql/functions/admin/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)

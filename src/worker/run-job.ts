@@ -22,7 +22,7 @@
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
 import { toMilliseconds } from "../duration.ts";
-import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
+import { EffectClaimLostError, LeaseLostError, PermanentError, RateLimitedError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
@@ -260,6 +260,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
     return snoozeJob(state, held);
   }
+  if (error instanceof RateLimitedError) return holdJob(state, held, error);
   const task = held.task;
   const permanent = isPermanent(task, error);
   const retryable = !permanent;
@@ -389,6 +390,35 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
     const error = asLost(caught);
     if (error instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(error));
     state.report(`snooze of job ${held.job.id}`, error);
+  } finally {
+    state.held.remove(held);
+  }
+}
+
+/**
+ * The handler threw RateLimitedError (its API said 429 with a Retry-After):
+ * hold() holds back the job's queue or task from every claim until then and
+ * snoozes the job to that time, its attempt not spent. A transactional
+ * attempt's writes rolled back first, as for any error.
+ */
+async function holdJob(state: WorkerState, held: HeldJob, error: RateLimitedError): Promise<void> {
+  const delay = `${error.retryAfterMs}ms`;
+  try {
+    const until = await sql.hold(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, error.scope, delay);
+    held.trace?.end("snoozed");
+    const name = error.scope === "queue" ? held.job.queue : held.job.task;
+    state.emit("job:snoozed", {
+      ...jobEvent(state, held),
+      durationMs: durationOf(held),
+      delay,
+      held: { scope: error.scope, name, until },
+    });
+    state.wakeAt(Date.now() + error.retryAfterMs);
+  } catch (caught) {
+    const lost = asLost(caught);
+    if (lost instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(lost));
+    held.trace?.end("retry", error); // not recorded: rescue() hands the job back when its lease runs out
+    state.report(`hold of job ${held.job.id}`, lost);
   } finally {
     state.held.remove(held);
   }

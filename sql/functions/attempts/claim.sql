@@ -135,7 +135,10 @@ BEGIN
   -- idemq.limits, this one read is all a claim pays. The table's ACCESS
   -- SHARE lock, held to the end of the transaction, is what a set_limit
   -- giving a concurrency waits for.
-  v_limited := EXISTS (SELECT FROM idemq.limits);
+  -- A row holding nothing but a hold that has passed (hold()) does not count.
+  v_limited := EXISTS (SELECT FROM idemq.limits l
+                       WHERE NOT (l.held_until <= now() AND NOT l.paused AND l.concurrency IS NULL
+                                  AND l.rate IS NULL AND l.per_key IS NULL));
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
