@@ -82,7 +82,8 @@ CREATE TYPE idemq.claimed_job AS (
 	reclaimed boolean,
 	traceparent text,
 	lease_token uuid,
-	job_id bigint
+	job_id bigint,
+	timeout interval
 );
 
 -- What job() returns: a type, not RETURNS TABLE, because a TABLE column may
@@ -129,7 +130,8 @@ CREATE TYPE idemq._planned_job AS (
 	expires_at timestamp with time zone,
 	after bigint[],
 	key_retention interval,
-	traceparent text
+	traceparent text,
+	timeout interval
 );
 
 -- The limits an enqueue checks, read as one value (the row of
@@ -175,6 +177,9 @@ CREATE TABLE idemq.jobs (
     -- The fencing token of claim(..., token => true); NULL on a job claimed
     -- without one, which then matches only a call without one (0.1.0 workers).
     lease_token uuid,
+    -- How long one attempt may run (enqueue(..., timeout)); NULL: no limit.
+    -- claim() and heartbeat() never set a lease past locked_at + timeout.
+    timeout interval,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -199,6 +204,8 @@ ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_attempt_in_range CHECK (((0 <= uncounted) AND (uncounted <= attempt) AND (attempt <= (max_attempts + uncounted)))) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_finished_iff_terminal CHECK (((state = ANY ('{succeeded,failed,expired,cancelled}'::idemq.job_state[])) = (finished_at IS NOT NULL))) NOT VALID;
+ALTER TABLE idemq.jobs
+    ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_traceparent_w3c CHECK ((traceparent ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
 

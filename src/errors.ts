@@ -217,6 +217,26 @@ export class PermanentError extends Error {
   }
 }
 
+/**
+ * An attempt ran past its time limit (the task's `timeout`, or the job's
+ * from enqueue): the worker aborts ctx.signal with it and fails the attempt
+ * with it, which the retry policy then treats like any failure.
+ */
+export class TimeoutError extends Error {
+  readonly jobId: string;
+  readonly attempt: number;
+  /** The limit, in ms. */
+  readonly limitMs: number;
+
+  constructor(jobId: string, task: string, attempt: number, limitMs: number) {
+    super(`job ${jobId} (${task}, attempt ${attempt}) ran past its time limit of ${limitMs} ms; the attempt fails and is retried by the task's policy`);
+    this.name = "TimeoutError";
+    this.jobId = jobId;
+    this.attempt = attempt;
+    this.limitMs = limitMs;
+  }
+}
+
 /** What a RateLimitedError holds back: the job's queue (every task calling the API) or its task. */
 export type RateLimitScope = "queue" | "task";
 

@@ -42,6 +42,7 @@ export {
   PermanentError,
   RateLimitedError,
   SchemaMissingError,
+  TimeoutError,
 } from "./errors.ts";
 
 export {

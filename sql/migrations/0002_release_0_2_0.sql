@@ -63,6 +63,10 @@ CREATE TYPE idemq.job_row AS (
 -- stays where it is (deprecated, the same value) and job_id is appended, as
 -- a release appends columns (docs/design.md, "Migrations and releases").
 ALTER TYPE idemq.claimed_job ADD ATTRIBUTE lease_token uuid, ADD ATTRIBUTE job_id bigint;
+-- A job's time limit (enqueue(..., timeout)), handed to its worker by claim(),
+-- and carried through the enqueue pipeline like enqueue()'s other fields.
+ALTER TYPE idemq.claimed_job ADD ATTRIBUTE timeout interval;
+ALTER TYPE idemq._planned_job ADD ATTRIBUTE timeout interval;
 
 -- Job counts per (queue, task, state), for stats() and overview(): rows the
 -- trigger function _count_jobs appends (its triggers come after the
@@ -388,35 +392,6 @@ $$;
 COMMENT ON FUNCTION idemq._claim_take(bigint[]) IS
   'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start.';
 
--- ---- sql/functions/enqueue/_enqueue_planned.sql ----
-CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
-RETURNS idemq._planned_job[]
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
--- Generic plans: with a custom plan (the first five calls of a session, and
--- after them whenever its estimate wins) each statement that reads the
--- jobs array took the whole array into its plan as a constant, copied it
--- and planned around it at every call, a cost per job of the array
--- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
--- enqueue_many, _parse_jobs and _insert_jobs are set the same way, for the
--- same reason.
-SET plan_cache_mode = force_generic_plan
-AS $$
-#variable_conflict error
-DECLARE
-  v_planned idemq._planned_job[] := CASE WHEN keyed THEN idemq._resolve_keys(jobs) ELSE jobs END;
-BEGIN
-  IF parents THEN
-    PERFORM idemq._lock_parents(v_planned);
-  END IF;
-  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
-  RETURN v_planned;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
-  'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';
-
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
 RETURNS text
@@ -432,6 +407,70 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
+
+-- ---- sql/functions/enqueue/_insert_jobs.sql ----
+CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Generic plans, so the jobs array stays a parameter: see _enqueue_planned.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_notified bigint;
+BEGIN
+  WITH ins AS (
+    INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
+                                 idempotency_key, backoff, expires_at, traceparent, timeout)
+    SELECT p.job_id, p.task, p.queue, p.payload,
+           CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
+                  SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
+                THEN 'awaiting'::idemq.job_state
+                ELSE idemq._initial_state(p.run_at) END,
+           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
+           p.timeout
+    FROM unnest(jobs) p
+    WHERE p.outcome = 'created'
+    RETURNING j.queue, j.state
+  )
+  SELECT count(idemq._notify_waiting(q.queue)) INTO v_notified
+  FROM (SELECT DISTINCT i.queue FROM ins i WHERE i.state = 'enqueued') q;
+
+  IF keyed THEN
+    INSERT INTO idemq.counters AS c (task, event, n)
+    SELECT p.task, p.outcome, count(*)
+    FROM unnest(jobs) p
+    WHERE p.outcome <> 'created'
+    GROUP BY 1, 2;
+  END IF;
+
+  IF parents THEN
+    INSERT INTO idemq.job_dependencies (parent_id, child_id)
+    SELECT DISTINCT pj.id, p.job_id
+    FROM unnest(jobs) p
+    JOIN idemq.jobs pj ON pj.id = ANY (p.after)
+    WHERE p.outcome = 'created' AND pj.state <> 'succeeded'
+      AND NOT EXISTS (SELECT 1 FROM idemq.jobs u
+                      WHERE u.id = ANY (p.after) AND u.state = ANY (idemq._unsuccessful_states()));
+
+    UPDATE idemq.jobs AS j
+    SET state = 'cancelled', finished_at = now(),
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+          'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
+          'message', format('parent job %s ended %s before this job could run', f.parent_id, f.parent_state)))
+    FROM (SELECT DISTINCT ON (p.job_id) p.job_id, pj.id AS parent_id, pj.state AS parent_state
+          FROM unnest(jobs) p
+          JOIN idemq.jobs pj ON pj.id = ANY (p.after)
+          WHERE p.outcome = 'created' AND pj.state = ANY (idemq._unsuccessful_states())
+          ORDER BY p.job_id, pj.id) f
+    WHERE j.id = f.job_id;
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._insert_jobs(idemq._planned_job[], boolean, boolean) IS
+  'Write a plan''s created jobs (state, continuations), count the other outcomes, and notify waiting consumers.';
 
 -- ---- sql/functions/reads/_job_counts.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_counts()
@@ -471,10 +510,33 @@ RETURN CASE
   WHEN job.key_retention < interval '0' THEN 13
   WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN 14
   WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
+  WHEN job.timeout <= interval '0' THEN 16
+  WHEN job.timeout > make_interval(days => limits.duration_days::int) THEN 17
 END;
 
 COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS
   'The number of the first value rule of enqueue a job breaks (NULL: none); _job_problem words it.';
+
+-- ---- sql/functions/enqueue/_key_leaders.sql ----
+CREATE OR REPLACE FUNCTION idemq._key_leaders(jobs idemq._planned_job[], first_round boolean)
+RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 text,
+              duplicate_policy idemq.duplicate_policy, elements bigint, retention interval)
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+  -- A BEGIN ATOMIC body keeps the columns of idemq._planned_job it was
+  -- created with: created again by 0002, which adds timeout to the type.
+  SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements,
+         l.key_retention
+  FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,
+               count(*) OVER (PARTITION BY p.idempotency_key) AS elements, p.key_retention
+        FROM unnest(jobs) p
+        WHERE p.idempotency_key IS NOT NULL AND (first_round OR p.outcome IS NULL)
+        ORDER BY p.idempotency_key, p.ordinal) l
+  ORDER BY l.idempotency_key;
+END;
+
+COMMENT ON FUNCTION idemq._key_leaders(idemq._planned_job[], boolean) IS
+  'The first undecided element of each idempotency key in a plan, in key order: the one that decides for the key.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
@@ -776,6 +838,35 @@ $$;
 
 COMMENT ON FUNCTION idemq._count_jobs() IS
   'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
+
+-- ---- sql/functions/enqueue/_enqueue_planned.sql ----
+CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
+RETURNS idemq._planned_job[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Generic plans: with a custom plan (the first five calls of a session, and
+-- after them whenever its estimate wins) each statement that reads the
+-- jobs array took the whole array into its plan as a constant, copied it
+-- and planned around it at every call, a cost per job of the array
+-- (measured: bench/FINDINGS.md, "Why the SQL is written as it is").
+-- enqueue_many, _parse_jobs and _insert_jobs are set the same way, for the
+-- same reason.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_planned idemq._planned_job[] := CASE WHEN keyed THEN idemq._resolve_keys(jobs) ELSE jobs END;
+BEGIN
+  IF parents THEN
+    PERFORM idemq._lock_parents(v_planned);
+  END IF;
+  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
+  RETURN v_planned;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
+  'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';
 
 -- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
@@ -1133,6 +1224,12 @@ RETURN CASE idemq._job_rule_broken(job, limits)
                  'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
           'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '
           'e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave traceparent out.']
+  WHEN 16 THEN
+    ARRAY[format('timeout must be more than 0, not %s', job.timeout),
+          'timeout is how long one attempt may run, e.g. ''30 seconds''; leave it out for no limit.']
+  WHEN 17 THEN
+    ARRAY[format('timeout must be at most %s days (duration_days), not %s', limits.duration_days, job.timeout),
+          format('Use a time limit of at most %s days (duration_days in idemq.settings), or none.', limits.duration_days)]
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
@@ -1237,7 +1334,8 @@ BEGIN
                CASE WHEN jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0
                     THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
                coalesce(d.key_retention::interval, v_key_retention),
-               d.traceparent
+               d.traceparent,
+               d.timeout::interval
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -1281,13 +1379,16 @@ BEGIN
           WHEN r.traceparent IS NOT NULL AND jsonb_typeof(r.v->'traceparent') <> 'string' THEN
             format('traceparent must be a string (a W3C traceparent) or null, not %s',
                    idemq._excerpt((r.v->'traceparent')::text))
+          WHEN r.timeout IS NOT NULL AND jsonb_typeof(r.v->'timeout') <> 'string' THEN
+            format('timeout must be an interval string such as "30 seconds", or null, not %s',
+                   idemq._excerpt((r.v->'timeout')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(v_jobs),
                       jsonb_to_recordset(v_jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
-                        expires_at text, after jsonb, key_retention text, traceparent text)) WITH ORDINALITY
+                        expires_at text, after jsonb, key_retention text, traceparent text, timeout text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, traceparent, ord)
+                backoff, expires_at, after, key_retention, traceparent, timeout, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
@@ -1299,9 +1400,9 @@ BEGIN
       IF v_problem IS NULL THEN
         BEGIN
           PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz,
-                  (v_elem->>'key_retention')::interval;
+                  (v_elem->>'key_retention')::interval, (v_elem->>'timeout')::interval;
         EXCEPTION WHEN data_exception THEN
-          v_problem := format('run_at/expires_at is not a timestamp, or key_retention not an interval: %s',
+          v_problem := format('run_at/expires_at is not a timestamp, or key_retention/timeout not an interval: %s',
                               idemq._excerpt(SQLERRM));
         END;
       END IF;
@@ -1714,15 +1815,17 @@ BEGIN
   WITH claimed AS (
     UPDATE idemq.jobs AS j
     SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false,
+        locked_at = now(), lease_lost = false,
+        -- Never past the job's time limit (heartbeat() keeps to it too).
+        lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
         lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
               j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.lease_token, j.priority, j.run_at
+              j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
   )
   SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
   FROM claimed c
   ORDER BY c.priority DESC, c.run_at, c.id;
 END;
@@ -1986,6 +2089,8 @@ $$;
 COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int, uuid) IS
   'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.enqueue;
 -- ---- sql/functions/enqueue/enqueue.sql ----
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
@@ -2000,7 +2105,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   expires_at timestamptz DEFAULT NULL,
   after bigint[] DEFAULT NULL,
   key_retention interval DEFAULT '14 days',
-  traceparent text DEFAULT NULL)
+  traceparent text DEFAULT NULL,
+  timeout interval DEFAULT NULL)
 RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -2045,6 +2151,7 @@ BEGIN
   v_job.after := CASE WHEN cardinality(enqueue.after) > 0 THEN enqueue.after END;
   v_job.key_retention := enqueue.key_retention;
   v_job.traceparent := enqueue.traceparent;
+  v_job.timeout := enqueue.timeout;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
   -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
@@ -2081,9 +2188,10 @@ BEGIN
     IF v_job.idempotency_key IS NULL OR v_key_job IS NOT NULL THEN
       v_state := idemq._initial_state(v_job.run_at);
       INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                   idempotency_key, backoff, expires_at, traceparent)
+                                   idempotency_key, backoff, expires_at, traceparent, timeout)
       VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
-              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent);
+              v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent,
+              v_job.timeout);
       IF v_state = 'enqueued' THEN
         PERFORM idemq._notify_waiting(v_job.queue);
       END IF;
@@ -2121,7 +2229,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text) IS
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, interval) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
@@ -2292,8 +2400,9 @@ BEGIN
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
-  SET lease_expires_at = now() + lease
+  SET lease_expires_at = least(now() + lease, j.locked_at + j.timeout)
   WHERE j.id = ANY (v_ids)
+    AND (j.timeout IS NULL OR j.locked_at + j.timeout > now())
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
     AND j.lease_token IS NOT DISTINCT FROM v_tokens[width_bucket(j.id, v_ids)]
     AND idemq._held(j.lease_expires_at, j.locked_by)
@@ -2974,4 +3083,8 @@ SELECT j.queue, j.task, j.state, count(*) FROM idemq.jobs j GROUP BY j.queue, j.
 -- nothing), held until the commit, which follows at once. The functions
 -- above that read the column are PL/pgSQL, resolved when they run.
 ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
+-- A job's time limit (enqueue(..., timeout)): the same lock, at the same
+-- moment; NOT VALID, so the jobs there are (all NULL) are not scanned.
+ALTER TABLE idemq.jobs ADD COLUMN timeout interval,
+    ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 -- ==== end hand-written ====

@@ -32,6 +32,7 @@ export const SQL_FUNCTIONS = {
     "after",
     "key_retention",
     "traceparent",
+    "timeout",
   ],
   enqueue_many: ["jobs"],
   job: ["job_id"],

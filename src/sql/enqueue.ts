@@ -45,6 +45,13 @@ export interface EnqueueOptions {
    * when given, else of the active context; leave it out.
    */
   traceparent?: string | undefined;
+  /**
+   * How long one attempt may run (e.g. "30s"): past it the worker aborts
+   * ctx.signal with a TimeoutError and fails the attempt (retried by the
+   * policy), and no lease is extended past it, so a SQL consumer's job is
+   * rescued after it. The task's own `timeout` applies too: the shorter wins.
+   */
+  timeout?: Duration | undefined;
 }
 
 export interface EnqueueResult {
@@ -89,6 +96,7 @@ export async function enqueueTraced(
     after: optionalJobIds(opts.after, "after"),
     key_retention: interval(opts.keyRetention),
     traceparent: text(opts.traceparent, "traceparent"),
+    timeout: interval(opts.timeout),
   });
   const row = rows[0]!;
   return { jobId: row.job_id, deduplicated: row.deduplicated, jobTraceparent: row.job_traceparent };
@@ -143,6 +151,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
       after: optionalJobIds(job.after, `${what}.after`)?.map((id) => marker + id),
       key_retention: interval(job.keyRetention),
       traceparent: text(job.traceparent, `${what}.traceparent`),
+      timeout: interval(job.timeout),
     };
     return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
   });

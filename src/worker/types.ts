@@ -108,6 +108,13 @@ interface TaskOptions {
   onlyOn?: readonly ErrorClass[] | undefined;
   /** This task's lease (heartbeats extend it by this much). */
   lease?: Duration | undefined;
+  /**
+   * How long one attempt may run (e.g. "30s"): past it ctx.signal aborts
+   * with a TimeoutError and the attempt fails (retried by the policy), even
+   * if the handler ignores the signal. A job's own timeout (enqueue) applies
+   * too: the shorter wins.
+   */
+  timeout?: Duration | undefined;
 }
 
 /** A plain task with options. */

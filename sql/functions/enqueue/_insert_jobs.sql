@@ -34,13 +34,14 @@ DECLARE
 BEGIN
   WITH ins AS (
     INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                 idempotency_key, backoff, expires_at, traceparent)
+                                 idempotency_key, backoff, expires_at, traceparent, timeout)
     SELECT p.job_id, p.task, p.queue, p.payload,
            CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
                 THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
-           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent
+           p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
+           p.timeout
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state

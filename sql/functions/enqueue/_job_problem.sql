@@ -28,7 +28,7 @@
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
---   test/sql/limits.test.ts, test/sql/traceparent.test.ts
+--   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/sql/timeout.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -79,6 +79,12 @@ RETURN CASE idemq._job_rule_broken(job, limits)
                  'lower case, ids not all zeros), not %s', idemq._excerpt(job.traceparent)),
           'Pass the traceparent of the producer''s span as OpenTelemetry formats it, '
           'e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01, or leave traceparent out.']
+  WHEN 16 THEN
+    ARRAY[format('timeout must be more than 0, not %s', job.timeout),
+          'timeout is how long one attempt may run, e.g. ''30 seconds''; leave it out for no limit.']
+  WHEN 17 THEN
+    ARRAY[format('timeout must be at most %s days (duration_days), not %s', limits.duration_days, job.timeout),
+          format('Use a time limit of at most %s days (duration_days in idemq.settings), or none.', limits.duration_days)]
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS

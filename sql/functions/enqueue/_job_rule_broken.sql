@@ -21,7 +21,9 @@
 --     limits.parents_per_job parents; 12 each parent a positive id; 13
 --     key_retention not negative; 14 key_retention at most
 --     limits.duration_days days; 15 traceparent a W3C traceparent of version
---     00 (_is_traceparent). The backoff is _backoff_problem's.
+--     00 (_is_traceparent); 16 timeout more than 0; 17 timeout at most
+--     limits.duration_days days (an infinite one too). The backoff is
+--     _backoff_problem's.
 --   * Rule 4 reads the payload's stored size first (pg_column_size, no work):
 --     its JSON text is at least (size - 8) / 15 bytes, so a payload stored in
 --     more than 16 x payload_bytes + 8 bytes breaks the rule without being
@@ -39,7 +41,7 @@
 -- Concurrency: none (reads only its arguments).
 -- Errors: none.
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
---   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/contract/contract.test.ts
+--   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/sql/timeout.test.ts, test/contract/contract.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS int
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -63,6 +65,8 @@ RETURN CASE
   WHEN job.key_retention < interval '0' THEN 13
   WHEN job.key_retention > make_interval(days => limits.duration_days::int) THEN 14
   WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
+  WHEN job.timeout <= interval '0' THEN 16
+  WHEN job.timeout > make_interval(days => limits.duration_days::int) THEN 17
 END;
 
 COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS
