@@ -148,15 +148,19 @@ function checkOutListening(pool: pg.Pool, onError: (error: Error) => void): Prom
 }
 
 /**
- * The attempt's time limit, the shorter of its task's `timeout` and its
- * job's (enqueue's timeout), counted from the attempt's start: when it runs
- * out, ctx.signal aborts with a TimeoutError (`fired`) and `expired` rejects
- * with it. Undefined when neither sets one.
+ * The attempt's time limit: its task's `timeout`, counted from the
+ * attempt's start, and its job's own (enqueue's timeout), counted from its
+ * claim as heartbeat() counts it from locked_at; whichever runs out first
+ * aborts ctx.signal with a TimeoutError naming its limit (`fired`), and
+ * `expired` rejects with it. Undefined when neither is set.
  */
 function timeLimit(held: HeldJob): { expired: Promise<never>; fired: TimeoutError | undefined; clear(): void } | undefined {
-  const limits = [held.task?.timeoutMs, held.job.timeoutMs ?? undefined].filter((ms): ms is number => ms !== undefined);
+  const now = performance.now();
+  const limits: { limitMs: number; leftMs: number }[] = [];
+  if (held.task?.timeoutMs !== undefined) limits.push({ limitMs: held.task.timeoutMs, leftMs: held.task.timeoutMs - (now - held.startedAt) });
+  if (held.job.timeoutMs !== null) limits.push({ limitMs: held.job.timeoutMs, leftMs: held.job.timeoutMs - (now - held.claimedAt) });
   if (limits.length === 0) return undefined;
-  const limitMs = Math.min(...limits);
+  const { limitMs, leftMs } = limits.reduce((a, b) => (b.leftMs < a.leftMs ? b : a));
   let timer: ReturnType<typeof setTimeout> | undefined;
   const state: { expired: Promise<never>; fired: TimeoutError | undefined; clear(): void } = {
     fired: undefined,
@@ -166,7 +170,7 @@ function timeLimit(held: HeldJob): { expired: Promise<never>; fired: TimeoutErro
         state.fired = error;
         abortAttempt(held, error);
         reject(error);
-      }, Math.max(0, limitMs - (performance.now() - held.startedAt)));
+      }, Math.max(0, leftMs));
     }),
     clear: () => clearTimeout(timer),
   };
