@@ -9,6 +9,7 @@ import { describe, expect, it } from "vitest";
 import { expectSqlError, useTestDatabase } from "../helpers/db.ts";
 import { jobRow, makeJob, makeJobs, unique } from "../helpers/jobs.ts";
 import { claim, claimOne, expireLease, fail, makeDue, rescue, type ClaimedJob } from "../helpers/work.ts";
+import { waitFor } from "../fixtures/worker/wait.ts";
 
 const db = useTestDatabase({ poolSize: 4 });
 
@@ -78,6 +79,45 @@ describe("hold", () => {
     } finally {
       a.release();
       b.release();
+    }
+  });
+
+  it("on the real clock: two sessions claim nothing of the queue before held_until, and a job at or after it", async () => {
+    const queue = unique("clock");
+    await makeJobs(db.pool, 3, { queue });
+    const first = await claimOne(db.pool, { queues: [queue], ...claimToken });
+    await hold(first, "queue", await dbNowPlus("700 milliseconds"));
+    // held_until as the database has it (to the microsecond), compared by the database.
+    const { rows: heldRows } = await db.pool.query<{ t: string }>(
+      "SELECT held_until::text AS t FROM idemq.limits WHERE kind = 'queue' AND name = $1",
+      [queue],
+    );
+    const until = heldRows[0]!.t;
+    const sessions = [await db.pool.connect(), await db.pool.connect()];
+    const empties: { before: boolean }[] = [];
+    try {
+      let turn = 0;
+      // Each claim in its own transaction, timed by that transaction's now() (the claim's clock).
+      const taken = await waitFor(
+        async () => {
+          const c = sessions[turn++ % 2]!;
+          await c.query("BEGIN");
+          const { rows } = await c.query<{ before: boolean }>("SELECT now() < $1::timestamptz AS before", [until]);
+          const got = await claim(c, { queues: [queue], batch_size: 5, ...claimToken });
+          await c.query("COMMIT");
+          if (got.length === 0) empties.push(rows[0]!);
+          return got.length > 0 ? { before: rows[0]!.before, got } : undefined;
+        },
+        { what: "a claim after the hold", intervalMs: 50 },
+      );
+      expect(taken.before).toBe(false);
+      expect(taken.got.map((j) => j.job_id)).toContain(first.job_id); // scheduled at until: runnable again then
+      expect(taken.got).toHaveLength(3);
+      expect(empties.length).toBeGreaterThan(0);
+      // Every empty claim ran before held_until.
+      expect(empties.every((e) => e.before)).toBe(true);
+    } finally {
+      for (const c of sessions) c.release();
     }
   });
 
