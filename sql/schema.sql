@@ -82,7 +82,8 @@ CREATE TYPE idemq.claimed_job AS (
 	reclaimed boolean,
 	traceparent text,
 	lease_token uuid,
-	job_id bigint
+	job_id bigint,
+	timeout interval
 );
 
 -- What job() returns: a type, not RETURNS TABLE, because a TABLE column may
@@ -132,7 +133,8 @@ CREATE TYPE idemq._planned_job AS (
 	after bigint[],
 	key_retention interval,
 	traceparent text,
-	concurrency_key text
+	concurrency_key text,
+	timeout interval
 );
 
 -- The limits an enqueue checks, read as one value (the row of
@@ -182,6 +184,9 @@ CREATE TABLE idemq.jobs (
     -- jobs of one key are admitted (enqueued, scheduled or processing) at
     -- once; the others wait in `awaiting` (docs/design.md, "Concurrency keys").
     concurrency_key text,
+    -- How long one attempt may run (enqueue(..., timeout)); NULL: no limit.
+    -- claim() and heartbeat() never set a lease past locked_at + timeout.
+    timeout interval,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -206,6 +211,8 @@ ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_attempt_in_range CHECK (((0 <= uncounted) AND (uncounted <= attempt) AND (attempt <= (max_attempts + uncounted)))) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_finished_iff_terminal CHECK (((state = ANY ('{succeeded,failed,expired,cancelled}'::idemq.job_state[])) = (finished_at IS NOT NULL))) NOT VALID;
+ALTER TABLE idemq.jobs
+    ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_traceparent_w3c CHECK ((traceparent ~ '^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
 
@@ -415,6 +422,7 @@ CREATE TABLE idemq.limits (
     per interval,
     per_key integer,
     paused boolean DEFAULT false NOT NULL,
+    held_until timestamp with time zone,
     slot_rows integer DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT limits_scope UNIQUE (kind, name),
@@ -425,10 +433,10 @@ CREATE TABLE idemq.limits (
     CONSTRAINT limits_rate_has_per CHECK (((rate IS NULL) = (per IS NULL))),
     CONSTRAINT limits_per_key_range CHECK (((per_key >= 1) AND (per_key <= 10000))),
     CONSTRAINT limits_slot_rows CHECK (((slot_rows >= 0) AND ((concurrency IS NOT NULL) OR (slot_rows = 0)))),
-    CONSTRAINT limits_not_empty CHECK ((paused OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
+    CONSTRAINT limits_not_empty CHECK ((paused OR (held_until IS NOT NULL) OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
 );
 
-COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume only.';
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume, hold only.';
 
 -- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
 -- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE

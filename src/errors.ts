@@ -217,6 +217,75 @@ export class PermanentError extends Error {
   }
 }
 
+/**
+ * An attempt ran past its time limit (the task's `timeout`, or the job's
+ * from enqueue): the worker aborts ctx.signal with it and fails the attempt
+ * with it, which the retry policy then treats like any failure.
+ */
+export class TimeoutError extends Error {
+  readonly jobId: string;
+  readonly attempt: number;
+  /** The limit, in ms. */
+  readonly limitMs: number;
+
+  constructor(jobId: string, task: string, attempt: number, limitMs: number) {
+    super(`job ${jobId} (${task}, attempt ${attempt}) ran past its time limit of ${limitMs} ms; the attempt fails and is retried by the task's policy`);
+    this.name = "TimeoutError";
+    this.jobId = jobId;
+    this.attempt = attempt;
+    this.limitMs = limitMs;
+  }
+}
+
+/** What a RateLimitedError holds back: the job's queue (every task calling the API) or its task. */
+export type RateLimitScope = "queue" | "task";
+
+/**
+ * Thrown by a handler whose API answered 429 (or 503) with a Retry-After:
+ * the worker holds back the job's queue (or, with `scope: "task"`, its task)
+ * from every claim of every worker and SQL consumer until `retryAfterMs`
+ * from now by the database's clock, and puts the job back to `scheduled`
+ * for then without spending an attempt (SQL: idemq.hold). Not a database
+ * error, hence not an IdemqError. A per-key scope comes with concurrency keys.
+ */
+export class RateLimitedError extends Error {
+  /** How long to hold the scope back, in milliseconds (0: snooze only, hold nothing). */
+  readonly retryAfterMs: number;
+  readonly scope: RateLimitScope;
+
+  constructor(retryAfterMs: number, options: { scope?: RateLimitScope; message?: string; cause?: unknown } = {}) {
+    if (typeof retryAfterMs !== "number" || !Number.isFinite(retryAfterMs) || retryAfterMs < 0) {
+      throw new BadArgumentError(`RateLimitedError: retryAfterMs must be a finite number of milliseconds >= 0, not ${String(retryAfterMs)}`, {
+        code: "22023",
+        hint: "Pass the API's Retry-After in milliseconds (RateLimitedError.retryAfter reads the header).",
+      });
+    }
+    const scope = options.scope ?? "queue";
+    if (scope !== "queue" && scope !== "task") {
+      throw new BadArgumentError(`RateLimitedError: scope must be "queue" or "task", not ${JSON.stringify(scope)}`, {
+        code: "22023",
+        hint: 'Hold the job\'s queue (every task sharing the API) or its task; a concurrency key is not a scope yet.',
+      });
+    }
+    super(options.message ?? `rate limited: hold the ${scope} for ${Math.round(retryAfterMs)} ms`, { cause: options.cause });
+    this.name = "RateLimitedError";
+    this.retryAfterMs = Math.round(retryAfterMs);
+    this.scope = scope;
+  }
+
+  /**
+   * A Retry-After header's value in milliseconds from `now`: delay-seconds
+   * ("120") or an HTTP-date; undefined when absent or unreadable.
+   */
+  static retryAfter(header: string | null | undefined, now: number = Date.now()): number | undefined {
+    if (header === null || header === undefined) return undefined;
+    const value = header.trim();
+    if (/^\d+$/.test(value)) return Number(value) * 1000;
+    const at = Date.parse(value);
+    return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+  }
+}
+
 export type IdemqErrorClass = new (message: string, fields?: SqlErrorFields, options?: ErrorOptions) => IdemqError;
 
 /** SQLSTATE -> class, one entry per idemq error code (exhaustive by type). */

@@ -40,7 +40,9 @@ export {
   KeyReuseError,
   LeaseLostError,
   PermanentError,
+  RateLimitedError,
   SchemaMissingError,
+  TimeoutError,
 } from "./errors.ts";
 
 export {
@@ -84,6 +86,7 @@ export type {
   StatsRow,
 } from "./sql/index.ts";
 export type { Job, ListJobsFilter } from "./job-reads.ts";
+export type { RateLimitScope } from "./errors.ts";
 
 // Prometheus metrics (prom-client, an optional peer dependency, loaded only when used).
 export { collectDatabaseMetrics, collectWorkerMetrics, MetricsUnavailableError, serveMetrics } from "./metrics/index.ts";

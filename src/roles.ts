@@ -28,6 +28,7 @@ export const ROLE_FUNCTIONS = {
     "fail",
     "heartbeat",
     "snooze",
+    "hold",
     "guard",
     "effect_claim",
     "effect_done",

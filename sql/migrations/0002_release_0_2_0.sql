@@ -65,6 +65,8 @@ CREATE TYPE idemq.job_row AS (
 -- stays where it is (deprecated, the same value) and job_id is appended, as
 -- a release appends columns (docs/design.md, "Migrations and releases").
 ALTER TYPE idemq.claimed_job ADD ATTRIBUTE lease_token uuid, ADD ATTRIBUTE job_id bigint;
+-- A job's time limit (enqueue(..., timeout)), handed to its worker by claim().
+ALTER TYPE idemq.claimed_job ADD ATTRIBUTE timeout interval;
 
 -- Job counts per (queue, task, state), for stats() and overview(): rows the
 -- trigger function _count_jobs appends (its triggers come after the
@@ -98,6 +100,7 @@ CREATE TABLE idemq.limits (
     per interval,
     per_key integer,
     paused boolean DEFAULT false NOT NULL,
+    held_until timestamp with time zone,
     slot_rows integer DEFAULT 0 NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT limits_scope UNIQUE (kind, name),
@@ -108,10 +111,10 @@ CREATE TABLE idemq.limits (
     CONSTRAINT limits_rate_has_per CHECK (((rate IS NULL) = (per IS NULL))),
     CONSTRAINT limits_per_key_range CHECK (((per_key >= 1) AND (per_key <= 10000))),
     CONSTRAINT limits_slot_rows CHECK (((slot_rows >= 0) AND ((concurrency IS NOT NULL) OR (slot_rows = 0)))),
-    CONSTRAINT limits_not_empty CHECK ((paused OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
+    CONSTRAINT limits_not_empty CHECK ((paused OR (held_until IS NOT NULL) OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
 );
 
-COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume only.';
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume, hold only.';
 
 -- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
 -- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE
@@ -147,6 +150,9 @@ COMMENT ON TABLE idemq.limit_starts IS 'The ring of each rate limit: rate rows, 
 -- new last field. The column idemq.jobs.concurrency_key and its indexes are
 -- added after the functions (the ALTER TABLE locks the jobs).
 ALTER TYPE idemq._planned_job ADD ATTRIBUTE concurrency_key text;
+-- A job's time limit (enqueue(..., timeout)), carried through the enqueue
+-- pipeline like enqueue()'s other fields; its column comes after the functions.
+ALTER TYPE idemq._planned_job ADD ATTRIBUTE timeout interval;
 -- ==== end hand-written ====
 
 -- ---- sql/functions/flow/_claim_capped.sql ----
@@ -201,7 +207,7 @@ AS $$
 BEGIN
   WITH scopes AS MATERIALIZED (
     SELECT l.kind, l.name,
-           CASE WHEN l.paused THEN 0 ELSE
+           CASE WHEN l.paused OR l.held_until > now() THEN 0 ELSE
              least(_claim_gate.batch_size,
                    CASE WHEN l.concurrency IS NOT NULL THEN
                      (SELECT count(*) FROM (SELECT FROM idemq.limit_slots s
@@ -449,6 +455,8 @@ RETURN CASE
   WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
   WHEN job.concurrency_key = '' THEN 16
   WHEN octet_length(job.concurrency_key) > limits.key_bytes THEN 17
+  WHEN job.timeout <= interval '0' THEN 18
+  WHEN job.timeout > make_interval(days => limits.duration_days::int) THEN 19
 END;
 
 COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS
@@ -460,6 +468,8 @@ RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 tex
               duplicate_policy idemq.duplicate_policy, elements bigint, retention interval)
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
+  -- A BEGIN ATOMIC body keeps the columns of idemq._planned_job it was
+  -- created with: created again by 0002, which adds timeout to the type.
   SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements,
          l.key_retention
   FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,
@@ -774,7 +784,7 @@ DECLARE
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
-  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
@@ -1214,7 +1224,7 @@ DECLARE
 BEGIN
   WITH ins AS (
     INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key)
+                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout)
     SELECT p.job_id, p.task, p.queue, p.payload,
            CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
@@ -1222,7 +1232,7 @@ BEGIN
                 WHEN p.concurrency_key IS NOT NULL THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
            p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
-           p.concurrency_key
+           p.concurrency_key, p.timeout
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state
@@ -1330,6 +1340,12 @@ RETURN CASE idemq._job_rule_broken(job, limits)
     ARRAY[format('concurrency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
                  octet_length(job.concurrency_key), limits.key_bytes, idemq._excerpt(job.concurrency_key)),
           'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''customer:'' || md5(...).']
+  WHEN 18 THEN
+    ARRAY[format('timeout must be more than 0, not %s', job.timeout),
+          'timeout is how long one attempt may run, e.g. ''30 seconds''; leave it out for no limit.']
+  WHEN 19 THEN
+    ARRAY[format('timeout must be at most %s days (duration_days), not %s', limits.duration_days, job.timeout),
+          format('Use a time limit of at most %s days (duration_days in idemq.settings), or none.', limits.duration_days)]
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS
@@ -1574,7 +1590,8 @@ BEGIN
                     THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
                coalesce(d.key_retention::interval, v_key_retention),
                d.traceparent,
-               d.concurrency_key
+               d.concurrency_key,
+               d.timeout::interval
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -1621,14 +1638,17 @@ BEGIN
           WHEN r.concurrency_key IS NOT NULL AND jsonb_typeof(r.v->'concurrency_key') <> 'string' THEN
             format('concurrency_key must be a string or null, not %s',
                    idemq._excerpt((r.v->'concurrency_key')::text))
+          WHEN r.timeout IS NOT NULL AND jsonb_typeof(r.v->'timeout') <> 'string' THEN
+            format('timeout must be an interval string such as "30 seconds", or null, not %s',
+                   idemq._excerpt((r.v->'timeout')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(v_jobs),
                       jsonb_to_recordset(v_jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
                         expires_at text, after jsonb, key_retention text, traceparent text,
-                        concurrency_key text)) WITH ORDINALITY
+                        concurrency_key text, timeout text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, traceparent, concurrency_key, ord)
+                backoff, expires_at, after, key_retention, traceparent, concurrency_key, timeout, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
@@ -1640,9 +1660,9 @@ BEGIN
       IF v_problem IS NULL THEN
         BEGIN
           PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz,
-                  (v_elem->>'key_retention')::interval;
+                  (v_elem->>'key_retention')::interval, (v_elem->>'timeout')::interval;
         EXCEPTION WHEN data_exception THEN
-          v_problem := format('run_at/expires_at is not a timestamp, or key_retention not an interval: %s',
+          v_problem := format('run_at/expires_at is not a timestamp, or key_retention/timeout not an interval: %s',
                               idemq._excerpt(SQLERRM));
         END;
       END IF;
@@ -1853,7 +1873,10 @@ BEGIN
   -- idemq.limits, this one read is all a claim pays. The table's ACCESS
   -- SHARE lock, held to the end of the transaction, is what a set_limit
   -- giving a concurrency waits for.
-  v_limited := EXISTS (SELECT FROM idemq.limits);
+  -- A row holding nothing but a hold that has passed (hold()) does not count.
+  v_limited := EXISTS (SELECT FROM idemq.limits l
+                       WHERE NOT (l.held_until <= now() AND NOT l.paused AND l.concurrency IS NULL
+                                  AND l.rate IS NULL AND l.per_key IS NULL));
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
@@ -2052,15 +2075,17 @@ BEGIN
   WITH claimed AS (
     UPDATE idemq.jobs AS j
     SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false,
+        locked_at = now(), lease_lost = false,
+        -- Never past the job's time limit (heartbeat() keeps to it too).
+        lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
         lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
               j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.lease_token, j.priority, j.run_at
+              j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
   )
   SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
   FROM claimed c
   ORDER BY c.priority DESC, c.run_at, c.id;
 END;
@@ -2095,7 +2120,7 @@ BEGIN
   END IF;
   DELETE FROM idemq.limit_slots s WHERE s.limit_id = v_id;
   DELETE FROM idemq.limit_starts r WHERE r.limit_id = v_id;
-  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused;
+  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused AND NOT coalesce(l.held_until > now(), false);
   IF FOUND THEN
     RETURN true;
   END IF;
@@ -2107,7 +2132,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.clear_limit(text, text) IS
-  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause stays. True when there was one.';
+  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause or a hold stays. True when there was one.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete;
@@ -2411,7 +2436,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   after bigint[] DEFAULT NULL,
   key_retention interval DEFAULT '14 days',
   traceparent text DEFAULT NULL,
-  concurrency_key text DEFAULT NULL)
+  concurrency_key text DEFAULT NULL,
+  timeout interval DEFAULT NULL)
 RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -2457,6 +2483,7 @@ BEGIN
   v_job.key_retention := enqueue.key_retention;
   v_job.traceparent := enqueue.traceparent;
   v_job.concurrency_key := enqueue.concurrency_key;
+  v_job.timeout := enqueue.timeout;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
   -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
@@ -2497,10 +2524,10 @@ BEGIN
                         OR idemq._key_admits(v_job.concurrency_key, v_job.queue, v_job.task)
                       THEN idemq._initial_state(v_job.run_at) ELSE 'awaiting' END;
       INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                   idempotency_key, backoff, expires_at, traceparent, concurrency_key)
+                                   idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout)
       VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
               v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent,
-              v_job.concurrency_key);
+              v_job.concurrency_key, v_job.timeout);
       IF v_state = 'enqueued' THEN
         PERFORM idemq._notify_waiting(v_job.queue);
       END IF;
@@ -2538,7 +2565,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text) IS
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text, interval) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
@@ -2709,8 +2736,9 @@ BEGIN
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
-  SET lease_expires_at = now() + lease
+  SET lease_expires_at = least(now() + lease, j.locked_at + j.timeout)
   WHERE j.id = ANY (v_ids)
+    AND (j.timeout IS NULL OR j.locked_at + j.timeout > now())
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
     AND j.lease_token IS NOT DISTINCT FROM v_tokens[width_bucket(j.id, v_ids)]
     AND idemq._held(j.lease_expires_at, j.locked_by)
@@ -2720,6 +2748,70 @@ $$;
 
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
   'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
+
+-- ---- sql/functions/flow/hold.sql ----
+CREATE OR REPLACE FUNCTION idemq.hold(job_id bigint, attempt int, scope text, until timestamptz,
+                                      lease_token uuid DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_queue text;
+  v_task text;
+  v_held timestamptz;
+BEGIN
+  IF hold.job_id IS NULL OR hold.attempt IS NULL OR hold.scope IS NULL OR hold.until IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('hold: %s must not be NULL',
+                       CASE WHEN hold.job_id IS NULL THEN 'job_id' WHEN hold.attempt IS NULL THEN 'attempt'
+                            WHEN hold.scope IS NULL THEN 'scope' ELSE 'until' END),
+      HINT = 'Pass the held job''s job_id and attempt (and lease_token), the scope (''queue'' or ''task'') and when the API accepts calls again.';
+  END IF;
+  IF hold.scope NOT IN ('queue', 'task') THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('hold: scope must be ''queue'' or ''task'', not %s', idemq._excerpt(hold.scope)),
+      HINT = 'Hold the job''s queue (every task sharing the API) or its task; a concurrency key is not a scope of hold yet.';
+  END IF;
+  PERFORM idemq._check_instant('hold', 'until', hold.until);
+  IF hold.until > now() + make_interval(days => idemq._limit('duration_days')::int) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('hold: until must be at most %s days ahead (duration_days), not %s',
+                       idemq._limit('duration_days'), hold.until),
+      HINT = 'A Retry-After that far ahead is likely a parsing error; hold for the API''s real window, or pause() the queue.';
+  END IF;
+  UPDATE idemq.jobs AS j
+  SET state = 'scheduled', run_at = hold.until, uncounted = j.uncounted + 1,
+      locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = hold.job_id AND j.attempt = hold.attempt
+    AND j.lease_token IS NOT DISTINCT FROM hold.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  RETURNING j.queue, j.task INTO v_queue, v_task;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(hold.job_id, hold.attempt, 'hold');
+  END IF;
+  IF hold.until <= now() THEN
+    PERFORM idemq._notify_waiting(v_queue);
+    RETURN hold.until;
+  END IF;
+  -- Rows that held nothing but a hold now past (claim ignores them; this
+  -- keeps the table as small as the limits set).
+  DELETE FROM idemq.limits l
+  WHERE l.held_until <= now() AND NOT l.paused
+    AND l.concurrency IS NULL AND l.rate IS NULL AND l.per_key IS NULL;
+  INSERT INTO idemq.limits AS l (kind, name, held_until)
+  VALUES (hold.scope, CASE WHEN hold.scope = 'queue' THEN v_queue ELSE v_task END, hold.until)
+  ON CONFLICT ON CONSTRAINT limits_scope DO UPDATE
+    SET held_until = greatest(l.held_until, hold.until), updated_at = now()
+  RETURNING l.held_until INTO v_held;
+  RETURN v_held;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.hold(bigint, int, text, timestamptz, uuid) IS
+  'Back-pressure (a 429): snooze the held job to until without spending an attempt, and hold back its queue or task from every claim until then.';
 
 -- ---- sql/functions/reads/job.sql ----
 CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)
@@ -2761,6 +2853,7 @@ COMMENT ON FUNCTION idemq.job(bigint) IS
 -- ---- sql/functions/flow/limits.sql ----
 CREATE OR REPLACE FUNCTION idemq.limits()
 RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval, per_key int, paused boolean,
+              held_until timestamptz,
               running int, started int, updated_at timestamptz)
 LANGUAGE sql STABLE
 SECURITY DEFINER
@@ -2768,6 +2861,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT CASE WHEN l.kind = 'queue' THEN l.name END, CASE WHEN l.kind = 'task' THEN l.name END,
          l.concurrency, l.rate, l.per, l.per_key, l.paused,
+         CASE WHEN l.held_until > now() THEN l.held_until END,
          CASE WHEN l.concurrency IS NOT NULL THEN
            (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
          CASE WHEN l.rate IS NOT NULL THEN
@@ -2778,7 +2872,7 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION idemq.limits() IS
-  'Every queue and task with a limit or a pause: its limits, paused, and its use now (slots held, starts in the last period).';
+  'Every queue and task with a limit, a pause or a hold: its limits, paused, and its use now (slots held, starts in the last period).';
 
 -- ---- sql/functions/reads/overview.sql ----
 CREATE OR REPLACE FUNCTION idemq.overview(recent interval DEFAULT '15 minutes', exact_up_to bigint DEFAULT 10000)
@@ -2908,19 +3002,19 @@ DECLARE
 BEGIN
   SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('resume', resume.queue, resume.task) s;
   DELETE FROM idemq.limits l
-  WHERE l.kind = v_kind AND l.name = v_name AND l.paused
+  WHERE l.kind = v_kind AND l.name = v_name AND (l.paused OR l.held_until > now())
     AND l.concurrency IS NULL AND l.rate IS NULL AND l.per_key IS NULL;
   IF FOUND THEN
     RETURN true;
   END IF;
-  UPDATE idemq.limits l SET paused = false, updated_at = now()
-  WHERE l.kind = v_kind AND l.name = v_name AND l.paused;
+  UPDATE idemq.limits l SET paused = false, held_until = NULL, updated_at = now()
+  WHERE l.kind = v_kind AND l.name = v_name AND (l.paused OR l.held_until > now());
   RETURN FOUND;
 END;
 $$;
 
 COMMENT ON FUNCTION idemq.resume(text, text) IS
-  'End the pause of one queue or task: claims hand out its jobs again, within its limits. True when it was paused.';
+  'End the pause (and a hold) of one queue or task: claims hand out its jobs again, within its limits. True when it was paused.';
 
 -- ---- sql/functions/admin/retry.sql ----
 CREATE OR REPLACE FUNCTION idemq.retry(job_id bigint)
@@ -3357,4 +3451,8 @@ ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
 ALTER TABLE idemq.jobs ADD COLUMN concurrency_key text;
 CREATE INDEX jobs_key_admitted ON idemq.jobs USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'processing'::idemq.job_state])));
 CREATE INDEX jobs_key_waiting ON idemq.jobs USING btree (concurrency_key, priority DESC, run_at, id) WHERE ((concurrency_key IS NOT NULL) AND (state = 'awaiting'::idemq.job_state));
+-- A job's time limit (enqueue(..., timeout)): the same lock, at the same
+-- moment; NOT VALID, so the jobs there are (all NULL) are not scanned.
+ALTER TABLE idemq.jobs ADD COLUMN timeout interval,
+    ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 -- ==== end hand-written ====

@@ -50,6 +50,8 @@ export interface ClaimedJob {
    * Never logged, never stored elsewhere: it is what fences the attempt.
    */
   leaseToken: string;
+  /** The job's time limit per attempt (enqueue's timeout) in ms; null without one. */
+  timeoutMs: number | null;
 }
 
 /** The fencing token of one attempt: the job, the attempt and the lease token claim() returned with it. */
@@ -97,11 +99,22 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     reclaimed: r.reclaimed,
     traceparent: r.traceparent,
     leaseToken: r.lease_token,
+    timeoutMs: r.timeout ?? null,
   }));
 }
 
 const JSONB_OID = 3802;
 const TIMESTAMPTZ_OID = 1184;
+const INTERVAL_OID = 1186;
+
+/** An interval's text (PostgreSQL's default IntervalStyle) in ms; a month counts 30 days, as justify_interval does. */
+function intervalMs(text: string): number {
+  const i = pg.types.getTypeParser(INTERVAL_OID, "text")(text) as {
+    years?: number; months?: number; days?: number; hours?: number; minutes?: number; seconds?: number; milliseconds?: number;
+  };
+  const days = (i.years ?? 0) * 360 + (i.months ?? 0) * 30 + (i.days ?? 0);
+  return (((days * 24 + (i.hours ?? 0)) * 60 + (i.minutes ?? 0)) * 60 + (i.seconds ?? 0)) * 1000 + (i.milliseconds ?? 0);
+}
 const asText = (text: string): string => text;
 
 /**
@@ -109,12 +122,14 @@ const asText = (text: string): string => text;
  * value's text, in bytes of UTF-8, in `sizes` (in the order the values
  * arrive: row by row), so a claim learns its payloads' sizes without
  * serializing them again; timestamptz left as text, since no caller reads
- * the lease's end from a claim (pg's date parsing was 4% of the worker's CPU).
+ * the lease's end from a claim (pg's date parsing was 4% of the worker's CPU);
+ * the one interval, timeout, in ms.
  */
 function claimTypes(sizes: number[]): pg.CustomTypesConfig {
   return {
     getTypeParser: ((oid: number, format?: "text" | "binary") => {
       if (oid === TIMESTAMPTZ_OID && format !== "binary") return asText;
+      if (oid === INTERVAL_OID && format !== "binary") return intervalMs;
       if (oid !== JSONB_OID || format === "binary") return pg.types.getTypeParser(oid, format);
       return (text: string) => {
         sizes.push(Buffer.byteLength(text));
@@ -154,6 +169,8 @@ interface ClaimedJobRow {
   reclaimed: boolean;
   traceparent: string | null;
   lease_token: string;
+  /** Parsed to ms (claimTypes); absent before 0.2.0's column. */
+  timeout?: number | null;
 }
 
 function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attempts: number[]; lease_tokens: (string | null)[] } {

@@ -52,6 +52,13 @@ export interface EnqueueOptions {
    * Non-empty, at most key_bytes bytes. E.g. the customer id.
    */
   concurrencyKey?: string | undefined;
+  /**
+   * How long one attempt may run (e.g. "30s"): past it the worker aborts
+   * ctx.signal with a TimeoutError and fails the attempt (retried by the
+   * policy), and no lease is extended past it, so a SQL consumer's job is
+   * rescued after it. The task's own `timeout` applies too: the shorter wins.
+   */
+  timeout?: Duration | undefined;
 }
 
 export interface EnqueueResult {
@@ -97,6 +104,7 @@ export async function enqueueTraced(
     key_retention: interval(opts.keyRetention),
     traceparent: text(opts.traceparent, "traceparent"),
     concurrency_key: text(opts.concurrencyKey, "concurrencyKey"),
+    timeout: interval(opts.timeout),
   });
   const row = rows[0]!;
   return { jobId: row.job_id, deduplicated: row.deduplicated, jobTraceparent: row.job_traceparent };
@@ -152,6 +160,7 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
       key_retention: interval(job.keyRetention),
       traceparent: text(job.traceparent, `${what}.traceparent`),
       concurrency_key: text(job.concurrencyKey, `${what}.concurrencyKey`),
+      timeout: interval(job.timeout),
     };
     return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
   });

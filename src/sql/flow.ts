@@ -3,8 +3,10 @@
 // claim() obeys them; nothing here runs at claim time.
 
 import type { Duration } from "../contract.ts";
-import { integer, interval, text } from "../encode.ts";
-import { call, INTERVAL_AS_TEXT, scalar, type Queryable } from "./call.ts";
+import { toPgInterval } from "../duration.ts";
+import type { RateLimitScope } from "../errors.ts";
+import { integer, interval, leaseToken, text, toJobId, type JobIdInput } from "../encode.ts";
+import { call, fromNow, INTERVAL_AS_TEXT, scalar, type Queryable } from "./call.ts";
 
 /** One queue or one task (exactly one: SQL refuses both or neither with 22023). */
 export interface LimitScope {
@@ -49,6 +51,30 @@ export function resume(db: Queryable, opts: LimitScope): Promise<boolean> {
   return scalar(db, "resume", { queue: text(opts.queue, "queue"), task: text(opts.task, "task") });
 }
 
+/**
+ * Back-pressure (hold()): snoozes the held job for `delay` without spending
+ * an attempt and holds back its queue or task from every claim until then,
+ * timed by the database's clock. Returns the scope's held_until (the later
+ * of an earlier hold and this one). IQ410 when the attempt no longer holds
+ * the job.
+ */
+export function hold(
+  db: Queryable,
+  jobId: JobIdInput,
+  attempt: number,
+  token: string | null,
+  scope: RateLimitScope,
+  delay: Duration,
+): Promise<Date> {
+  return scalar(db, "hold", {
+    job_id: toJobId(jobId),
+    attempt: integer(attempt, "attempt"),
+    scope,
+    until: fromNow(toPgInterval(delay)),
+    lease_token: leaseToken(token),
+  });
+}
+
 export interface LimitRow {
   queue: string | null;
   task: string | null;
@@ -58,6 +84,8 @@ export interface LimitRow {
   per: string | null;
   perKey: number | null;
   paused: boolean;
+  /** When a hold (hold(): a 429's Retry-After) still to come ends; null when not held. */
+  heldUntil: Date | null;
   /** Slots held now (jobs processing under the concurrency limit); null without one. */
   running: number | null;
   /** Starts within the last `per`; null without a rate limit. */
@@ -65,7 +93,7 @@ export interface LimitRow {
   updatedAt: Date;
 }
 
-/** Every queue and task with a limit or a pause, and its use now (limits()). */
+/** Every queue and task with a limit, a pause or a hold, and its use now (limits()). */
 export async function limits(db: Queryable): Promise<LimitRow[]> {
   const rows = await call<
     "limits",
@@ -77,6 +105,7 @@ export async function limits(db: Queryable): Promise<LimitRow[]> {
       per: string | null;
       per_key: number | null;
       paused: boolean;
+      held_until: Date | null;
       running: number | null;
       started: number | null;
       updated_at: Date;
@@ -90,6 +119,7 @@ export async function limits(db: Queryable): Promise<LimitRow[]> {
     per: r.per,
     perKey: r.per_key,
     paused: r.paused,
+    heldUntil: r.held_until,
     running: r.running,
     started: r.started,
     updatedAt: r.updated_at,

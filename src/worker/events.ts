@@ -24,6 +24,13 @@ export interface JobEndEvent extends JobEvent {
   durationMs: number;
 }
 
+/** The scope a RateLimitedError held back, and until when by the database's clock (hold()). */
+export interface HeldScope {
+  scope: "queue" | "task";
+  name: string;
+  until: Date;
+}
+
 export interface LogEntry {
   level: "debug" | "info" | "warn" | "error";
   message: string;
@@ -59,8 +66,12 @@ export interface WorkerEvents {
    * not (the job is gone, or the call that would have asked failed).
    */
   "job:lease-lost": [JobEndEvent & LostFields];
-  /** Back to `scheduled` without spending an attempt. */
-  "job:snoozed": [JobEndEvent & { delay: string }];
+  /**
+   * Back to `scheduled` without spending an attempt. `held`: the handler threw
+   * RateLimitedError, and the job's queue or task is held back from every
+   * claim until `until` (the database's clock), when the job runs again.
+   */
+  "job:snoozed": [JobEndEvent & { delay: string; held?: HeldScope }];
   /**
    * Something outside a job failed (a claim, a heartbeat, the listener...); the
    * worker keeps going. Of the connection failures of one outage only the first

@@ -52,7 +52,7 @@
 // held jobs; a job that runs and is recorded wakes it once.
 import type pg from "pg";
 import type { Duration } from "../contract.ts";
-import { LeaseLostError } from "../errors.ts";
+import { LeaseLostError, TimeoutError } from "../errors.ts";
 import type { ClaimedJob } from "../sql/index.ts";
 import type { AttemptTrace } from "../tracing/types.ts";
 import { PrefetchWindow, type PrefetchBounds } from "./prefetch-window.ts";
@@ -77,6 +77,8 @@ export interface HeldJob {
    * (ClaimedJob.reclaimed, ctx.job.reclaimed).
    */
   fencedOut: boolean;
+  /** performance.now() when the job was claimed (its locked_at, as near as this process knows it). */
+  readonly claimedAt: number;
   /** performance.now() when the attempt started (or was claimed), and when its handler was over or it was released. */
   startedAt: number;
   endedAt: number | undefined;
@@ -100,6 +102,19 @@ export function signalOf(held: HeldJob): AbortSignal {
     if (held.abortedBy !== undefined) held.controller.abort(held.abortedBy);
   }
   return held.controller.signal;
+}
+
+/**
+ * The job's own time limit (enqueue's timeout) has passed, as near as this
+ * process can tell (within a second of its claim's round trip): heartbeat()
+ * stops extending a lease there, so a heartbeat that misses such a job says
+ * the limit was reached, and the attempt is aborted and failed with a
+ * TimeoutError rather than as a lost lease.
+ */
+function pastTimeLimit(held: HeldJob): TimeoutError | undefined {
+  const limitMs = held.job.timeoutMs;
+  if (limitMs === null || performance.now() - held.claimedAt < limitMs - 1000) return undefined;
+  return new TimeoutError(held.job.id, held.job.task, held.job.attempt, limitMs);
 }
 
 /** Aborts the attempt's ctx.signal with `reason`; the first reason counts, as with AbortController. */
@@ -206,6 +221,7 @@ export class HeldJobs {
         controller: undefined,
         abortedBy: undefined,
         fencedOut: false,
+        claimedAt,
         startedAt: claimedAt,
         endedAt: undefined,
         snoozeDelay: undefined,
@@ -287,7 +303,7 @@ export class HeldJobs {
     const phase = held.phase;
     if (held.fencedOut || !this.holds(held) || (phase !== "claimed" && phase !== "started")) return undefined;
     held.fencedOut = true;
-    abortAttempt(held, new LeaseLostError(`lease lost: attempt ${held.job.attempt} no longer holds job ${held.job.id}`));
+    abortAttempt(held, pastTimeLimit(held) ?? new LeaseLostError(`lease lost: attempt ${held.job.attempt} no longer holds job ${held.job.id}`));
     if (phase === "claimed") this.remove(held);
     return phase;
   }

@@ -22,12 +22,12 @@
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
 import { toMilliseconds } from "../duration.ts";
-import { EffectClaimLostError, LeaseLostError, PermanentError } from "../errors.ts";
+import { EffectClaimLostError, LeaseLostError, PermanentError, RateLimitedError, TimeoutError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";
-import { isReleased, type HeldJob } from "./held-jobs.ts";
+import { abortAttempt, isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
 import { asLost, attemptLost } from "./lost.ts";
 import { jitter } from "./timers.ts";
@@ -90,12 +90,18 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
     return;
   }
   let outcome: Outcome;
+  const limit = timeLimit(held);
   try {
     // claim() passes this worker's tasks, so this is a guard, not a path jobs take.
     if (held.task === undefined) throw new UnknownTaskError(held.job.task, [...state.tasks.keys()]);
-    outcome = { ok: true, result: await held.task.run(held.job.payload, makeContext(state, held, undefined) as never) };
+    const task = held.task;
+    const running = Promise.resolve().then(() => task.run(held.job.payload, makeContext(state, held, undefined) as never));
+    // Past the time limit the attempt fails whether or not the handler heeds ctx.signal.
+    outcome = { ok: true, result: await (limit === undefined ? running : Promise.race([running, limit.expired])) };
   } catch (error) {
-    outcome = { ok: false, error };
+    outcome = { ok: false, error: limit?.fired ?? error };
+  } finally {
+    limit?.clear();
   }
   handlerOver(state, held);
   if (isReleased(held)) return held.trace?.end("released"); // handed back at shutdown; the attempt is already recorded
@@ -141,6 +147,37 @@ function checkOutListening(pool: pg.Pool, onError: (error: Error) => void): Prom
   });
 }
 
+/**
+ * The attempt's time limit: its task's `timeout`, counted from the
+ * attempt's start, and its job's own (enqueue's timeout), counted from its
+ * claim as heartbeat() counts it from locked_at; whichever runs out first
+ * aborts ctx.signal with a TimeoutError naming its limit (`fired`), and
+ * `expired` rejects with it. Undefined when neither is set.
+ */
+function timeLimit(held: HeldJob): { expired: Promise<never>; fired: TimeoutError | undefined; clear(): void } | undefined {
+  const now = performance.now();
+  const limits: { limitMs: number; leftMs: number }[] = [];
+  if (held.task?.timeoutMs !== undefined) limits.push({ limitMs: held.task.timeoutMs, leftMs: held.task.timeoutMs - (now - held.startedAt) });
+  if (held.job.timeoutMs !== null) limits.push({ limitMs: held.job.timeoutMs, leftMs: held.job.timeoutMs - (now - held.claimedAt) });
+  if (limits.length === 0) return undefined;
+  const { limitMs, leftMs } = limits.reduce((a, b) => (b.leftMs < a.leftMs ? b : a));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const state: { expired: Promise<never>; fired: TimeoutError | undefined; clear(): void } = {
+    fired: undefined,
+    expired: new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => {
+        const error = new TimeoutError(held.job.id, held.job.task, held.job.attempt, limitMs);
+        state.fired = error;
+        abortAttempt(held, error);
+        reject(error);
+      }, Math.max(0, leftMs));
+    }),
+    clear: () => clearTimeout(timer),
+  };
+  state.expired.catch(() => undefined); // raced, or unused by a transactional attempt
+  return state;
+}
+
 /** started -> finished, and the slot goes to the next job. */
 function handlerOver(state: WorkerState, held: HeldJob): void {
   state.held.finish(held);
@@ -184,12 +221,19 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     let result: unknown;
     if (duplicateOf === undefined) {
       handlerTransactions.set(held, { client, touching: false });
+      // A transactional handler owns its connection until it returns: past
+      // the time limit ctx.signal aborts, and the attempt fails (rolled back)
+      // when the handler returns; the lease is not extended past a job's own
+      // limit, so a handler that never returns loses its lease and its session.
+      const limit = timeLimit(held);
       try {
         result = await task.run(held.job.payload, makeContext(state, held, client) as never);
       } finally {
+        limit?.clear();
         // Before COMMIT or ROLLBACK is queued: no keep-busy statement may follow them onto a connection going back to the pool.
         handlerTransactions.delete(held);
       }
+      if (limit?.fired !== undefined) throw limit.fired;
       if (held.snoozeDelay !== undefined) throw new Error("snoozed"); // roll back, then snooze
     }
     if (isReleased(held)) throw new Error("handed back at shutdown");
@@ -260,6 +304,7 @@ async function failJob(state: WorkerState, held: HeldJob, error: unknown): Promi
     held.snoozeDelay = Math.round(jitter(state.settings.effectBusySnoozeMs, 0.5));
     return snoozeJob(state, held);
   }
+  if (error instanceof RateLimitedError) return holdJob(state, held, error);
   const task = held.task;
   const permanent = isPermanent(task, error);
   const retryable = !permanent;
@@ -389,6 +434,35 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
     const error = asLost(caught);
     if (error instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(error));
     state.report(`snooze of job ${held.job.id}`, error);
+  } finally {
+    state.held.remove(held);
+  }
+}
+
+/**
+ * The handler threw RateLimitedError (its API said 429 with a Retry-After):
+ * hold() holds back the job's queue or task from every claim until then and
+ * snoozes the job to that time, its attempt not spent. A transactional
+ * attempt's writes rolled back first, as for any error.
+ */
+async function holdJob(state: WorkerState, held: HeldJob, error: RateLimitedError): Promise<void> {
+  const delay = `${error.retryAfterMs}ms`;
+  try {
+    const until = await sql.hold(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, error.scope, delay);
+    held.trace?.end("snoozed");
+    const name = error.scope === "queue" ? held.job.queue : held.job.task;
+    state.emit("job:snoozed", {
+      ...jobEvent(state, held),
+      durationMs: durationOf(held),
+      delay,
+      held: { scope: error.scope, name, until },
+    });
+    state.wakeAt(Date.now() + error.retryAfterMs);
+  } catch (caught) {
+    const lost = asLost(caught);
+    if (lost instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(lost));
+    held.trace?.end("retry", error); // not recorded: rescue() hands the job back when its lease runs out
+    state.report(`hold of job ${held.job.id}`, lost);
   } finally {
     state.held.remove(held);
   }

@@ -29,6 +29,8 @@ export interface NormalizedTask {
   lease: { interval: string; ms: number } | undefined;
   /** Flow control the task declares (concurrencyLimit, rateLimit), applied at start by declare_limit; undefined: none. */
   limits: DeclaredLimits | undefined;
+  /** The task's time limit per attempt in ms; undefined: none (a job's own may still apply). */
+  timeoutMs: number | undefined;
 }
 
 export interface DeclaredLimits {
@@ -38,12 +40,12 @@ export interface DeclaredLimits {
   per?: string;
 }
 
-const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease", "concurrencyLimit", "rateLimit"] as const;
+const TASK_OPTIONS = ["run", "transactional", "guardKey", "maxAttempts", "backoff", "exceptOn", "onlyOn", "lease", "timeout", "concurrencyLimit", "rateLimit"] as const;
 type TaskOption = (typeof TASK_OPTIONS)[number];
 const isTaskOption = (key: string): key is TaskOption => (TASK_OPTIONS as readonly string[]).includes(key);
 
 const TASK_SHAPE =
-  "a function (payload, ctx) => ... or { run, transactional?, guardKey?, maxAttempts?, backoff?, exceptOn?, onlyOn?, lease?, concurrencyLimit?, rateLimit? }";
+  "a function (payload, ctx) => ... or { run, transactional?, guardKey?, maxAttempts?, backoff?, exceptOn?, onlyOn?, lease?, timeout?, concurrencyLimit?, rateLimit? }";
 
 /**
  * Declares a worker's tasks once, so that `createWorker({ tasks })` runs them
@@ -87,6 +89,7 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
       onlyOn: undefined,
       lease: undefined,
       limits: undefined,
+      timeoutMs: undefined,
     };
   }
   if (definition === null || typeof definition !== "object" || typeof (definition as { run?: unknown }).run !== "function") {
@@ -129,6 +132,7 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
     onlyOn: errorClasses(config.onlyOn, `${what}: onlyOn`),
     lease: config.lease === undefined ? undefined : lease(config.lease as Duration, `${what}: lease`),
     limits: declaredLimits(config.concurrencyLimit, config.rateLimit, what),
+    timeoutMs: config.timeout === undefined ? undefined : timeoutMs(config.timeout as Duration, `${what}: timeout`),
   };
 }
 
@@ -177,6 +181,15 @@ export function lease(value: Duration, what: string): { interval: string; ms: nu
   const ms = durationMs(value, what);
   if (ms <= 0 || ms > 86_400_000) throw new WorkerConfigError(`${what} must be more than 0 and at most 1 day`);
   return { interval: toPgInterval(value), ms };
+}
+
+/** A time limit: a duration of more than 0, finite (setTimeout's range: at most 24.8 days), in ms. */
+export function timeoutMs(value: Duration, what: string): number {
+  const ms = durationMs(value, what);
+  if (!Number.isFinite(ms) || ms <= 0 || ms > 2_147_483_647) {
+    throw new WorkerConfigError(`${what} must be more than 0 and at most 24 days (e.g. "30s"), got ${JSON.stringify(value)}`);
+  }
+  return ms;
 }
 
 /** A duration in ms, or a WorkerConfigError naming the option. */

@@ -116,6 +116,13 @@ interface TaskOptions {
   concurrencyLimit?: number | undefined;
   /** At most `rate` starts of the task per `per` (at least 1 second), e.g. { rate: 100, per: "1 minute" }; applied as concurrencyLimit is. */
   rateLimit?: { rate: number; per: Duration } | undefined;
+  /**
+   * How long one attempt may run (e.g. "30s"): past it ctx.signal aborts
+   * with a TimeoutError and the attempt fails (retried by the policy), even
+   * if the handler ignores the signal. A job's own timeout (enqueue) applies
+   * too: the shorter wins.
+   */
+  timeout?: Duration | undefined;
 }
 
 /** A plain task with options. */

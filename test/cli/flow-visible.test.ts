@@ -96,9 +96,9 @@ describe("idemq stats: flow control", () => {
     const human = await runCli(["stats", "--database-url", db.url]);
     expect(human).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = human.stdout.trimEnd().split("\n");
-    expect(lines).toContainEqual(expect.stringMatching(/^SCOPE +LIMITS +PAUSED +RUNNING +STARTED$/));
-    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^queue ${queue} +concurrency 2, rate 30 per 1m +no +1/2 +1/30 in 1m$`)));
-    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^queue ${other} +none +yes +- +-$`)));
+    expect(lines).toContainEqual(expect.stringMatching(/^SCOPE +LIMITS +PAUSED +HELD UNTIL +RUNNING +STARTED$/));
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^queue ${queue} +concurrency 2, rate 30 per 1m +no +- +1/2 +1/30 in 1m$`)));
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^queue ${other} +none +yes +- +- +-$`)));
 
     const json = await runCli(["stats", "--json", "--queue", queue, "--database-url", db.url]);
     expect(json).toMatchObject({ code: EXIT.OK, stderr: "" });

@@ -63,9 +63,9 @@ describe("idemq limit set / list / clear", () => {
     const list = await cli(["limit", "list"]);
     expect(list).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = list.stdout.trimEnd().split("\n");
-    expect(lines[0]).toMatch(/^SCOPE +LIMITS +PAUSED +RUNNING +STARTED$/);
-    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^queue ${queue} +concurrency 3, rate 10 per 1m +no +2/3 +2/10 in 1m$`)));
-    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^task ${task} +none +yes +- +-$`)));
+    expect(lines[0]).toMatch(/^SCOPE +LIMITS +PAUSED +HELD UNTIL +RUNNING +STARTED$/);
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^queue ${queue} +concurrency 3, rate 10 per 1m +no +- +2/3 +2/10 in 1m$`)));
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^task ${task} +none +yes +- +- +-$`)));
 
     const json = await cli(["limit", "--json"]);
     expect(json).toMatchObject({ code: EXIT.OK, stderr: "" });

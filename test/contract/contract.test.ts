@@ -316,7 +316,7 @@ describe("defaults live once", () => {
     expect(Object.keys(defaults).sort()).toEqual(["duplicate_policy", "key_retention", "max_attempts", "payload", "priority", "queue"]);
     expect(rows[0].d).toEqual(defaults);
     for (const name of nullDefaults) expect(rows[0].d, name).not.toHaveProperty(name);
-    expect(nullDefaults.sort()).toEqual(["after", "backoff", "concurrency_key", "expires_at", "idempotency_key", "run_at", "traceparent"]);
+    expect(nullDefaults.sort()).toEqual(["after", "backoff", "concurrency_key", "expires_at", "idempotency_key", "run_at", "timeout", "traceparent"]);
   });
 
   it("SCHEDULE_SQL_DEFAULTS (help texts) equals the non-NULL DEFAULTs of schedule()'s signature, by SCHEDULE_PARAMETERS", async () => {

@@ -62,6 +62,9 @@ const CASES: Case[] = [
   c("enqueue", "after with id 0", `${E}(task => 't', after => ARRAY[0]::bigint[])`, "22023"),
   c("enqueue", "after with a NULL id", `${E}(task => 't', after => ARRAY[NULL]::bigint[])`, "22023"),
   c("enqueue", "after naming no job", `${E}(task => 't', after => ARRAY[987654321]::bigint[])`, "IQ404"),
+  c("enqueue", "timeout 0", `${E}(task => 't', timeout => '0 seconds')`, "22023"),
+  c("enqueue", "timeout negative", `${E}(task => 't', timeout => '-1 minute')`, "22023"),
+  c("enqueue", "timeout over duration_days", `${E}(task => 't', timeout => '36501 days')`, "22023"),
   // enqueue_many
   c("enqueue_many", "NULL", `${M}(jobs => NULL)`, "22004"),
   c("enqueue_many", "an object, not an array", `${M}(jobs => '{"task": "t"}')`, "22023"),
@@ -150,6 +153,14 @@ const CASES: Case[] = [
   c("snooze", "no such job", "SELECT idemq.snooze(job_id => 987654321, attempt => 1, run_at => now())", "IQ404"),
   c("snooze", "run_at infinity", "SELECT idemq.snooze(job_id => ${processing}, attempt => ${attempt}, run_at => 'infinity')", "22023"),
   c("snooze", "run_at -infinity", "SELECT idemq.snooze(job_id => ${processing}, attempt => ${attempt}, run_at => '-infinity')", "22023"),
+  // hold
+  c("hold", "NULL scope", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => NULL, until => now() + interval '1 minute')", "22004"),
+  c("hold", "NULL until", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'queue', until => NULL)", "22004"),
+  c("hold", "NULL job_id", "SELECT idemq.hold(job_id => NULL, attempt => 1, scope => 'queue', until => now())", "22004"),
+  c("hold", "scope key", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'key', until => now() + interval '1 minute')", "22023"),
+  c("hold", "until infinity", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'queue', until => 'infinity')", "22023"),
+  c("hold", "until past duration_days", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'queue', until => now() + interval '36501 days')", "22023"),
+  c("hold", "no such job", "SELECT idemq.hold(job_id => 987654321, attempt => 1, scope => 'queue', until => now() + interval '1 minute')", "IQ404"),
   // guard
   c("guard", "NULL key", "SELECT idemq.guard(key => NULL)", "22004"),
   c("guard", "empty key", "SELECT idemq.guard(key => '')", "22023"),

@@ -34,6 +34,9 @@ describe("tasks", () => {
     ["a bad backoff", { ping: { run: ping, backoff: { kind: "exponential" } } }, 'task "ping": exponential backoff needs an initial delay'],
     ["exceptOn not a list of classes", { ping: { run: ping, exceptOn: ["TypeError"] } }, 'task "ping": exceptOn must be an array of error classes'],
     ["a lease over a day", { ping: { run: ping, lease: "2 days" } }, 'task "ping": lease must be more than 0 and at most 1 day'],
+    ["a timeout of 0", { ping: { run: ping, timeout: "0s" } }, 'task "ping": timeout must be more than 0 and at most 24 days (e.g. "30s"), got "0s"'],
+    ["a timeout over 24 days", { ping: { run: ping, timeout: "30 days" } }, 'task "ping": timeout must be more than 0'],
+    ["a timeout that is no duration", { ping: { run: ping, timeout: "soon" } }, 'task "ping": timeout: '],
   ])("%s", (_name, tasks, message) => {
     expect(refused({ tasks: tasks as never }).message).toContain(message);
   });

@@ -14,11 +14,14 @@
 --     it instead of spending an attempt.
 --   * Returns rows of idemq.claimed_job: id, task, queue, payload,
 --     attempt, max_attempts, idempotency_key, lease_expires_at, reclaimed,
---     traceparent, lease_token, job_id, in claim order. id is job_id under
+--     traceparent, lease_token, job_id, timeout, in claim order. id is job_id under
 --     its 0.1.0 name, kept so 0.1.0 consumers read it through an upgrade
 --     (deprecated: read job_id).
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
---     worker_id, lease_expires_at = now() + lease. With token => true it also
+--     worker_id, locked_at = now(), lease_expires_at = now() + lease, or
+--     now() + the job's timeout when that is shorter (a time limit no lease
+--     outlives; heartbeat() keeps to it, and timeout is returned so a worker
+--     can abort its handler then). With token => true it also
 --     gets a new lease_token (gen_random_uuid(): 122 random bits), and
 --     (job_id, attempt, lease_token) is the fencing token for complete,
 --     complete_many, fail, snooze, heartbeat and effect_claim's job binding:
@@ -135,7 +138,10 @@ BEGIN
   -- idemq.limits, this one read is all a claim pays. The table's ACCESS
   -- SHARE lock, held to the end of the transaction, is what a set_limit
   -- giving a concurrency waits for.
-  v_limited := EXISTS (SELECT FROM idemq.limits);
+  -- A row holding nothing but a hold that has passed (hold()) does not count.
+  v_limited := EXISTS (SELECT FROM idemq.limits l
+                       WHERE NOT (l.held_until <= now() AND NOT l.paused AND l.concurrency IS NULL
+                                  AND l.rate IS NULL AND l.per_key IS NULL));
 
   -- Two steps: lock the jobs (SKIP LOCKED, in claim order) into an array, then
   -- update them by primary key. One UPDATE joined to the locking subquery let
@@ -334,15 +340,17 @@ BEGIN
   WITH claimed AS (
     UPDATE idemq.jobs AS j
     SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_expires_at = now() + lease, lease_lost = false,
+        locked_at = now(), lease_lost = false,
+        -- Never past the job's time limit (heartbeat() keeps to it too).
+        lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
         lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
     WHERE j.id = ANY (v_ids)
     RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
               j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.lease_token, j.priority, j.run_at
+              j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
   )
   SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id
+         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
   FROM claimed c
   ORDER BY c.priority DESC, c.run_at, c.id;
 END;

@@ -13,6 +13,11 @@
 --     A NULL token (lease_tokens NULL: all of them) matches only a job
 --     claimed without one (before 0.2.0).
 --   * A lease that ran out but was not yet rescued is still held, and is extended.
+--   * A job's time limit (enqueue(..., timeout)) caps the lease: never past
+--     locked_at + timeout (least(now() + lease, locked_at + timeout)). Once
+--     that instant has passed the job is not extended and is missing from
+--     the answer (its handler should stop: its attempt is over), so rescue()
+--     takes it back when the capped lease runs out, as after a crash.
 --   * An id given more than once counts once, with its highest attempt (and
 --     that entry's token).
 --   * Reads jobs by primary key only (cost follows the batch, not the table).
@@ -21,7 +26,7 @@
 --   committed state.
 -- Errors: 22004 NULL job_ids or attempts; 22023 arrays of different lengths or more than 10,000
 --   ids (both checked by _pairs_by_id); bad lease.
--- Tests: test/sql/heartbeat.test.ts, test/sql/fencing.test.ts,
+-- Tests: test/sql/heartbeat.test.ts, test/sql/fencing.test.ts, test/sql/timeout.test.ts,
 --   test/sql/claim.test.ts (no sequential scan)
 CREATE OR REPLACE FUNCTION idemq.heartbeat(job_ids bigint[], attempts int[], lease interval DEFAULT '30 seconds',
                                            lease_tokens uuid[] DEFAULT NULL)
@@ -48,8 +53,9 @@ BEGIN
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
-  SET lease_expires_at = now() + lease
+  SET lease_expires_at = least(now() + lease, j.locked_at + j.timeout)
   WHERE j.id = ANY (v_ids)
+    AND (j.timeout IS NULL OR j.locked_at + j.timeout > now())
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
     AND j.lease_token IS NOT DISTINCT FROM v_tokens[width_bucket(j.id, v_ids)]
     AND idemq._held(j.lease_expires_at, j.locked_by)

@@ -37,7 +37,7 @@ DECLARE
 BEGIN
   WITH ins AS (
     INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key)
+                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout)
     SELECT p.job_id, p.task, p.queue, p.payload,
            CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
@@ -45,7 +45,7 @@ BEGIN
                 WHEN p.concurrency_key IS NOT NULL THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
            p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
-           p.concurrency_key
+           p.concurrency_key, p.timeout
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state

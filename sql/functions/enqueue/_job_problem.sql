@@ -28,7 +28,8 @@
 -- Concurrency: none (reads only its arguments).
 -- Errors: none (callers raise through _raise_bad_job).
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
---   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/sql/concurrency-keys.test.ts
+--   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/sql/concurrency-keys.test.ts,
+--   test/sql/timeout.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_problem(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -86,6 +87,12 @@ RETURN CASE idemq._job_rule_broken(job, limits)
     ARRAY[format('concurrency_key is %s bytes, over the limit of %s bytes (key_bytes): %s',
                  octet_length(job.concurrency_key), limits.key_bytes, idemq._excerpt(job.concurrency_key)),
           'Keys are at most key_bytes bytes (idemq.settings): hash a long business key, e.g. ''customer:'' || md5(...).']
+  WHEN 18 THEN
+    ARRAY[format('timeout must be more than 0, not %s', job.timeout),
+          'timeout is how long one attempt may run, e.g. ''30 seconds''; leave it out for no limit.']
+  WHEN 19 THEN
+    ARRAY[format('timeout must be at most %s days (duration_days), not %s', limits.duration_days, job.timeout),
+          format('Use a time limit of at most %s days (duration_days in idemq.settings), or none.', limits.duration_days)]
 END;
 
 COMMENT ON FUNCTION idemq._job_problem(idemq._planned_job, idemq._enqueue_limits) IS

@@ -22,7 +22,9 @@
 --     key_retention not negative; 14 key_retention at most
 --     limits.duration_days days; 15 traceparent a W3C traceparent of version
 --     00 (_is_traceparent); 16 concurrency_key non-empty when given; 17
---     concurrency_key at most limits.key_bytes bytes. The backoff is _backoff_problem's.
+--     concurrency_key at most limits.key_bytes bytes; 18 timeout more than
+--     0; 19 timeout at most limits.duration_days days (an infinite one too).
+--     The backoff is _backoff_problem's.
 --   * Rule 4 reads the payload's stored size first (pg_column_size, no work):
 --     its JSON text is at least (size - 8) / 15 bytes, so a payload stored in
 --     more than 16 x payload_bytes + 8 bytes breaks the rule without being
@@ -41,7 +43,7 @@
 -- Errors: none.
 -- Tests: test/sql/bad-input.test.ts, test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
 --   test/sql/limits.test.ts, test/sql/traceparent.test.ts, test/contract/contract.test.ts,
---   test/sql/concurrency-keys.test.ts
+--   test/sql/concurrency-keys.test.ts, test/sql/timeout.test.ts
 CREATE OR REPLACE FUNCTION idemq._job_rule_broken(job idemq._planned_job, limits idemq._enqueue_limits)
 RETURNS int
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -67,6 +69,8 @@ RETURN CASE
   WHEN NOT idemq._is_traceparent(job.traceparent) THEN 15
   WHEN job.concurrency_key = '' THEN 16
   WHEN octet_length(job.concurrency_key) > limits.key_bytes THEN 17
+  WHEN job.timeout <= interval '0' THEN 18
+  WHEN job.timeout > make_interval(days => limits.duration_days::int) THEN 19
 END;
 
 COMMENT ON FUNCTION idemq._job_rule_broken(idemq._planned_job, idemq._enqueue_limits) IS

@@ -29,6 +29,8 @@ RETURNS TABLE(key text, job_id bigint, task text, payload jsonb, payload_md5 tex
               duplicate_policy idemq.duplicate_policy, elements bigint, retention interval)
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
+  -- A BEGIN ATOMIC body keeps the columns of idemq._planned_job it was
+  -- created with: created again by 0002, which adds timeout to the type.
   SELECT l.idempotency_key, l.job_id, l.task, l.payload, md5(l.payload::text), l.duplicate_policy, l.elements,
          l.key_retention
   FROM (SELECT DISTINCT ON (p.idempotency_key) p.idempotency_key, p.job_id, p.task, p.payload, p.duplicate_policy,

@@ -15,7 +15,7 @@
 --     absent: _job_defaults, run_at now); priority and max_attempts whole
 --     numbers that fit an int; duplicate_policy a policy's name; after an
 --     array of whole numbers; timestamps and key_retention (an interval) that
---     parse; traceparent a string.
+--     parse; traceparent a string; timeout an interval string.
 --   * At most jobs_per_call elements (idemq.settings), checked before any
 --     is decoded.
 --   * A payload whose stored size alone shows it is over payload_bytes
@@ -140,7 +140,8 @@ BEGIN
                     THEN ARRAY(SELECT a::numeric::bigint FROM jsonb_array_elements_text(d.after) a) END,
                coalesce(d.key_retention::interval, v_key_retention),
                d.traceparent,
-               d.concurrency_key
+               d.concurrency_key,
+               d.timeout::interval
              )::idemq._planned_job END),
            coalesce(bool_or(d.idempotency_key IS NOT NULL), false),
            coalesce(bool_or(jsonb_typeof(d.after) = 'array' AND jsonb_array_length(d.after) > 0), false),
@@ -187,14 +188,17 @@ BEGIN
           WHEN r.concurrency_key IS NOT NULL AND jsonb_typeof(r.v->'concurrency_key') <> 'string' THEN
             format('concurrency_key must be a string or null, not %s',
                    idemq._excerpt((r.v->'concurrency_key')::text))
+          WHEN r.timeout IS NOT NULL AND jsonb_typeof(r.v->'timeout') <> 'string' THEN
+            format('timeout must be an interval string such as "30 seconds", or null, not %s',
+                   idemq._excerpt((r.v->'timeout')::text))
         END AS shape
       FROM ROWS FROM (jsonb_array_elements(v_jobs),
                       jsonb_to_recordset(v_jobs) AS (task text, payload jsonb, queue text, run_at text, priority text,
                         max_attempts text, idempotency_key text, duplicate_policy text, backoff jsonb,
                         expires_at text, after jsonb, key_retention text, traceparent text,
-                        concurrency_key text)) WITH ORDINALITY
+                        concurrency_key text, timeout text)) WITH ORDINALITY
            AS r(v, task, payload, queue, run_at, priority, max_attempts, idempotency_key, duplicate_policy,
-                backoff, expires_at, after, key_retention, traceparent, concurrency_key, ord)
+                backoff, expires_at, after, key_retention, traceparent, concurrency_key, timeout, ord)
           OFFSET 0) d
     INTO planned, keyed, parents, v_bad, v_problem;
   EXCEPTION WHEN data_exception THEN
@@ -206,9 +210,9 @@ BEGIN
       IF v_problem IS NULL THEN
         BEGIN
           PERFORM (v_elem->>'run_at')::timestamptz, (v_elem->>'expires_at')::timestamptz,
-                  (v_elem->>'key_retention')::interval;
+                  (v_elem->>'key_retention')::interval, (v_elem->>'timeout')::interval;
         EXCEPTION WHEN data_exception THEN
-          v_problem := format('run_at/expires_at is not a timestamp, or key_retention not an interval: %s',
+          v_problem := format('run_at/expires_at is not a timestamp, or key_retention/timeout not an interval: %s',
                               idemq._excerpt(SQLERRM));
         END;
       END IF;

@@ -4,7 +4,7 @@
 --   duplicate_policy idemq.duplicate_policy DEFAULT 'allow_after_failed',
 --   backoff jsonb DEFAULT NULL, expires_at timestamptz DEFAULT NULL, after bigint[] DEFAULT NULL,
 --   key_retention interval DEFAULT '14 days', traceparent text DEFAULT NULL,
---   concurrency_key text DEFAULT NULL)
+--   concurrency_key text DEFAULT NULL, timeout interval DEFAULT NULL)
 --   RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 --
 -- Adds a job, or returns the active job that already holds its idempotency key.
@@ -37,6 +37,11 @@
 --     when an admitted job of the key finishes (_key_promote), the best
 --     first (priority desc, run_at, id). A job with parents waits for them
 --     first, then for its key. docs/design.md, "Concurrency keys".
+--   * timeout: how long one attempt may run (NULL: no limit), stored on a
+--     new job (a duplicate keeps its own): claim() and heartbeat() never
+--     extend its lease past locked_at + timeout, so rescue() takes the job
+--     back after it, and claim() returns it so a worker aborts the handler
+--     then (docs/design.md, "Time limit per job").
 --   * job_traceparent: the trace context stored on the job returned: the
 --     caller's own for a new job; for a duplicate (deduplicated = true) the
 --     existing job's (NULL when it has none), so the duplicate's enqueue span
@@ -47,9 +52,9 @@
 -- Errors: 22004 a required argument is NULL; 22023 bad argument (empty task,
 --   payload not an object, max_attempts < 1, malformed backoff, a queue name
 --   over 1000 characters, run_at infinite, traceparent not a W3C
---   traceparent..., an empty concurrency_key) or over a limit of
---   idemq.settings (task_bytes, payload_bytes, key_bytes for the idempotency
---   and the concurrency key, parents_per_job:
+--   traceparent..., an empty concurrency_key, timeout not positive...) or
+--   over a limit of idemq.settings (task_bytes, payload_bytes, key_bytes for
+--   the idempotency and the concurrency key, parents_per_job:
 --   _enqueue_limits, read once per call);
 --   IQ409 the policy rejects (DETAIL {"key","existing_job_id","existing_state","policy"};
 --   the message quotes the key through _excerpt, escaped, DETAIL has it whole);
@@ -58,7 +63,8 @@
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-policies.test.ts,
 --   test/sql/enqueue-concurrency.test.ts, test/sql/continuations.test.ts,
 --   test/sql/bad-input.test.ts, test/sql/limits.test.ts, test/sql/traceparent.test.ts,
---   test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts
+--   test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts,
+--   test/sql/timeout.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue(
   task text,
   payload jsonb DEFAULT '{}',
@@ -73,7 +79,8 @@ CREATE OR REPLACE FUNCTION idemq.enqueue(
   after bigint[] DEFAULT NULL,
   key_retention interval DEFAULT '14 days',
   traceparent text DEFAULT NULL,
-  concurrency_key text DEFAULT NULL)
+  concurrency_key text DEFAULT NULL,
+  timeout interval DEFAULT NULL)
 RETURNS TABLE(job_id bigint, deduplicated boolean, job_traceparent text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
@@ -119,6 +126,7 @@ BEGIN
   v_job.key_retention := enqueue.key_retention;
   v_job.traceparent := enqueue.traceparent;
   v_job.concurrency_key := enqueue.concurrency_key;
+  v_job.timeout := enqueue.timeout;
   -- The limits in a variable first (one query, _enqueue_limits inlined):
   -- passed as _job_rule_broken(v_job, idemq._enqueue_limits()), a function call
   -- as an argument its body uses more than once, the planner would not
@@ -159,10 +167,10 @@ BEGIN
                         OR idemq._key_admits(v_job.concurrency_key, v_job.queue, v_job.task)
                       THEN idemq._initial_state(v_job.run_at) ELSE 'awaiting' END;
       INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                   idempotency_key, backoff, expires_at, traceparent, concurrency_key)
+                                   idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout)
       VALUES (v_job.job_id, v_job.task, v_job.queue, v_job.payload, v_state, v_job.priority, v_job.run_at,
               v_job.max_attempts, v_job.idempotency_key, v_job.backoff, v_job.expires_at, v_job.traceparent,
-              v_job.concurrency_key);
+              v_job.concurrency_key, v_job.timeout);
       IF v_state = 'enqueued' THEN
         PERFORM idemq._notify_waiting(v_job.queue);
       END IF;
@@ -200,5 +208,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text) IS
+COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text, interval) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';

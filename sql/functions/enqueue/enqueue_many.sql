@@ -3,8 +3,9 @@
 -- Adds many jobs in one statement: the fast path. `jobs` is a JSON array of
 -- objects with enqueue()'s fields (task required; payload, queue, run_at,
 -- priority, max_attempts, idempotency_key, duplicate_policy, backoff,
--- expires_at, after, key_retention, traceparent, concurrency_key optional,
--- with enqueue()'s defaults).
+-- expires_at, after, key_retention, traceparent, concurrency_key, timeout
+-- optional, with enqueue()'s defaults; timeout an interval string, e.g. "30
+-- seconds").
 --
 -- Guarantees:
 --   * One row per element, in order (`ordinal` is 1-based). outcome:
@@ -28,7 +29,8 @@
 -- Concurrency: as enqueue(); keys are taken in key order.
 -- Errors: 22004 jobs is NULL; 22023 jobs is not an array, or an element is malformed (the message
 --   names the element as jobs[N]); IQ404 a parent in `after` does not exist.
--- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts, test/sql/concurrency-keys.test.ts
+-- Tests: test/sql/enqueue-many.test.ts, test/sql/bad-input.test.ts, test/sql/concurrency-keys.test.ts,
+--   test/sql/timeout.test.ts
 CREATE OR REPLACE FUNCTION idemq.enqueue_many(jobs jsonb)
 RETURNS TABLE(ordinal int, job_id bigint, outcome text)
 LANGUAGE plpgsql VOLATILE

@@ -7,8 +7,9 @@
 --
 -- Guarantees:
 --   * tasks, queues: the keys given, in their order, less those whose task
---     or queue is paused or has, as this statement sees it, no free slot or
---     no start left in its period.
+--     or queue is paused, held (held_until after the claim's now(): hold())
+--     or has, as this statement sees it, no free slot or no start left in
+--     its period.
 --   * take: at most batch_size, and at most the sum over the keys left of
 --     the least of their scopes' free slots and starts (an estimate: slots
 --     another claim holds uncommitted count as free here; _claim_take then
@@ -28,7 +29,7 @@ AS $$
 BEGIN
   WITH scopes AS MATERIALIZED (
     SELECT l.kind, l.name,
-           CASE WHEN l.paused THEN 0 ELSE
+           CASE WHEN l.paused OR l.held_until > now() THEN 0 ELSE
              least(_claim_gate.batch_size,
                    CASE WHEN l.concurrency IS NOT NULL THEN
                      (SELECT count(*) FROM (SELECT FROM idemq.limit_slots s

@@ -1,7 +1,7 @@
 -- idemq.clear_limit(queue text DEFAULT NULL, task text DEFAULT NULL) RETURNS boolean
 --
 -- Removes every limit (concurrency, rate, per_key) of one queue or one task;
--- a pause stays (resume() ends it).
+-- a pause or a hold stays (resume() ends them).
 --
 -- Guarantees: true when the scope had a limit, false when it had none (then
 --   nothing changes). Its slots and start rows go with it: the jobs of the
@@ -36,7 +36,7 @@ BEGIN
   END IF;
   DELETE FROM idemq.limit_slots s WHERE s.limit_id = v_id;
   DELETE FROM idemq.limit_starts r WHERE r.limit_id = v_id;
-  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused;
+  DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused AND NOT coalesce(l.held_until > now(), false);
   IF FOUND THEN
     RETURN true;
   END IF;
@@ -48,4 +48,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.clear_limit(text, text) IS
-  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause stays. True when there was one.';
+  'Remove the limits (concurrency, rate, per_key) of one queue or task; a pause or a hold stays. True when there was one.';

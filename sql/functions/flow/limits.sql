@@ -1,7 +1,7 @@
 -- idemq.limits() RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval,
---   per_key int, paused boolean, running int, started int, updated_at timestamptz)
+--   per_key int, paused boolean, held_until timestamptz, running int, started int, updated_at timestamptz)
 --
--- Every queue and task with a limit or a pause, and what it uses now.
+-- Every queue and task with a limit, a pause or a hold, and what it uses now.
 --
 -- Guarantees:
 --   * One row per scope (queue set and task NULL, or the reverse), ordered
@@ -10,6 +10,8 @@
 --   * running: the slots held (the jobs of the scope processing under its
 --     concurrency limit; more than concurrency only while a lowered limit
 --     drains); NULL without a concurrency limit.
+--   * held_until: the end of a hold (hold(): a 429's Retry-After) still to
+--     come; NULL when the scope is not held (a hold that has passed included).
 --   * started: the starts within the last per (rate rows used after now() -
 --     per); NULL without a rate limit.
 -- Concurrency: a plain read; waits only while set_limit gives a concurrency
@@ -18,6 +20,7 @@
 -- Tests: test/sql/flow-control.test.ts
 CREATE OR REPLACE FUNCTION idemq.limits()
 RETURNS TABLE(queue text, task text, concurrency int, rate int, per interval, per_key int, paused boolean,
+              held_until timestamptz,
               running int, started int, updated_at timestamptz)
 LANGUAGE sql STABLE
 SECURITY DEFINER
@@ -25,6 +28,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
   SELECT CASE WHEN l.kind = 'queue' THEN l.name END, CASE WHEN l.kind = 'task' THEN l.name END,
          l.concurrency, l.rate, l.per, l.per_key, l.paused,
+         CASE WHEN l.held_until > now() THEN l.held_until END,
          CASE WHEN l.concurrency IS NOT NULL THEN
            (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
          CASE WHEN l.rate IS NOT NULL THEN
@@ -35,4 +39,4 @@ AS $$
 $$;
 
 COMMENT ON FUNCTION idemq.limits() IS
-  'Every queue and task with a limit or a pause: its limits, paused, and its use now (slots held, starts in the last period).';
+  'Every queue and task with a limit, a pause or a hold: its limits, paused, and its use now (slots held, starts in the last period).';

@@ -19,7 +19,7 @@
 --   * PUBLIC has EXECUTE on no function of idemq, public or private.
 --   * producer: enqueue, enqueue_many, job (a job's state and outcome, no
 --     payload). worker: job, claim, complete,
---     complete_many, fail, heartbeat, snooze, guard, effect_claim,
+--     complete_many, fail, heartbeat, snooze, hold, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
 --     apply_retention (and deletes finished jobs past their retention),
@@ -74,7 +74,7 @@ DECLARE
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
-  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze',
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];

@@ -52,13 +52,13 @@ A job obeys its queue's limits and its task's.`,
 
   const list = limit
     .command("list", { isDefault: true })
-    .description("every queue and task with a limit or a pause: its limits, paused, slots held, starts in the rate's window")
+    .description("every queue and task with a limit, a pause or a hold: its limits, paused, held until, slots held, starts in the rate's window")
     .action(
       action(async (_options: CommonOptions, cmd: Command) => {
         const options = cmd.optsWithGlobals<CommonOptions>();
         await withClient(options, async (client) => {
           const rows = await client.limits();
-          emit(options, rows, rows.length === 0 ? "No limits and no pauses. Set one with `idemq limit set`." : renderLimits(rows));
+          emit(options, rows, rows.length === 0 ? "No limits, pauses or holds. Set one with `idemq limit set`." : renderLimits(rows));
         });
       }),
     );
@@ -66,7 +66,8 @@ A job obeys its queue's limits and its task's.`,
     "idemq limit list",
     "idemq limit --json | jq '.[] | select(.paused)'",
     "",
-    "RUNNING is the slots held (of CONCURRENCY); STARTED the starts within the last PER (of RATE).",
+    "RUNNING is the slots held (of CONCURRENCY); STARTED the starts within the last PER (of RATE);",
+    "HELD UNTIL the end of a hold (a handler's RateLimitedError, idemq.hold) still to come.",
   ]);
 
   const set = scopeOptions(
@@ -211,7 +212,7 @@ export function periodText(per: string | null): string {
   return parts.length === 0 ? "0s" : parts.join("");
 }
 
-const LIST_COLUMNS = ["SCOPE", "LIMITS", "PAUSED", "RUNNING", "STARTED"] as const;
+const LIST_COLUMNS = ["SCOPE", "LIMITS", "PAUSED", "HELD UNTIL", "RUNNING", "STARTED"] as const;
 
 /** The limits as `idemq limit list` and `idemq stats` show them: one row per scope. */
 export function renderLimits(rows: readonly LimitRow[]): string[] {
@@ -221,6 +222,7 @@ export function renderLimits(rows: readonly LimitRow[]): string[] {
       scopeText(r),
       limitsText(r),
       r.paused ? "yes" : "no",
+      r.heldUntil === null ? "-" : r.heldUntil.toISOString(),
       r.running === null ? "-" : `${r.running}/${r.concurrency}`,
       r.started === null ? "-" : `${r.started}/${r.rate} in ${periodText(r.per)}`,
     ]),

@@ -327,12 +327,19 @@ function prettyLine(event: string, p: Record<string, unknown>): string {
     case "job:retry":
       return `${time} ${event}${job}${took}${why}${p.retryAt instanceof Date ? `; next at ${p.retryAt.toISOString()}` : ""}`;
     case "job:snoozed":
-      return `${time} ${event}${job}${took} for ${String(p.delay)}`;
+      return `${time} ${event}${job}${took} for ${String(p.delay)}${heldText(p.held)}`;
     case "job:start":
       return `${time} ${event}${job}${p.reclaimed ? " (reclaimed: the previous attempt lost its lease)" : ""}`;
     default:
       return `${time} ${event}${job || ` ${String(p.workerId)}`}${took}${why}`;
   }
+}
+
+/** "; queue emails held until 2026-...": a snooze by RateLimitedError. */
+function heldText(held: unknown): string {
+  if (held === undefined || held === null) return "";
+  const h = held as { scope: string; name: string; until: Date };
+  return `; ${h.scope} ${h.name} held until ${h.until instanceof Date ? h.until.toISOString() : String(h.until)}`;
 }
 
 function parseQueues(value: string): string[] {
