@@ -60,20 +60,71 @@ DECLARE
   v_ok boolean;
   v_pick_slot int[];
   v_pick_start int[];
+  v_simple boolean;
+  v_one_scope bigint[];    -- per job: its one concurrency limit id (NULL: none, or held)
 BEGIN
   SELECT array_agg(j.id ORDER BY o.n), array_agg(j.attempt + 1 ORDER BY o.n),
          array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
          array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
            || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
          array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
-           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n)
-  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope
+           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n),
+         bool_and(lq.rate IS NULL AND lt.rate IS NULL
+                  AND (lq.concurrency IS NULL OR lt.concurrency IS NULL)),
+         array_agg(CASE WHEN NOT (coalesce(lq.paused, false) OR coalesce(lt.paused, false))
+                        THEN CASE WHEN lq.concurrency IS NOT NULL THEN lq.id
+                                  WHEN lt.concurrency IS NOT NULL THEN lt.id END END ORDER BY o.n)
+  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope, v_simple, v_one_scope
   FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
   JOIN idemq.jobs j ON j.id = o.id
   LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
   LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
   IF v_ids IS NULL THEN
     RETURN '{}';
+  END IF;
+
+  IF v_simple THEN
+    -- The common case, set-based: no rate, at most one concurrency scope per
+    -- job. The k-th job of a scope (claim order, paused jobs left out) gets
+    -- the k-th free slot of it locked here (slot order); a job past the
+    -- slots locked is left; a job of no scope goes. What the loop below
+    -- does, with no per-job PL/pgSQL step (bench/FINDINGS.md, "Flow
+    -- control: what a limited claim costs").
+    WITH j AS (
+      SELECT u.id, u.attempt, u.lid, u.n,
+             row_number() OVER (PARTITION BY u.lid ORDER BY u.n) AS k
+      FROM unnest(v_ids, v_attempts, v_one_scope, v_held) WITH ORDINALITY AS u(id, attempt, lid, held, n)
+      WHERE NOT u.held
+    ),
+    need AS (
+      SELECT j.lid, count(*) AS n FROM j WHERE j.lid IS NOT NULL GROUP BY j.lid
+    ),
+    locked AS (
+      SELECT c.lid, f.slot, row_number() OVER (PARTITION BY c.lid ORDER BY f.slot) AS k
+      FROM need c
+      CROSS JOIN LATERAL (
+        SELECT s.slot FROM idemq.limit_slots s
+        WHERE s.limit_id = c.lid AND s.job_id IS NULL
+        ORDER BY s.slot
+        LIMIT c.n
+        FOR UPDATE SKIP LOCKED
+      ) f
+    )
+    SELECT coalesce(array_agg(j.id ORDER BY j.n), '{}'),
+           coalesce(array_agg(l.lid) FILTER (WHERE l.lid IS NOT NULL), '{}'),
+           array_agg(l.slot) FILTER (WHERE l.lid IS NOT NULL),
+           array_agg(j.id) FILTER (WHERE l.lid IS NOT NULL),
+           array_agg(j.attempt) FILTER (WHERE l.lid IS NOT NULL)
+    INTO v_keep, v_a_lid, v_a_slot, v_a_job, v_a_attempt
+    FROM j
+    LEFT JOIN locked l ON l.lid = j.lid AND l.k = j.k
+    WHERE j.lid IS NULL OR l.lid IS NOT NULL;
+    IF cardinality(v_a_lid) > 0 THEN
+      UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
+      FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
+      WHERE s.limit_id = a.lid AND s.slot = a.slot;
+    END IF;
+    RETURN v_keep;
   END IF;
 
   -- Lock as many free slots and usable starts per scope as its jobs here
