@@ -187,6 +187,12 @@ CREATE TABLE idemq.jobs (
     -- How long one attempt may run (enqueue(..., timeout)); NULL: no limit.
     -- claim() and heartbeat() never set a lease past locked_at + timeout.
     timeout interval,
+    -- Flow control: the slot (idemq.limit_slots.slot) of the job's queue's
+    -- and task's concurrency limits that claim() gave this attempt, NULL for
+    -- none; where _release_slots looks first (the slot row says whether it
+    -- is still this attempt's).
+    queue_slot integer,
+    task_slot integer,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -443,6 +449,10 @@ COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, r
 -- SKIP LOCKED and writes its job and attempt into them, and the slot is
 -- freed (or deleted, while slot_rows is over the limit) when that attempt
 -- leaves processing. Free or held is read from the row's own columns only.
+-- No index holds job_id or attempt: claiming and freeing a slot are HOT
+-- updates (pruned on the page, no index entry), and a release finds the
+-- slot by its key, which claim() writes on the job (jobs.queue_slot,
+-- jobs.task_slot).
 CREATE TABLE idemq.limit_slots (
     limit_id bigint NOT NULL,
     slot integer NOT NULL,
@@ -451,8 +461,6 @@ CREATE TABLE idemq.limit_slots (
     CONSTRAINT limit_slots_pkey PRIMARY KEY (limit_id, slot),
     CONSTRAINT limit_slots_holder CHECK (((job_id IS NULL) = (attempt IS NULL)))
 ) WITH (fillfactor = 50);
-
-CREATE INDEX limit_slots_held ON idemq.limit_slots USING btree (job_id) WHERE (job_id IS NOT NULL);
 
 COMMENT ON TABLE idemq.limit_slots IS 'The slots of each concurrency limit: free (job_id NULL) or held by one attempt of a processing job.';
 

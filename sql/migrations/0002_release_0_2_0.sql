@@ -121,6 +121,10 @@ COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, r
 -- SKIP LOCKED and writes its job and attempt into them, and the slot is
 -- freed (or deleted, while slot_rows is over the limit) when that attempt
 -- leaves processing. Free or held is read from the row's own columns only.
+-- No index holds job_id or attempt: claiming and freeing a slot are HOT
+-- updates (pruned on the page, no index entry), and a release finds the
+-- slot by its key, which claim() writes on the job (jobs.queue_slot,
+-- jobs.task_slot).
 CREATE TABLE idemq.limit_slots (
     limit_id bigint NOT NULL,
     slot integer NOT NULL,
@@ -129,8 +133,6 @@ CREATE TABLE idemq.limit_slots (
     CONSTRAINT limit_slots_pkey PRIMARY KEY (limit_id, slot),
     CONSTRAINT limit_slots_holder CHECK (((job_id IS NULL) = (attempt IS NULL)))
 ) WITH (fillfactor = 50);
-
-CREATE INDEX limit_slots_held ON idemq.limit_slots USING btree (job_id) WHERE (job_id IS NOT NULL);
 
 COMMENT ON TABLE idemq.limit_slots IS 'The slots of each concurrency limit: free (job_id NULL) or held by one attempt of a processing job.';
 
@@ -242,8 +244,8 @@ COMMENT ON FUNCTION idemq._claim_gate(text[], text[], int) IS
   'claim() under flow control: the keys not paused and with free slots and starts, and how many jobs to walk at most.';
 
 -- ---- sql/functions/flow/_claim_take.sql ----
-CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[])
-RETURNS bigint[]
+CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], attempts int[], key_task text, key_queue text,
+                                             OUT ids bigint[], OUT queue_slots int[], OUT task_slots int[])
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -262,7 +264,6 @@ DECLARE
   v_used_slot_n int[] := '{}';
   v_used_start_lids bigint[] := '{}';
   v_used_start_n int[] := '{}';
-  v_keep bigint[] := '{}';
   v_a_lid bigint[] := '{}';
   v_a_slot int[] := '{}';
   v_a_job bigint[] := '{}';
@@ -274,21 +275,123 @@ DECLARE
   v_ok boolean;
   v_pick_slot int[];
   v_pick_start int[];
+  v_simple boolean;
+  v_one_scope bigint[];    -- per job: its one concurrency limit id (NULL: none, or held)
+  v_one_queue boolean[];   -- per job: that limit is its queue's
+  v_q int;
+  v_t int;
+  v_lq idemq.limits;
+  v_lt idemq.limits;
 BEGIN
+  IF key_task IS NOT NULL THEN
+    -- One key: its two scopes are every job's.
+    SELECT l.* INTO v_lq FROM idemq.limits l WHERE l.kind = 'queue' AND l.name = key_queue;
+    SELECT l.* INTO v_lt FROM idemq.limits l WHERE l.kind = 'task' AND l.name = key_task;
+    IF coalesce(v_lq.paused, false) OR coalesce(v_lt.paused, false) THEN
+      ids := '{}';
+      RETURN;
+    END IF;
+    IF v_lq.rate IS NULL AND v_lt.rate IS NULL AND (v_lq.concurrency IS NULL OR v_lt.concurrency IS NULL) THEN
+      IF v_lq.concurrency IS NULL AND v_lt.concurrency IS NULL THEN
+        ids := job_ids;
+        RETURN;
+      END IF;
+      v_lid := CASE WHEN v_lq.concurrency IS NOT NULL THEN v_lq.id ELSE v_lt.id END;
+      SELECT array_agg(f.slot ORDER BY f.slot) INTO v_slot_nos
+      FROM (SELECT s.slot FROM idemq.limit_slots s
+            WHERE s.limit_id = v_lid AND s.job_id IS NULL
+            ORDER BY s.slot
+            LIMIT cardinality(job_ids)
+            FOR UPDATE SKIP LOCKED) f;
+      v_slot_nos := coalesce(v_slot_nos, '{}');
+      -- The k-th job (claim order) gets the k-th slot; jobs past the last
+      -- slot are left (attempts may be longer: unnest pads ids and slots
+      -- with NULL, which matches no slot).
+      ids := job_ids[1:cardinality(v_slot_nos)];
+      IF cardinality(v_slot_nos) > 0 THEN
+        UPDATE idemq.limit_slots AS s SET job_id = u.id, attempt = u.attempt + 1
+        FROM unnest(ids, attempts, v_slot_nos) AS u(id, attempt, slot)
+        WHERE s.limit_id = v_lid AND s.slot = u.slot;
+      END IF;
+      IF v_lq.concurrency IS NOT NULL THEN
+        queue_slots := v_slot_nos;
+      ELSE
+        task_slots := v_slot_nos;
+      END IF;
+      RETURN;
+    END IF;
+  END IF;
+
   SELECT array_agg(j.id ORDER BY o.n), array_agg(j.attempt + 1 ORDER BY o.n),
          array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
          array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
            || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
          array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
-           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n)
-  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope
+           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n),
+         bool_and(lq.rate IS NULL AND lt.rate IS NULL
+                  AND (lq.concurrency IS NULL OR lt.concurrency IS NULL)),
+         array_agg(CASE WHEN NOT (coalesce(lq.paused, false) OR coalesce(lt.paused, false))
+                        THEN CASE WHEN lq.concurrency IS NOT NULL THEN lq.id
+                                  WHEN lt.concurrency IS NOT NULL THEN lt.id END END ORDER BY o.n),
+         array_agg(lq.concurrency IS NOT NULL ORDER BY o.n)
+  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope, v_simple, v_one_scope, v_one_queue
   FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
   JOIN idemq.jobs j ON j.id = o.id
   LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
   LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
   IF v_ids IS NULL THEN
-    RETURN '{}';
+    ids := '{}';
+    RETURN;
   END IF;
+
+  IF v_simple THEN
+    -- The common case, set-based: no rate, at most one concurrency scope per
+    -- job. The k-th job of a scope (claim order, paused jobs left out) gets
+    -- the k-th free slot of it locked here (slot order); a job past the
+    -- slots locked is left; a job of no scope goes. What the loop below
+    -- does, with no per-job PL/pgSQL step (bench/FINDINGS.md, "Flow
+    -- control: what a limited claim costs").
+    WITH j AS (
+      SELECT u.id, u.attempt, u.lid, u.is_queue, u.n,
+             row_number() OVER (PARTITION BY u.lid ORDER BY u.n) AS k
+      FROM unnest(v_ids, v_attempts, v_one_scope, v_one_queue, v_held) WITH ORDINALITY AS u(id, attempt, lid, is_queue, held, n)
+      WHERE NOT u.held
+    ),
+    need AS (
+      SELECT j.lid, count(*) AS n FROM j WHERE j.lid IS NOT NULL GROUP BY j.lid
+    ),
+    locked AS (
+      SELECT c.lid, f.slot, row_number() OVER (PARTITION BY c.lid ORDER BY f.slot) AS k
+      FROM need c
+      CROSS JOIN LATERAL (
+        SELECT s.slot FROM idemq.limit_slots s
+        WHERE s.limit_id = c.lid AND s.job_id IS NULL
+        ORDER BY s.slot
+        LIMIT c.n
+        FOR UPDATE SKIP LOCKED
+      ) f
+    )
+    SELECT coalesce(array_agg(j.id ORDER BY j.n), '{}'),
+           array_agg(CASE WHEN j.is_queue THEN l.slot END ORDER BY j.n),
+           array_agg(CASE WHEN NOT j.is_queue THEN l.slot END ORDER BY j.n),
+           coalesce(array_agg(l.lid) FILTER (WHERE l.lid IS NOT NULL), '{}'),
+           array_agg(l.slot) FILTER (WHERE l.lid IS NOT NULL),
+           array_agg(j.id) FILTER (WHERE l.lid IS NOT NULL),
+           array_agg(j.attempt) FILTER (WHERE l.lid IS NOT NULL)
+    INTO ids, queue_slots, task_slots, v_a_lid, v_a_slot, v_a_job, v_a_attempt
+    FROM j
+    LEFT JOIN locked l ON l.lid = j.lid AND l.k = j.k
+    WHERE j.lid IS NULL OR l.lid IS NOT NULL;
+    IF cardinality(v_a_lid) > 0 THEN
+      UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
+      FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
+      WHERE s.limit_id = a.lid AND s.slot = a.slot;
+    END IF;
+    RETURN;
+  END IF;
+  ids := '{}';
+  queue_slots := '{}';
+  task_slots := '{}';
 
   -- Lock as many free slots and usable starts per scope as its jobs here
   -- could use, skipping rows other transactions hold.
@@ -332,9 +435,12 @@ BEGIN
   FOR i IN 1 .. cardinality(v_ids) LOOP
     CONTINUE WHEN v_held[i];
     v_ok := true;
+    v_q := NULL;
+    v_t := NULL;
     v_pick_slot := '{}';
     v_pick_start := '{}';
-    FOREACH v_lid IN ARRAY ARRAY[v_slot_scope[i], v_slot_scope[cardinality(v_ids) + i]] LOOP
+    FOR w IN 1 .. 2 LOOP
+      v_lid := v_slot_scope[(w - 1) * cardinality(v_ids) + i];
       CONTINUE WHEN v_lid IS NULL;
       v_p := array_position(v_slot_lids, v_lid);
       v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
@@ -342,6 +448,11 @@ BEGIN
         v_ok := false;
       ELSE
         v_pick_slot := v_pick_slot || v_p;
+        IF w = 1 THEN
+          v_q := v_slot_nos[v_p];
+        ELSE
+          v_t := v_slot_nos[v_p];
+        END IF;
       END IF;
     END LOOP;
     FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
@@ -355,7 +466,9 @@ BEGIN
       END IF;
     END LOOP;
     CONTINUE WHEN NOT v_ok;
-    v_keep := v_keep || v_ids[i];
+    ids := ids || v_ids[i];
+    queue_slots := queue_slots || v_q;
+    task_slots := task_slots || v_t;
     FOREACH v_p IN ARRAY v_pick_slot LOOP
       v_lid := v_slot_lids[v_p];
       IF v_lid = ANY (v_used_slot_lids) THEN
@@ -392,12 +505,11 @@ BEGIN
     FROM unnest(v_r_lid, v_r_n) AS a(lid, n)
     WHERE r.limit_id = a.lid AND r.n = a.n;
   END IF;
-  RETURN v_keep;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._claim_take(bigint[]) IS
-  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start.';
+COMMENT ON FUNCTION idemq._claim_take(bigint[], int[], text, text) IS
+  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start and their slots.';
 
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
@@ -606,25 +718,74 @@ COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
 -- ---- sql/functions/flow/_release_slots.sql ----
-CREATE OR REPLACE FUNCTION idemq._release_slots(job_ids bigint[], attempts int[])
+CREATE OR REPLACE FUNCTION idemq._release_slots(job_ids bigint[], attempts int[], limit_ids bigint[], slots int[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
+  v_lids bigint[];
+  v_nos int[];
+  v_tids tid[];
+  v_found int;
   v_limits bigint[];
   v_slots int[];
 BEGIN
-  PERFORM FROM idemq.limit_slots s
-  WHERE s.job_id IS NOT NULL
-    AND (job_ids IS NULL OR (s.job_id, s.attempt) IN (SELECT g.id, g.attempt FROM unnest(job_ids, attempts) AS g(id, attempt)))
-  ORDER BY s.limit_id, s.slot
-  FOR UPDATE;
+  IF job_ids IS NULL THEN
+    SELECT array_agg(s.ctid ORDER BY s.limit_id, s.slot) INTO v_tids
+    FROM (SELECT s.ctid, s.limit_id, s.slot FROM idemq.limit_slots s
+          WHERE s.job_id IS NOT NULL
+          ORDER BY s.limit_id, s.slot
+          FOR UPDATE) s;
+  ELSIF array_position(slots, NULL) IS NULL THEN
+    -- Every entry names its slot (the common case): lock the slots that
+    -- still name their attempt, in order, judged on their newest versions.
+    SELECT array_agg(l.ctid), count(*) INTO v_tids, v_found
+    FROM (SELECT s.ctid FROM idemq.limit_slots s
+          JOIN unnest(job_ids, attempts, limit_ids, slots) AS g(id, attempt, lid, slot)
+            ON s.limit_id = g.lid AND s.slot = g.slot
+          WHERE s.job_id = g.id AND s.attempt = g.attempt
+          ORDER BY s.limit_id, s.slot
+          FOR UPDATE OF s) l;
+  END IF;
+  IF job_ids IS NOT NULL AND coalesce(v_found, 0) < cardinality(job_ids) THEN
+    -- Some entry names no slot, or one that is not its attempt's: find the
+    -- attempts' slots by a search of their limits' slot rows (plain reads),
+    -- then lock them all in order (out of order after the locks above: the
+    -- header's Concurrency says when that can happen).
+    WITH g AS MATERIALIZED (
+      SELECT g.id, g.attempt, g.lid, s.slot
+      FROM unnest(job_ids, attempts, limit_ids, slots) AS g(id, attempt, lid, slot)
+      LEFT JOIN idemq.limit_slots s
+        ON s.limit_id = g.lid AND s.slot = g.slot AND s.job_id = g.id AND s.attempt = g.attempt
+    ),
+    found AS (
+      SELECT g.lid, g.slot FROM g WHERE g.slot IS NOT NULL
+      UNION ALL
+      SELECT s.limit_id, s.slot
+      FROM g JOIN idemq.limit_slots s ON s.limit_id = g.lid AND s.job_id = g.id AND s.attempt = g.attempt
+      WHERE g.slot IS NULL
+    )
+    SELECT array_agg(f.lid), array_agg(f.slot) INTO v_lids, v_nos FROM found f;
+    IF v_lids IS NOT NULL THEN
+      SELECT array_agg(l.ctid) INTO v_tids
+      FROM (SELECT s.ctid FROM idemq.limit_slots s
+            JOIN unnest(v_lids, v_nos) AS k(lid, slot) ON s.limit_id = k.lid AND s.slot = k.slot
+            JOIN unnest(job_ids, attempts, limit_ids) AS g(id, attempt, lid)
+              ON g.lid = s.limit_id AND g.id = s.job_id AND g.attempt = s.attempt
+            ORDER BY s.limit_id, s.slot
+            FOR UPDATE OF s) l;
+    END IF;
+  END IF;
+  IF v_tids IS NULL THEN
+    RETURN;
+  END IF;
+  -- Freed by the TIDs locked: those rows' newest versions, which no one
+  -- else can change while this transaction holds their locks.
   WITH freed AS (
     UPDATE idemq.limit_slots AS s SET job_id = NULL, attempt = NULL
-    WHERE s.job_id IS NOT NULL
-      AND (job_ids IS NULL OR (s.job_id, s.attempt) IN (SELECT g.id, g.attempt FROM unnest(job_ids, attempts) AS g(id, attempt)))
+    WHERE s.ctid = ANY (v_tids)
     RETURNING s.limit_id, s.slot
   )
   SELECT array_agg(f.limit_id ORDER BY f.limit_id, f.slot), array_agg(f.slot ORDER BY f.limit_id, f.slot)
@@ -648,7 +809,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._release_slots(bigint[], int[]) IS
+COMMENT ON FUNCTION idemq._release_slots(bigint[], int[], bigint[], int[]) IS
   'Free the concurrency slots held by attempts that left processing (deleting them while a lowered limit drains); called by _count_jobs.';
 
 -- ---- sql/functions/schedules/_tick.sql ----
@@ -1113,14 +1274,14 @@ BEGIN
   -- Judged again by a new statement (a new snapshot in READ COMMITTED): a
   -- locked slot changed after the first snapshot was re-checked there on its
   -- own columns only, against jobs as that older snapshot saw them.
-  SELECT array_agg(c.job_id), array_agg(c.attempt)
-  INTO v_ids, v_attempts
+  SELECT array_agg(c.job_id), array_agg(c.attempt), array_agg(c.limit_id), array_agg(c.slot)
+  INTO v_ids, v_attempts, v_lids, v_slots
   FROM unnest(v_lids, v_slots, v_ids, v_attempts) AS c(limit_id, slot, job_id, attempt)
   WHERE NOT EXISTS (SELECT FROM idemq.jobs j
                     WHERE j.id = c.job_id AND j.state = 'processing' AND j.attempt = c.attempt);
   v_freed := coalesce(cardinality(v_ids), 0);
   IF v_freed > 0 THEN
-    PERFORM idemq._release_slots(v_ids, v_attempts);
+    PERFORM idemq._release_slots(v_ids, v_attempts, v_lids, v_slots);
   END IF;
   RETURN v_freed;
 END;
@@ -1140,23 +1301,38 @@ DECLARE
   v_ids bigint[];
   v_attempts int[];
   v_keys text[];
+  v_limit_ids bigint[];
+  v_slots int[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
   -- (or were deleted) are freed in this same statement's transaction, by
-  -- whoever moved them (_release_slots). Skipped, after one probe of an
-  -- empty partial index, while no slot is held.
-  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limit_slots s WHERE s.job_id IS NOT NULL) THEN
+  -- whoever moved them (_release_slots), one entry per attempt and
+  -- concurrency limit of its queue or task, with the slot claim() wrote on
+  -- the job. Skipped, after one read of the small idemq.limits, while no
+  -- scope has a concurrency limit.
+  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limits l WHERE l.slot_rows > 0) THEN
     IF TG_OP = 'UPDATE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
-      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-      WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt);
+      -- A claim's statement moved no job out of processing: one read of
+      -- old_jobs, stopped early, instead of the join.
+      IF EXISTS (SELECT FROM old_jobs o WHERE o.state = 'processing') THEN
+        SELECT array_agg(r.id), array_agg(r.attempt), array_agg(l.id), array_agg(v.slot)
+        INTO v_ids, v_attempts, v_limit_ids, v_slots
+        FROM (SELECT o.id, o.attempt, o.queue, o.task, o.queue_slot, o.task_slot
+              FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+              WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt)) r
+        CROSS JOIN LATERAL (VALUES ('queue', r.queue, r.queue_slot), ('task', r.task, r.task_slot)) AS v(kind, name, slot)
+        JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0;
+      END IF;
     ELSIF TG_OP = 'DELETE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      SELECT array_agg(o.id), array_agg(o.attempt), array_agg(l.id), array_agg(v.slot)
+      INTO v_ids, v_attempts, v_limit_ids, v_slots
       FROM old_jobs o
+      CROSS JOIN LATERAL (VALUES ('queue', o.queue, o.queue_slot), ('task', o.task, o.task_slot)) AS v(kind, name, slot)
+      JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0
       WHERE o.state = 'processing';
     END IF;
     IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
-      PERFORM idemq._release_slots(v_ids, v_attempts);
+      PERFORM idemq._release_slots(v_ids, v_attempts, v_limit_ids, v_slots);
     END IF;
   END IF;
   -- Concurrency keys: a job of a key that leaves the admitted states
@@ -1848,6 +2024,9 @@ DECLARE
   v_limited boolean;
   v_take int := batch_size;
   v_caps int[];
+  v_queue_slots int[];
+  v_task_slots int[];
+  v_attempts int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -2034,10 +2213,11 @@ BEGIN
     -- One key (a worker of one task, or of one queue and one task; an
     -- unfiltered claim while one key has runnable jobs): its walk is the
     -- claim order itself, locked as it goes.
-    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
-    INTO v_ids, v_lost
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}'),
+           array_agg(p.attempt)
+    INTO v_ids, v_lost, v_attempts
     FROM (
-      SELECT j.id, j.lease_lost
+      SELECT j.id, j.lease_lost, j.attempt
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
         AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
@@ -2065,29 +2245,60 @@ BEGIN
   IF v_limited AND cardinality(v_ids) > 0 THEN
     -- The slots and starts of the jobs taken, in claim order; a job that
     -- gets none it needs is left (still locked, until this transaction ends).
-    v_ids := idemq._claim_take(v_ids);
+    -- Of one key, its jobs' attempts and the key go along (_claim_take then
+    -- reads no job).
+    SELECT t.ids, t.queue_slots, t.task_slots INTO v_ids, v_queue_slots, v_task_slots
+    FROM idemq._claim_take(v_ids, v_attempts,
+                           CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_tasks[1] END,
+                           CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_queues[1] END) t;
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;
   END IF;
 
-  RETURN QUERY
-  WITH claimed AS (
-    UPDATE idemq.jobs AS j
-    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_lost = false,
-        -- Never past the job's time limit (heartbeat() keeps to it too).
-        lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
-        lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
-    WHERE j.id = ANY (v_ids)
-    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
-              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
-  )
-  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
-  FROM claimed c
-  ORDER BY c.priority DESC, c.run_at, c.id;
+  IF v_queue_slots IS NULL AND v_task_slots IS NULL THEN
+    RETURN QUERY
+    WITH claimed AS (
+      UPDATE idemq.jobs AS j
+      SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+          locked_at = now(), lease_lost = false,
+          -- Never past the job's time limit (heartbeat() keeps to it too).
+          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
+          queue_slot = NULL, task_slot = NULL
+      WHERE j.id = ANY (v_ids)
+      RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+                j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+    )
+    SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+    FROM claimed c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+  ELSE
+    -- The slots taken go on the jobs, where _release_slots looks them up by
+    -- key ("id = ANY" drives the walk; the join pairs each job with its
+    -- slots).
+    RETURN QUERY
+    WITH claimed AS (
+      UPDATE idemq.jobs AS j
+      SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+          locked_at = now(), lease_lost = false,
+          -- Never past the job's time limit (heartbeat() keeps to it too).
+          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
+          queue_slot = u.queue_slot, task_slot = u.task_slot
+      FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)
+      WHERE j.id = ANY (v_ids) AND j.id = u.id
+      RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+                j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+    )
+    SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+    FROM claimed c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+  END IF;
 END;
 $$;
 
@@ -3455,4 +3666,6 @@ CREATE INDEX jobs_key_waiting ON idemq.jobs USING btree (concurrency_key, priori
 -- moment; NOT VALID, so the jobs there are (all NULL) are not scanned.
 ALTER TABLE idemq.jobs ADD COLUMN timeout interval,
     ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
+-- Flow control: the slots claim() gave the attempt (schema.sql says why).
+ALTER TABLE idemq.jobs ADD COLUMN queue_slot integer, ADD COLUMN task_slot integer;
 -- ==== end hand-written ====

@@ -42,9 +42,11 @@
 --     (paused keys are dropped before any job is read), with a free slot of
 --     each of its scopes' concurrency limits, held by this attempt until it
 --     leaves processing (complete, fail, snooze, cancel, rescue after the
---     lease, retention: whoever moves it), and an unused start of each of
---     its scopes' rate limits: no window of per holds more than rate claims
---     of a scope, timed by the claim's transaction time (the jobs'
+--     lease, retention: whoever moves it; the job's queue_slot and
+--     task_slot name the slots this attempt took, NULL for none), and an
+--     unused start of each of its scopes' rate limits: no window of per
+--     holds more than rate claims of a scope, timed by the claim's
+--     transaction time (the jobs'
 --     locked_at; retries count). Slots and starts are taken FOR UPDATE SKIP
 --     LOCKED and judged on their rows' own columns, so concurrent claims
 --     never admit more than the limits, whatever their interleaving.
@@ -53,7 +55,12 @@
 --     another claim holds the ones there are; the jobs read and not started
 --     stay locked until this transaction ends. Without a row in
 --     idemq.limits the batch is as without flow control, and the cost is one
---     read of that table.
+--     read of that table. Under a concurrency limit without a rate (one
+--     scope per job), the slots cost one locked walk of the scope's free
+--     slots and one UPDATE of those taken per claim, set-based, and the
+--     release a lookup by key per job; the slot writes are HOT (no index
+--     names the holder): bench/FINDINGS.md, "Flow control: what a limited
+--     claim costs".
 --   * Cost: one index descent per distinct task or queue present, and per
 --     (task, queue) key; one key reads batch_size runnable jobs. k keys are
 --     merged reading each only as far as the claim order needs: a first
@@ -113,6 +120,9 @@ DECLARE
   v_limited boolean;
   v_take int := batch_size;
   v_caps int[];
+  v_queue_slots int[];
+  v_task_slots int[];
+  v_attempts int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -299,10 +309,11 @@ BEGIN
     -- One key (a worker of one task, or of one queue and one task; an
     -- unfiltered claim while one key has runnable jobs): its walk is the
     -- claim order itself, locked as it goes.
-    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
-    INTO v_ids, v_lost
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}'),
+           array_agg(p.attempt)
+    INTO v_ids, v_lost, v_attempts
     FROM (
-      SELECT j.id, j.lease_lost
+      SELECT j.id, j.lease_lost, j.attempt
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
         AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
@@ -330,29 +341,60 @@ BEGIN
   IF v_limited AND cardinality(v_ids) > 0 THEN
     -- The slots and starts of the jobs taken, in claim order; a job that
     -- gets none it needs is left (still locked, until this transaction ends).
-    v_ids := idemq._claim_take(v_ids);
+    -- Of one key, its jobs' attempts and the key go along (_claim_take then
+    -- reads no job).
+    SELECT t.ids, t.queue_slots, t.task_slots INTO v_ids, v_queue_slots, v_task_slots
+    FROM idemq._claim_take(v_ids, v_attempts,
+                           CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_tasks[1] END,
+                           CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_queues[1] END) t;
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;
   END IF;
 
-  RETURN QUERY
-  WITH claimed AS (
-    UPDATE idemq.jobs AS j
-    SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
-        locked_at = now(), lease_lost = false,
-        -- Never past the job's time limit (heartbeat() keeps to it too).
-        lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
-        lease_token = CASE WHEN claim.token THEN gen_random_uuid() END
-    WHERE j.id = ANY (v_ids)
-    RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
-              j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-              j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
-  )
-  SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-         c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
-  FROM claimed c
-  ORDER BY c.priority DESC, c.run_at, c.id;
+  IF v_queue_slots IS NULL AND v_task_slots IS NULL THEN
+    RETURN QUERY
+    WITH claimed AS (
+      UPDATE idemq.jobs AS j
+      SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+          locked_at = now(), lease_lost = false,
+          -- Never past the job's time limit (heartbeat() keeps to it too).
+          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
+          queue_slot = NULL, task_slot = NULL
+      WHERE j.id = ANY (v_ids)
+      RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+                j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+    )
+    SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+    FROM claimed c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+  ELSE
+    -- The slots taken go on the jobs, where _release_slots looks them up by
+    -- key ("id = ANY" drives the walk; the join pairs each job with its
+    -- slots).
+    RETURN QUERY
+    WITH claimed AS (
+      UPDATE idemq.jobs AS j
+      SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
+          locked_at = now(), lease_lost = false,
+          -- Never past the job's time limit (heartbeat() keeps to it too).
+          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
+          queue_slot = u.queue_slot, task_slot = u.task_slot
+      FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)
+      WHERE j.id = ANY (v_ids) AND j.id = u.id
+      RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+                j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+    )
+    SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+    FROM claimed c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+  END IF;
 END;
 $$;
 

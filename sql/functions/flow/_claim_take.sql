@@ -1,15 +1,28 @@
--- idemq._claim_take(job_ids bigint[]) RETURNS bigint[]
+-- idemq._claim_take(job_ids bigint[], attempts int[], key_task text, key_queue text,
+--   OUT ids bigint[], OUT queue_slots int[], OUT task_slots int[])
 --
 -- claim()'s flow control after it has locked its jobs, when idemq.limits has
 -- a row: takes a concurrency slot and a start for each job its queue's and
 -- its task's limits ask for, in claim order, and returns the jobs that got
--- them all; claim() updates only those.
+-- them all, with the slots they got; claim() updates only those, and writes
+-- the slots on them (jobs.queue_slot, jobs.task_slot), where _release_slots
+-- finds them by key. attempts: the jobs' attempt now (before the claim's
+-- +1), and key_task, key_queue: the one (task, queue) all job_ids have,
+-- when claim() knows it (a claim of one key); NULL: read from the jobs.
 --
 -- Guarantees:
---   * The jobs returned are job_ids' in their order (claim order), less
+--   * ids: job_ids in their order (claim order), less
 --     every job whose queue or task is paused and every job one of whose
 --     scopes has no slot or start left for it when its turn comes (a job
---     held back by one scope takes nothing from the other).
+--     held back by one scope takes nothing from the other). queue_slots,
+--     task_slots: per job of ids, the slot it took of its queue's and of its
+--     task's concurrency limit (NULL: none).
+--   * Cost: jobs of one key with one concurrency scope and no rate (the
+--     common case): two reads of idemq.limits, one walk that locks the
+--     slots, and one UPDATE that gives the k-th job the k-th slot (UPDATE
+--     ... FROM unnest); no read of the jobs. With no rate and at most one
+--     concurrency scope per job, one statement pairs slots and jobs per
+--     scope. Otherwise a PL/pgSQL step per job.
 --   * A slot is taken only if free (job_id NULL) on its newest row version,
 --     locked FOR UPDATE SKIP LOCKED, and gets (job_id, attempt + 1): the
 --     attempt claim() is about to start. A start is taken only if its row's
@@ -28,8 +41,8 @@
 --   release or set_limit.
 -- Errors: none.
 -- Tests: test/sql/flow-control.test.ts, test/sql/flow-control-concurrency.test.ts
-CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[])
-RETURNS bigint[]
+CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], attempts int[], key_task text, key_queue text,
+                                             OUT ids bigint[], OUT queue_slots int[], OUT task_slots int[])
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -48,7 +61,6 @@ DECLARE
   v_used_slot_n int[] := '{}';
   v_used_start_lids bigint[] := '{}';
   v_used_start_n int[] := '{}';
-  v_keep bigint[] := '{}';
   v_a_lid bigint[] := '{}';
   v_a_slot int[] := '{}';
   v_a_job bigint[] := '{}';
@@ -60,21 +72,123 @@ DECLARE
   v_ok boolean;
   v_pick_slot int[];
   v_pick_start int[];
+  v_simple boolean;
+  v_one_scope bigint[];    -- per job: its one concurrency limit id (NULL: none, or held)
+  v_one_queue boolean[];   -- per job: that limit is its queue's
+  v_q int;
+  v_t int;
+  v_lq idemq.limits;
+  v_lt idemq.limits;
 BEGIN
+  IF key_task IS NOT NULL THEN
+    -- One key: its two scopes are every job's.
+    SELECT l.* INTO v_lq FROM idemq.limits l WHERE l.kind = 'queue' AND l.name = key_queue;
+    SELECT l.* INTO v_lt FROM idemq.limits l WHERE l.kind = 'task' AND l.name = key_task;
+    IF coalesce(v_lq.paused, false) OR coalesce(v_lt.paused, false) THEN
+      ids := '{}';
+      RETURN;
+    END IF;
+    IF v_lq.rate IS NULL AND v_lt.rate IS NULL AND (v_lq.concurrency IS NULL OR v_lt.concurrency IS NULL) THEN
+      IF v_lq.concurrency IS NULL AND v_lt.concurrency IS NULL THEN
+        ids := job_ids;
+        RETURN;
+      END IF;
+      v_lid := CASE WHEN v_lq.concurrency IS NOT NULL THEN v_lq.id ELSE v_lt.id END;
+      SELECT array_agg(f.slot ORDER BY f.slot) INTO v_slot_nos
+      FROM (SELECT s.slot FROM idemq.limit_slots s
+            WHERE s.limit_id = v_lid AND s.job_id IS NULL
+            ORDER BY s.slot
+            LIMIT cardinality(job_ids)
+            FOR UPDATE SKIP LOCKED) f;
+      v_slot_nos := coalesce(v_slot_nos, '{}');
+      -- The k-th job (claim order) gets the k-th slot; jobs past the last
+      -- slot are left (attempts may be longer: unnest pads ids and slots
+      -- with NULL, which matches no slot).
+      ids := job_ids[1:cardinality(v_slot_nos)];
+      IF cardinality(v_slot_nos) > 0 THEN
+        UPDATE idemq.limit_slots AS s SET job_id = u.id, attempt = u.attempt + 1
+        FROM unnest(ids, attempts, v_slot_nos) AS u(id, attempt, slot)
+        WHERE s.limit_id = v_lid AND s.slot = u.slot;
+      END IF;
+      IF v_lq.concurrency IS NOT NULL THEN
+        queue_slots := v_slot_nos;
+      ELSE
+        task_slots := v_slot_nos;
+      END IF;
+      RETURN;
+    END IF;
+  END IF;
+
   SELECT array_agg(j.id ORDER BY o.n), array_agg(j.attempt + 1 ORDER BY o.n),
          array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
          array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
            || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
          array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
-           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n)
-  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope
+           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n),
+         bool_and(lq.rate IS NULL AND lt.rate IS NULL
+                  AND (lq.concurrency IS NULL OR lt.concurrency IS NULL)),
+         array_agg(CASE WHEN NOT (coalesce(lq.paused, false) OR coalesce(lt.paused, false))
+                        THEN CASE WHEN lq.concurrency IS NOT NULL THEN lq.id
+                                  WHEN lt.concurrency IS NOT NULL THEN lt.id END END ORDER BY o.n),
+         array_agg(lq.concurrency IS NOT NULL ORDER BY o.n)
+  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope, v_simple, v_one_scope, v_one_queue
   FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
   JOIN idemq.jobs j ON j.id = o.id
   LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
   LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
   IF v_ids IS NULL THEN
-    RETURN '{}';
+    ids := '{}';
+    RETURN;
   END IF;
+
+  IF v_simple THEN
+    -- The common case, set-based: no rate, at most one concurrency scope per
+    -- job. The k-th job of a scope (claim order, paused jobs left out) gets
+    -- the k-th free slot of it locked here (slot order); a job past the
+    -- slots locked is left; a job of no scope goes. What the loop below
+    -- does, with no per-job PL/pgSQL step (bench/FINDINGS.md, "Flow
+    -- control: what a limited claim costs").
+    WITH j AS (
+      SELECT u.id, u.attempt, u.lid, u.is_queue, u.n,
+             row_number() OVER (PARTITION BY u.lid ORDER BY u.n) AS k
+      FROM unnest(v_ids, v_attempts, v_one_scope, v_one_queue, v_held) WITH ORDINALITY AS u(id, attempt, lid, is_queue, held, n)
+      WHERE NOT u.held
+    ),
+    need AS (
+      SELECT j.lid, count(*) AS n FROM j WHERE j.lid IS NOT NULL GROUP BY j.lid
+    ),
+    locked AS (
+      SELECT c.lid, f.slot, row_number() OVER (PARTITION BY c.lid ORDER BY f.slot) AS k
+      FROM need c
+      CROSS JOIN LATERAL (
+        SELECT s.slot FROM idemq.limit_slots s
+        WHERE s.limit_id = c.lid AND s.job_id IS NULL
+        ORDER BY s.slot
+        LIMIT c.n
+        FOR UPDATE SKIP LOCKED
+      ) f
+    )
+    SELECT coalesce(array_agg(j.id ORDER BY j.n), '{}'),
+           array_agg(CASE WHEN j.is_queue THEN l.slot END ORDER BY j.n),
+           array_agg(CASE WHEN NOT j.is_queue THEN l.slot END ORDER BY j.n),
+           coalesce(array_agg(l.lid) FILTER (WHERE l.lid IS NOT NULL), '{}'),
+           array_agg(l.slot) FILTER (WHERE l.lid IS NOT NULL),
+           array_agg(j.id) FILTER (WHERE l.lid IS NOT NULL),
+           array_agg(j.attempt) FILTER (WHERE l.lid IS NOT NULL)
+    INTO ids, queue_slots, task_slots, v_a_lid, v_a_slot, v_a_job, v_a_attempt
+    FROM j
+    LEFT JOIN locked l ON l.lid = j.lid AND l.k = j.k
+    WHERE j.lid IS NULL OR l.lid IS NOT NULL;
+    IF cardinality(v_a_lid) > 0 THEN
+      UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
+      FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
+      WHERE s.limit_id = a.lid AND s.slot = a.slot;
+    END IF;
+    RETURN;
+  END IF;
+  ids := '{}';
+  queue_slots := '{}';
+  task_slots := '{}';
 
   -- Lock as many free slots and usable starts per scope as its jobs here
   -- could use, skipping rows other transactions hold.
@@ -118,9 +232,12 @@ BEGIN
   FOR i IN 1 .. cardinality(v_ids) LOOP
     CONTINUE WHEN v_held[i];
     v_ok := true;
+    v_q := NULL;
+    v_t := NULL;
     v_pick_slot := '{}';
     v_pick_start := '{}';
-    FOREACH v_lid IN ARRAY ARRAY[v_slot_scope[i], v_slot_scope[cardinality(v_ids) + i]] LOOP
+    FOR w IN 1 .. 2 LOOP
+      v_lid := v_slot_scope[(w - 1) * cardinality(v_ids) + i];
       CONTINUE WHEN v_lid IS NULL;
       v_p := array_position(v_slot_lids, v_lid);
       v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
@@ -128,6 +245,11 @@ BEGIN
         v_ok := false;
       ELSE
         v_pick_slot := v_pick_slot || v_p;
+        IF w = 1 THEN
+          v_q := v_slot_nos[v_p];
+        ELSE
+          v_t := v_slot_nos[v_p];
+        END IF;
       END IF;
     END LOOP;
     FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
@@ -141,7 +263,9 @@ BEGIN
       END IF;
     END LOOP;
     CONTINUE WHEN NOT v_ok;
-    v_keep := v_keep || v_ids[i];
+    ids := ids || v_ids[i];
+    queue_slots := queue_slots || v_q;
+    task_slots := task_slots || v_t;
     FOREACH v_p IN ARRAY v_pick_slot LOOP
       v_lid := v_slot_lids[v_p];
       IF v_lid = ANY (v_used_slot_lids) THEN
@@ -178,9 +302,8 @@ BEGIN
     FROM unnest(v_r_lid, v_r_n) AS a(lid, n)
     WHERE r.limit_id = a.lid AND r.n = a.n;
   END IF;
-  RETURN v_keep;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._claim_take(bigint[]) IS
-  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start.';
+COMMENT ON FUNCTION idemq._claim_take(bigint[], int[], text, text) IS
+  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start and their slots.';

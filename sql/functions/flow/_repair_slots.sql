@@ -16,9 +16,10 @@
 --     a claim that wrote a slot and committed before the lock is seen with
 --     its job processing, and one not committed holds the slot's lock (and
 --     is skipped). A lease that ran out is rescue's, not this function's.
---   * Cost: one walk of the held slots (the partial index limit_slots_held),
---     a primary-key probe of idemq.jobs each, stopping at batch_size
---     orphans; nothing is written when none is orphaned.
+--   * Cost: one read of the slot rows (no index holds the holder, so that
+--     claims and releases are HOT updates: _release_slots), a primary-key
+--     probe of idemq.jobs per held slot, stopping at batch_size orphans;
+--     nothing is written when none is orphaned.
 -- Concurrency: FOR UPDATE SKIP LOCKED on the slots: a slot being taken by a
 --   claim, released by a completion or reshaped by set_limit is left for the
 --   next call; it waits for no one, and a release of the same slot waits for
@@ -59,14 +60,14 @@ BEGIN
   -- Judged again by a new statement (a new snapshot in READ COMMITTED): a
   -- locked slot changed after the first snapshot was re-checked there on its
   -- own columns only, against jobs as that older snapshot saw them.
-  SELECT array_agg(c.job_id), array_agg(c.attempt)
-  INTO v_ids, v_attempts
+  SELECT array_agg(c.job_id), array_agg(c.attempt), array_agg(c.limit_id), array_agg(c.slot)
+  INTO v_ids, v_attempts, v_lids, v_slots
   FROM unnest(v_lids, v_slots, v_ids, v_attempts) AS c(limit_id, slot, job_id, attempt)
   WHERE NOT EXISTS (SELECT FROM idemq.jobs j
                     WHERE j.id = c.job_id AND j.state = 'processing' AND j.attempt = c.attempt);
   v_freed := coalesce(cardinality(v_ids), 0);
   IF v_freed > 0 THEN
-    PERFORM idemq._release_slots(v_ids, v_attempts);
+    PERFORM idemq._release_slots(v_ids, v_attempts, v_lids, v_slots);
   END IF;
   RETURN v_freed;
 END;

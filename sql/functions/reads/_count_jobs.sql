@@ -47,23 +47,38 @@ DECLARE
   v_ids bigint[];
   v_attempts int[];
   v_keys text[];
+  v_limit_ids bigint[];
+  v_slots int[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
   -- (or were deleted) are freed in this same statement's transaction, by
-  -- whoever moved them (_release_slots). Skipped, after one probe of an
-  -- empty partial index, while no slot is held.
-  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limit_slots s WHERE s.job_id IS NOT NULL) THEN
+  -- whoever moved them (_release_slots), one entry per attempt and
+  -- concurrency limit of its queue or task, with the slot claim() wrote on
+  -- the job. Skipped, after one read of the small idemq.limits, while no
+  -- scope has a concurrency limit.
+  IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limits l WHERE l.slot_rows > 0) THEN
     IF TG_OP = 'UPDATE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
-      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-      WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt);
+      -- A claim's statement moved no job out of processing: one read of
+      -- old_jobs, stopped early, instead of the join.
+      IF EXISTS (SELECT FROM old_jobs o WHERE o.state = 'processing') THEN
+        SELECT array_agg(r.id), array_agg(r.attempt), array_agg(l.id), array_agg(v.slot)
+        INTO v_ids, v_attempts, v_limit_ids, v_slots
+        FROM (SELECT o.id, o.attempt, o.queue, o.task, o.queue_slot, o.task_slot
+              FROM old_jobs o JOIN new_jobs w ON w.id = o.id
+              WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt)) r
+        CROSS JOIN LATERAL (VALUES ('queue', r.queue, r.queue_slot), ('task', r.task, r.task_slot)) AS v(kind, name, slot)
+        JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0;
+      END IF;
     ELSIF TG_OP = 'DELETE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt) INTO v_ids, v_attempts
+      SELECT array_agg(o.id), array_agg(o.attempt), array_agg(l.id), array_agg(v.slot)
+      INTO v_ids, v_attempts, v_limit_ids, v_slots
       FROM old_jobs o
+      CROSS JOIN LATERAL (VALUES ('queue', o.queue, o.queue_slot), ('task', o.task, o.task_slot)) AS v(kind, name, slot)
+      JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0
       WHERE o.state = 'processing';
     END IF;
     IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
-      PERFORM idemq._release_slots(v_ids, v_attempts);
+      PERFORM idemq._release_slots(v_ids, v_attempts, v_limit_ids, v_slots);
     END IF;
   END IF;
   -- Concurrency keys: a job of a key that leaves the admitted states
