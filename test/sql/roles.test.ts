@@ -113,6 +113,14 @@ const OPERATIONS: Operation[] = [
     name: "snooze",
     sql: () => ["SELECT idemq.snooze(job_id => $1, attempt => $2, run_at => now() + interval '1 minute', lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
   },
+  {
+    name: "hold",
+    sql: () => [
+      "SELECT idemq.hold(job_id => $1, attempt => $2, scope => 'task', until => now() + interval '1 minute', lease_token => $3) AS until",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
+    check: (r) => expect(r[0]!.until).toBeInstanceOf(Date),
+  },
   { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
   {
     name: "effect_claim",
@@ -191,7 +199,7 @@ const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
-  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit",
+  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {

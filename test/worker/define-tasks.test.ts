@@ -24,7 +24,7 @@ describe("defineTasks", () => {
   it("refuses what createWorker refuses, naming the task and the option", () => {
     const ping = async () => "pong";
     expect(() => defineTasks({ ping: { run: ping, retries: 3 } as never })).toThrow(
-      new WorkerConfigError('task "ping" has an unknown option "retries" (options: run, transactional, guardKey, maxAttempts, backoff, exceptOn, onlyOn, lease)'),
+      new WorkerConfigError('task "ping" has an unknown option "retries" (options: run, transactional, guardKey, maxAttempts, backoff, exceptOn, onlyOn, lease, timeout, concurrencyLimit, rateLimit)'),
     );
     expect(() => defineTasks({})).toThrow(WorkerConfigError);
   });
