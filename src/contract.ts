@@ -126,6 +126,19 @@ export const BAD_ARGUMENT_SQLSTATE_CLASS = "22";
 // ------------------------------------------------- client-side defaults
 
 /**
+ * The bounds of a flow-control limit, as set_limit checks them
+ * (_check_limit_values) and the CHECKs of idemq.limits hold them; a contract
+ * test holds them equal to those CHECKs.
+ */
+export const LIMIT_BOUNDS = {
+  concurrency: { min: 1, max: 10_000 },
+  rate: { min: 1, max: 100_000 },
+  perKey: { min: 1, max: 10_000 },
+  /** The shortest period of a rate limit. */
+  perMinMs: 1_000,
+} as const;
+
+/**
  * Defaults that exist only on the client side (timers, page sizes). Anything
  * SQL has a DEFAULT for is deliberately absent: e.g. a worker with no key
  * retention configured calls `prune_keys()` without `older_than`, so the

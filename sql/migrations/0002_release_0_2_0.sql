@@ -157,6 +157,48 @@ ALTER TYPE idemq._planned_job ADD ATTRIBUTE concurrency_key text;
 ALTER TYPE idemq._planned_job ADD ATTRIBUTE timeout interval;
 -- ==== end hand-written ====
 
+-- ---- sql/functions/flow/_check_limit_values.sql ----
+CREATE OR REPLACE FUNCTION idemq._check_limit_values(operation text, concurrency int, rate int, per interval, per_key int)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF _check_limit_values.concurrency NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: concurrency must be between 1 and 10000, not %s', operation, _check_limit_values.concurrency),
+      HINT = 'concurrency is how many jobs of the scope may process at once; pause() stops them all.';
+  END IF;
+  IF _check_limit_values.rate NOT BETWEEN 1 AND 100000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: rate must be between 1 and 100000, not %s', operation, _check_limit_values.rate),
+      HINT = 'rate is how many jobs of the scope may start per period (per); pause() stops them all.';
+  END IF;
+  IF (_check_limit_values.rate IS NULL) <> (_check_limit_values.per IS NULL) THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: rate and per go together, got %s without %s', operation,
+                       CASE WHEN _check_limit_values.rate IS NULL THEN 'per' ELSE 'rate' END,
+                       CASE WHEN _check_limit_values.rate IS NULL THEN 'rate' ELSE 'per' END),
+      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
+  END IF;
+  IF _check_limit_values.per < interval '1 second' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: per must be at least 1 second, not %s', operation, _check_limit_values.per),
+      HINT = 'Scale both: 10 per 100 milliseconds is rate => 100, per => ''1 second''.';
+  END IF;
+  PERFORM idemq._check_duration(operation, 'per', _check_limit_values.per);
+  IF _check_limit_values.per_key NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: per_key must be between 1 and 10000, not %s', operation, _check_limit_values.per_key),
+      HINT = 'per_key is how many jobs with one concurrency key may process at once (1: one at a time).';
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_limit_values(text, int, int, interval, int) IS
+  'The value rules of a flow-control limit (set_limit, declare_limit): 22023 with a HINT for a value out of range.';
+
 -- ---- sql/functions/flow/_claim_capped.sql ----
 CREATE OR REPLACE FUNCTION idemq._claim_capped(key_tasks text[], key_queues text[], caps int[], take int,
                                                OUT ids bigint[], OUT lost bigint[])
@@ -2499,22 +2541,9 @@ BEGIN
       MESSAGE = 'declare_limit: give concurrency, or rate with per',
       HINT = 'e.g. declare_limit(task => ''send-email'', concurrency => 5, rate => 100, per => ''1 minute'').';
   END IF;
-  IF (declare_limit.rate IS NULL) <> (declare_limit.per IS NULL) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('declare_limit: rate and per go together, got %s without %s',
-                       CASE WHEN declare_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
-                       CASE WHEN declare_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
-      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
-  END IF;
-  -- set_limit's ranges, checked here too: a declared value is refused even
-  -- where a lower stored one means it would not be applied.
-  IF declare_limit.concurrency NOT BETWEEN 1 AND 10000 OR declare_limit.rate NOT BETWEEN 1 AND 100000
-     OR declare_limit.per < interval '1 second' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('declare_limit: concurrency must be 1..10000, rate 1..100000 and per at least 1 second, not %s, %s, %s',
-                       declare_limit.concurrency, declare_limit.rate, declare_limit.per),
-      HINT = 'The ranges are set_limit''s (docs/sql-api.md); a worker checks them when it is created.';
-  END IF;
+  -- set_limit's rules: a declared value is refused even where a lower
+  -- stored one means it would not be applied.
+  PERFORM idemq._check_limit_values('declare_limit', declare_limit.concurrency, declare_limit.rate, declare_limit.per, NULL);
 
   PERFORM pg_advisory_xact_lock(hashtextextended('idemq.declare_limit ' || v_name, 0));
   SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;
@@ -3410,34 +3439,7 @@ BEGIN
       MESSAGE = 'set_limit: give at least one limit: concurrency, rate with per, or per_key',
       HINT = 'e.g. set_limit(queue => ''emails'', concurrency => 5, rate => 100, per => ''1 minute''); clear_limit removes limits.';
   END IF;
-  IF set_limit.concurrency NOT BETWEEN 1 AND 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: concurrency must be between 1 and 10000, not %s', set_limit.concurrency),
-      HINT = 'concurrency is how many jobs of the scope may process at once; pause() stops them all.';
-  END IF;
-  IF set_limit.rate NOT BETWEEN 1 AND 100000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: rate must be between 1 and 100000, not %s', set_limit.rate),
-      HINT = 'rate is how many jobs of the scope may start per period (per); pause() stops them all.';
-  END IF;
-  IF (set_limit.rate IS NULL) <> (set_limit.per IS NULL) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: rate and per go together, got %s without %s',
-                       CASE WHEN set_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
-                       CASE WHEN set_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
-      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
-  END IF;
-  IF set_limit.per < interval '1 second' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: per must be at least 1 second, not %s', set_limit.per),
-      HINT = 'Scale both: 10 per 100 milliseconds is rate => 100, per => ''1 second''.';
-  END IF;
-  PERFORM idemq._check_duration('set_limit', 'per', set_limit.per);
-  IF set_limit.per_key NOT BETWEEN 1 AND 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: per_key must be between 1 and 10000, not %s', set_limit.per_key),
-      HINT = 'per_key is how many jobs with one concurrency key may process at once (1: one at a time).';
-  END IF;
+  PERFORM idemq._check_limit_values('set_limit', set_limit.concurrency, set_limit.rate, set_limit.per, set_limit.per_key);
 
   -- A new concurrency limit must see every job of its scope that is or will
   -- be processing: wait for the claims in flight, hold off new ones. Taken
@@ -3612,6 +3614,7 @@ COMMENT ON FUNCTION idemq.stats() IS
   'Counts per queue, task and state, expired leases, oldest runnable age, and duplicate/rejection events per task.';
 
 -- Private helpers are for the public functions only.
+REVOKE EXECUTE ON FUNCTION idemq._check_limit_values FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_capped FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_gate FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;

@@ -2,7 +2,7 @@
 // each is a function or { run, transactional?, guardKey?, maxAttempts?,
 // backoff?, exceptOn?, onlyOn?, lease?, concurrencyLimit?, rateLimit? }. A mistake is one WorkerConfigError
 // whose message names the task and the option.
-import { type Backoff, type Duration } from "../contract.ts";
+import { LIMIT_BOUNDS, type Backoff, type Duration } from "../contract.ts";
 import { toMilliseconds, toPgInterval } from "../duration.ts";
 import { checkBackoff } from "./backoff.ts";
 import type { ErrorClass, Payload, Tasks } from "./types.ts";
@@ -140,8 +140,9 @@ function normalizeTask(name: string, definition: unknown): NormalizedTask {
 function declaredLimits(concurrency: unknown, rateLimit: unknown, what: string): DeclaredLimits | undefined {
   const limits: DeclaredLimits = {};
   if (concurrency !== undefined) {
-    if (!Number.isInteger(concurrency) || (concurrency as number) < 1 || (concurrency as number) > 10_000) {
-      throw new WorkerConfigError(`${what}: concurrencyLimit must be an integer from 1 to 10000, got ${describe(concurrency)}`);
+    const { min, max } = LIMIT_BOUNDS.concurrency;
+    if (!Number.isInteger(concurrency) || (concurrency as number) < min || (concurrency as number) > max) {
+      throw new WorkerConfigError(`${what}: concurrencyLimit must be an integer from ${min} to ${max}, got ${describe(concurrency)}`);
     }
     limits.concurrency = concurrency as number;
   }
@@ -154,12 +155,13 @@ function declaredLimits(concurrency: unknown, rateLimit: unknown, what: string):
     const extra = Object.keys(rest)[0];
     if (extra !== undefined) throw new WorkerConfigError(`${what}: rateLimit has an unknown option "${extra}" (${shape})`);
     if (rate === undefined) throw new WorkerConfigError(`${what}: ${shape}: rate is missing`);
-    if (!Number.isInteger(rate) || (rate as number) < 1 || (rate as number) > 100_000) {
-      throw new WorkerConfigError(`${what}: rateLimit.rate must be an integer from 1 to 100000, got ${describe(rate)}`);
+    const { min, max } = LIMIT_BOUNDS.rate;
+    if (!Number.isInteger(rate) || (rate as number) < min || (rate as number) > max) {
+      throw new WorkerConfigError(`${what}: rateLimit.rate must be an integer from ${min} to ${max}, got ${describe(rate)}`);
     }
     if (per === undefined) throw new WorkerConfigError(`${what}: ${shape}: per is missing`);
     const ms = durationMs(per as Duration, `${what}: rateLimit.per`);
-    if (ms < 1000) {
+    if (ms < LIMIT_BOUNDS.perMinMs) {
       throw new WorkerConfigError(`${what}: rateLimit.per must be at least 1 second (scale both: 10 per 100 ms is { rate: 100, per: "1s" })`);
     }
     limits.rate = rate as number;

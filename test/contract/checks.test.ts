@@ -5,6 +5,7 @@
 // the traceparent CHECK's regular expression is the one _is_traceparent, the
 // rule's one definition, holds.
 import { describe, expect, it } from "vitest";
+import { LIMIT_BOUNDS } from "../../src/contract.ts";
 import { useTestDatabase } from "../helpers/db.ts";
 
 const db = useTestDatabase();
@@ -111,5 +112,30 @@ describe("respelt CHECKs accept the rows their earlier spellings accepted", () =
     expect(check).toMatch(/^\(traceparent ~ '[^']+'::text\)$/);
     expect(rows[0]!.body).toMatch(/RETURN \(value ~ '[^']+'::text\)/);
     expect(pattern(check)).toBe(pattern(rows[0]!.body));
+  });
+});
+
+describe("LIMIT_BOUNDS (src/contract.ts) are the bounds the CHECKs of idemq.limits hold", () => {
+  /** Whether the installed CHECK `name` passes a row whose `column` is `value` (SQL literal). */
+  async function passes(name: string, column: string, value: string): Promise<boolean> {
+    const { rows } = await db.pool.query<{ ok: boolean }>(`SELECT coalesce((${await installed(name)}), true) AS ok FROM (SELECT ${value} AS ${column}) g`);
+    return rows[0]!.ok;
+  }
+
+  it.each([
+    ["limits_concurrency_range", "concurrency", LIMIT_BOUNDS.concurrency],
+    ["limits_rate_range", "rate", LIMIT_BOUNDS.rate],
+    ["limits_per_key_range", "per_key", LIMIT_BOUNDS.perKey],
+  ] as const)("%s: %s from min to max, not one past either", async (name, column, { min, max }) => {
+    expect(await passes(name, column, `${min - 1}`)).toBe(false);
+    expect(await passes(name, column, `${min}`)).toBe(true);
+    expect(await passes(name, column, `${max}`)).toBe(true);
+    expect(await passes(name, column, `${max + 1}`)).toBe(false);
+  });
+
+  it("limits_per_at_least_a_second: per from perMinMs on", async () => {
+    const ms = LIMIT_BOUNDS.perMinMs;
+    expect(await passes("limits_per_at_least_a_second", "per", `interval '${ms - 1} milliseconds'`)).toBe(false);
+    expect(await passes("limits_per_at_least_a_second", "per", `interval '${ms} milliseconds'`)).toBe(true);
   });
 });

@@ -26,8 +26,8 @@
 --   other and the lower stands; set_limit's locks follow.
 -- Errors: 22023 an empty or too long task name (_limit_scope), no limit
 --   given, rate without per or per without rate, a value outside set_limit's
---   ranges (whether or not it would be applied), per over duration_days
---   (set_limit's, when applied).
+--   ranges or per over duration_days (_check_limit_values, whether or not it
+--   would be applied).
 -- Tests: test/worker/declared-limits.test.ts
 CREATE OR REPLACE FUNCTION idemq.declare_limit(task text, concurrency int DEFAULT NULL, rate int DEFAULT NULL,
                                                per interval DEFAULT NULL)
@@ -51,22 +51,9 @@ BEGIN
       MESSAGE = 'declare_limit: give concurrency, or rate with per',
       HINT = 'e.g. declare_limit(task => ''send-email'', concurrency => 5, rate => 100, per => ''1 minute'').';
   END IF;
-  IF (declare_limit.rate IS NULL) <> (declare_limit.per IS NULL) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('declare_limit: rate and per go together, got %s without %s',
-                       CASE WHEN declare_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
-                       CASE WHEN declare_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
-      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
-  END IF;
-  -- set_limit's ranges, checked here too: a declared value is refused even
-  -- where a lower stored one means it would not be applied.
-  IF declare_limit.concurrency NOT BETWEEN 1 AND 10000 OR declare_limit.rate NOT BETWEEN 1 AND 100000
-     OR declare_limit.per < interval '1 second' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('declare_limit: concurrency must be 1..10000, rate 1..100000 and per at least 1 second, not %s, %s, %s',
-                       declare_limit.concurrency, declare_limit.rate, declare_limit.per),
-      HINT = 'The ranges are set_limit''s (docs/sql-api.md); a worker checks them when it is created.';
-  END IF;
+  -- set_limit's rules: a declared value is refused even where a lower
+  -- stored one means it would not be applied.
+  PERFORM idemq._check_limit_values('declare_limit', declare_limit.concurrency, declare_limit.rate, declare_limit.per, NULL);
 
   PERFORM pg_advisory_xact_lock(hashtextextended('idemq.declare_limit ' || v_name, 0));
   SELECT l.* INTO v_row FROM idemq.limits l WHERE l.kind = v_kind AND l.name = v_name;

@@ -68,34 +68,7 @@ BEGIN
       MESSAGE = 'set_limit: give at least one limit: concurrency, rate with per, or per_key',
       HINT = 'e.g. set_limit(queue => ''emails'', concurrency => 5, rate => 100, per => ''1 minute''); clear_limit removes limits.';
   END IF;
-  IF set_limit.concurrency NOT BETWEEN 1 AND 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: concurrency must be between 1 and 10000, not %s', set_limit.concurrency),
-      HINT = 'concurrency is how many jobs of the scope may process at once; pause() stops them all.';
-  END IF;
-  IF set_limit.rate NOT BETWEEN 1 AND 100000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: rate must be between 1 and 100000, not %s', set_limit.rate),
-      HINT = 'rate is how many jobs of the scope may start per period (per); pause() stops them all.';
-  END IF;
-  IF (set_limit.rate IS NULL) <> (set_limit.per IS NULL) THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: rate and per go together, got %s without %s',
-                       CASE WHEN set_limit.rate IS NULL THEN 'per' ELSE 'rate' END,
-                       CASE WHEN set_limit.rate IS NULL THEN 'rate' ELSE 'per' END),
-      HINT = 'A rate limit is rate starts per period, e.g. rate => 100, per => ''1 minute''.';
-  END IF;
-  IF set_limit.per < interval '1 second' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: per must be at least 1 second, not %s', set_limit.per),
-      HINT = 'Scale both: 10 per 100 milliseconds is rate => 100, per => ''1 second''.';
-  END IF;
-  PERFORM idemq._check_duration('set_limit', 'per', set_limit.per);
-  IF set_limit.per_key NOT BETWEEN 1 AND 10000 THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('set_limit: per_key must be between 1 and 10000, not %s', set_limit.per_key),
-      HINT = 'per_key is how many jobs with one concurrency key may process at once (1: one at a time).';
-  END IF;
+  PERFORM idemq._check_limit_values('set_limit', set_limit.concurrency, set_limit.rate, set_limit.per, set_limit.per_key);
 
   -- A new concurrency limit must see every job of its scope that is or will
   -- be processing: wait for the claims in flight, hold off new ones. Taken
