@@ -8,56 +8,27 @@
 // by side, and that every job finished exactly once.
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { useTestDatabase } from "../helpers/db.ts";
+import { createFlowRuns, FLOW_WORKER_ENV, sqlConsumer } from "../helpers/flow-runs.ts";
 import { unique } from "../helpers/jobs.ts";
 import { killAllWorkers, startedWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
 const KEYS = 6;
 const JOBS = 48;
-const WORKER_ENV = { IDEMQ_TEST_LEASE: "1s", IDEMQ_TEST_HEARTBEAT: "300ms", IDEMQ_TEST_RESCUE: "200ms", IDEMQ_TEST_POLL: "100ms" };
 
 const db = useTestDatabase({ poolSize: 4 });
 beforeAll(async () => {
-  await db.pool.query(`
-    CREATE TABLE public.flow_runs (
-      job_id bigint NOT NULL, attempt int NOT NULL, who text NOT NULL, reclaimed boolean NOT NULL,
-      started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz,
-      PRIMARY KEY (job_id, attempt))`);
+  await createFlowRuns(db.pool);
 });
 afterEach(async () => {
   await killAllWorkers();
 });
 
-/** A SQL consumer: claim(batch 2) and, per job, record start, work, record end, complete; until `done()`. */
-async function sqlConsumer(name: string, queue: string, done: () => boolean): Promise<number> {
-  const conn = await db.newClient();
-  let finished = 0;
-  while (!done()) {
-    const { rows } = await conn.query<{ job_id: string; attempt: number; lease_token: string; payload: { ms: number } }>(
-      "SELECT job_id, attempt, lease_token, payload FROM idemq.claim($1, queues => ARRAY[$2], batch_size => 2, lease => '10 seconds', token => true)",
-      [name, queue],
-    );
-    if (rows.length === 0) {
-      // Nothing claimable now (every key busy): poll again, as a worker does.
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      continue;
-    }
-    for (const job of rows) {
-      await conn.query("INSERT INTO public.flow_runs (job_id, attempt, who, reclaimed) VALUES ($1, $2, $3, false)", [job.job_id, job.attempt, name]);
-      await new Promise((resolve) => setTimeout(resolve, job.payload.ms));
-      await conn.query("UPDATE public.flow_runs SET ended_at = clock_timestamp() WHERE job_id = $1 AND attempt = $2", [job.job_id, job.attempt]);
-      await conn.query("SELECT idemq.complete($1, $2, NULL, $3)", [job.job_id, job.attempt, job.lease_token]);
-      finished++;
-    }
-  }
-  return finished;
-}
-
 describe("concurrency keys with 4 worker processes and 2 SQL consumers, one worker SIGKILLed", () => {
   it("never two handlers of one key at once, keys side by side, every job finished once", async () => {
     const queue = unique("keyed");
     const workers: WorkerProcess[] = await Promise.all(
-      [1, 2, 3, 4].map(() => startedWorker({ tasks: "flow-tasks.ts", databaseUrl: db.url, env: WORKER_ENV, args: ["--queues", queue] })),
+      [1, 2, 3, 4].map(() => startedWorker({ tasks: "flow-tasks.ts", databaseUrl: db.url, env: FLOW_WORKER_ENV, args: ["--queues", queue] })),
     );
     await db.pool.query(
       `SELECT idemq.enqueue(task => 'flow', queue => $1, payload => jsonb_build_object('ms', 40 + (i * 37) % 90),
@@ -66,7 +37,7 @@ describe("concurrency keys with 4 worker processes and 2 SQL consumers, one work
       [queue, JOBS, KEYS],
     );
     let allDone = false;
-    const consumers = [sqlConsumer("sql-1", queue, () => allDone), sqlConsumer("sql-2", queue, () => allDone)];
+    const consumers = [sqlConsumer(db, "sql-1", queue, () => allDone), sqlConsumer(db, "sql-2", queue, () => allDone)];
 
     const inside = await waitFor(
       async () => {

@@ -10,6 +10,7 @@
 // and that no slot is left held.
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { useTestDatabase } from "../helpers/db.ts";
+import { createFlowRuns, FLOW_WORKER_ENV, sqlConsumer } from "../helpers/flow-runs.ts";
 import { unique } from "../helpers/jobs.ts";
 import { killAllWorkers, startedWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
@@ -17,16 +18,11 @@ import { waitFor } from "../fixtures/worker/wait.ts";
 const JOBS = 80;
 const CONCURRENCY = 3;
 const RATE = 20;
-// Short leases so the killed worker's jobs come back in about a second.
-const WORKER_ENV = { IDEMQ_TEST_LEASE: "1s", IDEMQ_TEST_HEARTBEAT: "300ms", IDEMQ_TEST_RESCUE: "200ms", IDEMQ_TEST_POLL: "100ms" };
 
 const db = useTestDatabase({ poolSize: 4 });
 beforeAll(async () => {
+  await createFlowRuns(db.pool);
   await db.pool.query(`
-    CREATE TABLE public.flow_runs (
-      job_id bigint NOT NULL, attempt int NOT NULL, who text NOT NULL, reclaimed boolean NOT NULL,
-      started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz,
-      PRIMARY KEY (job_id, attempt));
     CREATE TABLE public.flow_claims (job_id bigint NOT NULL, attempt int NOT NULL, at timestamptz NOT NULL);
     CREATE FUNCTION public.record_claim() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
     BEGIN
@@ -40,31 +36,6 @@ afterEach(async () => {
   await killAllWorkers();
 });
 
-/** A SQL consumer: claim(batch 2) and, per job, record start, work, record end, complete; until `done()`. */
-async function sqlConsumer(name: string, queue: string, done: () => boolean): Promise<number> {
-  const conn = await db.newClient();
-  let finished = 0;
-  while (!done()) {
-    const { rows } = await conn.query<{ job_id: string; attempt: number; lease_token: string; payload: { ms: number } }>(
-      "SELECT job_id, attempt, lease_token, payload FROM idemq.claim($1, queues => ARRAY[$2], batch_size => 2, lease => '10 seconds', token => true)",
-      [name, queue],
-    );
-    if (rows.length === 0) {
-      // Nothing claimable now (slots or starts used up): poll again, as a worker does.
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      continue;
-    }
-    for (const job of rows) {
-      await conn.query("INSERT INTO public.flow_runs (job_id, attempt, who, reclaimed) VALUES ($1, $2, $3, false)", [job.job_id, job.attempt, name]);
-      await new Promise((resolve) => setTimeout(resolve, job.payload.ms));
-      await conn.query("UPDATE public.flow_runs SET ended_at = clock_timestamp() WHERE job_id = $1 AND attempt = $2", [job.job_id, job.attempt]);
-      await conn.query("SELECT idemq.complete($1, $2, NULL, $3)", [job.job_id, job.attempt, job.lease_token]);
-      finished++;
-    }
-  }
-  return finished;
-}
-
 describe("flow control with 4 worker processes and 2 SQL consumers, one worker SIGKILLed", () => {
   it("never more than 3 running, never more than 20 starts in a second, every job finished once, no slot left held", async () => {
     const queue = unique("limited");
@@ -72,7 +43,7 @@ describe("flow control with 4 worker processes and 2 SQL consumers, one worker S
 
     const workers: WorkerProcess[] = await Promise.all(
       [1, 2, 3, 4].map(() =>
-        startedWorker({ tasks: "flow-tasks.ts", databaseUrl: db.url, env: WORKER_ENV, args: ["--queues", queue] }),
+        startedWorker({ tasks: "flow-tasks.ts", databaseUrl: db.url, env: FLOW_WORKER_ENV, args: ["--queues", queue] }),
       ),
     );
     // 50-199 ms of work each: about 2.5 running at 20 starts a second, so both limits bind.
@@ -81,7 +52,7 @@ describe("flow control with 4 worker processes and 2 SQL consumers, one worker S
       [queue, JOBS],
     );
     let allDone = false;
-    const consumers = [sqlConsumer("sql-1", queue, () => allDone), sqlConsumer("sql-2", queue, () => allDone)];
+    const consumers = [sqlConsumer(db, "sql-1", queue, () => allDone), sqlConsumer(db, "sql-2", queue, () => allDone)];
 
     // Kill the first worker seen inside a handler.
     const inside = await waitFor(
