@@ -243,7 +243,8 @@ COMMENT ON FUNCTION idemq._claim_capped(text[], text[], int[], int) IS
 
 -- ---- sql/functions/flow/_claim_gate.sql ----
 CREATE OR REPLACE FUNCTION idemq._claim_gate(key_tasks text[], key_queues text[], batch_size int,
-                                             OUT tasks text[], OUT queues text[], OUT take int, OUT caps int[])
+                                             OUT tasks text[], OUT queues text[], OUT take int, OUT caps int[],
+                                             OUT limited boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -261,7 +262,8 @@ BEGIN
                      (SELECT count(*) FROM (SELECT FROM idemq.limit_starts r
                                             WHERE r.limit_id = l.id AND r.started_at < now() - r.per
                                             LIMIT _claim_gate.batch_size) f)::int END)
-           END AS cap
+           END AS cap,
+           l.concurrency IS NOT NULL OR l.rate IS NOT NULL AS takes
     FROM idemq.limits l
     WHERE (l.kind = 'queue' AND l.name = ANY (key_queues)) OR (l.kind = 'task' AND l.name = ANY (key_tasks))
   ),
@@ -269,15 +271,18 @@ BEGIN
     SELECT k.n, k.task, k.queue,
            least(_claim_gate.batch_size,
                  (SELECT c.cap FROM scopes c WHERE c.kind = 'task' AND c.name = k.task),
-                 (SELECT c.cap FROM scopes c WHERE c.kind = 'queue' AND c.name = k.queue)) AS cap
+                 (SELECT c.cap FROM scopes c WHERE c.kind = 'queue' AND c.name = k.queue)) AS cap,
+           EXISTS (SELECT FROM scopes c
+                   WHERE c.takes AND ((c.kind = 'task' AND c.name = k.task) OR (c.kind = 'queue' AND c.name = k.queue))) AS takes
     FROM unnest(key_tasks, key_queues) WITH ORDINALITY AS k(task, queue, n)
   )
   SELECT coalesce(array_agg(k.task ORDER BY k.n) FILTER (WHERE k.cap > 0), '{}'),
          coalesce(array_agg(k.queue ORDER BY k.n) FILTER (WHERE k.cap > 0), '{}'),
          least(_claim_gate.batch_size, coalesce(sum(k.cap) FILTER (WHERE k.cap > 0), 0))::int,
          CASE WHEN bool_or(k.cap > 0 AND k.cap < _claim_gate.batch_size)
-              THEN array_agg(k.cap ORDER BY k.n) FILTER (WHERE k.cap > 0) END
-  INTO tasks, queues, take, caps
+              THEN array_agg(k.cap ORDER BY k.n) FILTER (WHERE k.cap > 0) END,
+         coalesce(bool_or(k.takes) FILTER (WHERE k.cap > 0), false)
+  INTO tasks, queues, take, caps, limited
   FROM keys k;
 END;
 $$;
@@ -2236,16 +2241,14 @@ BEGIN
 
   IF v_limited THEN
     -- Keys paused or without a free slot or start go; v_take bounds the walk.
-    SELECT g.tasks, g.queues, g.take, g.caps INTO v_key_tasks, v_key_queues, v_take, v_caps
+    -- v_limited becomes whether a key left has a concurrency or a rate limit:
+    -- without one, _claim_take would find nothing to take (calling it cost a
+    -- claim as much as a limit of its own: bench/FINDINGS.md). A concurrency
+    -- limit cannot appear meanwhile (its set_limit waits for this
+    -- transaction's lock on idemq.limits); a rate or a pause committed from
+    -- here on counts from the next claim.
+    SELECT g.tasks, g.queues, g.take, g.caps, g.limited INTO v_key_tasks, v_key_queues, v_take, v_caps, v_limited
     FROM idemq._claim_gate(v_key_tasks, v_key_queues, batch_size) g;
-    -- No limit of the keys left: _claim_take would find nothing to take
-    -- (1.20x the no-limit claim's time with a limit on another task only,
-    -- bench/FINDINGS.md). A concurrency limit cannot appear meanwhile (its
-    -- set_limit waits for this transaction's lock on idemq.limits); a rate
-    -- or a pause committed from here on counts from the next claim.
-    v_limited := EXISTS (SELECT FROM idemq.limits l
-                         WHERE (l.kind = 'queue' AND l.name = ANY (v_key_queues))
-                            OR (l.kind = 'task' AND l.name = ANY (v_key_tasks)));
   END IF;
 
   IF cardinality(v_key_tasks) = 0 THEN

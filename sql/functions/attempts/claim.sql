@@ -290,16 +290,14 @@ BEGIN
 
   IF v_limited THEN
     -- Keys paused or without a free slot or start go; v_take bounds the walk.
-    SELECT g.tasks, g.queues, g.take, g.caps INTO v_key_tasks, v_key_queues, v_take, v_caps
+    -- v_limited becomes whether a key left has a concurrency or a rate limit:
+    -- without one, _claim_take would find nothing to take (calling it cost a
+    -- claim as much as a limit of its own: bench/FINDINGS.md). A concurrency
+    -- limit cannot appear meanwhile (its set_limit waits for this
+    -- transaction's lock on idemq.limits); a rate or a pause committed from
+    -- here on counts from the next claim.
+    SELECT g.tasks, g.queues, g.take, g.caps, g.limited INTO v_key_tasks, v_key_queues, v_take, v_caps, v_limited
     FROM idemq._claim_gate(v_key_tasks, v_key_queues, batch_size) g;
-    -- No limit of the keys left: _claim_take would find nothing to take
-    -- (1.20x the no-limit claim's time with a limit on another task only,
-    -- bench/FINDINGS.md). A concurrency limit cannot appear meanwhile (its
-    -- set_limit waits for this transaction's lock on idemq.limits); a rate
-    -- or a pause committed from here on counts from the next claim.
-    v_limited := EXISTS (SELECT FROM idemq.limits l
-                         WHERE (l.kind = 'queue' AND l.name = ANY (v_key_queues))
-                            OR (l.kind = 'task' AND l.name = ANY (v_key_tasks)));
   END IF;
 
   IF cardinality(v_key_tasks) = 0 THEN
