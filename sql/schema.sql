@@ -430,6 +430,7 @@ CREATE TABLE idemq.limits (
     paused boolean DEFAULT false NOT NULL,
     held_until timestamp with time zone,
     slot_rows integer DEFAULT 0 NOT NULL,
+    first_slot integer,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT limits_scope UNIQUE (kind, name),
     CONSTRAINT limits_kind CHECK ((kind = ANY (ARRAY['queue'::text, 'task'::text]))),
@@ -442,27 +443,50 @@ CREATE TABLE idemq.limits (
     CONSTRAINT limits_not_empty CHECK ((paused OR (held_until IS NOT NULL) OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
 );
 
-COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume, hold only.';
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many slots the scope has (the sum of its stripes'' sizes in idemq.limit_slots: over concurrency while a lowered limit drains), first_slot the number of its first stripe (a job naming an older one was running when the limit was set). Written by set_limit, clear_limit, pause, resume, hold, and by claims while a lowered limit drains.';
 
--- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
--- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE
--- SKIP LOCKED and writes its job and attempt into them, and the slot is
--- freed (or deleted, while slot_rows is over the limit) when that attempt
--- leaves processing. Free or held is read from the row's own columns only.
--- No index holds job_id or attempt: claiming and freeing a slot are HOT
--- updates (pruned on the page, no index entry), and a release finds the
--- slot by its key, which claim() writes on the job (jobs.queue_slot,
--- jobs.task_slot).
+-- A concurrency limit of N: its slots in at most 8 rows (stripes), whose
+-- sizes sum to N (limits.slot_rows; more while a lowered limit drains). A
+-- stripe's held is how many of its slots claims took, less the releases
+-- folded into it: claim() locks a stripe with room FOR UPDATE SKIP LOCKED,
+-- folds the stripe's committed releases (idemq.limit_releases) and adds the
+-- jobs it takes; the jobs trigger appends a release row when a job leaves
+-- processing, taking no lock. A claim so writes one row per stripe it uses,
+-- not one per job, and a completion never waits for a claim. Room is judged
+-- on the locked row's newest version and the releases committed before the
+-- fold: never more than its size. Stripe numbers come from
+-- idemq.limit_slot_numbers, so a number names one stripe for good (a job's
+-- queue_slot or task_slot from an earlier limit of the scope names none of
+-- today's).
 CREATE TABLE idemq.limit_slots (
     limit_id bigint NOT NULL,
     slot integer NOT NULL,
-    job_id bigint,
-    attempt integer,
+    size integer NOT NULL,
+    held integer DEFAULT 0 NOT NULL,
     CONSTRAINT limit_slots_pkey PRIMARY KEY (limit_id, slot),
-    CONSTRAINT limit_slots_holder CHECK (((job_id IS NULL) = (attempt IS NULL)))
+    CONSTRAINT limit_slots_size_not_negative CHECK ((size >= 0)),
+    CONSTRAINT limit_slots_held_not_negative CHECK ((held >= 0))
 ) WITH (fillfactor = 50);
 
-COMMENT ON TABLE idemq.limit_slots IS 'The slots of each concurrency limit: free (job_id NULL) or held by one attempt of a processing job.';
+COMMENT ON TABLE idemq.limit_slots IS 'The stripes of each concurrency limit: size slots each, held of them taken by claims (less the releases folded in); at most 8 per limit.';
+
+CREATE SEQUENCE idemq.limit_slot_numbers AS integer;
+
+-- A job's attempt that left processing gives its slot back here: one row
+-- per (stripe, statement), n the jobs it released; folded into the stripe
+-- (deleted, held less n) by the next claim that locks it, by set_limit and
+-- by apply_retention's repair. Appended, so releases never wait for each
+-- other or for a claim.
+CREATE TABLE idemq.limit_releases (
+    limit_id bigint NOT NULL,
+    slot integer NOT NULL,
+    n integer NOT NULL,
+    CONSTRAINT limit_releases_n_positive CHECK ((n > 0))
+);
+
+CREATE INDEX limit_releases_by_slot ON idemq.limit_releases USING btree (limit_id, slot);
+
+COMMENT ON TABLE idemq.limit_releases IS 'Slots given back by attempts that left processing, not yet folded into their stripe (idemq.limit_slots).';
 
 -- A rate limit of `rate` per `per`: `rate` rows, each the time of the start
 -- that used it last; a start takes a row whose time is more than `per` ago

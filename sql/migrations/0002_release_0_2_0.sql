@@ -102,6 +102,7 @@ CREATE TABLE idemq.limits (
     paused boolean DEFAULT false NOT NULL,
     held_until timestamp with time zone,
     slot_rows integer DEFAULT 0 NOT NULL,
+    first_slot integer,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT limits_scope UNIQUE (kind, name),
     CONSTRAINT limits_kind CHECK ((kind = ANY (ARRAY['queue'::text, 'task'::text]))),
@@ -114,27 +115,50 @@ CREATE TABLE idemq.limits (
     CONSTRAINT limits_not_empty CHECK ((paused OR (held_until IS NOT NULL) OR (concurrency IS NOT NULL) OR (rate IS NOT NULL) OR (per_key IS NOT NULL)))
 );
 
-COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many rows of idemq.limit_slots the scope has (over concurrency while a lowered limit drains). Written by set_limit, clear_limit, pause, resume, hold only.';
+COMMENT ON TABLE idemq.limits IS 'Flow control per queue or task: concurrency, rate per period, per_key, paused; held_until: no claim before it (hold(), a 429''s Retry-After); slot_rows is how many slots the scope has (the sum of its stripes'' sizes in idemq.limit_slots: over concurrency while a lowered limit drains), first_slot the number of its first stripe (a job naming an older one was running when the limit was set). Written by set_limit, clear_limit, pause, resume, hold, and by claims while a lowered limit drains.';
 
--- A concurrency limit of N: N rows (slot_rows while a lowered limit drains).
--- A slot is free when job_id is NULL; claim() takes free slots FOR UPDATE
--- SKIP LOCKED and writes its job and attempt into them, and the slot is
--- freed (or deleted, while slot_rows is over the limit) when that attempt
--- leaves processing. Free or held is read from the row's own columns only.
--- No index holds job_id or attempt: claiming and freeing a slot are HOT
--- updates (pruned on the page, no index entry), and a release finds the
--- slot by its key, which claim() writes on the job (jobs.queue_slot,
--- jobs.task_slot).
+-- A concurrency limit of N: its slots in at most 8 rows (stripes), whose
+-- sizes sum to N (limits.slot_rows; more while a lowered limit drains). A
+-- stripe's held is how many of its slots claims took, less the releases
+-- folded into it: claim() locks a stripe with room FOR UPDATE SKIP LOCKED,
+-- folds the stripe's committed releases (idemq.limit_releases) and adds the
+-- jobs it takes; the jobs trigger appends a release row when a job leaves
+-- processing, taking no lock. A claim so writes one row per stripe it uses,
+-- not one per job, and a completion never waits for a claim. Room is judged
+-- on the locked row's newest version and the releases committed before the
+-- fold: never more than its size. Stripe numbers come from
+-- idemq.limit_slot_numbers, so a number names one stripe for good (a job's
+-- queue_slot or task_slot from an earlier limit of the scope names none of
+-- today's).
 CREATE TABLE idemq.limit_slots (
     limit_id bigint NOT NULL,
     slot integer NOT NULL,
-    job_id bigint,
-    attempt integer,
+    size integer NOT NULL,
+    held integer DEFAULT 0 NOT NULL,
     CONSTRAINT limit_slots_pkey PRIMARY KEY (limit_id, slot),
-    CONSTRAINT limit_slots_holder CHECK (((job_id IS NULL) = (attempt IS NULL)))
+    CONSTRAINT limit_slots_size_not_negative CHECK ((size >= 0)),
+    CONSTRAINT limit_slots_held_not_negative CHECK ((held >= 0))
 ) WITH (fillfactor = 50);
 
-COMMENT ON TABLE idemq.limit_slots IS 'The slots of each concurrency limit: free (job_id NULL) or held by one attempt of a processing job.';
+COMMENT ON TABLE idemq.limit_slots IS 'The stripes of each concurrency limit: size slots each, held of them taken by claims (less the releases folded in); at most 8 per limit.';
+
+CREATE SEQUENCE idemq.limit_slot_numbers AS integer;
+
+-- A job's attempt that left processing gives its slot back here: one row
+-- per (stripe, statement), n the jobs it released; folded into the stripe
+-- (deleted, held less n) by the next claim that locks it, by set_limit and
+-- by apply_retention's repair. Appended, so releases never wait for each
+-- other or for a claim.
+CREATE TABLE idemq.limit_releases (
+    limit_id bigint NOT NULL,
+    slot integer NOT NULL,
+    n integer NOT NULL,
+    CONSTRAINT limit_releases_n_positive CHECK ((n > 0))
+);
+
+CREATE INDEX limit_releases_by_slot ON idemq.limit_releases USING btree (limit_id, slot);
+
+COMMENT ON TABLE idemq.limit_releases IS 'Slots given back by attempts that left processing, not yet folded into their stripe (idemq.limit_slots).';
 
 -- A rate limit of `rate` per `per`: `rate` rows, each the time of the start
 -- that used it last; a start takes a row whose time is more than `per` ago
@@ -255,9 +279,9 @@ BEGIN
            CASE WHEN l.paused OR l.held_until > now() THEN 0 ELSE
              least(_claim_gate.batch_size,
                    CASE WHEN l.concurrency IS NOT NULL THEN
-                     (SELECT count(*) FROM (SELECT FROM idemq.limit_slots s
-                                            WHERE s.limit_id = l.id AND s.job_id IS NULL
-                                            LIMIT _claim_gate.batch_size) f)::int END,
+                     greatest(0, l.concurrency
+                                 - (SELECT coalesce(sum(s.held), 0) FROM idemq.limit_slots s WHERE s.limit_id = l.id)
+                                 + (SELECT coalesce(sum(r.n), 0) FROM idemq.limit_releases r WHERE r.limit_id = l.id))::int END,
                    CASE WHEN l.rate IS NOT NULL THEN
                      (SELECT count(*) FROM (SELECT FROM idemq.limit_starts r
                                             WHERE r.limit_id = l.id AND r.started_at < now() - r.per
@@ -289,274 +313,6 @@ $$;
 
 COMMENT ON FUNCTION idemq._claim_gate(text[], text[], int) IS
   'claim() under flow control: the keys not paused and with free slots and starts, and how many jobs to walk at most.';
-
--- ---- sql/functions/flow/_claim_take.sql ----
-CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], attempts int[], key_task text, key_queue text,
-                                             OUT ids bigint[], OUT queue_slots int[], OUT task_slots int[])
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict error
-DECLARE
-  v_ids bigint[];
-  v_attempts int[];
-  v_held boolean[];
-  v_slot_scope bigint[];   -- per job: [queue's, task's] concurrency limit ids (NULL: none)
-  v_start_scope bigint[];  -- per job: [queue's, task's] rate limit ids
-  v_slot_lids bigint[];
-  v_slot_nos int[];
-  v_start_lids bigint[];
-  v_start_nos int[];
-  v_used_slot_lids bigint[] := '{}';
-  v_used_slot_n int[] := '{}';
-  v_used_start_lids bigint[] := '{}';
-  v_used_start_n int[] := '{}';
-  v_a_lid bigint[] := '{}';
-  v_a_slot int[] := '{}';
-  v_a_job bigint[] := '{}';
-  v_a_attempt int[] := '{}';
-  v_r_lid bigint[] := '{}';
-  v_r_n int[] := '{}';
-  v_lid bigint;
-  v_p int;
-  v_ok boolean;
-  v_pick_slot int[];
-  v_pick_start int[];
-  v_simple boolean;
-  v_one_scope bigint[];    -- per job: its one concurrency limit id (NULL: none, or held)
-  v_one_queue boolean[];   -- per job: that limit is its queue's
-  v_q int;
-  v_t int;
-  v_lq idemq.limits;
-  v_lt idemq.limits;
-BEGIN
-  IF key_task IS NOT NULL THEN
-    -- One key: its two scopes are every job's.
-    SELECT l.* INTO v_lq FROM idemq.limits l WHERE l.kind = 'queue' AND l.name = key_queue;
-    SELECT l.* INTO v_lt FROM idemq.limits l WHERE l.kind = 'task' AND l.name = key_task;
-    IF coalesce(v_lq.paused, false) OR coalesce(v_lt.paused, false) THEN
-      ids := '{}';
-      RETURN;
-    END IF;
-    IF v_lq.rate IS NULL AND v_lt.rate IS NULL AND (v_lq.concurrency IS NULL OR v_lt.concurrency IS NULL) THEN
-      IF v_lq.concurrency IS NULL AND v_lt.concurrency IS NULL THEN
-        ids := job_ids;
-        RETURN;
-      END IF;
-      v_lid := CASE WHEN v_lq.concurrency IS NOT NULL THEN v_lq.id ELSE v_lt.id END;
-      SELECT array_agg(f.slot ORDER BY f.slot) INTO v_slot_nos
-      FROM (SELECT s.slot FROM idemq.limit_slots s
-            WHERE s.limit_id = v_lid AND s.job_id IS NULL
-            ORDER BY s.slot
-            LIMIT cardinality(job_ids)
-            FOR UPDATE SKIP LOCKED) f;
-      v_slot_nos := coalesce(v_slot_nos, '{}');
-      -- The k-th job (claim order) gets the k-th slot; jobs past the last
-      -- slot are left (attempts may be longer: unnest pads ids and slots
-      -- with NULL, which matches no slot).
-      ids := job_ids[1:cardinality(v_slot_nos)];
-      IF cardinality(v_slot_nos) > 0 THEN
-        UPDATE idemq.limit_slots AS s SET job_id = u.id, attempt = u.attempt + 1
-        FROM unnest(ids, attempts, v_slot_nos) AS u(id, attempt, slot)
-        WHERE s.limit_id = v_lid AND s.slot = u.slot;
-      END IF;
-      IF v_lq.concurrency IS NOT NULL THEN
-        queue_slots := v_slot_nos;
-      ELSE
-        task_slots := v_slot_nos;
-      END IF;
-      RETURN;
-    END IF;
-  END IF;
-
-  SELECT array_agg(j.id ORDER BY o.n), array_agg(j.attempt + 1 ORDER BY o.n),
-         array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
-         array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
-           || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
-         array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
-           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n),
-         bool_and(lq.rate IS NULL AND lt.rate IS NULL
-                  AND (lq.concurrency IS NULL OR lt.concurrency IS NULL)),
-         array_agg(CASE WHEN NOT (coalesce(lq.paused, false) OR coalesce(lt.paused, false))
-                        THEN CASE WHEN lq.concurrency IS NOT NULL THEN lq.id
-                                  WHEN lt.concurrency IS NOT NULL THEN lt.id END END ORDER BY o.n),
-         array_agg(lq.concurrency IS NOT NULL ORDER BY o.n)
-  INTO v_ids, v_attempts, v_held, v_slot_scope, v_start_scope, v_simple, v_one_scope, v_one_queue
-  FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
-  JOIN idemq.jobs j ON j.id = o.id
-  LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
-  LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
-  IF v_ids IS NULL THEN
-    ids := '{}';
-    RETURN;
-  END IF;
-
-  IF v_simple THEN
-    -- The common case, set-based: no rate, at most one concurrency scope per
-    -- job. The k-th job of a scope (claim order, paused jobs left out) gets
-    -- the k-th free slot of it locked here (slot order); a job past the
-    -- slots locked is left; a job of no scope goes. What the loop below
-    -- does, with no per-job PL/pgSQL step (bench/FINDINGS.md, "Flow
-    -- control: what a limited claim costs").
-    WITH j AS (
-      SELECT u.id, u.attempt, u.lid, u.is_queue, u.n,
-             row_number() OVER (PARTITION BY u.lid ORDER BY u.n) AS k
-      FROM unnest(v_ids, v_attempts, v_one_scope, v_one_queue, v_held) WITH ORDINALITY AS u(id, attempt, lid, is_queue, held, n)
-      WHERE NOT u.held
-    ),
-    need AS (
-      SELECT j.lid, count(*) AS n FROM j WHERE j.lid IS NOT NULL GROUP BY j.lid
-    ),
-    locked AS (
-      SELECT c.lid, f.slot, row_number() OVER (PARTITION BY c.lid ORDER BY f.slot) AS k
-      FROM need c
-      CROSS JOIN LATERAL (
-        SELECT s.slot FROM idemq.limit_slots s
-        WHERE s.limit_id = c.lid AND s.job_id IS NULL
-        ORDER BY s.slot
-        LIMIT c.n
-        FOR UPDATE SKIP LOCKED
-      ) f
-    )
-    SELECT coalesce(array_agg(j.id ORDER BY j.n), '{}'),
-           array_agg(CASE WHEN j.is_queue THEN l.slot END ORDER BY j.n),
-           array_agg(CASE WHEN NOT j.is_queue THEN l.slot END ORDER BY j.n),
-           coalesce(array_agg(l.lid) FILTER (WHERE l.lid IS NOT NULL), '{}'),
-           array_agg(l.slot) FILTER (WHERE l.lid IS NOT NULL),
-           array_agg(j.id) FILTER (WHERE l.lid IS NOT NULL),
-           array_agg(j.attempt) FILTER (WHERE l.lid IS NOT NULL)
-    INTO ids, queue_slots, task_slots, v_a_lid, v_a_slot, v_a_job, v_a_attempt
-    FROM j
-    LEFT JOIN locked l ON l.lid = j.lid AND l.k = j.k
-    WHERE j.lid IS NULL OR l.lid IS NOT NULL;
-    IF cardinality(v_a_lid) > 0 THEN
-      UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
-      FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
-      WHERE s.limit_id = a.lid AND s.slot = a.slot;
-    END IF;
-    RETURN;
-  END IF;
-  ids := '{}';
-  queue_slots := '{}';
-  task_slots := '{}';
-
-  -- Lock as many free slots and usable starts per scope as its jobs here
-  -- could use, skipping rows other transactions hold.
-  WITH need AS (
-    SELECT u.lid, count(*) AS n
-    FROM unnest(v_slot_scope, v_held || v_held) AS u(lid, held)
-    WHERE u.lid IS NOT NULL AND NOT u.held
-    GROUP BY u.lid
-  )
-  SELECT array_agg(s.limit_id ORDER BY s.limit_id, s.slot), array_agg(s.slot ORDER BY s.limit_id, s.slot)
-  INTO v_slot_lids, v_slot_nos
-  FROM need c
-  CROSS JOIN LATERAL (
-    SELECT s.limit_id, s.slot FROM idemq.limit_slots s
-    WHERE s.limit_id = c.lid AND s.job_id IS NULL
-    ORDER BY s.slot
-    LIMIT c.n
-    FOR UPDATE SKIP LOCKED
-  ) s;
-  WITH need AS (
-    SELECT u.lid, count(*) AS n
-    FROM unnest(v_start_scope, v_held || v_held) AS u(lid, held)
-    WHERE u.lid IS NOT NULL AND NOT u.held
-    GROUP BY u.lid
-  )
-  SELECT array_agg(r.limit_id ORDER BY r.limit_id, r.n), array_agg(r.n ORDER BY r.limit_id, r.n)
-  INTO v_start_lids, v_start_nos
-  FROM need c
-  CROSS JOIN LATERAL (
-    SELECT r.limit_id, r.n FROM idemq.limit_starts r
-    WHERE r.limit_id = c.lid AND r.started_at < now() - r.per
-    ORDER BY r.started_at, r.n
-    LIMIT c.n
-    FOR UPDATE SKIP LOCKED
-  ) r;
-  v_slot_lids := coalesce(v_slot_lids, '{}');
-  v_start_lids := coalesce(v_start_lids, '{}');
-
-  -- In claim order: a job goes only if each of its scopes has a slot or a
-  -- start left for it; the k-th job of a scope gets its k-th locked row.
-  FOR i IN 1 .. cardinality(v_ids) LOOP
-    CONTINUE WHEN v_held[i];
-    v_ok := true;
-    v_q := NULL;
-    v_t := NULL;
-    v_pick_slot := '{}';
-    v_pick_start := '{}';
-    FOR w IN 1 .. 2 LOOP
-      v_lid := v_slot_scope[(w - 1) * cardinality(v_ids) + i];
-      CONTINUE WHEN v_lid IS NULL;
-      v_p := array_position(v_slot_lids, v_lid);
-      v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
-      IF v_p IS NULL OR v_p > cardinality(v_slot_lids) OR v_slot_lids[v_p] <> v_lid THEN
-        v_ok := false;
-      ELSE
-        v_pick_slot := v_pick_slot || v_p;
-        IF w = 1 THEN
-          v_q := v_slot_nos[v_p];
-        ELSE
-          v_t := v_slot_nos[v_p];
-        END IF;
-      END IF;
-    END LOOP;
-    FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
-      CONTINUE WHEN v_lid IS NULL;
-      v_p := array_position(v_start_lids, v_lid);
-      v_p := v_p + coalesce(v_used_start_n[array_position(v_used_start_lids, v_lid)], 0);
-      IF v_p IS NULL OR v_p > cardinality(v_start_lids) OR v_start_lids[v_p] <> v_lid THEN
-        v_ok := false;
-      ELSE
-        v_pick_start := v_pick_start || v_p;
-      END IF;
-    END LOOP;
-    CONTINUE WHEN NOT v_ok;
-    ids := ids || v_ids[i];
-    queue_slots := queue_slots || v_q;
-    task_slots := task_slots || v_t;
-    FOREACH v_p IN ARRAY v_pick_slot LOOP
-      v_lid := v_slot_lids[v_p];
-      IF v_lid = ANY (v_used_slot_lids) THEN
-        v_used_slot_n[array_position(v_used_slot_lids, v_lid)] := v_used_slot_n[array_position(v_used_slot_lids, v_lid)] + 1;
-      ELSE
-        v_used_slot_lids := v_used_slot_lids || v_lid;
-        v_used_slot_n := v_used_slot_n || 1;
-      END IF;
-      v_a_lid := v_a_lid || v_lid;
-      v_a_slot := v_a_slot || v_slot_nos[v_p];
-      v_a_job := v_a_job || v_ids[i];
-      v_a_attempt := v_a_attempt || v_attempts[i];
-    END LOOP;
-    FOREACH v_p IN ARRAY v_pick_start LOOP
-      v_lid := v_start_lids[v_p];
-      IF v_lid = ANY (v_used_start_lids) THEN
-        v_used_start_n[array_position(v_used_start_lids, v_lid)] := v_used_start_n[array_position(v_used_start_lids, v_lid)] + 1;
-      ELSE
-        v_used_start_lids := v_used_start_lids || v_lid;
-        v_used_start_n := v_used_start_n || 1;
-      END IF;
-      v_r_lid := v_r_lid || v_lid;
-      v_r_n := v_r_n || v_start_nos[v_p];
-    END LOOP;
-  END LOOP;
-
-  IF cardinality(v_a_lid) > 0 THEN
-    UPDATE idemq.limit_slots AS s SET job_id = a.job_id, attempt = a.attempt
-    FROM unnest(v_a_lid, v_a_slot, v_a_job, v_a_attempt) AS a(lid, slot, job_id, attempt)
-    WHERE s.limit_id = a.lid AND s.slot = a.slot;
-  END IF;
-  IF cardinality(v_r_lid) > 0 THEN
-    UPDATE idemq.limit_starts AS r SET started_at = now()
-    FROM unnest(v_r_lid, v_r_n) AS a(lid, n)
-    WHERE r.limit_id = a.lid AND r.n = a.n;
-  END IF;
-END;
-$$;
-
-COMMENT ON FUNCTION idemq._claim_take(bigint[], int[], text, text) IS
-  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start and their slots.';
 
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
@@ -659,6 +415,75 @@ $$;
 
 COMMENT ON FUNCTION idemq._key_lock(text[]) IS
   'Lock concurrency keys for the rest of the transaction (advisory, in hash order): admissions of a key are serialised.';
+
+-- ---- sql/functions/flow/_lock_slots.sql ----
+CREATE OR REPLACE FUNCTION idemq._lock_slots(limit_id bigint, need int,
+                                             OUT slots int[], OUT rooms int[], OUT folded int[], OUT shrunk int[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_last int := -2147483648;
+  v_slot int;
+  v_size int;
+  v_held int;
+  v_fold int;
+  v_shrink int;
+  v_debt int;
+  v_room int;
+  v_got int := 0;
+BEGIN
+  slots := '{}';
+  rooms := '{}';
+  folded := '{}';
+  shrunk := '{}';
+  WHILE v_got < need LOOP
+    -- One stripe at a time (LIMIT 1), so a claim locks only the stripes it
+    -- needs. A full stripe with releases waiting is locked too: its room
+    -- shows once they are folded.
+    SELECT s.slot, s.size, s.held INTO v_slot, v_size, v_held
+    FROM idemq.limit_slots s
+    WHERE s.limit_id = _lock_slots.limit_id AND s.slot > v_last
+      AND (s.held < s.size
+           OR EXISTS (SELECT FROM idemq.limit_releases r WHERE r.limit_id = s.limit_id AND r.slot = s.slot))
+    ORDER BY s.slot
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED;
+    EXIT WHEN NOT FOUND;
+    v_last := v_slot;
+    WITH gone AS (
+      DELETE FROM idemq.limit_releases r
+      WHERE r.limit_id = _lock_slots.limit_id AND r.slot = v_slot
+      RETURNING r.n
+    )
+    SELECT coalesce(sum(g.n), 0)::int INTO v_fold FROM gone g;
+    -- Never below zero: a count the trigger did not keep (a write with
+    -- triggers off) is _repair_slots' to correct, not a claim's to fail on.
+    v_fold := least(v_fold, v_held);
+    v_shrink := 0;
+    IF v_fold > 0 THEN
+      SELECT l.slot_rows - l.concurrency INTO v_debt
+      FROM idemq.limits l
+      WHERE l.id = _lock_slots.limit_id AND l.slot_rows > l.concurrency
+      FOR UPDATE;
+      IF FOUND THEN
+        v_shrink := least(v_debt, v_fold, v_size);
+        UPDATE idemq.limits AS l SET slot_rows = l.slot_rows - v_shrink WHERE l.id = _lock_slots.limit_id;
+      END IF;
+    END IF;
+    v_room := least(greatest(v_size - v_shrink - (v_held - v_fold), 0), need - v_got);
+    slots := slots || v_slot;
+    rooms := rooms || v_room;
+    folded := folded || v_fold;
+    shrunk := shrunk || v_shrink;
+    v_got := v_got + v_room;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._lock_slots(bigint, int) IS
+  'claim() under a concurrency limit: lock the stripes holding up to need free slots (SKIP LOCKED), folding their releases; the caller writes them.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
@@ -764,100 +589,61 @@ $$;
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
--- ---- sql/functions/flow/_release_slots.sql ----
-CREATE OR REPLACE FUNCTION idemq._release_slots(job_ids bigint[], attempts int[], limit_ids bigint[], slots int[])
+-- ---- sql/functions/flow/_size_slots.sql ----
+CREATE OR REPLACE FUNCTION idemq._size_slots(limit_id bigint, concurrency int)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_lids bigint[];
-  v_nos int[];
-  v_tids tid[];
-  v_found int;
-  v_limits bigint[];
-  v_slots int[];
+  v_stripes int;
+  v_held int;
 BEGIN
-  IF job_ids IS NULL THEN
-    SELECT array_agg(s.ctid ORDER BY s.limit_id, s.slot) INTO v_tids
-    FROM (SELECT s.ctid, s.limit_id, s.slot FROM idemq.limit_slots s
-          WHERE s.job_id IS NOT NULL
-          ORDER BY s.limit_id, s.slot
-          FOR UPDATE) s;
-  ELSIF array_position(slots, NULL) IS NULL THEN
-    -- Every entry names its slot (the common case): lock the slots that
-    -- still name their attempt, in order, judged on their newest versions.
-    SELECT array_agg(l.ctid), count(*) INTO v_tids, v_found
-    FROM (SELECT s.ctid FROM idemq.limit_slots s
-          JOIN unnest(job_ids, attempts, limit_ids, slots) AS g(id, attempt, lid, slot)
-            ON s.limit_id = g.lid AND s.slot = g.slot
-          WHERE s.job_id = g.id AND s.attempt = g.attempt
-          ORDER BY s.limit_id, s.slot
-          FOR UPDATE OF s) l;
-  END IF;
-  IF job_ids IS NOT NULL AND coalesce(v_found, 0) < cardinality(job_ids) THEN
-    -- Some entry names no slot, or one that is not its attempt's: find the
-    -- attempts' slots by a search of their limits' slot rows (plain reads),
-    -- then lock them all in order (out of order after the locks above: the
-    -- header's Concurrency says when that can happen).
-    WITH g AS MATERIALIZED (
-      SELECT g.id, g.attempt, g.lid, s.slot
-      FROM unnest(job_ids, attempts, limit_ids, slots) AS g(id, attempt, lid, slot)
-      LEFT JOIN idemq.limit_slots s
-        ON s.limit_id = g.lid AND s.slot = g.slot AND s.job_id = g.id AND s.attempt = g.attempt
-    ),
-    found AS (
-      SELECT g.lid, g.slot FROM g WHERE g.slot IS NOT NULL
-      UNION ALL
-      SELECT s.limit_id, s.slot
-      FROM g JOIN idemq.limit_slots s ON s.limit_id = g.lid AND s.job_id = g.id AND s.attempt = g.attempt
-      WHERE g.slot IS NULL
-    )
-    SELECT array_agg(f.lid), array_agg(f.slot) INTO v_lids, v_nos FROM found f;
-    IF v_lids IS NOT NULL THEN
-      SELECT array_agg(l.ctid) INTO v_tids
-      FROM (SELECT s.ctid FROM idemq.limit_slots s
-            JOIN unnest(v_lids, v_nos) AS k(lid, slot) ON s.limit_id = k.lid AND s.slot = k.slot
-            JOIN unnest(job_ids, attempts, limit_ids) AS g(id, attempt, lid)
-              ON g.lid = s.limit_id AND g.id = s.job_id AND g.attempt = s.attempt
-            ORDER BY s.limit_id, s.slot
-            FOR UPDATE OF s) l;
-    END IF;
-  END IF;
-  IF v_tids IS NULL THEN
-    RETURN;
-  END IF;
-  -- Freed by the TIDs locked: those rows' newest versions, which no one
-  -- else can change while this transaction holds their locks.
-  WITH freed AS (
-    UPDATE idemq.limit_slots AS s SET job_id = NULL, attempt = NULL
-    WHERE s.ctid = ANY (v_tids)
-    RETURNING s.limit_id, s.slot
+  WITH gone AS (
+    DELETE FROM idemq.limit_releases r WHERE r.limit_id = _size_slots.limit_id RETURNING r.slot, r.n
+  ),
+  per_slot AS (
+    SELECT g.slot, sum(g.n)::int AS n FROM gone g GROUP BY g.slot
   )
-  SELECT array_agg(f.limit_id ORDER BY f.limit_id, f.slot), array_agg(f.slot ORDER BY f.limit_id, f.slot)
-  INTO v_limits, v_slots
-  FROM freed f;
-  IF v_limits IS NULL THEN
-    RETURN;
+  UPDATE idemq.limit_slots AS s SET held = greatest(s.held - p.n, 0)
+  FROM per_slot p
+  WHERE s.limit_id = _size_slots.limit_id AND s.slot = p.slot;
+
+  SELECT count(*)::int INTO v_stripes FROM idemq.limit_slots s WHERE s.limit_id = _size_slots.limit_id;
+  IF v_stripes < least(_size_slots.concurrency, 8) THEN
+    INSERT INTO idemq.limit_slots (limit_id, slot, size)
+    SELECT _size_slots.limit_id, nextval('idemq.limit_slot_numbers'), 0
+    FROM generate_series(v_stripes + 1, least(_size_slots.concurrency, 8));
+    v_stripes := least(_size_slots.concurrency, 8);
   END IF;
-  -- Read after the slots are locked (a set_limit that lowered the limit has
-  -- committed, or waits for this transaction): a draining scope deletes the
-  -- slots its jobs free, one at a time, down to its concurrency.
-  IF EXISTS (SELECT FROM idemq.limits l WHERE l.id = ANY (v_limits) AND l.slot_rows > l.concurrency) THEN
-    FOR i IN 1 .. cardinality(v_limits) LOOP
-      UPDATE idemq.limits AS l SET slot_rows = l.slot_rows - 1
-      WHERE l.id = v_limits[i] AND l.slot_rows > l.concurrency;
-      IF FOUND THEN
-        DELETE FROM idemq.limit_slots AS s WHERE s.limit_id = v_limits[i] AND s.slot = v_slots[i];
-      END IF;
-    END LOOP;
-  END IF;
+
+  SELECT coalesce(sum(s.held), 0)::int INTO v_held FROM idemq.limit_slots s WHERE s.limit_id = _size_slots.limit_id;
+  -- The k-th stripe (in slot order) gets (free / stripes) more slots than it
+  -- holds, and one more while k <= free % stripes.
+  UPDATE idemq.limit_slots AS s
+  SET size = s.held + CASE WHEN v_held >= _size_slots.concurrency THEN 0
+                           ELSE (_size_slots.concurrency - v_held) / v_stripes
+                                + CASE WHEN o.k <= (_size_slots.concurrency - v_held) % v_stripes THEN 1 ELSE 0 END END
+  FROM (SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS k
+        FROM idemq.limit_slots f WHERE f.limit_id = _size_slots.limit_id) o
+  WHERE s.limit_id = _size_slots.limit_id AND s.slot = o.slot;
+  UPDATE idemq.limits AS l SET slot_rows = greatest(v_held, _size_slots.concurrency)
+  WHERE l.id = _size_slots.limit_id;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._release_slots(bigint[], int[], bigint[], int[]) IS
-  'Free the concurrency slots held by attempts that left processing (deleting them while a lowered limit drains); called by _count_jobs.';
+COMMENT ON FUNCTION idemq._size_slots(bigint, int) IS
+  'Fold a concurrency limit''s releases and size its stripes for concurrency: room only while fewer than concurrency are held.';
+
+-- ---- sql/functions/flow/_stripe_of.sql ----
+CREATE OR REPLACE FUNCTION idemq._stripe_of(named int, first_slot int)
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN named >= first_slot THEN named ELSE first_slot END;
+
+COMMENT ON FUNCTION idemq._stripe_of(int, int) IS
+  'The stripe a processing job is counted in: the one it names if its limit''s (>= first_slot), else first_slot.';
 
 -- ---- sql/functions/schedules/_tick.sql ----
 CREATE OR REPLACE FUNCTION idemq._tick(at timestamptz)
@@ -971,6 +757,263 @@ $$;
 
 COMMENT ON FUNCTION idemq._tick(timestamptz) IS
   'tick() on a given clock: enqueue each due slot of every due schedule once, by its overlap and misfire policies.';
+
+-- ---- sql/functions/flow/_claim_take.sql ----
+CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], key_task text, key_queue text,
+                                             OUT ids bigint[], OUT queue_slots int[], OUT task_slots int[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_ids bigint[];
+  v_held boolean[];
+  v_slot_scope bigint[];   -- per job: [queue's, task's] concurrency limit ids (NULL: none)
+  v_start_scope bigint[];  -- per job: [queue's, task's] rate limit ids
+  v_slot_lids bigint[] := '{}';  -- the free slots locked, one entry per slot, grouped by limit
+  v_slot_nos int[] := '{}';      -- ... and the stripe of each
+  v_w_lids bigint[] := '{}';     -- the stripes locked, to write once each
+  v_w_slots int[] := '{}';
+  v_w_folded int[] := '{}';
+  v_w_shrunk int[] := '{}';
+  v_start_lids bigint[];
+  v_start_nos int[];
+  v_used_slot_lids bigint[] := '{}';
+  v_used_slot_n int[] := '{}';
+  v_used_start_lids bigint[] := '{}';
+  v_used_start_n int[] := '{}';
+  v_a_lid bigint[] := '{}';      -- the slots given, one entry per (job, scope)
+  v_a_slot int[] := '{}';
+  v_r_lid bigint[] := '{}';
+  v_r_n int[] := '{}';
+  v_lid bigint;
+  v_need int;
+  v_p int;
+  v_ok boolean;
+  v_pick_slot int[];
+  v_pick_start int[];
+  v_simple boolean;
+  v_one_scope bigint[];    -- per job: its one concurrency limit id (NULL: none, or held)
+  v_one_queue boolean[];   -- per job: that limit is its queue's
+  v_q int;
+  v_t int;
+  v_lq idemq.limits;
+  v_lt idemq.limits;
+  v_lock record;
+BEGIN
+  IF key_task IS NOT NULL THEN
+    -- One key: its two scopes are every job's.
+    SELECT l.* INTO v_lq FROM idemq.limits l WHERE l.kind = 'queue' AND l.name = key_queue;
+    SELECT l.* INTO v_lt FROM idemq.limits l WHERE l.kind = 'task' AND l.name = key_task;
+    IF coalesce(v_lq.paused, false) OR coalesce(v_lt.paused, false) THEN
+      ids := '{}';
+      RETURN;
+    END IF;
+    IF v_lq.rate IS NULL AND v_lt.rate IS NULL AND (v_lq.concurrency IS NULL OR v_lt.concurrency IS NULL) THEN
+      IF v_lq.concurrency IS NULL AND v_lt.concurrency IS NULL THEN
+        ids := job_ids;
+        RETURN;
+      END IF;
+      v_lid := CASE WHEN v_lq.concurrency IS NOT NULL THEN v_lq.id ELSE v_lt.id END;
+      SELECT k.slots, k.rooms, k.folded, k.shrunk INTO v_lock FROM idemq._lock_slots(v_lid, cardinality(job_ids)) k;
+      -- The k-th job (claim order) gets the k-th free slot locked; jobs past
+      -- the last are left.
+      v_slot_nos := ARRAY(SELECT u.slot
+                          FROM unnest(v_lock.slots, v_lock.rooms) WITH ORDINALITY AS u(slot, room, o)
+                          CROSS JOIN generate_series(1, u.room)
+                          ORDER BY u.o);
+      ids := job_ids[1:cardinality(v_slot_nos)];
+      IF cardinality(v_lock.slots) > 0 THEN
+        UPDATE idemq.limit_slots AS s SET held = s.held - u.folded + u.room, size = s.size - u.shrunk
+        FROM unnest(v_lock.slots, v_lock.rooms, v_lock.folded, v_lock.shrunk) AS u(slot, room, folded, shrunk)
+        WHERE s.limit_id = v_lid AND s.slot = u.slot;
+      END IF;
+      IF v_lq.concurrency IS NOT NULL THEN
+        queue_slots := v_slot_nos;
+      ELSE
+        task_slots := v_slot_nos;
+      END IF;
+      RETURN;
+    END IF;
+  END IF;
+
+  SELECT array_agg(j.id ORDER BY o.n),
+         array_agg(coalesce(lq.paused, false) OR coalesce(lt.paused, false) ORDER BY o.n),
+         array_agg(CASE WHEN lq.concurrency IS NOT NULL THEN lq.id END ORDER BY o.n)
+           || array_agg(CASE WHEN lt.concurrency IS NOT NULL THEN lt.id END ORDER BY o.n),
+         array_agg(CASE WHEN lq.rate IS NOT NULL THEN lq.id END ORDER BY o.n)
+           || array_agg(CASE WHEN lt.rate IS NOT NULL THEN lt.id END ORDER BY o.n),
+         bool_and(lq.rate IS NULL AND lt.rate IS NULL
+                  AND (lq.concurrency IS NULL OR lt.concurrency IS NULL)),
+         array_agg(CASE WHEN NOT (coalesce(lq.paused, false) OR coalesce(lt.paused, false))
+                        THEN CASE WHEN lq.concurrency IS NOT NULL THEN lq.id
+                                  WHEN lt.concurrency IS NOT NULL THEN lt.id END END ORDER BY o.n),
+         array_agg(lq.concurrency IS NOT NULL ORDER BY o.n)
+  INTO v_ids, v_held, v_slot_scope, v_start_scope, v_simple, v_one_scope, v_one_queue
+  FROM unnest(job_ids) WITH ORDINALITY AS o(id, n)
+  JOIN idemq.jobs j ON j.id = o.id
+  LEFT JOIN idemq.limits lq ON lq.kind = 'queue' AND lq.name = j.queue
+  LEFT JOIN idemq.limits lt ON lt.kind = 'task' AND lt.name = j.task;
+  IF v_ids IS NULL THEN
+    ids := '{}';
+    RETURN;
+  END IF;
+
+  -- Lock as many free slots per concurrency scope as its jobs here could
+  -- use (in limit order, stripes in slot order), skipping stripes other
+  -- transactions hold.
+  FOR v_lid, v_need IN
+    SELECT u.lid, count(*)::int
+    FROM unnest(v_slot_scope, v_held || v_held) AS u(lid, held)
+    WHERE u.lid IS NOT NULL AND NOT u.held
+    GROUP BY u.lid
+    ORDER BY u.lid
+  LOOP
+    SELECT k.slots, k.rooms, k.folded, k.shrunk INTO v_lock FROM idemq._lock_slots(v_lid, v_need) k;
+    v_slot_nos := v_slot_nos || ARRAY(SELECT u.slot
+                                      FROM unnest(v_lock.slots, v_lock.rooms) WITH ORDINALITY AS u(slot, room, o)
+                                      CROSS JOIN generate_series(1, u.room)
+                                      ORDER BY u.o);
+    v_slot_lids := v_slot_lids || array_fill(v_lid, ARRAY[cardinality(v_slot_nos) - cardinality(v_slot_lids)]);
+    v_w_lids := v_w_lids || array_fill(v_lid, ARRAY[cardinality(v_lock.slots)]);
+    v_w_slots := v_w_slots || v_lock.slots;
+    v_w_folded := v_w_folded || v_lock.folded;
+    v_w_shrunk := v_w_shrunk || v_lock.shrunk;
+  END LOOP;
+
+  IF v_simple THEN
+    -- The common case, set-based: no rate, at most one concurrency scope per
+    -- job. The k-th job of a scope (claim order, paused jobs left out) gets
+    -- the k-th free slot of it locked above; a job past the slots locked is
+    -- left; a job of no scope goes. What the loop below does, with no
+    -- per-job PL/pgSQL step (bench/FINDINGS.md, "Flow control: what a
+    -- limited claim costs").
+    WITH j AS (
+      SELECT u.id, u.lid, u.is_queue, u.n,
+             row_number() OVER (PARTITION BY u.lid ORDER BY u.n) AS k
+      FROM unnest(v_ids, v_one_scope, v_one_queue, v_held) WITH ORDINALITY AS u(id, lid, is_queue, held, n)
+      WHERE NOT u.held
+    ),
+    locked AS (
+      SELECT u.lid, u.slot, row_number() OVER (PARTITION BY u.lid ORDER BY u.o) AS k
+      FROM unnest(v_slot_lids, v_slot_nos) WITH ORDINALITY AS u(lid, slot, o)
+    )
+    SELECT coalesce(array_agg(j.id ORDER BY j.n), '{}'),
+           array_agg(CASE WHEN j.is_queue THEN l.slot END ORDER BY j.n),
+           array_agg(CASE WHEN NOT j.is_queue THEN l.slot END ORDER BY j.n),
+           coalesce(array_agg(l.lid) FILTER (WHERE l.lid IS NOT NULL), '{}'),
+           coalesce(array_agg(l.slot) FILTER (WHERE l.lid IS NOT NULL), '{}')
+    INTO ids, queue_slots, task_slots, v_a_lid, v_a_slot
+    FROM j
+    LEFT JOIN locked l ON l.lid = j.lid AND l.k = j.k
+    WHERE j.lid IS NULL OR l.lid IS NOT NULL;
+  ELSE
+    ids := '{}';
+    queue_slots := '{}';
+    task_slots := '{}';
+    WITH need AS (
+      SELECT u.lid, count(*) AS n
+      FROM unnest(v_start_scope, v_held || v_held) AS u(lid, held)
+      WHERE u.lid IS NOT NULL AND NOT u.held
+      GROUP BY u.lid
+    )
+    SELECT array_agg(r.limit_id ORDER BY r.limit_id, r.n), array_agg(r.n ORDER BY r.limit_id, r.n)
+    INTO v_start_lids, v_start_nos
+    FROM need c
+    CROSS JOIN LATERAL (
+      SELECT r.limit_id, r.n FROM idemq.limit_starts r
+      WHERE r.limit_id = c.lid AND r.started_at < now() - r.per
+      ORDER BY r.started_at, r.n
+      LIMIT c.n
+      FOR UPDATE SKIP LOCKED
+    ) r;
+    v_start_lids := coalesce(v_start_lids, '{}');
+
+    -- In claim order: a job goes only if each of its scopes has a slot or a
+    -- start left for it; the k-th job of a scope gets its k-th locked entry.
+    FOR i IN 1 .. cardinality(v_ids) LOOP
+      CONTINUE WHEN v_held[i];
+      v_ok := true;
+      v_q := NULL;
+      v_t := NULL;
+      v_pick_slot := '{}';
+      v_pick_start := '{}';
+      FOR w IN 1 .. 2 LOOP
+        v_lid := v_slot_scope[(w - 1) * cardinality(v_ids) + i];
+        CONTINUE WHEN v_lid IS NULL;
+        v_p := array_position(v_slot_lids, v_lid);
+        v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
+        IF v_p IS NULL OR v_p > cardinality(v_slot_lids) OR v_slot_lids[v_p] <> v_lid THEN
+          v_ok := false;
+        ELSE
+          v_pick_slot := v_pick_slot || v_p;
+          IF w = 1 THEN
+            v_q := v_slot_nos[v_p];
+          ELSE
+            v_t := v_slot_nos[v_p];
+          END IF;
+        END IF;
+      END LOOP;
+      FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
+        CONTINUE WHEN v_lid IS NULL;
+        v_p := array_position(v_start_lids, v_lid);
+        v_p := v_p + coalesce(v_used_start_n[array_position(v_used_start_lids, v_lid)], 0);
+        IF v_p IS NULL OR v_p > cardinality(v_start_lids) OR v_start_lids[v_p] <> v_lid THEN
+          v_ok := false;
+        ELSE
+          v_pick_start := v_pick_start || v_p;
+        END IF;
+      END LOOP;
+      CONTINUE WHEN NOT v_ok;
+      ids := ids || v_ids[i];
+      queue_slots := queue_slots || v_q;
+      task_slots := task_slots || v_t;
+      FOREACH v_p IN ARRAY v_pick_slot LOOP
+        v_lid := v_slot_lids[v_p];
+        IF v_lid = ANY (v_used_slot_lids) THEN
+          v_used_slot_n[array_position(v_used_slot_lids, v_lid)] := v_used_slot_n[array_position(v_used_slot_lids, v_lid)] + 1;
+        ELSE
+          v_used_slot_lids := v_used_slot_lids || v_lid;
+          v_used_slot_n := v_used_slot_n || 1;
+        END IF;
+        v_a_lid := v_a_lid || v_lid;
+        v_a_slot := v_a_slot || v_slot_nos[v_p];
+      END LOOP;
+      FOREACH v_p IN ARRAY v_pick_start LOOP
+        v_lid := v_start_lids[v_p];
+        IF v_lid = ANY (v_used_start_lids) THEN
+          v_used_start_n[array_position(v_used_start_lids, v_lid)] := v_used_start_n[array_position(v_used_start_lids, v_lid)] + 1;
+        ELSE
+          v_used_start_lids := v_used_start_lids || v_lid;
+          v_used_start_n := v_used_start_n || 1;
+        END IF;
+        v_r_lid := v_r_lid || v_lid;
+        v_r_n := v_r_n || v_start_nos[v_p];
+      END LOOP;
+    END LOOP;
+    IF cardinality(v_r_lid) > 0 THEN
+      UPDATE idemq.limit_starts AS r SET started_at = now()
+      FROM unnest(v_r_lid, v_r_n) AS a(lid, n)
+      WHERE r.limit_id = a.lid AND r.n = a.n;
+    END IF;
+  END IF;
+
+  -- Each stripe locked, written once: the slots given there, the releases
+  -- folded, the slots given up to a draining limit.
+  IF cardinality(v_w_lids) > 0 THEN
+    UPDATE idemq.limit_slots AS s
+    SET held = s.held - w.folded + coalesce(u.n, 0), size = s.size - w.shrunk
+    FROM unnest(v_w_lids, v_w_slots, v_w_folded, v_w_shrunk) AS w(lid, slot, folded, shrunk)
+    LEFT JOIN (SELECT a.lid, a.slot, count(*)::int AS n
+               FROM unnest(v_a_lid, v_a_slot) AS a(lid, slot)
+               GROUP BY a.lid, a.slot) u ON u.lid = w.lid AND u.slot = w.slot
+    WHERE s.limit_id = w.lid AND s.slot = w.slot;
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._claim_take(bigint[], text, text) IS
+  'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start and their stripes.';
 
 -- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
@@ -1286,56 +1329,26 @@ $$;
 COMMENT ON FUNCTION idemq._payload_problem(jsonb, bigint) IS
   'The problem and hint of a payload over payload_bytes, its JSON text printed once.';
 
--- ---- sql/functions/flow/_repair_slots.sql ----
-CREATE OR REPLACE FUNCTION idemq._repair_slots(batch_size int)
-RETURNS int
-LANGUAGE plpgsql VOLATILE
+-- ---- sql/functions/flow/_stripe_counts.sql ----
+CREATE OR REPLACE FUNCTION idemq._stripe_counts(limit_id bigint)
+RETURNS TABLE(slot int, n int)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
-DECLARE
-  v_lids bigint[];
-  v_slots int[];
-  v_ids bigint[];
-  v_attempts int[];
-  v_freed int;
 BEGIN
-  -- Candidates, locked: the holder as this statement's snapshot sees it.
-  -- FOR UPDATE returns each slot's newest version, which no one can change
-  -- while this transaction holds its lock.
-  SELECT array_agg(c.limit_id), array_agg(c.slot), array_agg(c.job_id), array_agg(c.attempt)
-  INTO v_lids, v_slots, v_ids, v_attempts
-  FROM (
-    SELECT s.limit_id, s.slot, s.job_id, s.attempt
-    FROM idemq.limit_slots s
-    WHERE s.job_id IS NOT NULL
-      AND NOT EXISTS (SELECT FROM idemq.jobs j
-                      WHERE j.id = s.job_id AND j.state = 'processing' AND j.attempt = s.attempt)
-    ORDER BY s.limit_id, s.slot
-    LIMIT batch_size
-    FOR UPDATE OF s SKIP LOCKED
-  ) c;
-  IF v_ids IS NULL THEN
-    RETURN 0;
-  END IF;
-  -- Judged again by a new statement (a new snapshot in READ COMMITTED): a
-  -- locked slot changed after the first snapshot was re-checked there on its
-  -- own columns only, against jobs as that older snapshot saw them.
-  SELECT array_agg(c.job_id), array_agg(c.attempt), array_agg(c.limit_id), array_agg(c.slot)
-  INTO v_ids, v_attempts, v_lids, v_slots
-  FROM unnest(v_lids, v_slots, v_ids, v_attempts) AS c(limit_id, slot, job_id, attempt)
-  WHERE NOT EXISTS (SELECT FROM idemq.jobs j
-                    WHERE j.id = c.job_id AND j.state = 'processing' AND j.attempt = c.attempt);
-  v_freed := coalesce(cardinality(v_ids), 0);
-  IF v_freed > 0 THEN
-    PERFORM idemq._release_slots(v_ids, v_attempts, v_lids, v_slots);
-  END IF;
-  RETURN v_freed;
+  RETURN QUERY
+  SELECT idemq._stripe_of(CASE WHEN l.kind = 'queue' THEN j.queue_slot ELSE j.task_slot END, l.first_slot),
+         count(*)::int
+  FROM idemq.limits l
+  JOIN idemq.jobs j ON j.state = 'processing' AND CASE WHEN l.kind = 'queue' THEN j.queue ELSE j.task END = l.name
+  WHERE l.id = _stripe_counts.limit_id AND l.concurrency IS NOT NULL
+  GROUP BY 1;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._repair_slots(int) IS
-  'Free at most batch_size concurrency slots whose holder is not processing at that attempt (a write the jobs trigger missed); called by apply_retention.';
+COMMENT ON FUNCTION idemq._stripe_counts(bigint) IS
+  'The jobs processing in a concurrency limit''s scope, per stripe they are counted in: what held less unfolded releases must equal.';
 
 -- ---- sql/functions/reads/_count_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._count_jobs()
@@ -1345,41 +1358,62 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_ids bigint[];
-  v_attempts int[];
   v_keys text[];
-  v_limit_ids bigint[];
-  v_slots int[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
-  -- (or were deleted) are freed in this same statement's transaction, by
-  -- whoever moved them (_release_slots), one entry per attempt and
-  -- concurrency limit of its queue or task, with the slot claim() wrote on
-  -- the job. Skipped, after one read of the small idemq.limits, while no
-  -- scope has a concurrency limit.
+  -- (or were deleted) are given back in this same statement's transaction,
+  -- by whoever moved them: one row appended to idemq.limit_releases per
+  -- stripe, with the number of jobs (the next claim to lock the stripe folds
+  -- it: _lock_slots). A job's stripe is the one claim() wrote on it
+  -- (queue_slot, task_slot); one that names a stripe older than its limit's
+  -- first (numbers only grow: idemq.limit_slot_numbers, no cache) or none
+  -- was processing when set_limit made the limit, which counted it in
+  -- first_slot. Appending takes no lock, so a completion never waits for a
+  -- claim or another completion here. Skipped, after one read of the small
+  -- idemq.limits, while no scope has a concurrency limit.
   IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limits l WHERE l.slot_rows > 0) THEN
     IF TG_OP = 'UPDATE' THEN
       -- A claim's statement moved no job out of processing: one read of
-      -- old_jobs, stopped early, instead of the join.
+      -- old_jobs, stopped early. Otherwise, per stripe, the jobs naming it
+      -- that were processing before the statement less those processing
+      -- after it: what left (a heartbeat's jobs cancel out; a claim's only
+      -- come in, and claim() counted them). Planner trap: no join of
+      -- old_jobs with new_jobs. A transition table has no statistics, so
+      -- the plan (cached for the session) expects one row of each and
+      -- nests the loops: EXPLAIN ANALYZE of the join on id under a worker's
+      -- complete_many of 500 jobs, Rows Removed by Join Filter: 248502,
+      -- 44-107 ms a statement (a worker at a non-binding limit ran at about
+      -- half the speed of one without); grouped, as here, each side is read
+      -- once.
       IF EXISTS (SELECT FROM old_jobs o WHERE o.state = 'processing') THEN
-        SELECT array_agg(r.id), array_agg(r.attempt), array_agg(l.id), array_agg(v.slot)
-        INTO v_ids, v_attempts, v_limit_ids, v_slots
-        FROM (SELECT o.id, o.attempt, o.queue, o.task, o.queue_slot, o.task_slot
-              FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-              WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt)) r
-        CROSS JOIN LATERAL (VALUES ('queue', r.queue, r.queue_slot), ('task', r.task, r.task_slot)) AS v(kind, name, slot)
-        JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0;
+        INSERT INTO idemq.limit_releases (limit_id, slot, n)
+        SELECT l.id, idemq._stripe_of(v.slot, l.first_slot), sum(d.n)
+        FROM (SELECT o.queue, o.task, o.queue_slot, o.task_slot, count(*) AS n
+              FROM old_jobs o WHERE o.state = 'processing'
+              GROUP BY o.queue, o.task, o.queue_slot, o.task_slot
+              UNION ALL
+              SELECT w.queue, w.task, w.queue_slot, w.task_slot, -count(*)
+              FROM new_jobs w WHERE w.state = 'processing'
+              GROUP BY w.queue, w.task, w.queue_slot, w.task_slot) d
+        CROSS JOIN LATERAL (VALUES ('queue', d.queue, d.queue_slot), ('task', d.task, d.task_slot)) AS v(kind, name, slot)
+        JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0
+        GROUP BY 1, 2
+        HAVING sum(d.n) > 0;
       END IF;
     ELSIF TG_OP = 'DELETE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt), array_agg(l.id), array_agg(v.slot)
-      INTO v_ids, v_attempts, v_limit_ids, v_slots
+      INSERT INTO idemq.limit_releases (limit_id, slot, n)
+      SELECT l.id, idemq._stripe_of(v.slot, l.first_slot), count(*)
       FROM old_jobs o
       CROSS JOIN LATERAL (VALUES ('queue', o.queue, o.queue_slot), ('task', o.task, o.task_slot)) AS v(kind, name, slot)
       JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0
-      WHERE o.state = 'processing';
-    END IF;
-    IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
-      PERFORM idemq._release_slots(v_ids, v_attempts, v_limit_ids, v_slots);
+      WHERE o.state = 'processing'
+      GROUP BY 1, 2;
+    ELSIF TG_OP = 'TRUNCATE' THEN
+      -- No job is left: nothing holds a slot, and a draining limit's debt is
+      -- gone with its jobs.
+      DELETE FROM idemq.limit_releases;
+      UPDATE idemq.limit_slots AS s SET held = 0 WHERE s.held <> 0;
+      PERFORM idemq._size_slots(l.id, l.concurrency) FROM idemq.limits l WHERE l.concurrency IS NOT NULL;
     END IF;
   END IF;
   -- Concurrency keys: a job of a key that leaves the admitted states
@@ -1389,10 +1423,19 @@ BEGIN
   IF TG_OP = 'UPDATE' THEN
     IF EXISTS (SELECT FROM old_jobs o
                WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
-      SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
-      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-      WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
-        AND w.state NOT IN ('enqueued', 'scheduled', 'processing');
+      -- The keys with fewer admitted jobs after the statement than before
+      -- (grouped per side, not joined: the planner trap above).
+      SELECT array_agg(d.concurrency_key) INTO v_keys
+      FROM (SELECT k.concurrency_key
+            FROM (SELECT o.concurrency_key, count(*) AS n FROM old_jobs o
+                  WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
+                  GROUP BY o.concurrency_key
+                  UNION ALL
+                  SELECT w.concurrency_key, -count(*) FROM new_jobs w
+                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
+                  GROUP BY w.concurrency_key) k
+            GROUP BY k.concurrency_key
+            HAVING sum(k.n) > 0) d;
     END IF;
   ELSIF TG_OP = 'DELETE' THEN
     SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
@@ -1683,6 +1726,75 @@ $$;
 
 COMMENT ON FUNCTION idemq._on_job_finished() IS
   'Trigger: on a job entering a terminal state, finish its key in the ledger and release or cancel its children.';
+
+-- ---- sql/functions/flow/_repair_slots.sql ----
+CREATE OR REPLACE FUNCTION idemq._repair_slots(batch_size int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_off bigint[];
+  v_id bigint;
+  v_concurrency int;
+  v_stripes int;
+  v_locked int;
+  v_before int;
+  v_after int;
+  v_freed int := 0;
+BEGIN
+  DELETE FROM idemq.limit_releases r
+  WHERE NOT EXISTS (SELECT FROM idemq.limit_slots s WHERE s.limit_id = r.limit_id AND s.slot = r.slot);
+
+  WITH lim AS (
+    SELECT l.id FROM idemq.limits l WHERE l.concurrency IS NOT NULL
+  ),
+  running AS (
+    SELECT lim.id, c.slot, c.n FROM lim CROSS JOIN LATERAL idemq._stripe_counts(lim.id) c
+  ),
+  kept AS (
+    SELECT s.limit_id AS id, s.slot,
+           s.held - coalesce((SELECT sum(r.n) FROM idemq.limit_releases r
+                              WHERE r.limit_id = s.limit_id AND r.slot = s.slot), 0)::int AS n
+    FROM idemq.limit_slots s JOIN lim ON lim.id = s.limit_id
+  )
+  SELECT array_agg(DISTINCT coalesce(k.id, r.id)) INTO v_off
+  FROM kept k FULL JOIN running r ON r.id = k.id AND r.slot = k.slot
+  WHERE coalesce(k.n, 0) <> coalesce(r.n, 0);
+  IF v_off IS NULL THEN
+    RETURN 0;
+  END IF;
+
+  FOREACH v_id IN ARRAY v_off[1:batch_size] LOOP
+    SELECT count(*)::int INTO v_stripes FROM idemq.limit_slots s WHERE s.limit_id = v_id;
+    SELECT count(*)::int INTO v_locked
+    FROM (SELECT FROM idemq.limit_slots s WHERE s.limit_id = v_id ORDER BY s.slot FOR UPDATE SKIP LOCKED) x;
+    CONTINUE WHEN v_locked < v_stripes;
+    SELECT l.concurrency INTO v_concurrency FROM idemq.limits l WHERE l.id = v_id;
+    CONTINUE WHEN v_concurrency IS NULL;
+    SELECT (SELECT coalesce(sum(s.held), 0) FROM idemq.limit_slots s WHERE s.limit_id = v_id)
+           - (SELECT coalesce(sum(r.n), 0) FROM idemq.limit_releases r WHERE r.limit_id = v_id)
+    INTO v_before;
+    -- One statement, one snapshot: the releases deleted are those of the
+    -- jobs this count no longer sees processing (a data-modifying WITH runs
+    -- whether or not it is read).
+    WITH gone AS (
+      DELETE FROM idemq.limit_releases r WHERE r.limit_id = v_id RETURNING r.n
+    )
+    UPDATE idemq.limit_slots AS s
+    SET held = coalesce((SELECT c.n FROM idemq._stripe_counts(v_id) c WHERE c.slot = s.slot), 0)
+    WHERE s.limit_id = v_id;
+    PERFORM idemq._size_slots(v_id, v_concurrency);
+    SELECT coalesce(sum(s.held), 0)::int INTO v_after FROM idemq.limit_slots s WHERE s.limit_id = v_id;
+    v_freed := v_freed + greatest(v_before - v_after, 0);
+  END LOOP;
+  RETURN v_freed;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._repair_slots(int) IS
+  'Correct the slot counts of at most batch_size concurrency limits that disagree with the jobs processing (a write the jobs trigger missed); called by apply_retention.';
 
 -- ---- sql/functions/enqueue/_enqueue_planned.sql ----
 CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
@@ -2018,7 +2130,7 @@ BEGIN
     v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
   END LOOP;
 
-  -- Flow control: slots whose holder left processing unseen by the trigger.
+  -- Flow control: slot counts a write unseen by the trigger left off.
   PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a
@@ -2073,7 +2185,6 @@ DECLARE
   v_caps int[];
   v_queue_slots int[];
   v_task_slots int[];
-  v_attempts int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -2258,11 +2369,10 @@ BEGIN
     -- One key (a worker of one task, or of one queue and one task; an
     -- unfiltered claim while one key has runnable jobs): its walk is the
     -- claim order itself, locked as it goes.
-    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}'),
-           array_agg(p.attempt)
-    INTO v_ids, v_lost, v_attempts
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
     FROM (
-      SELECT j.id, j.lease_lost, j.attempt
+      SELECT j.id, j.lease_lost
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
         AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
@@ -2290,10 +2400,9 @@ BEGIN
   IF v_limited AND cardinality(v_ids) > 0 THEN
     -- The slots and starts of the jobs taken, in claim order; a job that
     -- gets none it needs is left (still locked, until this transaction ends).
-    -- Of one key, its jobs' attempts and the key go along (_claim_take then
-    -- reads no job).
+    -- Of one key, the key goes along (_claim_take then reads no job).
     SELECT t.ids, t.queue_slots, t.task_slots INTO v_ids, v_queue_slots, v_task_slots
-    FROM idemq._claim_take(v_ids, v_attempts,
+    FROM idemq._claim_take(v_ids,
                            CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_tasks[1] END,
                            CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_queues[1] END) t;
   END IF;
@@ -2321,9 +2430,9 @@ BEGIN
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
   ELSE
-    -- The slots taken go on the jobs, where _release_slots looks them up by
-    -- key ("id = ANY" drives the walk; the join pairs each job with its
-    -- slots).
+    -- The stripes whose slots were taken go on the jobs, where the jobs
+    -- trigger reads them when the attempt ends ("id = ANY" drives the walk;
+    -- the join pairs each job with its stripes).
     RETURN QUERY
     WITH claimed AS (
       UPDATE idemq.jobs AS j
@@ -2375,13 +2484,14 @@ BEGIN
     RETURN false;
   END IF;
   DELETE FROM idemq.limit_slots s WHERE s.limit_id = v_id;
+  DELETE FROM idemq.limit_releases r WHERE r.limit_id = v_id;
   DELETE FROM idemq.limit_starts r WHERE r.limit_id = v_id;
   DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused AND NOT coalesce(l.held_until > now(), false);
   IF FOUND THEN
     RETURN true;
   END IF;
   UPDATE idemq.limits l
-  SET concurrency = NULL, rate = NULL, per = NULL, per_key = NULL, slot_rows = 0, updated_at = now()
+  SET concurrency = NULL, rate = NULL, per = NULL, per_key = NULL, slot_rows = 0, first_slot = NULL, updated_at = now()
   WHERE l.id = v_id AND (l.concurrency IS NOT NULL OR l.rate IS NOT NULL OR l.per_key IS NOT NULL);
   RETURN FOUND;
 END;
@@ -3106,7 +3216,8 @@ AS $$
          l.concurrency, l.rate, l.per, l.per_key, l.paused,
          CASE WHEN l.held_until > now() THEN l.held_until END,
          CASE WHEN l.concurrency IS NOT NULL THEN
-           (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
+           ((SELECT coalesce(sum(s.held), 0) FROM idemq.limit_slots s WHERE s.limit_id = l.id)
+            - (SELECT coalesce(sum(r.n), 0) FROM idemq.limit_releases r WHERE r.limit_id = l.id))::int END,
          CASE WHEN l.rate IS NOT NULL THEN
            (SELECT count(*) FROM idemq.limit_starts r WHERE r.limit_id = l.id AND r.started_at > now() - r.per)::int END,
          l.updated_at
@@ -3432,8 +3543,7 @@ DECLARE
   v_name text;
   v_row idemq.limits;
   v_rows int;
-  v_free int;
-  v_gone int;
+  v_first int;
   v_created boolean := false;
 BEGIN
   SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('set_limit', set_limit.queue, set_limit.task) s;
@@ -3478,34 +3588,23 @@ BEGIN
 
   IF set_limit.concurrency IS NOT NULL THEN
     IF v_row.concurrency IS NULL THEN
-      -- The jobs of the scope processing now each hold a slot.
-      INSERT INTO idemq.limit_slots (limit_id, slot, job_id, attempt)
-      SELECT v_row.id, row_number() OVER (ORDER BY j.id), j.id, j.attempt
+      -- A new limit: the jobs of the scope processing now hold slots of its
+      -- first stripe (they name none of its stripes: a job's release goes
+      -- to first_slot when it names an older one or none). Releases left of
+      -- an earlier limit of the scope name stripes gone with it.
+      DELETE FROM idemq.limit_releases r WHERE r.limit_id = v_row.id;
+      INSERT INTO idemq.limit_slots (limit_id, slot, size, held)
+      SELECT v_row.id, nextval('idemq.limit_slot_numbers'), 0, count(*)
       FROM idemq.jobs j
       WHERE j.state = 'processing'
-        AND ((v_kind = 'queue' AND j.queue = v_name) OR (v_kind = 'task' AND j.task = v_name));
-      GET DIAGNOSTICS v_rows = ROW_COUNT;
-      INSERT INTO idemq.limit_slots (limit_id, slot)
-      SELECT v_row.id, g FROM generate_series(v_rows + 1, set_limit.concurrency) g;
-      v_row.slot_rows := greatest(v_rows, set_limit.concurrency);
-    ELSE
-      v_rows := v_row.slot_rows;
-      IF set_limit.concurrency >= v_rows THEN
-        INSERT INTO idemq.limit_slots (limit_id, slot)
-        SELECT v_row.id, coalesce((SELECT max(s.slot) FROM idemq.limit_slots s WHERE s.limit_id = v_row.id), 0) + g
-        FROM generate_series(1, set_limit.concurrency - v_rows) g;
-        v_row.slot_rows := set_limit.concurrency;
-      ELSE
-        -- Lowered below the slots there are: free slots go now, held ones
-        -- as they are freed (_release_slots), until slot_rows is the limit.
-        DELETE FROM idemq.limit_slots s
-        WHERE s.limit_id = v_row.id AND s.job_id IS NULL
-          AND s.slot IN (SELECT f.slot FROM idemq.limit_slots f WHERE f.limit_id = v_row.id AND f.job_id IS NULL
-                         ORDER BY f.slot DESC LIMIT v_rows - set_limit.concurrency);
-        GET DIAGNOSTICS v_gone = ROW_COUNT;
-        v_row.slot_rows := v_rows - v_gone;
-      END IF;
+        AND ((v_kind = 'queue' AND j.queue = v_name) OR (v_kind = 'task' AND j.task = v_name))
+      RETURNING slot INTO v_first;
     END IF;
+    UPDATE idemq.limits AS l SET concurrency = set_limit.concurrency, first_slot = coalesce(v_first, l.first_slot)
+    WHERE l.id = v_row.id;
+    -- Raised: room for the new slots; lowered below what runs: no room until
+    -- fewer than the new limit run (_size_slots).
+    PERFORM idemq._size_slots(v_row.id, set_limit.concurrency);
     v_row.concurrency := set_limit.concurrency;
   END IF;
 
@@ -3529,7 +3628,7 @@ BEGIN
   END IF;
 
   UPDATE idemq.limits l
-  SET concurrency = v_row.concurrency, slot_rows = v_row.slot_rows, rate = v_row.rate, per = v_row.per,
+  SET concurrency = v_row.concurrency, rate = v_row.rate, per = v_row.per,
       per_key = coalesce(set_limit.per_key, l.per_key), updated_at = now()
   WHERE l.id = v_row.id;
   -- A raised per_key: the scope's keys with jobs waiting get their room now.
@@ -3627,11 +3726,14 @@ REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_promote FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._lock_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION idemq._release_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._size_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._stripe_counts FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._stripe_of FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).

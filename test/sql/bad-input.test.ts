@@ -268,7 +268,7 @@ const CASES: Case[] = [
   c("resume", "both queue and task", "SELECT idemq.resume(queue => 'q', task => 't')", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_starts"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(

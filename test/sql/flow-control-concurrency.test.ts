@@ -40,17 +40,17 @@ describe("concurrency limit under interleavings", () => {
     // `late` takes its snapshot now (a cursor keeps its statement's snapshot), with the slot free...
     await late.query("BEGIN");
     await late.query(
-      `DECLARE slot CURSOR FOR SELECT s.slot FROM idemq.limit_slots s WHERE s.limit_id = $1 AND s.job_id IS NULL FOR UPDATE SKIP LOCKED`,
+      `DECLARE slot CURSOR FOR SELECT s.slot FROM idemq.limit_slots s WHERE s.limit_id = $1 AND s.held < s.size FOR UPDATE SKIP LOCKED`,
       [limitId],
     );
     await late.query(
       `DECLARE peer CURSOR FOR SELECT count(*)::int AS n FROM idemq.jobs j WHERE j.queue = $1 AND j.state = 'processing'`,
       [queue],
     );
-    // ...then `early` claims through the slot and commits: one job processing.
+    // ...then `early` claims through the slot (its stripe full) and commits: one job processing.
     const taken = await claim(early, { queues: [queue] });
     expect(taken.map((r) => r.job_id)).toEqual([job1]);
-    // The slot's test is re-checked on its newest version: nothing to lock.
+    // The stripe's test (held < size, _lock_slots') is re-checked on its newest version: nothing to lock.
     expect((await late.query("FETCH ALL FROM slot")).rows).toEqual([]);
     // The peers' way (count processing jobs in the snapshot, then take one) sees 0 running under a limit of 1.
     expect((await late.query("FETCH ALL FROM peer")).rows).toEqual([{ n: 0 }]);

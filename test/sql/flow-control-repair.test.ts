@@ -1,7 +1,8 @@
-// Flow control's repair (issue 26): apply_retention frees a concurrency slot
-// whose holder is not processing at that attempt (a write made with the jobs
-// trigger off), never a slot whose job still runs, and skips a slot another
-// transaction holds instead of waiting for it.
+// Flow control's repair (issue 26): apply_retention corrects a concurrency
+// limit's slot count that disagrees with the jobs processing (a write made
+// with the jobs trigger off), never frees the slot of a job that still runs,
+// and skips a limit whose stripe another transaction holds instead of
+// waiting for it.
 import { describe, expect, it } from "vitest";
 import { useTestDatabase } from "../helpers/db.ts";
 import { enqueue, unique } from "../helpers/jobs.ts";
@@ -9,14 +10,20 @@ import { claim } from "../helpers/work.ts";
 
 const db = useTestDatabase({ poolSize: 4 });
 
-/** The slots held in the queue's limit, as (job_id, attempt). */
-async function held(queue: string): Promise<{ job_id: string; attempt: number }[]> {
-  const { rows } = await db.pool.query<{ job_id: string; attempt: number }>(
-    `SELECT s.job_id::text AS job_id, s.attempt FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id
-     WHERE l.kind = 'queue' AND l.name = $1 AND s.job_id IS NOT NULL ORDER BY s.job_id`,
+/** The slots held in the queue's limit: limits().running (the stripes' held less the releases not yet folded). */
+async function held(queue: string): Promise<number> {
+  const { rows } = await db.pool.query<{ running: number }>("SELECT running FROM idemq.limits() WHERE queue = $1", [queue]);
+  return rows[0]!.running;
+}
+
+/** The same count from the stripes alone, releases folded or not: what a repair writes. */
+async function stripesHeld(queue: string): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>(
+    `SELECT coalesce(sum(s.held), 0)::int AS n FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id
+     WHERE l.kind = 'queue' AND l.name = $1`,
     [queue],
   );
-  return rows;
+  return rows[0]!.n;
 }
 
 /** Moves the job out of processing with every trigger off, as a restore or a replica-role session would. */
@@ -40,7 +47,7 @@ async function applyRetention(): Promise<void> {
   await db.pool.query("SELECT idemq.apply_retention()");
 }
 
-describe("apply_retention repairs slots the jobs trigger missed", () => {
+describe("apply_retention repairs slot counts the jobs trigger missed", () => {
   it("frees the slot of a job finished or deleted unseen, keeps the slot of a job still processing", async () => {
     const queue = unique("repair");
     await db.pool.query("SELECT idemq.set_limit(queue => $1, concurrency => 2)", [queue]);
@@ -51,55 +58,60 @@ describe("apply_retention repairs slots the jobs trigger missed", () => {
     expect((await claim(db.pool, { queues: [queue], batch_size: 4 })).map((j) => j.job_id)).toEqual([a, b]);
 
     await finishUnseen(a, "succeed");
-    expect(await held(queue)).toEqual([
-      { job_id: a, attempt: 1 },
-      { job_id: b, attempt: 1 },
-    ]);
+    expect(await held(queue)).toBe(2);
     // The slot is stuck: the scope runs one short.
     expect(await claim(db.pool, { queues: [queue] })).toEqual([]);
 
     await applyRetention();
-    expect(await held(queue)).toEqual([{ job_id: b, attempt: 1 }]);
+    expect(await held(queue)).toBe(1);
     expect((await claim(db.pool, { queues: [queue], batch_size: 4 })).map((j) => j.job_id)).toEqual([c]);
 
     await finishUnseen(c, "delete");
     await applyRetention();
-    expect(await held(queue)).toEqual([{ job_id: b, attempt: 1 }]);
+    expect(await held(queue)).toBe(1);
     expect((await claim(db.pool, { queues: [queue], batch_size: 4 })).map((j) => j.job_id)).toEqual([d]);
-    // Nothing orphaned: a second run changes nothing.
+    // Nothing off: a second run changes nothing (b and d still hold theirs).
     await applyRetention();
-    expect(await held(queue)).toEqual([
-      { job_id: b, attempt: 1 },
-      { job_id: d, attempt: 1 },
-    ]);
+    expect(await held(queue)).toBe(2);
+    expect(await stripesHeld(queue)).toBe(2);
   });
 
-  it("frees a slot named for an attempt the job has left behind (the job runs again at a later one)", async () => {
-    const queue = unique("stale-attempt");
+  it("lowers a count above the jobs processing, and raises one below them (a job claimed unseen), so the limit holds", async () => {
+    const queue = unique("count-off");
     await db.pool.query("SELECT idemq.set_limit(queue => $1, concurrency => 2)", [queue]);
-    const a = (await enqueue(db.pool, { queue })).job_id;
+    await enqueue(db.pool, { queue });
+    const b = (await enqueue(db.pool, { queue })).job_id;
+    await enqueue(db.pool, { queue });
     await claim(db.pool, { queues: [queue] });
-    // The slot still says attempt 1 while the job runs its attempt 2 in another slot.
+    // A stripe says one more than runs (a slot taken for a job whose claim was lost).
+    await db.pool.query(
+      `UPDATE idemq.limit_slots s SET held = s.held + 1 FROM idemq.limits l
+       WHERE l.id = s.limit_id AND l.kind = 'queue' AND l.name = $1 AND s.held < s.size`,
+      [queue],
+    );
+    expect(await held(queue)).toBe(2);
+    expect(await claim(db.pool, { queues: [queue] })).toEqual([]);
+    await applyRetention();
+    expect(await held(queue)).toBe(1);
+    // Now a job moved into processing with the trigger off and no slot taken: the count says 1, 2 run.
     const client = await db.pool.connect();
     try {
       await client.query("BEGIN");
       await client.query("SET LOCAL session_replication_role = replica");
-      await client.query("UPDATE idemq.jobs SET attempt = 2 WHERE id = $1", [a]);
       await client.query(
-        `UPDATE idemq.limit_slots s SET job_id = $1, attempt = 2 FROM idemq.limits l
-         WHERE l.id = s.limit_id AND l.kind = 'queue' AND l.name = $2 AND s.job_id IS NULL`,
-        [a, queue],
+        `UPDATE idemq.jobs SET state = 'processing', attempt = attempt + 1, locked_by = 'unseen',
+           locked_at = now(), lease_expires_at = now() + interval '1 minute' WHERE id = $1`,
+        [b],
       );
       await client.query("COMMIT");
     } finally {
       client.release();
     }
-    expect(await held(queue)).toEqual([
-      { job_id: a, attempt: 1 },
-      { job_id: a, attempt: 2 },
-    ]);
+    expect(await held(queue)).toBe(1);
     await applyRetention();
-    expect(await held(queue)).toEqual([{ job_id: a, attempt: 2 }]);
+    expect(await held(queue)).toBe(2);
+    // Two run under a limit of two: the third job waits.
+    expect(await claim(db.pool, { queues: [queue] })).toEqual([]);
   });
 
   it("skips a slot another transaction holds, without waiting, and frees it on a later run", async () => {
@@ -121,17 +133,17 @@ describe("apply_retention repairs slots the jobs trigger missed", () => {
       // A wait would hit the lock timeout (55P03) instead of returning.
       await caller.query("SET lock_timeout = '2s'");
       await caller.query("SELECT idemq.apply_retention()");
-      expect(await held(queue)).toEqual([{ job_id: a, attempt: 1 }]);
+      expect(await held(queue)).toBe(1);
       await holder.query("COMMIT");
       await caller.query("SELECT idemq.apply_retention()");
-      expect(await held(queue)).toEqual([]);
+      expect(await held(queue)).toBe(0);
     } finally {
       await caller.query("RESET lock_timeout");
       caller.release();
     }
   });
 
-  it("while a lowered limit drains, the repaired slot is deleted, not freed", async () => {
+  it("while a lowered limit drains, the repaired slot is given up, not freed", async () => {
     const queue = unique("drain");
     await db.pool.query("SELECT idemq.set_limit(queue => $1, concurrency => 2)", [queue]);
     const a = (await enqueue(db.pool, { queue })).job_id;
@@ -142,11 +154,12 @@ describe("apply_retention repairs slots the jobs trigger missed", () => {
     await finishUnseen(a, "succeed");
     await applyRetention();
     const { rows } = await db.pool.query<{ slots: number; slot_rows: number }>(
-      `SELECT (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id)::int AS slots, l.slot_rows
+      `SELECT (SELECT sum(s.size) FROM idemq.limit_slots s WHERE s.limit_id = l.id)::int AS slots, l.slot_rows
        FROM idemq.limits l WHERE l.kind = 'queue' AND l.name = $1`,
       [queue],
     );
     expect(rows).toEqual([{ slots: 1, slot_rows: 1 }]);
+    expect(await held(queue)).toBe(1);
     // The one slot left is the running job's: nothing more starts.
     expect(await claim(db.pool, { queues: [queue] })).toEqual([]);
   });

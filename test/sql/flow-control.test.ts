@@ -30,7 +30,7 @@ async function limitOf(scope: { queue?: string; task?: string }): Promise<LimitR
 
 async function flowRows(): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(
-    "SELECT ((SELECT count(*) FROM idemq.limits) + (SELECT count(*) FROM idemq.limit_slots) + (SELECT count(*) FROM idemq.limit_starts))::int AS n",
+    "SELECT ((SELECT count(*) FROM idemq.limits) + (SELECT count(*) FROM idemq.limit_slots) + (SELECT count(*) FROM idemq.limit_releases) + (SELECT count(*) FROM idemq.limit_starts))::int AS n",
   );
   return rows[0]!.n;
 }
@@ -87,8 +87,12 @@ describe("set_limit, clear_limit, limits()", () => {
       queue, task: null, concurrency: 3, rate: 100, per: "00:01:00", per_key: 2, paused: false, running: 0, started: 0,
     });
     expect(await limitOf({ task })).toMatchObject({ queue: null, task, concurrency: 1, rate: null, started: null });
-    const slots = await db.pool.query("SELECT count(*)::int AS n FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id WHERE l.name = $1", [queue]);
-    expect(slots.rows[0].n).toBe(3);
+    // Concurrency 3: three stripes of one slot each (at most 8 stripes; _size_slots).
+    const slots = await db.pool.query(
+      "SELECT count(*)::int AS n, sum(s.size)::int AS size FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id WHERE l.name = $1",
+      [queue],
+    );
+    expect(slots.rows[0]).toEqual({ n: 3, size: 3 });
     expect((await db.pool.query("SELECT idemq.clear_limit(queue => $1) AS r", [queue])).rows[0].r).toBe(true);
     expect((await db.pool.query("SELECT idemq.clear_limit(queue => $1) AS r", [queue])).rows[0].r).toBe(false);
     expect(await limitOf({ queue })).toBeUndefined();
@@ -209,10 +213,15 @@ describe("concurrency", () => {
       await complete(db.pool, running[i]!, 1);
       expect(await claim(db.pool, { queues: [queue], batch_size: 10 }), `${4 - i} running, limit 2`).toEqual([]);
     }
-    const { rows } = await db.pool.query("SELECT slot_rows FROM idemq.limits WHERE name = $1", [queue]);
-    expect(rows[0].slot_rows).toBe(2);
+    expect((await limitOf({ queue }))!.running).toBe(2);
     await complete(db.pool, running[3]!, 1);
     expect(await claim(db.pool, { queues: [queue], batch_size: 10 })).toHaveLength(1);
+    // The claim folded the releases: the slots given up, the limit's slots are 2 again.
+    const { rows } = await db.pool.query(
+      "SELECT l.slot_rows, (SELECT sum(s.size)::int FROM idemq.limit_slots s WHERE s.limit_id = l.id) AS size FROM idemq.limits l WHERE l.name = $1",
+      [queue],
+    );
+    expect(rows[0]).toEqual({ slot_rows: 2, size: 2 });
     await db.pool.query("SELECT idemq.set_limit(queue => $1, concurrency => 4)", [queue]);
     expect(await claim(db.pool, { queues: [queue], batch_size: 10 })).toHaveLength(2);
     expect((await limitOf({ queue }))!.running).toBe(4);
@@ -227,11 +236,15 @@ describe("concurrency", () => {
     await rescue(db.pool);
     const again = await claim(db.pool, { queues: [queue], worker_id: "heir" });
     expect(again.map((r) => [r.job_id, r.attempt, r.reclaimed])).toEqual([[job!.job_id, 2, true]]);
+    // One slot held, by the reclaimed attempt: the job names the stripe that holds it.
     const { rows } = await db.pool.query(
-      "SELECT s.job_id::text AS job_id, s.attempt FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id WHERE l.name = $1",
-      [queue],
+      `SELECT s.held FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id
+       JOIN idemq.jobs j ON j.queue = l.name AND j.queue_slot = s.slot
+       WHERE l.name = $1 AND j.id = $2 AND j.attempt = 2 AND j.state = 'processing'`,
+      [queue, job!.job_id],
     );
-    expect(rows).toEqual([{ job_id: job!.job_id, attempt: 2 }]);
+    expect(rows).toEqual([{ held: 1 }]);
+    expect((await limitOf({ queue }))!.running).toBe(1);
   });
 });
 

@@ -43,24 +43,25 @@
 --     each of its scopes' concurrency limits, held by this attempt until it
 --     leaves processing (complete, fail, snooze, cancel, rescue after the
 --     lease, retention: whoever moves it; the job's queue_slot and
---     task_slot name the slots this attempt took, NULL for none), and an
+--     task_slot name the stripes whose slots this attempt took, NULL for
+--     none), and an
 --     unused start of each of its scopes' rate limits: no window of per
 --     holds more than rate claims of a scope, timed by the claim's
 --     transaction time (the jobs'
---     locked_at; retries count). Slots and starts are taken FOR UPDATE SKIP
---     LOCKED and judged on their rows' own columns, so concurrent claims
---     never admit more than the limits, whatever their interleaving.
+--     locked_at; retries count). Slots (in stripes: idemq.limit_slots) and
+--     starts are taken FOR UPDATE SKIP LOCKED and judged on their rows' own
+--     columns, so concurrent claims never admit more than the limits,
+--     whatever their interleaving.
 --   * Short batches under limits: fewer than batch_size jobs (none included)
 --     while runnable jobs remain, when a scope has no slot or start left or
---     another claim holds the ones there are; the jobs read and not started
---     stay locked until this transaction ends. Without a row in
+--     another claim holds the stripes or starts there are; the jobs read and
+--     not started stay locked until this transaction ends. Without a row in
 --     idemq.limits the batch is as without flow control, and the cost is one
 --     read of that table. Under a concurrency limit without a rate (one
---     scope per job), the slots cost one locked walk of the scope's free
---     slots and one UPDATE of those taken per claim, set-based, and the
---     release a lookup by key per job; the slot writes are HOT (no index
---     names the holder): bench/FINDINGS.md, "Flow control: what a limited
---     claim costs".
+--     scope per job), the slots cost a locked probe and one HOT update per
+--     stripe used (usually one per claim, whatever the batch), and the
+--     release one appended row per statement and stripe (the jobs trigger):
+--     bench/FINDINGS.md, "Flow control: what a limited claim costs".
 --   * Cost: one index descent per distinct task or queue present, and per
 --     (task, queue) key; one key reads batch_size runnable jobs. k keys are
 --     merged reading each only as far as the claim order needs: a first
@@ -122,7 +123,6 @@ DECLARE
   v_caps int[];
   v_queue_slots int[];
   v_task_slots int[];
-  v_attempts int[];
 BEGIN
   IF worker_id IS NULL OR worker_id = '' THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
@@ -307,11 +307,10 @@ BEGIN
     -- One key (a worker of one task, or of one queue and one task; an
     -- unfiltered claim while one key has runnable jobs): its walk is the
     -- claim order itself, locked as it goes.
-    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}'),
-           array_agg(p.attempt)
-    INTO v_ids, v_lost, v_attempts
+    SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.lease_lost), '{}')
+    INTO v_ids, v_lost
     FROM (
-      SELECT j.id, j.lease_lost, j.attempt
+      SELECT j.id, j.lease_lost
       FROM idemq.jobs j
       WHERE j.state IN ('enqueued', 'scheduled')
         AND idemq._name_key(j.task) = idemq._name_key(v_key_tasks[1])
@@ -339,10 +338,9 @@ BEGIN
   IF v_limited AND cardinality(v_ids) > 0 THEN
     -- The slots and starts of the jobs taken, in claim order; a job that
     -- gets none it needs is left (still locked, until this transaction ends).
-    -- Of one key, its jobs' attempts and the key go along (_claim_take then
-    -- reads no job).
+    -- Of one key, the key goes along (_claim_take then reads no job).
     SELECT t.ids, t.queue_slots, t.task_slots INTO v_ids, v_queue_slots, v_task_slots
-    FROM idemq._claim_take(v_ids, v_attempts,
+    FROM idemq._claim_take(v_ids,
                            CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_tasks[1] END,
                            CASE WHEN cardinality(v_key_tasks) = 1 THEN v_key_queues[1] END) t;
   END IF;
@@ -370,9 +368,9 @@ BEGIN
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
   ELSE
-    -- The slots taken go on the jobs, where _release_slots looks them up by
-    -- key ("id = ANY" drives the walk; the join pairs each job with its
-    -- slots).
+    -- The stripes whose slots were taken go on the jobs, where the jobs
+    -- trigger reads them when the attempt ends ("id = ANY" drives the walk;
+    -- the join pairs each job with its stripes).
     RETURN QUERY
     WITH claimed AS (
       UPDATE idemq.jobs AS j

@@ -11,9 +11,10 @@
 --     or has, as this statement sees it, no free slot or no start left in
 --     its period.
 --   * take: at most batch_size, and at most the sum over the keys left of
---     the least of their scopes' free slots and starts (an estimate: slots
---     another claim holds uncommitted count as free here; _claim_take then
---     finds them locked and drops the jobs it cannot start).
+--     the least of their scopes' free slots (concurrency less the stripes'
+--     held, plus the releases not yet folded) and starts (an estimate:
+--     slots another claim takes uncommitted count as free here; _claim_take
+--     then finds their stripes locked and drops the jobs it cannot start).
 --   * caps: per key left, the most jobs it could start (at most
 --     batch_size); NULL when no key is capped below batch_size (then the
 --     claim merges the keys as without limits).
@@ -36,9 +37,9 @@ BEGIN
            CASE WHEN l.paused OR l.held_until > now() THEN 0 ELSE
              least(_claim_gate.batch_size,
                    CASE WHEN l.concurrency IS NOT NULL THEN
-                     (SELECT count(*) FROM (SELECT FROM idemq.limit_slots s
-                                            WHERE s.limit_id = l.id AND s.job_id IS NULL
-                                            LIMIT _claim_gate.batch_size) f)::int END,
+                     greatest(0, l.concurrency
+                                 - (SELECT coalesce(sum(s.held), 0) FROM idemq.limit_slots s WHERE s.limit_id = l.id)
+                                 + (SELECT coalesce(sum(r.n), 0) FROM idemq.limit_releases r WHERE r.limit_id = l.id))::int END,
                    CASE WHEN l.rate IS NOT NULL THEN
                      (SELECT count(*) FROM (SELECT FROM idemq.limit_starts r
                                             WHERE r.limit_id = l.id AND r.started_at < now() - r.per

@@ -4,10 +4,12 @@
 -- a pause or a hold stays (resume() ends them).
 --
 -- Guarantees: true when the scope had a limit, false when it had none (then
---   nothing changes). Its slots and start rows go with it: the jobs of the
---   scope still running finish without a slot, and claims take its jobs
---   without a limit from the commit on.
--- Concurrency: locks the scope's slot and start rows, then its limits row,
+--   nothing changes). Its stripes, releases and start rows go with it: the
+--   jobs of the scope still running finish without a slot (a release
+--   appended for a stripe gone is deleted by the next set_limit of the
+--   scope or by _repair_slots), and claims take its jobs without a limit
+--   from the commit on.
+-- Concurrency: locks the scope's stripes and start rows, then its limits row,
 --   as set_limit does; claims skip the locked rows meanwhile.
 -- Errors: 22023 both or neither of queue and task, an empty or too long name.
 -- Tests: test/sql/flow-control.test.ts
@@ -35,13 +37,14 @@ BEGIN
     RETURN false;
   END IF;
   DELETE FROM idemq.limit_slots s WHERE s.limit_id = v_id;
+  DELETE FROM idemq.limit_releases r WHERE r.limit_id = v_id;
   DELETE FROM idemq.limit_starts r WHERE r.limit_id = v_id;
   DELETE FROM idemq.limits l WHERE l.id = v_id AND NOT l.paused AND NOT coalesce(l.held_until > now(), false);
   IF FOUND THEN
     RETURN true;
   END IF;
   UPDATE idemq.limits l
-  SET concurrency = NULL, rate = NULL, per = NULL, per_key = NULL, slot_rows = 0, updated_at = now()
+  SET concurrency = NULL, rate = NULL, per = NULL, per_key = NULL, slot_rows = 0, first_slot = NULL, updated_at = now()
   WHERE l.id = v_id AND (l.concurrency IS NOT NULL OR l.rate IS NOT NULL OR l.per_key IS NOT NULL);
   RETURN FOUND;
 END;

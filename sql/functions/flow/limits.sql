@@ -8,8 +8,9 @@
 --     by queues first, then by name. concurrency, rate, per, per_key: NULL
 --     when not set.
 --   * running: the slots held (the jobs of the scope processing under its
---     concurrency limit; more than concurrency only while a lowered limit
---     drains); NULL without a concurrency limit.
+--     concurrency limit: the stripes' held less the releases not yet folded
+--     into them; more than concurrency only while a lowered limit drains);
+--     NULL without a concurrency limit.
 --   * held_until: the end of a hold (hold(): a 429's Retry-After) still to
 --     come; NULL when the scope is not held (a hold that has passed included).
 --   * started: the starts within the last per (rate rows used after now() -
@@ -30,7 +31,8 @@ AS $$
          l.concurrency, l.rate, l.per, l.per_key, l.paused,
          CASE WHEN l.held_until > now() THEN l.held_until END,
          CASE WHEN l.concurrency IS NOT NULL THEN
-           (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int END,
+           ((SELECT coalesce(sum(s.held), 0) FROM idemq.limit_slots s WHERE s.limit_id = l.id)
+            - (SELECT coalesce(sum(r.n), 0) FROM idemq.limit_releases r WHERE r.limit_id = l.id))::int END,
          CASE WHEN l.rate IS NOT NULL THEN
            (SELECT count(*) FROM idemq.limit_starts r WHERE r.limit_id = l.id AND r.started_at > now() - r.per)::int END,
          l.updated_at

@@ -12,18 +12,17 @@
 --     set_limit on a scope that has a limit replaces the fields it is given
 --     (clear_limit removes them all). Every argument is checked before
 --     anything is written.
---   * Concurrency (docs/design.md, "Flow control"): the scope gets slot rows.
---     A call that gives concurrency waits for the claims in flight (the
---     transactions that called claim() and have not ended: it takes
---     idemq.limits' ACCESS EXCLUSIVE lock, which every claim's ACCESS SHARE
---     lock on the table holds off, and new claims wait for its commit). A
---     new concurrency limit so counts every job of the scope processing when
---     it commits: it gives each one a slot, and when they are more
---     than concurrency makes as many slots, held, as run. Raised: free slots
---     are added. Lowered while more run: free slots are deleted, and each
---     slot freed while the scope has more slots than concurrency is deleted
---     instead, so no job of the scope starts until fewer than the new limit
---     run.
+--   * Concurrency (docs/design.md, "Flow control"): the scope gets its
+--     slots in stripes (idemq.limit_slots, laid out by _size_slots). A call
+--     that gives concurrency waits for the claims and releases in flight
+--     (the transactions that called claim() or moved a job out of
+--     processing and have not ended: it takes idemq.limits' ACCESS
+--     EXCLUSIVE lock, which their ACCESS SHARE lock on the table holds off,
+--     and new ones wait for its commit). A new concurrency limit so counts
+--     every job of the scope processing when it commits: they hold slots
+--     of its first stripe (first_slot). Raised: the new slots are free.
+--     Lowered while more run: no job of the scope starts until fewer than
+--     the new limit run (each slot released meanwhile is given up).
 --   * Rate: the scope's ring gets rate rows (new ones never used). Lowered:
 --     the rows used longest ago are deleted, so every period-long window that
 --     holds a start made after the change holds at most the new rate. A new
@@ -34,9 +33,9 @@
 --     scope waiting for their keys are admitted as far as the new K allows
 --     (_key_promote), before this returns; lowered, admitted jobs run on,
 --     and no job of the key is admitted until fewer than K are.
--- Concurrency: locks the scope's slot and start rows (in order) and then its
---   limits row: concurrent set_limit, clear_limit and slot releases of the
---   scope wait, claims skip the locked rows. A call that gives concurrency
+-- Concurrency: locks the scope's stripes and start rows (in order) and then
+--   its limits row: concurrent set_limit and clear_limit of the scope wait,
+--   claims skip the locked rows. A call that gives concurrency
 --   takes the table lock above (run it with a lock_timeout where a claim
 --   transaction may stay open long).
 -- Errors: 22023 both or neither of queue and task, an empty or too long name
@@ -58,8 +57,7 @@ DECLARE
   v_name text;
   v_row idemq.limits;
   v_rows int;
-  v_free int;
-  v_gone int;
+  v_first int;
   v_created boolean := false;
 BEGIN
   SELECT s.kind, s.name INTO v_kind, v_name FROM idemq._limit_scope('set_limit', set_limit.queue, set_limit.task) s;
@@ -104,34 +102,23 @@ BEGIN
 
   IF set_limit.concurrency IS NOT NULL THEN
     IF v_row.concurrency IS NULL THEN
-      -- The jobs of the scope processing now each hold a slot.
-      INSERT INTO idemq.limit_slots (limit_id, slot, job_id, attempt)
-      SELECT v_row.id, row_number() OVER (ORDER BY j.id), j.id, j.attempt
+      -- A new limit: the jobs of the scope processing now hold slots of its
+      -- first stripe (they name none of its stripes: a job's release goes
+      -- to first_slot when it names an older one or none). Releases left of
+      -- an earlier limit of the scope name stripes gone with it.
+      DELETE FROM idemq.limit_releases r WHERE r.limit_id = v_row.id;
+      INSERT INTO idemq.limit_slots (limit_id, slot, size, held)
+      SELECT v_row.id, nextval('idemq.limit_slot_numbers'), 0, count(*)
       FROM idemq.jobs j
       WHERE j.state = 'processing'
-        AND ((v_kind = 'queue' AND j.queue = v_name) OR (v_kind = 'task' AND j.task = v_name));
-      GET DIAGNOSTICS v_rows = ROW_COUNT;
-      INSERT INTO idemq.limit_slots (limit_id, slot)
-      SELECT v_row.id, g FROM generate_series(v_rows + 1, set_limit.concurrency) g;
-      v_row.slot_rows := greatest(v_rows, set_limit.concurrency);
-    ELSE
-      v_rows := v_row.slot_rows;
-      IF set_limit.concurrency >= v_rows THEN
-        INSERT INTO idemq.limit_slots (limit_id, slot)
-        SELECT v_row.id, coalesce((SELECT max(s.slot) FROM idemq.limit_slots s WHERE s.limit_id = v_row.id), 0) + g
-        FROM generate_series(1, set_limit.concurrency - v_rows) g;
-        v_row.slot_rows := set_limit.concurrency;
-      ELSE
-        -- Lowered below the slots there are: free slots go now, held ones
-        -- as they are freed (_release_slots), until slot_rows is the limit.
-        DELETE FROM idemq.limit_slots s
-        WHERE s.limit_id = v_row.id AND s.job_id IS NULL
-          AND s.slot IN (SELECT f.slot FROM idemq.limit_slots f WHERE f.limit_id = v_row.id AND f.job_id IS NULL
-                         ORDER BY f.slot DESC LIMIT v_rows - set_limit.concurrency);
-        GET DIAGNOSTICS v_gone = ROW_COUNT;
-        v_row.slot_rows := v_rows - v_gone;
-      END IF;
+        AND ((v_kind = 'queue' AND j.queue = v_name) OR (v_kind = 'task' AND j.task = v_name))
+      RETURNING slot INTO v_first;
     END IF;
+    UPDATE idemq.limits AS l SET concurrency = set_limit.concurrency, first_slot = coalesce(v_first, l.first_slot)
+    WHERE l.id = v_row.id;
+    -- Raised: room for the new slots; lowered below what runs: no room until
+    -- fewer than the new limit run (_size_slots).
+    PERFORM idemq._size_slots(v_row.id, set_limit.concurrency);
     v_row.concurrency := set_limit.concurrency;
   END IF;
 
@@ -155,7 +142,7 @@ BEGIN
   END IF;
 
   UPDATE idemq.limits l
-  SET concurrency = v_row.concurrency, slot_rows = v_row.slot_rows, rate = v_row.rate, per = v_row.per,
+  SET concurrency = v_row.concurrency, rate = v_row.rate, per = v_row.per,
       per_key = coalesce(set_limit.per_key, l.per_key), updated_at = now()
   WHERE l.id = v_row.id;
   -- A raised per_key: the scope's keys with jobs waiting get their room now.

@@ -4,8 +4,8 @@
 -- STATEMENT, with the statement's rows as the transition tables old_jobs and
 -- new_jobs; and AFTER TRUNCATE): keeps idemq.job_counts, the number of jobs
 -- per (queue, task, state) that stats() and overview() read instead of
--- counting the jobs table; frees the flow-control slots of attempts that
--- leave processing (_release_slots); and admits the next waiting jobs of
+-- counting the jobs table; gives back the flow-control slots of attempts
+-- that leave processing (idemq.limit_releases); and admits the next waiting jobs of
 -- concurrency keys whose admitted jobs finished or were deleted
 -- (_key_promote).
 --
@@ -44,41 +44,62 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_ids bigint[];
-  v_attempts int[];
   v_keys text[];
-  v_limit_ids bigint[];
-  v_slots int[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
-  -- (or were deleted) are freed in this same statement's transaction, by
-  -- whoever moved them (_release_slots), one entry per attempt and
-  -- concurrency limit of its queue or task, with the slot claim() wrote on
-  -- the job. Skipped, after one read of the small idemq.limits, while no
-  -- scope has a concurrency limit.
+  -- (or were deleted) are given back in this same statement's transaction,
+  -- by whoever moved them: one row appended to idemq.limit_releases per
+  -- stripe, with the number of jobs (the next claim to lock the stripe folds
+  -- it: _lock_slots). A job's stripe is the one claim() wrote on it
+  -- (queue_slot, task_slot); one that names a stripe older than its limit's
+  -- first (numbers only grow: idemq.limit_slot_numbers, no cache) or none
+  -- was processing when set_limit made the limit, which counted it in
+  -- first_slot. Appending takes no lock, so a completion never waits for a
+  -- claim or another completion here. Skipped, after one read of the small
+  -- idemq.limits, while no scope has a concurrency limit.
   IF TG_OP <> 'INSERT' AND EXISTS (SELECT FROM idemq.limits l WHERE l.slot_rows > 0) THEN
     IF TG_OP = 'UPDATE' THEN
       -- A claim's statement moved no job out of processing: one read of
-      -- old_jobs, stopped early, instead of the join.
+      -- old_jobs, stopped early. Otherwise, per stripe, the jobs naming it
+      -- that were processing before the statement less those processing
+      -- after it: what left (a heartbeat's jobs cancel out; a claim's only
+      -- come in, and claim() counted them). Planner trap: no join of
+      -- old_jobs with new_jobs. A transition table has no statistics, so
+      -- the plan (cached for the session) expects one row of each and
+      -- nests the loops: EXPLAIN ANALYZE of the join on id under a worker's
+      -- complete_many of 500 jobs, Rows Removed by Join Filter: 248502,
+      -- 44-107 ms a statement (a worker at a non-binding limit ran at about
+      -- half the speed of one without); grouped, as here, each side is read
+      -- once.
       IF EXISTS (SELECT FROM old_jobs o WHERE o.state = 'processing') THEN
-        SELECT array_agg(r.id), array_agg(r.attempt), array_agg(l.id), array_agg(v.slot)
-        INTO v_ids, v_attempts, v_limit_ids, v_slots
-        FROM (SELECT o.id, o.attempt, o.queue, o.task, o.queue_slot, o.task_slot
-              FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-              WHERE o.state = 'processing' AND (w.state <> 'processing' OR w.attempt <> o.attempt)) r
-        CROSS JOIN LATERAL (VALUES ('queue', r.queue, r.queue_slot), ('task', r.task, r.task_slot)) AS v(kind, name, slot)
-        JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0;
+        INSERT INTO idemq.limit_releases (limit_id, slot, n)
+        SELECT l.id, idemq._stripe_of(v.slot, l.first_slot), sum(d.n)
+        FROM (SELECT o.queue, o.task, o.queue_slot, o.task_slot, count(*) AS n
+              FROM old_jobs o WHERE o.state = 'processing'
+              GROUP BY o.queue, o.task, o.queue_slot, o.task_slot
+              UNION ALL
+              SELECT w.queue, w.task, w.queue_slot, w.task_slot, -count(*)
+              FROM new_jobs w WHERE w.state = 'processing'
+              GROUP BY w.queue, w.task, w.queue_slot, w.task_slot) d
+        CROSS JOIN LATERAL (VALUES ('queue', d.queue, d.queue_slot), ('task', d.task, d.task_slot)) AS v(kind, name, slot)
+        JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0
+        GROUP BY 1, 2
+        HAVING sum(d.n) > 0;
       END IF;
     ELSIF TG_OP = 'DELETE' THEN
-      SELECT array_agg(o.id), array_agg(o.attempt), array_agg(l.id), array_agg(v.slot)
-      INTO v_ids, v_attempts, v_limit_ids, v_slots
+      INSERT INTO idemq.limit_releases (limit_id, slot, n)
+      SELECT l.id, idemq._stripe_of(v.slot, l.first_slot), count(*)
       FROM old_jobs o
       CROSS JOIN LATERAL (VALUES ('queue', o.queue, o.queue_slot), ('task', o.task, o.task_slot)) AS v(kind, name, slot)
       JOIN idemq.limits l ON l.kind = v.kind AND l.name = v.name AND l.slot_rows > 0
-      WHERE o.state = 'processing';
-    END IF;
-    IF v_ids IS NOT NULL OR TG_OP = 'TRUNCATE' THEN
-      PERFORM idemq._release_slots(v_ids, v_attempts, v_limit_ids, v_slots);
+      WHERE o.state = 'processing'
+      GROUP BY 1, 2;
+    ELSIF TG_OP = 'TRUNCATE' THEN
+      -- No job is left: nothing holds a slot, and a draining limit's debt is
+      -- gone with its jobs.
+      DELETE FROM idemq.limit_releases;
+      UPDATE idemq.limit_slots AS s SET held = 0 WHERE s.held <> 0;
+      PERFORM idemq._size_slots(l.id, l.concurrency) FROM idemq.limits l WHERE l.concurrency IS NOT NULL;
     END IF;
   END IF;
   -- Concurrency keys: a job of a key that leaves the admitted states
@@ -88,10 +109,19 @@ BEGIN
   IF TG_OP = 'UPDATE' THEN
     IF EXISTS (SELECT FROM old_jobs o
                WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
-      SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
-      FROM old_jobs o JOIN new_jobs w ON w.id = o.id
-      WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
-        AND w.state NOT IN ('enqueued', 'scheduled', 'processing');
+      -- The keys with fewer admitted jobs after the statement than before
+      -- (grouped per side, not joined: the planner trap above).
+      SELECT array_agg(d.concurrency_key) INTO v_keys
+      FROM (SELECT k.concurrency_key
+            FROM (SELECT o.concurrency_key, count(*) AS n FROM old_jobs o
+                  WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
+                  GROUP BY o.concurrency_key
+                  UNION ALL
+                  SELECT w.concurrency_key, -count(*) FROM new_jobs w
+                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
+                  GROUP BY w.concurrency_key) k
+            GROUP BY k.concurrency_key
+            HAVING sum(k.n) > 0) d;
     END IF;
   ELSIF TG_OP = 'DELETE' THEN
     SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys

@@ -17,9 +17,9 @@
 --   * It also deletes up to batch_size rows of idemq.workers not seen
 --     (worker_seen) for worker_retention_seconds (default a day: a worker
 --     that crashed never said it stopped); they are not in the count.
---   * Then it frees up to batch_size flow-control slots whose holder is not
---     processing at the slot's attempt (_repair_slots: a write the jobs
---     trigger missed); they are not in the count either.
+--   * Then it corrects the slot counts of up to batch_size concurrency
+--     limits that disagree with the jobs processing (_repair_slots: a write
+--     the jobs trigger missed); they are not in the count either.
 --   * Last, it folds idemq.job_counts (the rows _count_jobs appends, one per
 --     group and statement that changed a count) into one row per (queue,
 --     task, state), dropping the groups that sum to 0: the sums, so
@@ -114,7 +114,7 @@ BEGIN
     v_left := v_left - idemq._delete_jobs(coalesce(v_ids, '{}'));
   END LOOP;
 
-  -- Flow control: slots whose holder left processing unseen by the trigger.
+  -- Flow control: slot counts a write unseen by the trigger left off.
   PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a

@@ -27,10 +27,11 @@ export async function checkFlow(client: pg.Client, maxWait: string): Promise<Fin
   // Runnable as claim() takes them: enqueued or scheduled, due, not past expires_at.
   const rows = await runQuery<ScopeRow & { max_s: number }>(
     client,
-    `SELECT l.kind, l.name, l.paused, l.concurrency,
-            (SELECT count(*) FROM idemq.limit_slots s WHERE s.limit_id = l.id AND s.job_id IS NOT NULL)::int AS held,
+    `SELECT l.kind, l.name, l.paused, l.concurrency, coalesce(l.running, 0) AS held,
             r.runnable::int AS runnable, r.waited_s, extract(epoch FROM $1::interval)::float8 AS max_s
-       FROM idemq.limits l
+       FROM (SELECT CASE WHEN x.queue IS NOT NULL THEN 'queue' ELSE 'task' END AS kind, coalesce(x.queue, x.task) AS name,
+                    x.paused, x.concurrency, x.running
+               FROM idemq.limits() x) l
       CROSS JOIN LATERAL (
         SELECT count(*) AS runnable, extract(epoch FROM now() - min(j.run_at))::float8 AS waited_s
           FROM idemq.jobs j
