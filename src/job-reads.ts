@@ -50,8 +50,13 @@ export interface Job {
   /** The job's concurrency key (flow control), null without one. */
   concurrencyKey: string | null;
   /**
-   * Why an awaiting job is not runnable: "parents" (a parent in `after` has not
-   * succeeded) or "concurrency_key" (K jobs of its key are admitted); null otherwise.
+   * Why the job is not running. An awaiting job: "parents" (a parent in
+   * `after` has not succeeded) or "concurrency_key" (K jobs of its key are
+   * admitted). A runnable job (enqueued, or scheduled and due): "paused",
+   * "held" (its queue or task is held: a 429's Retry-After), "concurrency"
+   * (its queue's or task's slots are all held) or "rate" (no start left in
+   * the period); null when none holds: it waits for a worker. Null in every
+   * other state.
    */
   waitingFor: JobWaitingFor | null;
 }
@@ -68,13 +73,6 @@ export interface ListJobsFilter {
   limit?: number | undefined;
 }
 
-/** The columns listJobs reads, named as idemq.job() returns them (JobRow). */
-const JOB_COLUMNS =
-  "j.id AS job_id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.uncounted, j.max_attempts, " +
-  "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at, " +
-  "j.concurrency_key, CASE WHEN j.state = 'awaiting' THEN CASE " +
-  "WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id) THEN 'parents' " +
-  "WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END END AS waiting_for";
 
 /** The lowest max_attempts fail() recorded (it records the limit each failed attempt counted against), else the job's. */
 function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
@@ -165,7 +163,9 @@ function filterParameters(filter: ListJobsFilter): unknown[] {
 /**
  * Newest first; `beforeId` pages on (jobs with a smaller id), so a page costs
  * the same however deep it is. One static statement: an unset filter is a
- * NULL parameter.
+ * NULL parameter. Each row is idemq.job()'s, in the statement's snapshot, so
+ * waiting_for is decided once, in SQL (a runnable job's costs a call of
+ * limits()).
  */
 export async function listJobs(db: Queryable, filter: ListJobsFilter & { beforeId?: JobIdInput | undefined } = {}): Promise<Job[]> {
   const parameters = filterParameters(filter);
@@ -174,11 +174,14 @@ export async function listJobs(db: Queryable, filter: ListJobsFilter & { beforeI
   const before = filter.beforeId === undefined ? null : toJobId(filter.beforeId, "beforeId");
   const rows = await runQuery<JobRow>(
     db,
-    `SELECT ${JOB_COLUMNS} FROM idemq.jobs j
-      WHERE ${FILTER_WHERE}
-        AND ($7::bigint IS NULL OR j.id < $7::bigint)
-      ORDER BY j.id DESC
-      LIMIT $6`,
+    `SELECT r.* FROM (
+       SELECT j.id FROM idemq.jobs j
+        WHERE ${FILTER_WHERE}
+          AND ($7::bigint IS NULL OR j.id < $7::bigint)
+        ORDER BY j.id DESC
+        LIMIT $6) page
+     CROSS JOIN LATERAL idemq.job(page.id) r
+     ORDER BY page.id DESC`,
     [...parameters, limit, before],
   );
   return rows.map(toJob);
