@@ -5,7 +5,7 @@
 // reading the tables for admin tools (CLI, dashboard) is allowed; writing
 // never is.
 
-import { CLIENT_DEFAULTS, type JobState } from "./contract.ts";
+import { CLIENT_DEFAULTS, type JobState, type WaitingReason } from "./contract.ts";
 import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
 import { job as jobCall, runQuery, type JobRow, type JobWaitingFor, type Queryable } from "./sql/index.ts";
 
@@ -110,6 +110,37 @@ function toJob(r: JobRow): Job {
     concurrencyKey: r.concurrency_key ?? null,
     waitingFor: r.waiting_for ?? null,
   };
+}
+
+/** What a job waits for, as `idemq jobs show` and the dashboard's job page say it. */
+const WAITING_SENTENCES: Record<WaitingReason | "worker", string> = {
+  parents: "its parents (after)",
+  concurrency_key: "a place of its concurrency key",
+  paused: "its queue or task to be resumed (paused)",
+  held: "its queue's or task's hold to end (hold(): an API's Retry-After)",
+  concurrency: "a free slot: its queue's or task's concurrency limit has every slot held",
+  rate: "its queue's or task's rate: no start left in this period",
+  worker: "a worker (no pause, hold or limit of its queue or task holds it back)",
+};
+
+/**
+ * Why the job is not running, for display: job()'s waiting_for, or "worker"
+ * for a runnable job (claim()'s predicate, by this machine's clock) that
+ * nothing holds back (waiting_for null); null when it waits for nothing (its
+ * run_at, a lease, or it has finished). The reasons themselves are the
+ * database's.
+ */
+export function waitingFor(job: Job, now = Date.now()): WaitingReason | "worker" | null {
+  if (job.waitingFor !== null) return job.waitingFor;
+  if (job.state !== "enqueued" && job.state !== "scheduled") return null;
+  if (job.runAt !== null && job.runAt.getTime() > now) return null;
+  return job.expiresAt === null || job.expiresAt.getTime() > now ? "worker" : null;
+}
+
+/** waitingFor() in words ("a free slot: ..."), or null. */
+export function waitingSentence(job: Job, now = Date.now()): string | null {
+  const waiting = waitingFor(job, now);
+  return waiting === null ? null : (WAITING_SENTENCES[waiting] ?? waiting);
 }
 
 /**

@@ -1,7 +1,7 @@
 // Human-readable output shared by the CLI commands: aligned tables, times and
 // ages, a job's summary, and the timeline of its attempts.
 import type { WaitingReason } from "../contract.ts";
-import { attemptsText, type Job } from "../job-reads.ts";
+import { attemptsText, waitingFor, waitingSentence, type Job } from "../job-reads.ts";
 import { printable } from "./terminal-text.ts";
 
 /** Columns separated by two spaces; numeric columns right-aligned. Cells are shown printable() (no control characters reach the terminal). */
@@ -64,32 +64,10 @@ const WAITING_WORDS: Record<WaitingReason, string> = {
   rate: "rate",
 };
 
-/** What `idemq jobs show` says a job waits for. */
-const WAITING_SENTENCES: Record<WaitingReason, string> = {
-  parents: "its parents (after)",
-  concurrency_key: "a place of its concurrency key",
-  paused: "its queue or task to be resumed (paused)",
-  held: "its queue's or task's hold to end (hold(): an API's Retry-After)",
-  concurrency: "a free slot: its queue's or task's concurrency limit has every slot held",
-  rate: "its queue's or task's rate: no start left in this period",
-};
-
-/**
- * Whether job() would have said why this job waits: a runnable job (claim()'s
- * predicate, by this machine's clock) whose waiting_for is null waits for a
- * worker. Display only: the reasons themselves are the database's.
- */
-function waitsForWorker(job: Job, now: number): boolean {
-  if (job.waitingFor !== null) return false;
-  if (job.state !== "enqueued" && job.state !== "scheduled") return false;
-  if (job.runAt !== null && job.runAt.getTime() > now) return false;
-  return job.expiresAt === null || job.expiresAt.getTime() > now;
-}
-
 /** The WAITING FOR cell: job()'s reason, "worker" for a runnable job nothing holds back, else "-". */
 export function waitingWord(job: Job, now = Date.now()): string {
-  if (job.waitingFor !== null) return WAITING_WORDS[job.waitingFor] ?? job.waitingFor;
-  return waitsForWorker(job, now) ? "worker" : "-";
+  const waiting = waitingFor(job, now);
+  return waiting === null ? "-" : waiting === "worker" ? "worker" : (WAITING_WORDS[waiting] ?? waiting);
 }
 
 /** A table row of `idemq jobs`; ATTEMPT is the counted attempts of their limit (Job.countedAttempts, Job.attemptLimit). */
@@ -270,11 +248,7 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
     `  attempts   ${attemptsText(job)}`,
     `  key        ${printable(job.idempotencyKey ?? "-")}`,
     ...(job.concurrencyKey === null ? [] : [`  conc. key  ${printable(job.concurrencyKey)}`]),
-    ...(job.waitingFor !== null
-      ? [`  waiting    for ${WAITING_SENTENCES[job.waitingFor] ?? job.waitingFor}`]
-      : waitsForWorker(job, now)
-        ? ["  waiting    for a worker (no pause, hold or limit of its queue or task holds it back)"]
-        : []),
+    ...(waitingFor(job, now) === null ? [] : [`  waiting    for ${waitingSentence(job, now)}`]),
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
   ];
