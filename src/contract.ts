@@ -56,6 +56,14 @@ export type WaitingReason = (typeof WAITING_REASONS)[number];
 export const SCOPE_WAITING_REASONS = ["paused", "held", "concurrency", "rate"] as const satisfies readonly WaitingReason[];
 export type ScopeWaitingReason = (typeof SCOPE_WAITING_REASONS)[number];
 
+/**
+ * Why runnable jobs wait, as the CLI, the dashboard and the metrics label it:
+ * a scope's reason, or "worker" where waiting_for is NULL (nothing holds
+ * them back).
+ */
+export const RUNNABLE_WAITS = [...SCOPE_WAITING_REASONS, "worker"] as const;
+export type RunnableWait = (typeof RUNNABLE_WAITS)[number];
+
 // ------------------------------------------------------ duplicate policies
 
 /** Every value of `idemq.duplicate_policy`; the first is the SQL default. */

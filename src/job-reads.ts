@@ -5,7 +5,7 @@
 // reading the tables for admin tools (CLI, dashboard) is allowed; writing
 // never is.
 
-import { CLIENT_DEFAULTS, type JobState, type WaitingReason } from "./contract.ts";
+import { CLIENT_DEFAULTS, type JobState, type RunnableWait, type WaitingReason } from "./contract.ts";
 import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
 import { job as jobCall, runQuery, type JobRow, type JobWaitingFor, type Queryable } from "./sql/index.ts";
 
@@ -113,7 +113,7 @@ function toJob(r: JobRow): Job {
 }
 
 /** What a job waits for, as `idemq jobs show` and the dashboard's job page say it. */
-const WAITING_SENTENCES: Record<WaitingReason | "worker", string> = {
+const WAITING_SENTENCES: Record<WaitingReason | RunnableWait, string> = {
   parents: "its parents (after)",
   concurrency_key: "a place of its concurrency key",
   paused: "its queue or task to be resumed (paused)",
@@ -130,7 +130,7 @@ const WAITING_SENTENCES: Record<WaitingReason | "worker", string> = {
  * run_at, a lease, or it has finished). The reasons themselves are the
  * database's.
  */
-export function waitingFor(job: Job, now = Date.now()): WaitingReason | "worker" | null {
+export function waitingFor(job: Job, now = Date.now()): WaitingReason | RunnableWait | null {
   if (job.waitingFor !== null) return job.waitingFor;
   if (job.state !== "enqueued" && job.state !== "scheduled") return null;
   if (job.runAt !== null && job.runAt.getTime() > now) return null;

@@ -9,7 +9,7 @@
 // per line.
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
-import { isJobState, JOB_STATES, SCOPE_WAITING_REASONS, type JobState, type ScopeWaitingReason } from "../../contract.ts";
+import { isJobState, JOB_STATES, RUNNABLE_WAITS, type JobState, type RunnableWait, type ScopeWaitingReason } from "../../contract.ts";
 import type { Client } from "../../client.ts";
 import type { LimitRow, StatsRow } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
@@ -44,7 +44,7 @@ type EventMetric = (typeof EVENT_METRICS)[number];
 // its metrics in snake_case: camelCase() maps them).
 type Counts = Record<JobState | "leaseExpired", number> & { oldestRunnableSeconds: number | null };
 /** Why a (queue, task)'s runnable jobs wait: stats()'s waiting_for, or "worker" when nothing holds them back. */
-type Waiting = ScopeWaitingReason | "worker";
+type Waiting = RunnableWait;
 /** waitingFor: why its runnable jobs are not running; null when it has none. */
 type JobCounts = { queue: string; task: string; waitingFor: Waiting | null } & Counts;
 type EventCounts = { task: string } & Record<"deduplicated" | "rejected" | "conflict" | "guardDuplicate", number>;
@@ -215,7 +215,7 @@ function toReport(rows: readonly StatsRow[]): StatsReport {
     }
     jobs.set(id, entry);
   }
-  const waiting = Object.fromEntries([...SCOPE_WAITING_REASONS, "worker"].map((w) => [w, 0])) as Record<Waiting, number>;
+  const waiting = Object.fromEntries(RUNNABLE_WAITS.map((w) => [w, 0])) as Record<Waiting, number>;
   for (const entry of jobs.values()) {
     if (entry.waitingFor === null && (entry.oldestRunnableSeconds !== null || entry.enqueued > 0)) entry.waitingFor = "worker";
     if (entry.waitingFor !== null) waiting[entry.waitingFor] += entry.enqueued;
