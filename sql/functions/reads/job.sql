@@ -41,7 +41,10 @@
 --     (claim() hands it out once), the part of the fencing token another
 --     worker cannot guess.
 --   * One primary-key probe (and one of job_dependencies for an awaiting
---     job, one call of limits() for a runnable one).
+--     job; for a runnable one, one probe of idemq.limits' limits_scope, and
+--     when its queue or task has flow control one call of limits(), which
+--     reads the use of every scope: about 0.5 ms with 2 scopes, 1.8 ms with
+--     20, on a loaded 2-core machine, PostgreSQL 15).
 -- Concurrency: a plain read (no lock): the job as committed when the
 --   statement began.
 -- Errors: 22004 job_id NULL.
@@ -75,8 +78,14 @@ BEGIN
                 CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
                        THEN 'parents'::idemq.waiting_reason
                      WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
+              -- The probe of limits_scope first: _scope_waits() reads
+              -- limits(), every scope's use (a few index scans per scope),
+              -- which a job whose queue and task have no flow control does
+              -- not need (and `idemq jobs` calls job() per row).
               WHEN j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
-                   AND (j.expires_at IS NULL OR j.expires_at > now()) THEN
+                   AND (j.expires_at IS NULL OR j.expires_at > now())
+                   AND EXISTS (SELECT FROM idemq.limits l
+                               WHERE (l.kind, l.name) IN (('queue', j.queue), ('task', j.task))) THEN
                 (SELECT min(w.waiting_for) FROM idemq._scope_waits() w
                  WHERE w.queue = j.queue OR w.task = j.task)
          END
