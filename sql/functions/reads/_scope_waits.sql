@@ -11,8 +11,9 @@
 --     'held' (held_until, a hold still to come), 'concurrency' (running >=
 --     concurrency: no slot free), 'rate' (started >= rate: no start left in
 --     the last per); NULL when none does (its jobs wait for a worker, as far
---     as this scope goes). The dashboard's /limits verdict() words the same
---     rule per scope (test/contract/waiting-reasons.test.ts holds them equal).
+--     as this scope goes). The dashboard's /limits (scopeWaitingFor())
+--     words the same rule per scope (test/contract/waiting-reasons.test.ts
+--     holds them equal).
 --   * The reasons are idemq.waiting_reason's values, in its order, so a job
 --     held back by both its queue and its task says the first: min().
 --   * Cost: one call of limits() (every scope's row and use), whatever the
