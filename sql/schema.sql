@@ -67,6 +67,23 @@ CREATE TYPE idemq.schedule_misfire AS ENUM (
     'all'
 );
 
+-- Why a job that is not running waits (job()'s waiting_for, stats()'s). An
+-- awaiting job: 'parents' (a parent in its `after` has not succeeded),
+-- 'concurrency_key' (every place of its key is taken). A runnable one (its
+-- scope's, from limits(): idemq._scope_waits): 'paused', 'held' (a hold
+-- not yet over), 'concurrency' (every slot held), 'rate' (no start left in
+-- the period). The scope reasons are in precedence order: a job whose queue
+-- and task both hold it back says the first (min()). src/contract.ts lists
+-- them (WAITING_REASONS).
+CREATE TYPE idemq.waiting_reason AS ENUM (
+    'parents',
+    'concurrency_key',
+    'paused',
+    'held',
+    'concurrency',
+    'rate'
+);
+
 -- A row claim() returns. Columns are only ever appended (a reader by position
 -- keeps working): id is the deprecated name of job_id, kept where 0.1.0's
 -- workers read it; lease_token is the fencing token of claim(..., token => true).
@@ -109,7 +126,7 @@ CREATE TYPE idemq.job_row AS (
 	finished_at timestamp with time zone,
 	expires_at timestamp with time zone,
 	concurrency_key text,
-	waiting_for text
+	waiting_for idemq.waiting_reason
 );
 
 -- One job on its way through the enqueue pipeline (enqueue, enqueue_many):

@@ -39,6 +39,31 @@ export function isTerminalState(state: JobState): state is TerminalState {
   return (TERMINAL_STATES as readonly JobState[]).includes(state);
 }
 
+// ------------------------------------------------------ waiting reasons
+
+/**
+ * Every value of `idemq.waiting_reason`, in the enum's order: why a job that
+ * is not running waits (job()'s and stats()'s waiting_for). An awaiting job:
+ * "parents", "concurrency_key". A runnable one, held back by its queue or
+ * task: "paused", "held", "concurrency" (no slot free), "rate" (no start left
+ * in the period), in precedence order (the first that holds is said). A
+ * runnable job with none of them (waiting_for null) waits for a worker.
+ */
+export const WAITING_REASONS = ["parents", "concurrency_key", "paused", "held", "concurrency", "rate"] as const;
+export type WaitingReason = (typeof WAITING_REASONS)[number];
+
+/** The reasons a runnable job waits for its queue or task (the rest of WAITING_REASONS are an awaiting job's). */
+export const SCOPE_WAITING_REASONS = ["paused", "held", "concurrency", "rate"] as const satisfies readonly WaitingReason[];
+export type ScopeWaitingReason = (typeof SCOPE_WAITING_REASONS)[number];
+
+/**
+ * Why runnable jobs wait, as the CLI, the dashboard and the metrics label it:
+ * a scope's reason, or "worker" where waiting_for is NULL (nothing holds
+ * them back).
+ */
+export const RUNNABLE_WAITS = [...SCOPE_WAITING_REASONS, "worker"] as const;
+export type RunnableWait = (typeof RUNNABLE_WAITS)[number];
+
 // ------------------------------------------------------ duplicate policies
 
 /** Every value of `idemq.duplicate_policy`; the first is the SQL default. */

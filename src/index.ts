@@ -55,6 +55,7 @@ export {
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
   TERMINAL_STATES,
+  WAITING_REASONS,
 } from "./contract.ts";
 export { toPgInterval } from "./duration.ts";
 export type {
@@ -69,6 +70,7 @@ export type {
   ScheduleMisfire,
   ScheduleOverlap,
   StatsMetric,
+  WaitingReason,
 } from "./contract.ts";
 
 export type {

@@ -5,7 +5,7 @@
 // reading the tables for admin tools (CLI, dashboard) is allowed; writing
 // never is.
 
-import { CLIENT_DEFAULTS, type JobState } from "./contract.ts";
+import { CLIENT_DEFAULTS, type JobState, type RunnableWait, type WaitingReason } from "./contract.ts";
 import { bad, integer, states, text, toJobId, type JobIdInput } from "./encode.ts";
 import { job as jobCall, runQuery, type JobRow, type JobWaitingFor, type Queryable } from "./sql/index.ts";
 
@@ -50,8 +50,13 @@ export interface Job {
   /** The job's concurrency key (flow control), null without one. */
   concurrencyKey: string | null;
   /**
-   * Why an awaiting job is not runnable: "parents" (a parent in `after` has not
-   * succeeded) or "concurrency_key" (K jobs of its key are admitted); null otherwise.
+   * Why the job is not running. An awaiting job: "parents" (a parent in
+   * `after` has not succeeded) or "concurrency_key" (K jobs of its key are
+   * admitted). A runnable job (enqueued, or scheduled and due): "paused",
+   * "held" (its queue or task is held: a 429's Retry-After), "concurrency"
+   * (its queue's or task's slots are all held) or "rate" (no start left in
+   * the period); null when none holds: it waits for a worker. Null in every
+   * other state.
    */
   waitingFor: JobWaitingFor | null;
 }
@@ -68,13 +73,6 @@ export interface ListJobsFilter {
   limit?: number | undefined;
 }
 
-/** The columns listJobs reads, named as idemq.job() returns them (JobRow). */
-const JOB_COLUMNS =
-  "j.id AS job_id, j.task, j.queue, j.payload, j.state, j.priority, j.run_at, j.attempt, j.uncounted, j.max_attempts, " +
-  "j.idempotency_key, j.locked_by, j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at, j.expires_at, " +
-  "j.concurrency_key, CASE WHEN j.state = 'awaiting' THEN CASE " +
-  "WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id) THEN 'parents' " +
-  "WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END END AS waiting_for";
 
 /** The lowest max_attempts fail() recorded (it records the limit each failed attempt counted against), else the job's. */
 function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
@@ -112,6 +110,37 @@ function toJob(r: JobRow): Job {
     concurrencyKey: r.concurrency_key ?? null,
     waitingFor: r.waiting_for ?? null,
   };
+}
+
+/** What a job waits for, as `idemq jobs show` and the dashboard's job page say it. */
+const WAITING_SENTENCES: Record<WaitingReason | RunnableWait, string> = {
+  parents: "its parents (after)",
+  concurrency_key: "a place of its concurrency key",
+  paused: "its queue or task to be resumed (paused)",
+  held: "its queue's or task's hold to end (hold(): an API's Retry-After)",
+  concurrency: "a free slot: its queue's or task's concurrency limit has every slot held",
+  rate: "its queue's or task's rate: no start left in this period",
+  worker: "a worker (no pause, hold or limit of its queue or task holds it back)",
+};
+
+/**
+ * Why the job is not running, for display: job()'s waiting_for, or "worker"
+ * for a runnable job (claim()'s predicate, by this machine's clock) that
+ * nothing holds back (waiting_for null); null when it waits for nothing (its
+ * run_at, a lease, or it has finished). The reasons themselves are the
+ * database's.
+ */
+export function waitingFor(job: Job, now = Date.now()): WaitingReason | RunnableWait | null {
+  if (job.waitingFor !== null) return job.waitingFor;
+  if (job.state !== "enqueued" && job.state !== "scheduled") return null;
+  if (job.runAt !== null && job.runAt.getTime() > now) return null;
+  return job.expiresAt === null || job.expiresAt.getTime() > now ? "worker" : null;
+}
+
+/** waitingFor() in words ("a free slot: ..."), or null. */
+export function waitingSentence(job: Job, now = Date.now()): string | null {
+  const waiting = waitingFor(job, now);
+  return waiting === null ? null : (WAITING_SENTENCES[waiting] ?? waiting);
 }
 
 /**
@@ -165,7 +194,9 @@ function filterParameters(filter: ListJobsFilter): unknown[] {
 /**
  * Newest first; `beforeId` pages on (jobs with a smaller id), so a page costs
  * the same however deep it is. One static statement: an unset filter is a
- * NULL parameter.
+ * NULL parameter. Each row is idemq.job()'s, in the statement's snapshot, so
+ * waiting_for is decided once, in SQL (a runnable job's costs a call of
+ * limits()).
  */
 export async function listJobs(db: Queryable, filter: ListJobsFilter & { beforeId?: JobIdInput | undefined } = {}): Promise<Job[]> {
   const parameters = filterParameters(filter);
@@ -174,11 +205,14 @@ export async function listJobs(db: Queryable, filter: ListJobsFilter & { beforeI
   const before = filter.beforeId === undefined ? null : toJobId(filter.beforeId, "beforeId");
   const rows = await runQuery<JobRow>(
     db,
-    `SELECT ${JOB_COLUMNS} FROM idemq.jobs j
-      WHERE ${FILTER_WHERE}
-        AND ($7::bigint IS NULL OR j.id < $7::bigint)
-      ORDER BY j.id DESC
-      LIMIT $6`,
+    `SELECT r.* FROM (
+       SELECT j.id FROM idemq.jobs j
+        WHERE ${FILTER_WHERE}
+          AND ($7::bigint IS NULL OR j.id < $7::bigint)
+        ORDER BY j.id DESC
+        LIMIT $6) page
+     CROSS JOIN LATERAL idemq.job(page.id) r
+     ORDER BY page.id DESC`,
     [...parameters, limit, before],
   );
   return rows.map(toJob);

@@ -25,6 +25,11 @@ CREATE TABLE idemq.installation (
 COMMENT ON TABLE idemq.installation IS
   'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
 
+-- Why a job that is not running waits (job()'s and stats()'s waiting_for):
+-- awaiting ('parents', 'concurrency_key') or runnable and held back by its
+-- queue or task ('paused', 'held', 'concurrency', 'rate', in precedence order).
+CREATE TYPE idemq.waiting_reason AS ENUM ('parents', 'concurrency_key', 'paused', 'held', 'concurrency', 'rate');
+
 -- What idemq.job() returns: a type, not RETURNS TABLE, because a TABLE column
 -- may not share its name with the parameter job_id.
 CREATE TYPE idemq.job_row AS (
@@ -48,7 +53,7 @@ CREATE TYPE idemq.job_row AS (
   finished_at timestamptz,
   expires_at timestamptz,
   concurrency_key text,
-  waiting_for text
+  waiting_for idemq.waiting_reason
 );
 
 -- The lease token: a random value claim(..., token => true) sets on each job
@@ -588,6 +593,30 @@ $$;
 
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
+
+-- ---- sql/functions/reads/_scope_waits.sql ----
+CREATE OR REPLACE FUNCTION idemq._scope_waits()
+RETURNS TABLE(queue text, task text, waiting_for idemq.waiting_reason)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  -- PL/pgSQL, not a SQL-standard body: bound at each call, so a limits()
+  -- redefined (DROP and CREATE, to give it a column) is not held by this
+  -- function, and the migration may create it before limits().
+  RETURN QUERY
+  SELECT l.queue, l.task,
+         CASE WHEN l.paused THEN 'paused'
+              WHEN l.held_until IS NOT NULL THEN 'held'
+              WHEN l.running >= l.concurrency THEN 'concurrency'
+              WHEN l.started >= l.rate THEN 'rate' END::idemq.waiting_reason
+  FROM idemq.limits() l;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._scope_waits() IS
+  'Why each queue and task with flow control holds its runnable jobs back now (paused, held, concurrency, rate), from limits(); NULL when it does not.';
 
 -- ---- sql/functions/flow/_size_slots.sql ----
 CREATE OR REPLACE FUNCTION idemq._size_slots(limit_id bigint, concurrency int)
@@ -3192,8 +3221,19 @@ BEGIN
          j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
          j.expires_at, j.concurrency_key,
          CASE WHEN j.state = 'awaiting' THEN
-           CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id) THEN 'parents'
-                WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
+                CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+                       THEN 'parents'::idemq.waiting_reason
+                     WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
+              -- The probe of limits_scope first: _scope_waits() reads
+              -- limits(), every scope's use (a few index scans per scope),
+              -- which a job whose queue and task have no flow control does
+              -- not need (and `idemq jobs` calls job() per row).
+              WHEN j.state IN ('enqueued', 'scheduled') AND j.run_at <= now()
+                   AND (j.expires_at IS NULL OR j.expires_at > now())
+                   AND EXISTS (SELECT FROM idemq.limits l
+                               WHERE (l.kind, l.name) IN (('queue', j.queue), ('task', j.task))) THEN
+                (SELECT min(w.waiting_for) FROM idemq._scope_waits() w
+                 WHERE w.queue = j.queue OR w.task = j.task)
          END
   FROM idemq.jobs j
   WHERE j.id = job.job_id;
@@ -3682,9 +3722,11 @@ $$;
 COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz, uuid) IS
   'Reschedule a held job without spending an attempt (rate limits, dependencies).';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.stats;
 -- ---- sql/functions/reads/stats.sql ----
 CREATE OR REPLACE FUNCTION idemq.stats()
-RETURNS TABLE(queue text, task text, metric text, value bigint)
+RETURNS TABLE(queue text, task text, metric text, value bigint, waiting_for idemq.waiting_reason)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -3692,20 +3734,27 @@ AS $$
 #variable_conflict error
 BEGIN
   RETURN QUERY
-  SELECT c.queue, c.task, c.state::text, c.jobs
+  -- limits() once for every (queue, task), not once per row.
+  WITH waits AS MATERIALIZED (
+    SELECT w.queue, w.task, w.waiting_for FROM idemq._scope_waits() w WHERE w.waiting_for IS NOT NULL
+  )
+  SELECT c.queue, c.task, c.state::text, c.jobs,
+         CASE WHEN c.state = 'enqueued' THEN
+           (SELECT min(w.waiting_for) FROM waits w WHERE w.queue = c.queue OR w.task = c.task) END
   FROM idemq._job_counts() c
   UNION ALL
   -- "state = 'processing'" is the predicate of jobs_leases: a range scan of
   -- the leases that ran out, whatever else the table holds.
-  SELECT j.queue, j.task, 'lease_expired', count(*)
+  SELECT j.queue, j.task, 'lease_expired', count(*), NULL::idemq.waiting_reason
   FROM idemq.jobs j
   WHERE j.state = 'processing' AND j.lease_expires_at < now()
   GROUP BY j.queue, j.task
   UNION ALL
-  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds
+  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds,
+         (SELECT min(w.waiting_for) FROM waits w WHERE w.queue = r.queue OR w.task = r.task)
   FROM idemq._oldest_runnable() r
   UNION ALL
-  SELECT NULL, c.task, c.event, sum(c.n)::bigint
+  SELECT NULL, c.task, c.event, sum(c.n)::bigint, NULL
   FROM idemq.counters c
   GROUP BY c.task, c.event
   ORDER BY 1, 2, 3;
@@ -3713,7 +3762,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.stats() IS
-  'Counts per queue, task and state, expired leases, oldest runnable age, and duplicate/rejection events per task.';
+  'Counts per queue, task and state, expired leases, oldest runnable age (with why runnable jobs wait: waiting_for), and duplicate/rejection events per task.';
 
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._check_limit_values FROM PUBLIC;
@@ -3731,6 +3780,7 @@ REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._scope_waits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._size_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_of FROM PUBLIC;

@@ -1,6 +1,7 @@
 // Human-readable output shared by the CLI commands: aligned tables, times and
 // ages, a job's summary, and the timeline of its attempts.
-import { attemptsText, type Job } from "../job-reads.ts";
+import type { WaitingReason } from "../contract.ts";
+import { attemptsText, waitingFor, waitingSentence, type Job } from "../job-reads.ts";
 import { printable } from "./terminal-text.ts";
 
 /** Columns separated by two spaces; numeric columns right-aligned. Cells are shown printable() (no control characters reach the terminal). */
@@ -51,7 +52,23 @@ function truncate(text: string, max: number): string {
 // ---------------------------------------------------------------- jobs
 
 /** The job row for `idemq jobs`. */
-export const JOB_COLUMNS = ["ID", "STATE", "QUEUE", "TASK", "ATTEMPT", "RUN AT", "KEY", "CREATED"] as const;
+export const JOB_COLUMNS = ["ID", "STATE", "WAITING FOR", "QUEUE", "TASK", "ATTEMPT", "RUN AT", "KEY", "CREATED"] as const;
+
+/** The WAITING FOR column's word for each of job()'s waiting_for values. */
+const WAITING_WORDS: Record<WaitingReason, string> = {
+  parents: "parents",
+  concurrency_key: "key",
+  paused: "paused",
+  held: "held",
+  concurrency: "concurrency",
+  rate: "rate",
+};
+
+/** The WAITING FOR cell: job()'s reason, "worker" for a runnable job nothing holds back, else "-". */
+export function waitingWord(job: Job, now = Date.now()): string {
+  const waiting = waitingFor(job, now);
+  return waiting === null ? "-" : waiting === "worker" ? "worker" : (WAITING_WORDS[waiting] ?? waiting);
+}
 
 /** A table row of `idemq jobs`; ATTEMPT is the counted attempts of their limit (Job.countedAttempts, Job.attemptLimit). */
 export function jobRow(job: Job, now = Date.now()): string[] {
@@ -63,8 +80,8 @@ export function jobRow(job: Job, now = Date.now()): string[] {
         : `done ${relative(job.finishedAt, now)}`;
   return [
     job.id,
-    // An awaiting job waits for its parents, or (said here) for its concurrency key.
-    job.waitingFor === "concurrency_key" ? "awaiting (key)" : job.state,
+    job.state,
+    waitingWord(job, now),
     truncate(job.queue, 24),
     truncate(job.task, 32),
     `${job.countedAttempts}/${job.attemptLimit}`,
@@ -231,9 +248,7 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
     `  attempts   ${attemptsText(job)}`,
     `  key        ${printable(job.idempotencyKey ?? "-")}`,
     ...(job.concurrencyKey === null ? [] : [`  conc. key  ${printable(job.concurrencyKey)}`]),
-    ...(job.waitingFor === null
-      ? []
-      : [`  waiting    for ${job.waitingFor === "parents" ? "its parents (after)" : "a place of its concurrency key"}`]),
+    ...(waitingFor(job, now) === null ? [] : [`  waiting    for ${waitingSentence(job, now)}`]),
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
   ];

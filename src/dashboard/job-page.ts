@@ -4,7 +4,7 @@
 // payload and result, its key and the key ledger's entry, its pending
 // parents and children, and the actions its state allows.
 import type { JobState } from "../contract.ts";
-import { attemptsText, getJob, jobLinks, keyEntry, type Job, type LinkedJob } from "../job-reads.ts";
+import { attemptsText, getJob, jobLinks, keyEntry, waitingSentence, type Job, type LinkedJob } from "../job-reads.ts";
 import type { Queryable } from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
@@ -36,12 +36,14 @@ export async function jobPage(db: Queryable, id: string, notice?: string): Promi
     jobLinks(db, id),
     job.idempotencyKey === null ? Promise.resolve(null) : keyEntry(db, job.idempotencyKey),
   ]);
+  const waiting = waitingSentence(job);
   return {
     title: `Job ${job.id}`,
     body: html`${notice === undefined ? "" : html`<p class="note" id="notice">${notice}</p>`}
 <p>${ACTIONS_BY_STATE[job.state].map((a) => html`<a href="/jobs/${job.id}/${a}"><button type="button">${a}…</button></a> `)}</p>
 <dl>
 <dt>state</dt><dd id="state">${stateBadge(job.state)}</dd>
+${waiting === null ? "" : html`<dt>waiting for</dt><dd id="waiting-for">${waiting}</dd>`}
 <dt>task</dt><dd id="task">${job.task}</dd>
 <dt>queue</dt><dd>${job.queue}</dd>
 <dt>priority</dt><dd>${job.priority}</dd>

@@ -1,12 +1,13 @@
 // GET /limits: flow control (issue 26). Every queue and task with a limit or
 // a pause (limits()), its use now (slots held, starts in the period), and the
-// runnable jobs of that scope (stats()), with why they wait: paused, every
-// slot held, the rate used up, or none of these (then they wait for a
+// runnable jobs of that scope (stats()), with why they wait: paused, held,
+// every slot held, the rate used up, or none of these (then they wait for a
 // worker). Both reads are the worker role's too, so the page works for a
 // login that may not change anything; it then says so and shows no form.
 // The forms POST (with the CSRF token) to /limits/<action>; actions.ts runs
 // them through set_limit, clear_limit, pause and resume, and the database
 // refuses them to a role without EXECUTE anyway.
+import type { ScopeWaitingReason } from "../contract.ts";
 import { limits, runQuery, stats, type LimitRow, type Queryable } from "../sql/index.ts";
 import { html, type Html } from "./html.ts";
 import { duration, number, when } from "./layout.ts";
@@ -20,13 +21,32 @@ interface Waiting {
   oldestSeconds: number | null;
 }
 
+/**
+ * Whether this scope holds its runnable jobs back, and why: the rule of
+ * idemq._scope_waits() (job()'s and stats()'s waiting_for), on the same
+ * limits() row, the first that holds in SCOPE_WAITING_REASONS' order.
+ * test/contract/waiting-reasons.test.ts holds the two equal.
+ */
+export function scopeWaitingFor(row: LimitRow): ScopeWaitingReason | null {
+  if (row.paused) return "paused";
+  if (row.heldUntil !== null) return "held";
+  if (row.concurrency !== null && (row.running ?? 0) >= row.concurrency) return "concurrency";
+  if (row.rate !== null && (row.started ?? 0) >= row.rate) return "rate";
+  return null;
+}
+
+const VERDICTS: Record<ScopeWaitingReason, string> = {
+  paused: "paused: they wait for resume",
+  held: "held: they wait for the hold to end (an API's Retry-After)",
+  concurrency: "waiting for a slot (every slot held)",
+  rate: "waiting for the rate (used up in this period)",
+};
+
 /** Why a scope's runnable jobs wait, as an operator asks it. */
 export function verdict(row: LimitRow, waiting: Waiting): string {
   if (waiting.oldestSeconds === null) return "nothing runnable waits";
-  if (row.paused) return "paused: they wait for resume";
-  if (row.concurrency !== null && (row.running ?? 0) >= row.concurrency) return "waiting for a slot (every slot held)";
-  if (row.rate !== null && (row.started ?? 0) >= row.rate) return "waiting for the rate (used up in this period)";
-  return "not held back by this limit: waiting for a worker";
+  const reason = scopeWaitingFor(row);
+  return reason === null ? "not held back by this limit: waiting for a worker" : VERDICTS[reason];
 }
 
 /** Whether the pool's role may call the admin functions (a catalog read; the database decides anyway). */

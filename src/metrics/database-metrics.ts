@@ -7,7 +7,7 @@
 // When the database does not answer, the scrape still answers: these series
 // are left out and idemq_database_up is 0.
 import pg from "pg";
-import { JOB_STATES, type Duration, type STATS_EVENT_METRICS } from "../contract.ts";
+import { JOB_STATES, RUNNABLE_WAITS, type Duration, type RunnableWait, type STATS_EVENT_METRICS } from "../contract.ts";
 import { toMilliseconds } from "../duration.ts";
 import * as sql from "../sql/index.ts";
 import type { LimitRow, StatsRow } from "../sql/index.ts";
@@ -135,6 +135,25 @@ export async function collectDatabaseMetrics(options: DatabaseMetricsOptions): P
     ["queue", "task"] as const,
     (set, s) => {
       for (const [queue, task, metrics] of byQueueAndTask(s.rows)) set({ queue, task }, metrics.get("oldest_runnable_seconds") ?? 0);
+    },
+  );
+  // Every reason of each (queue, task) present, 0 included, as idemq_jobs: the
+  // enqueued count goes to the one reason stats() gives its runnable jobs.
+  gauge(
+    "idemq_jobs_waiting",
+    "Enqueued jobs by queue, task and why they are not running: paused, held, concurrency (no slot free), rate (no start left), worker (nothing holds them back); stats(): waiting_for",
+    ["queue", "task", "reason"] as const,
+    (set, s) => {
+      const reasons = new Map<string, RunnableWait>();
+      for (const row of s.rows ?? []) {
+        if (row.metric === "enqueued" && row.queue !== null && row.task !== null && row.waitingFor !== null) {
+          reasons.set(JSON.stringify([row.queue, row.task]), row.waitingFor as RunnableWait);
+        }
+      }
+      for (const [queue, task, metrics] of byQueueAndTask(s.rows)) {
+        const reason = reasons.get(JSON.stringify([queue, task])) ?? "worker";
+        for (const r of RUNNABLE_WAITS) set({ queue, task, reason: r }, r === reason ? (metrics.get("enqueued") ?? 0) : 0);
+      }
     },
   );
   for (const [name, help, value] of FLOW_GAUGES) {

@@ -1,6 +1,6 @@
 // Reads: one job (job), the counts (stats) and the dashboard's overview.
 
-import type { Duration, JobState, StatsMetric } from "../contract.ts";
+import type { Duration, JobState, StatsMetric, WaitingReason } from "../contract.ts";
 import { integer, interval, toJobId, type JobIdInput } from "../encode.ts";
 import { call, type Queryable } from "./call.ts";
 
@@ -28,12 +28,17 @@ export interface JobRow {
   expires_at: Date | null;
   /** enqueue's concurrency_key (flow control), null without one. */
   concurrency_key: string | null;
-  /** Why an awaiting job is not runnable: "parents" or "concurrency_key"; null in other states. */
+  /**
+   * Why the job is not running: an awaiting job's "parents" or
+   * "concurrency_key"; a runnable job's "paused", "held", "concurrency" or
+   * "rate" (its queue or task holds it back), null when none does (it waits
+   * for a worker); null in other states.
+   */
   waiting_for: JobWaitingFor | null;
 }
 
-/** What an awaiting job waits for (idemq.job()'s waiting_for). */
-export type JobWaitingFor = "parents" | "concurrency_key";
+/** Why a job is not running (idemq.job()'s waiting_for: idemq.waiting_reason, WAITING_REASONS). */
+export type JobWaitingFor = WaitingReason;
 
 /** One job's state and outcome (idemq.job(), which every idemq role may call); undefined when there is no such job. */
 export async function job(db: Queryable, jobId: JobIdInput): Promise<JobRow | undefined> {
@@ -46,6 +51,13 @@ export interface StatsRow {
   task: string | null;
   metric: StatsMetric;
   value: number;
+  /**
+   * On the rows enqueued and oldest_runnable_seconds: why that queue and
+   * task's runnable jobs are not running ("paused", "held", "concurrency",
+   * "rate"), null when nothing holds them back (they wait for a worker).
+   * Null on every other row.
+   */
+  waitingFor: WaitingReason | null;
 }
 
 export interface OverviewRow {
@@ -72,11 +84,11 @@ export async function overview(
 }
 
 export async function stats(db: Queryable): Promise<StatsRow[]> {
-  const rows = await call<"stats", { queue: string | null; task: string | null; metric: StatsMetric; value: string }>(
-    db,
+  const rows = await call<
     "stats",
-    {},
-  );
-  // Counts, not ids: a number is exact far beyond any realistic count.
-  return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value) }));
+    { queue: string | null; task: string | null; metric: StatsMetric; value: string; waiting_for?: WaitingReason | null }
+  >(db, "stats", {});
+  // Counts, not ids: a number is exact far beyond any realistic count. A
+  // database before 0.2.0 has no waiting_for.
+  return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value), waitingFor: r.waiting_for ?? null }));
 }

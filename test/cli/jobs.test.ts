@@ -97,11 +97,13 @@ describe("idemq jobs (list)", () => {
     expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = result.stdout.trimEnd().split("\n");
     expect(lines).toHaveLength(3);
-    expect(lines[0]).toMatch(/^\s*ID {2}STATE +QUEUE +TASK +ATTEMPT {2}RUN AT +KEY +CREATED$/);
+    expect(lines[0]).toMatch(/^\s*ID {2}STATE +WAITING FOR {2}QUEUE +TASK +ATTEMPT {2}RUN AT +KEY +CREATED$/);
     // Every column starts at the same offset on every line.
     const start = (line: string, text: string) => line.indexOf(text);
     expect(start(lines[1]!, "scheduled")).toBe(start(lines[0]!, "STATE"));
     expect(start(lines[2]!, "enqueued")).toBe(start(lines[0]!, "STATE"));
+    expect(start(lines[2]!, "worker")).toBe(start(lines[0]!, "WAITING FOR"));
+    expect(lines[1]!.slice(start(lines[0]!, "WAITING FOR")).split(/\s+/)[0], "scheduled for tomorrow: not waiting for anything but its time").toBe("-");
     expect(start(lines[1]!, "a_much_longer_task_name")).toBe(start(lines[0]!, "TASK"));
     expect(start(lines[2]!, "short")).toBe(start(lines[0]!, "TASK"));
     expect(start(lines[1]!, "k:1")).toBe(start(lines[0]!, "KEY"));
@@ -136,10 +138,9 @@ describe("idemq jobs (list)", () => {
     const table = await jobs(["--queue", queue]);
     expect(table.code).toBe(EXIT.OK);
     const rowOf = (id: string): string => table.stdout.split("\n").find((line) => line.trimStart().startsWith(`${id} `)) ?? "";
-    expect(rowOf(keyed)).toMatch(/awaiting \(key\)/);
-    expect(rowOf(child)).toMatch(/ awaiting /);
-    expect(rowOf(child)).not.toMatch(/\(key\)/);
-    expect(rowOf(admitted)).toMatch(/ enqueued /);
+    expect(rowOf(keyed)).toMatch(/ awaiting +key /);
+    expect(rowOf(child)).toMatch(/ awaiting +parents /);
+    expect(rowOf(admitted)).toMatch(/ enqueued +worker /);
     const listed = JSON.parse((await jobs(["--queue", queue, "--json"])).stdout).jobs as { id: string; waitingFor: string | null; concurrencyKey: string | null }[];
     expect(listed.map((j) => [j.id, j.waitingFor, j.concurrencyKey])).toEqual([
       [child, "parents", null],
@@ -149,6 +150,49 @@ describe("idemq jobs (list)", () => {
     const shown = await jobs(["show", keyed]);
     expect(shown.stdout).toMatch(/waiting +for a place of its concurrency key/);
     expect(shown.stdout).toContain(key);
+  });
+
+  it("says why a runnable job is not running: paused, held, concurrency, rate or worker, in the table, --json and jobs show", async () => {
+    const [paused, held, full, rated, free] = ["paused", "held", "full", "rated", "free"].map((t) => unique(`cli-${t}`)) as [string, string, string, string, string];
+    const queue = unique("cli-why");
+    const ids: Record<string, string> = {};
+    for (const t of [paused, held, full, rated, free]) ids[t] = (await enqueue(db.pool, { task: t, queue })).job_id;
+    await db.pool.query("SELECT idemq.pause(task => $1)", [paused]);
+    for (const t of [held, full, rated]) ids[`${t}:other`] = (await enqueue(db.pool, { task: t, queue })).job_id;
+    await db.pool.query("SELECT idemq.set_limit(task => $1, concurrency => 1)", [full]);
+    await db.pool.query("SELECT idemq.set_limit(task => $1, rate => 1, per => '1 hour')", [rated]);
+    for (const t of [held, full, rated]) {
+      const { rows } = await db.pool.query("SELECT job_id, attempt FROM idemq.claim(worker_id => 'w', tasks => $1)", [[t]]);
+      expect(rows.map((r) => r.job_id)).toEqual([ids[t]]);
+      if (t === held) {
+        await db.pool.query("SELECT idemq.hold(job_id => $1, attempt => $2, scope => 'task', until => now() + interval '1 hour')", [rows[0].job_id, rows[0].attempt]);
+      }
+    }
+    const expected: [string, string][] = [
+      [ids[paused]!, "paused"],
+      [ids[`${held}:other`]!, "held"],
+      [ids[`${full}:other`]!, "concurrency"],
+      [ids[`${rated}:other`]!, "rate"],
+      [ids[free]!, "worker"],
+    ];
+
+    const table = await jobs(["--queue", queue]);
+    expect(table).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = table.stdout.trimEnd().split("\n");
+    const cellOf = (id: string): string | undefined =>
+      lines.find((line) => line.trimStart().startsWith(`${id} `))?.slice(lines[0]!.indexOf("WAITING FOR")).split(/\s+/)[0];
+    expect(expected.map(([id]) => [id, cellOf(id)])).toEqual(expected);
+
+    const listed = JSON.parse((await jobs(["--queue", queue, "--json"])).stdout).jobs as { id: string; waitingFor: string | null }[];
+    const jsonOf = new Map(listed.map((j) => [j.id, j.waitingFor]));
+    expect(expected.map(([id]) => [id, jsonOf.get(id)])).toEqual(expected.map(([id, w]) => [id, w === "worker" ? null : w]));
+
+    expect((await jobs(["show", ids[`${full}:other`]!])).stdout).toMatch(/waiting +for a free slot: its queue's or task's concurrency limit has every slot held/);
+    expect((await jobs(["show", ids[`${rated}:other`]!])).stdout).toMatch(/waiting +for its queue's or task's rate: no start left in this period/);
+    expect((await jobs(["show", ids[paused]!])).stdout).toMatch(/waiting +for its queue or task to be resumed \(paused\)/);
+    expect((await jobs(["show", ids[`${held}:other`]!])).stdout).toMatch(/waiting +for its queue's or task's hold to end/);
+    expect((await jobs(["show", ids[free]!])).stdout).toMatch(/waiting +for a worker \(no pause, hold or limit/);
+    expect((await jobs(["show", ids[held]!])).stdout, "the held job itself is scheduled for the hold's end").not.toMatch(/waiting +for/);
   });
 });
 

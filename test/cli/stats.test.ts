@@ -65,6 +65,7 @@ describe("idemq stats", () => {
       cancelled: 0,
       leaseExpired: 1,
       oldestRunnableSeconds: expect.any(Number),
+      waitingFor: "worker",
     });
     expect(row.oldestRunnableSeconds).toBeGreaterThanOrEqual(3600);
     expect(row.oldestRunnableSeconds).toBeLessThan(3600 + 60);
@@ -79,10 +80,10 @@ describe("idemq stats", () => {
     expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
     const lines = result.stdout.trimEnd().split("\n");
     expect(lines[0]).toMatch(
-      /^QUEUE +TASK +SCHEDULED {2}ENQUEUED {2}PROCESSING {2}AWAITING {2}SUCCEEDED {2}FAILED {2}EXPIRED {2}CANCELLED {2}LEASE EXPIRED {2}OLDEST RUNNABLE$/,
+      /^QUEUE +TASK +SCHEDULED {2}ENQUEUED {2}PROCESSING {2}AWAITING {2}SUCCEEDED {2}FAILED {2}EXPIRED {2}CANCELLED {2}LEASE EXPIRED {2}OLDEST RUNNABLE {2}WAITING FOR$/,
     );
     const row = lines.find((line) => line.startsWith(`${queue} `));
-    expect(row?.split(/\s{2,}/)).toEqual([queue, task, "1", "3", "1", "0", "0", "1", "0", "0", "1", expect.stringMatching(/^1h( \d+m)?$/)]);
+    expect(row?.split(/\s{2,}/)).toEqual([queue, task, "1", "3", "1", "0", "0", "1", "0", "0", "1", expect.stringMatching(/^1h( \d+m)?$/), "worker"]);
     // Right-aligned numbers: the enqueued count ends where its header ends.
     const end = lines[0]!.indexOf("ENQUEUED") + "ENQUEUED".length;
     expect(row!.slice(end - "ENQUEUED".length, end)).toBe("       3");
@@ -122,6 +123,33 @@ describe("idemq stats", () => {
     expect(human).toMatchObject({ code: EXIT.OK, stdout: "No jobs yet.\n", stderr: "" });
     const json = JSON.parse((await runCli(["stats", "--json", "--database-url", empty.url])).stdout);
     expect(json).toMatchObject({ jobs: [], events: [], totals: { enqueued: 0, oldestRunnableSeconds: null } });
+    expect(json.waiting).toEqual({ paused: 0, held: 0, concurrency: 0, rate: 0, worker: 0 });
+  });
+
+  it("says why each queue and task's runnable jobs wait (paused, held, concurrency, rate, worker) and splits the enqueued jobs by it, in the table and --json", async () => {
+    const own = await makeDatabase();
+    const q = unique("q");
+    const [paused, full, rated, free] = ["paused", "full", "rated", "free"].map((t) => unique(t)) as [string, string, string, string];
+    for (const t of [paused, full, full, rated, rated, free]) await enqueue(own.pool, { task: t, queue: q });
+    await enqueue(own.pool, { task: free, queue: q, run_at: new Date(Date.now() + 86_400_000) });
+    await own.pool.query("SELECT idemq.pause(task => $1)", [paused]);
+    await own.pool.query("SELECT idemq.set_limit(task => $1, concurrency => 1)", [full]);
+    await own.pool.query("SELECT idemq.set_limit(task => $1, rate => 1, per => '1 hour')", [rated]);
+    for (const t of [full, rated]) await own.pool.query("SELECT * FROM idemq.claim(worker_id => 'w', tasks => $1)", [[t]]);
+
+    const result = await runCli(["stats", "--json", "--database-url", own.url]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const report = JSON.parse(result.stdout);
+    const waitingOf = Object.fromEntries(report.jobs.map((j: { task: string; waitingFor: string | null }) => [j.task, j.waitingFor]));
+    expect(waitingOf).toEqual({ [paused]: "paused", [full]: "concurrency", [rated]: "rate", [free]: "worker" });
+    expect(report.waiting).toEqual({ paused: 1, held: 0, concurrency: 1, rate: 1, worker: 1 });
+
+    const human = (await runCli(["stats", "--database-url", own.url])).stdout.trimEnd().split("\n");
+    const cell = (t: string) => human.find((line) => line.startsWith(`${q} `) && line.includes(` ${t} `))?.split(/\s{2,}/).at(-1);
+    expect([paused, full, rated, free].map(cell)).toEqual(["paused", "concurrency", "rate", "worker"]);
+    expect(human).toContain(
+      "Not running: 4 enqueued (1 wait for a worker, 1 paused, 1 wait for a slot (concurrency), 1 wait for the rate (no start left in the period)); 1 scheduled.",
+    );
   });
 
   it("--watch --json prints a report per interval until SIGINT, then exits 0", async () => {

@@ -22,7 +22,9 @@ import {
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
   SCHEDULE_SQL_DEFAULTS,
+  SCOPE_WAITING_REASONS,
   TERMINAL_STATES,
+  WAITING_REASONS,
 } from "../../src/contract.ts";
 import { BadArgumentError, DETAIL_FIELDS, DETAIL_SUBCLASSES, ERROR_CLASSES } from "../../src/errors.ts";
 import { SCHEDULE_PARAMETERS, SQL_FUNCTIONS } from "../../src/sql/index.ts";
@@ -73,6 +75,14 @@ describe("TypeScript constants equal the catalog", () => {
     const terminal = await list("idemq.terminal_states()");
     expect(active.filter((s) => terminal.includes(s))).toEqual([]);
     expect([...active, ...terminal].sort()).toEqual([...all].sort());
+  });
+
+  it("WAITING_REASONS equals enum_range(NULL::idemq.waiting_reason), in order; SCOPE_WAITING_REASONS are the values _scope_waits() may say, in order", async () => {
+    expect(await list("enum_range(NULL::idemq.waiting_reason)")).toEqual([...WAITING_REASONS]);
+    const { rows } = await db.pool.query<{ body: string }>("SELECT prosrc AS body FROM pg_proc WHERE oid = 'idemq._scope_waits'::regproc");
+    const said = [...rows[0]!.body.matchAll(/THEN '(\w+)'/g)].map((m) => m[1]);
+    expect(said).toEqual([...SCOPE_WAITING_REASONS]);
+    expect(WAITING_REASONS.slice(-SCOPE_WAITING_REASONS.length)).toEqual([...SCOPE_WAITING_REASONS]);
   });
 
   it("DUPLICATE_POLICIES equals enum_range(NULL::idemq.duplicate_policy), in order, the first being enqueue's default", async () => {

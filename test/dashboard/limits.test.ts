@@ -100,7 +100,7 @@ describe("flow control in the dashboard", () => {
   });
 
   it("pause and resume from a row's buttons: the claim takes nothing while paused, and the page says why", async () => {
-    await makeJob(db.pool, { task: "report", queue: "reports" });
+    const report = await makeJob(db.pool, { task: "report", queue: "reports" });
     const paused = await post(dashboard.url, "pause", { kind: "queue", name: "reports" });
     expect(paused.location).toBe(`/limits?done=${encodeURIComponent("paused queue reports")}`);
     const claimed = await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'w1', queues => ARRAY['reports'])");
@@ -108,6 +108,9 @@ describe("flow control in the dashboard", () => {
     let page = await getPage(dashboard.url);
     expect(cell(page.text, "queue:reports", "paused")).toBe("paused");
     expect(cell(page.text, "queue:reports", "why")).toBe("paused: they wait for resume");
+    // The job's own page says it too (job()'s waiting_for).
+    const jobPage = await getPage(dashboard.url, `jobs/${report}`);
+    expect(/<dd id="waiting-for">([^<]*)<\/dd>/.exec(jobPage.text)?.[1]).toBe("its queue or task to be resumed (paused)");
     expect(page.text).toMatch(/<tr data-scope="queue:reports">[\s\S]*?action="\/limits\/resume"[\s\S]*?<\/tr>/);
     // The overview says so above its queues, with the limit whose slots are all held, and links here.
     const overview = await (await fetch(dashboard.url)).text();
@@ -121,6 +124,20 @@ describe("flow control in the dashboard", () => {
     page = await getPage(dashboard.url);
     expect(page.text).not.toContain(`data-scope="queue:reports"`);
     expect((await db.pool.query("SELECT * FROM idemq.claim(worker_id => 'w1', queues => ARRAY['reports'])")).rowCount).toBe(1);
+  });
+
+  it("a held scope (hold(): an API's Retry-After) reads as held, on /limits and on its waiting job's page", async () => {
+    const first = await makeJob(db.pool, { task: "quote", queue: "quotes" });
+    const second = await makeJob(db.pool, { task: "quote", queue: "quotes" });
+    const { rows } = await db.pool.query("SELECT job_id, attempt FROM idemq.claim(worker_id => 'w1', queues => ARRAY['quotes'])");
+    expect(rows.map((r) => r.job_id)).toEqual([first]);
+    await db.pool.query("SELECT idemq.hold(job_id => $1, attempt => $2, scope => 'task', until => now() + interval '1 hour')", [first, rows[0].attempt]);
+    const page = await getPage(dashboard.url);
+    expect(cell(page.text, "task:quote", "why")).toBe("held: they wait for the hold to end (an API&#39;s Retry-After)");
+    const jobPage = await getPage(dashboard.url, `jobs/${second}`);
+    expect(/<dd id="waiting-for">([^<]*)<\/dd>/.exec(jobPage.text)?.[1]).toBe("its queue&#39;s or task&#39;s hold to end (hold(): an API&#39;s Retry-After)");
+    expect((await getPage(dashboard.url, `jobs/${first}`)).text, "the held job waits for its run_at").not.toContain('id="waiting-for"');
+    await db.pool.query("SELECT idemq.resume(task => 'quote')");
   });
 
   it("bad input is refused with SQL's message and HINT, or named by the form, and writes nothing", async () => {

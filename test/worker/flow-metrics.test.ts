@@ -1,5 +1,6 @@
 // Flow control in the database metrics (issue 26, item 8): idemq_paused and
-// the limits' gauges, per scope, read from limits() at each scrape.
+// the limits' gauges, per scope, read from limits() at each scrape, and
+// idemq_jobs_waiting, the enqueued jobs under why they wait (stats()).
 import { describe, expect, it } from "vitest";
 import { collectDatabaseMetrics } from "../../src/index.ts";
 import { useTestDatabase } from "../helpers/db.ts";
@@ -38,8 +39,21 @@ describe("collectDatabaseMetrics: flow control", () => {
         idemq_limit_started: [`queue:${queue}=3`],
       });
 
+      // The one enqueued job left waits for a slot; the reasons it does not wait for are 0.
+      const waiting = parsePrometheusText(await metrics.registry.metrics()).get("idemq_jobs_waiting")!;
+      expect(waiting.type).toBe("gauge");
+      expect(waiting.samples.filter((s) => s.labels.queue === queue).map((s) => `${s.labels.reason}=${s.value}`).sort()).toEqual([
+        "concurrency=1",
+        "held=0",
+        "paused=0",
+        "rate=0",
+        "worker=0",
+      ]);
+
       await db.pool.query("SELECT idemq.resume(task => $1)", [task]);
       await db.pool.query("SELECT idemq.clear_limit(queue => $1)", [queue]);
+      const after = parsePrometheusText(await metrics.registry.metrics()).get("idemq_jobs_waiting")!;
+      expect(after.samples.filter((s) => s.labels.queue === queue && s.value !== 0).map((s) => s.labels.reason)).toEqual(["worker"]);
       expect(await series()).toEqual({
         idemq_paused: [],
         idemq_limit_concurrency: [],

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { prometheusContentType, register as globalRegistry, Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { installationRoles } from "../../src/roles.ts";
+import { RUNNABLE_WAITS } from "../../src/contract.ts";
 import { Client, collectDatabaseMetrics, collectWorkerMetrics, createWorker, serveMetrics } from "../../src/index.ts";
 import { CLI, runCli } from "../helpers/cli.ts";
 import { freshDatabase, useTestDatabase } from "../helpers/db.ts";
@@ -125,9 +126,10 @@ describe("idemq worker --metrics-port", () => {
     expect(v("idemq_guard_duplicates_total", { task: "credit" })).toBe(1);
     expect(families.get("idemq_enqueue_conflict_total")!.samples).toEqual([]);
 
-    // Labels stay bounded: task, queue, state, le, mode; never a job id, key or worker id.
+    // Labels stay bounded: task, queue, state, le, mode, reason (RUNNABLE_WAITS); never a job id, key or worker id.
     const labelNames = new Set([...families.values()].flatMap((f) => f.samples.flatMap((s) => Object.keys(s.labels))));
-    expect([...labelNames].sort()).toEqual(["le", "mode", "queue", "state", "task"]);
+    expect([...labelNames].sort()).toEqual(["le", "mode", "queue", "reason", "state", "task"]);
+    expect(new Set(families.get("idemq_jobs_waiting")!.samples.map((s) => s.labels.reason))).toEqual(new Set(RUNNABLE_WAITS));
     for (const family of families.values()) expect(family.name).toMatch(/^idemq_/);
 
     expect((await fetch(url.replace(/\/metrics$/, "/other"))).status).toBe(404);

@@ -1,4 +1,5 @@
--- idemq.stats() RETURNS TABLE(queue text, task text, metric text, value bigint)
+-- idemq.stats() RETURNS TABLE(queue text, task text, metric text, value bigint,
+--   waiting_for idemq.waiting_reason)
 --
 -- Counts for dashboards and scripts, one row per (queue, task, metric):
 --   metric = a job state: jobs in that state (only non-zero rows);
@@ -9,6 +10,15 @@
 --     (queue NULL): events counted per task since install. A rejection raised
 --     by enqueue() rolls back with the caller's statement and is not counted
 --     here; clients count those as events.
+--   waiting_for: on the rows 'enqueued' and 'oldest_runnable_seconds', why
+--     that (queue, task)'s runnable jobs are not running: 'paused', 'held',
+--     'concurrency' (no slot free), 'rate' (no start left in the period),
+--     as job() says it of each of them (idemq._scope_waits(): the first
+--     that holds for its queue or its task); NULL there when none holds
+--     (they wait for a worker). NULL on every other row: the 'awaiting' row
+--     counts the jobs waiting for their parents or a place of their
+--     concurrency key (job() tells which), 'scheduled' those whose run_at
+--     has not come (and any due ones, which wait as the enqueued do).
 --
 -- Guarantees: one consistent snapshot (one statement). Every value is exact:
 --   the states' counts come from idemq.job_counts (_job_counts(), kept in
@@ -29,11 +39,17 @@
 --   1.0 ms with 10,002,000, 40 job rows read each time (it took 320 ms and
 --   read every row at 1,002,000 when it counted them; bench/stats-cost.mjs,
 --   PostgreSQL 15, a loaded 2-core machine; docs/design.md, "Job counts").
+--   waiting_for adds one call of limits() (a row per scope with flow
+--   control, and the slots held and starts in the period of each), not a
+--   read of idemq.jobs: 1-2 ms with 20 small scopes, 13-25 ms in all with a
+--   scope holding 10,000 slots (bench/FINDINGS.md, "Why a job is not
+--   running: what waiting_for costs").
 -- Concurrency: plain reads; no locks beyond the snapshot.
 -- Errors: none.
--- Tests: test/sql/stats.test.ts, test/sql/job-counts.test.ts, test/contract/examples.test.ts
+-- Tests: test/sql/stats.test.ts, test/sql/job-counts.test.ts, test/contract/examples.test.ts,
+--   test/sql/waiting-for.test.ts
 CREATE OR REPLACE FUNCTION idemq.stats()
-RETURNS TABLE(queue text, task text, metric text, value bigint)
+RETURNS TABLE(queue text, task text, metric text, value bigint, waiting_for idemq.waiting_reason)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -41,20 +57,27 @@ AS $$
 #variable_conflict error
 BEGIN
   RETURN QUERY
-  SELECT c.queue, c.task, c.state::text, c.jobs
+  -- limits() once for every (queue, task), not once per row.
+  WITH waits AS MATERIALIZED (
+    SELECT w.queue, w.task, w.waiting_for FROM idemq._scope_waits() w WHERE w.waiting_for IS NOT NULL
+  )
+  SELECT c.queue, c.task, c.state::text, c.jobs,
+         CASE WHEN c.state = 'enqueued' THEN
+           (SELECT min(w.waiting_for) FROM waits w WHERE w.queue = c.queue OR w.task = c.task) END
   FROM idemq._job_counts() c
   UNION ALL
   -- "state = 'processing'" is the predicate of jobs_leases: a range scan of
   -- the leases that ran out, whatever else the table holds.
-  SELECT j.queue, j.task, 'lease_expired', count(*)
+  SELECT j.queue, j.task, 'lease_expired', count(*), NULL::idemq.waiting_reason
   FROM idemq.jobs j
   WHERE j.state = 'processing' AND j.lease_expires_at < now()
   GROUP BY j.queue, j.task
   UNION ALL
-  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds
+  SELECT r.queue, r.task, 'oldest_runnable_seconds', r.oldest_seconds,
+         (SELECT min(w.waiting_for) FROM waits w WHERE w.queue = r.queue OR w.task = r.task)
   FROM idemq._oldest_runnable() r
   UNION ALL
-  SELECT NULL, c.task, c.event, sum(c.n)::bigint
+  SELECT NULL, c.task, c.event, sum(c.n)::bigint, NULL
   FROM idemq.counters c
   GROUP BY c.task, c.event
   ORDER BY 1, 2, 3;
@@ -62,4 +85,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.stats() IS
-  'Counts per queue, task and state, expired leases, oldest runnable age, and duplicate/rejection events per task.';
+  'Counts per queue, task and state, expired leases, oldest runnable age (with why runnable jobs wait: waiting_for), and duplicate/rejection events per task.';

@@ -9,7 +9,7 @@
 // per line.
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
-import { isJobState, JOB_STATES, type JobState } from "../../contract.ts";
+import { isJobState, JOB_STATES, RUNNABLE_WAITS, type JobState, type RunnableWait, type ScopeWaitingReason } from "../../contract.ts";
 import type { Client } from "../../client.ts";
 import type { LimitRow, StatsRow } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
@@ -43,7 +43,10 @@ type EventMetric = (typeof EVENT_METRICS)[number];
 // The report's keys are camelCase, as every command's --json (stats() names
 // its metrics in snake_case: camelCase() maps them).
 type Counts = Record<JobState | "leaseExpired", number> & { oldestRunnableSeconds: number | null };
-type JobCounts = { queue: string; task: string } & Counts;
+/** Why a (queue, task)'s runnable jobs wait: stats()'s waiting_for, or "worker" when nothing holds them back. */
+type Waiting = RunnableWait;
+/** waitingFor: why its runnable jobs are not running; null when it has none. */
+type JobCounts = { queue: string; task: string; waitingFor: Waiting | null } & Counts;
 type EventCounts = { task: string } & Record<"deduplicated" | "rejected" | "conflict" | "guardDuplicate", number>;
 
 /** Finishes within the window, per queue and task (recentRates()'s formula). */
@@ -61,6 +64,12 @@ export interface StatsReport {
   jobs: JobCounts[];
   events: EventCounts[];
   totals: Counts;
+  /**
+   * The enqueued jobs (of the filter) split by why they are not running: the
+   * waitingFor of their queue and task. Awaiting jobs (parents or a
+   * concurrency key) and scheduled ones are in totals.
+   */
+  waiting: Record<Waiting, number>;
   /** The window the rates cover, and the rates; null (with ratesUnavailable saying why) for a role that may not call overview(). */
   windowMinutes: number;
   rates: RateRow[] | null;
@@ -188,7 +197,10 @@ function toReport(rows: readonly StatsRow[]): StatsReport {
     }
     const id = JSON.stringify([row.queue, row.task]);
     const entry =
-      jobs.get(id) ?? ({ queue: row.queue, task: row.task ?? "", ...zeroStates(), oldestRunnableSeconds: null } as JobCounts);
+      jobs.get(id) ??
+      ({ queue: row.queue, task: row.task ?? "", waitingFor: null, ...zeroStates(), oldestRunnableSeconds: null } as JobCounts);
+    // On the enqueued and oldest_runnable_seconds rows: both say the same (one snapshot).
+    if (row.waitingFor !== null) entry.waitingFor = row.waitingFor as ScopeWaitingReason;
     // StatsMetric (contract.ts) lacks oldest_runnable_seconds, which stats() also returns.
     const metric = row.metric as string;
     if (metric === "oldest_runnable_seconds") {
@@ -203,10 +215,46 @@ function toReport(rows: readonly StatsRow[]): StatsReport {
     }
     jobs.set(id, entry);
   }
-  return { at: new Date().toISOString(), jobs: [...jobs.values()], events: [...events.values()], totals, windowMinutes: 0, rates: null, limits: null };
+  const waiting = Object.fromEntries(RUNNABLE_WAITS.map((w) => [w, 0])) as Record<Waiting, number>;
+  for (const entry of jobs.values()) {
+    if (entry.waitingFor === null && (entry.oldestRunnableSeconds !== null || entry.enqueued > 0)) entry.waitingFor = "worker";
+    if (entry.waitingFor !== null) waiting[entry.waitingFor] += entry.enqueued;
+  }
+  return {
+    at: new Date().toISOString(),
+    jobs: [...jobs.values()],
+    events: [...events.values()],
+    totals,
+    waiting,
+    windowMinutes: 0,
+    rates: null,
+    limits: null,
+  };
 }
 
 const STATE_HEADERS = [...JOB_STATES.map((s) => s.toUpperCase()), "LEASE EXPIRED", "OLDEST RUNNABLE"];
+
+/** How the line under the table words each share of the enqueued jobs. */
+const WAITING_PHRASES: Record<Waiting, string> = {
+  worker: "wait for a worker",
+  paused: "paused",
+  held: "held (a hold of their queue or task)",
+  concurrency: "wait for a slot (concurrency)",
+  rate: "wait for the rate (no start left in the period)",
+};
+
+/** "Not running: 5 enqueued (3 wait for a worker, 2 wait for a slot (concurrency)); 1 awaiting (...); 4 scheduled." */
+function notRunningLine(report: StatsReport): string | undefined {
+  const shares = (Object.keys(WAITING_PHRASES) as Waiting[])
+    .filter((w) => report.waiting[w] > 0)
+    .map((w) => `${report.waiting[w]} ${WAITING_PHRASES[w]}`);
+  const parts = [
+    ...(shares.length === 0 ? [] : [`${report.totals.enqueued} enqueued (${shares.join(", ")})`]),
+    ...(report.totals.awaiting === 0 ? [] : [`${report.totals.awaiting} awaiting (parents or a concurrency key: \`idemq jobs --state awaiting\` says which)`]),
+    ...(report.totals.scheduled === 0 ? [] : [`${report.totals.scheduled} scheduled`]),
+  ];
+  return parts.length === 0 ? undefined : `Not running: ${parts.join("; ")}.`;
+}
 
 function renderStats(report: StatsReport): string[] {
   // Flow control under the counts: paused scopes and limits in use.
@@ -219,10 +267,12 @@ function renderStats(report: StatsReport): string[] {
   ];
   const numeric = STATE_HEADERS.map((_, i) => i + 2);
   const lines = table(
-    ["QUEUE", "TASK", ...STATE_HEADERS],
-    [...report.jobs.map((j) => [j.queue, j.task, ...numbers(j)]), ["total", "", ...numbers(report.totals)]],
+    ["QUEUE", "TASK", ...STATE_HEADERS, "WAITING FOR"],
+    [...report.jobs.map((j) => [j.queue, j.task, ...numbers(j), j.waitingFor ?? "-"]), ["total", "", ...numbers(report.totals)]],
     numeric,
   );
+  const notRunning = notRunningLine(report);
+  if (notRunning !== undefined) lines.push("", notRunning);
   if (report.events.length > 0) {
     lines.push(
       "",
