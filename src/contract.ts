@@ -142,7 +142,7 @@ export const LIMIT_BOUNDS = {
  * The fields of a job filter (find_jobs, count_jobs, the bulk actions): the
  * TypeScript name (JobFilter) -> the SQL field of the filter object, which
  * sql/functions/search/_check_job_filter.sql defines and checks;
- * test/contract/checks.test.ts holds the two lists equal.
+ * test/sql/find-jobs.test.ts holds the two lists equal.
  */
 export const JOB_FILTER_FIELDS = {
   ids: "ids",
@@ -159,7 +159,7 @@ export const JOB_FILTER_FIELDS = {
   payload: "payload",
 } as const;
 
-/** The bulk actions (count_jobs' action; the CLI's jobs retry|cancel|delete|run-now). */
+/** The bulk actions (count_jobs' action, _action_states; the CLI's jobs retry|cancel|delete|run-now); test/sql/find-jobs.test.ts holds them equal. */
 export const BULK_ACTIONS = ["retry", "cancel", "delete", "run_now"] as const;
 export type BulkAction = (typeof BULK_ACTIONS)[number];
 

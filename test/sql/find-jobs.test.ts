@@ -4,6 +4,8 @@
 // that names the field.
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
+import { BULK_ACTIONS, JOB_FILTER_FIELDS } from "../../src/contract.ts";
+import { sqlJobFilter } from "../../src/job-reads.ts";
 import { expectSqlError, inRollback, useTestDatabase } from "../helpers/db.ts";
 import { enqueue, makeJobs, unique } from "../helpers/jobs.ts";
 import { buildZoo, ZOO_NAMES, type Zoo, type ZooName } from "../helpers/zoo.ts";
@@ -194,6 +196,39 @@ describe("bad input: 22023 (22004 for NULL) naming the field, nothing read", () 
       code: "22023",
       message: /count_jobs: action must be retry, cancel, delete or run_now, not purge/,
       hint: /leave action out/,
+    });
+  });
+});
+
+describe("the TypeScript mirror (src/contract.ts, src/job-reads.ts)", () => {
+  it("JOB_FILTER_FIELDS names exactly the fields SQL accepts, in its order", async () => {
+    const error = await expectSqlError(db.pool.query(`SELECT * FROM idemq.find_jobs(filter => '{"zzz": 1}')`), { code: "22023" });
+    const listed = /The fields are (.*)\.$/.exec(error.hint ?? "")?.[1]?.split(", ");
+    expect(listed).toEqual(Object.values(JOB_FILTER_FIELDS));
+  });
+
+  it("BULK_ACTIONS are the actions count_jobs takes", async () => {
+    const error = await expectSqlError(db.pool.query("SELECT * FROM idemq.count_jobs(action => 'x')"), { code: "22023" });
+    expect(/must be (.*), not x$/.exec(error.message)?.[1]).toBe(`${BULK_ACTIONS.slice(0, -1).join(", ")} or ${BULK_ACTIONS.at(-1)}`);
+  });
+
+  it("sqlJobFilter turns every JobFilter field into one SQL accepts and matches with", async () => {
+    await withZoo(async (c, zoo) => {
+      const filter = sqlJobFilter({
+        ids: [zoo.failed.id, BigInt(zoo.succeeded.id)],
+        state: "failed",
+        task: "zoo_task",
+        queue: "zoo.failed",
+        key: "zoo:failed",
+        errorText: "boom",
+        createdAfter: new Date(Date.now() - 3_600_000),
+        createdBefore: "2999-01-01T00:00:00Z",
+        finishedAfter: new Date(Date.now() - 3_600_000),
+        finishedBefore: new Date(Date.now() + 3_600_000),
+        payload: { zoo: "failed" },
+      });
+      expect(names(zoo, await find(c, filter))).toEqual(["failed"]);
+      expect(await find(c, { ...sqlJobFilter({ concurrencyKey: "none" }) })).toEqual([]);
     });
   });
 });
