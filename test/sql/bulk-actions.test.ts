@@ -5,6 +5,7 @@
 // worker's claim and a bulk action never wait for each other.
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
+import { runBulkAction } from "../../src/bulk-actions.ts";
 import { expectSqlError, inRollback, interleave, useTestDatabase } from "../helpers/db.ts";
 import { enqueue, makeJobs, stateOf, states, unique, type Queryable } from "../helpers/jobs.ts";
 import { claim, claimJobRow, jobIn } from "../helpers/work.ts";
@@ -152,6 +153,21 @@ describe("batches", () => {
     const id = await jobIn(db.pool, "enqueued", { queue });
     await expectSqlError(db.pool.query("SELECT * FROM idemq.cancel_jobs(filter => $1::jsonb)", [JSON.stringify({ queue, nope: 1 })]), { code: "22023" });
     expect(await stateOf(db.pool, id)).toBe("enqueued");
+  });
+});
+
+describe("runBulkAction (the client's loop over batches)", () => {
+  it("reports each batch's totals, and stop() ends it after the batch in flight", async () => {
+    await inRollback(db.pool, async (c) => {
+      const queue = unique("loop");
+      const ids = await makeJobs(c, 5, { queue });
+      const seen: unknown[] = [];
+      const stopped = await runBulkAction(c, "cancel", { queue }, { maxJobs: 2, onBatch: (p) => seen.push(p), stop: () => seen.length === 2 });
+      expect(stopped).toEqual({ touched: 4, skipped: 0, batches: 2, interrupted: true });
+      expect(seen).toEqual([{ touched: 2, skipped: 0, batches: 1 }, { touched: 4, skipped: 0, batches: 2 }]);
+      expect(Object.values(await states(c, ids)).filter((s) => s === "cancelled")).toHaveLength(4);
+      expect(await runBulkAction(c, "cancel", { queue }, { maxJobs: 2 })).toEqual({ touched: 1, skipped: 0, batches: 1, interrupted: false });
+    });
   });
 });
 
