@@ -1787,7 +1787,13 @@ BEGIN
     -- `errors <> '[]'` is the predicate of jobs_with_errors.
     AND (v_error IS NULL OR (j.errors <> '[]'::jsonb
          AND strpos(lower(concat_ws(': ', j.errors->-1->>'class', j.errors->-1->>'message')), v_error) > 0))
-    AND (filter->'payload' IS NULL OR j.payload @> (filter->'payload'))
+    -- Planner trap: at one operator's cost each, the plan tested @> before
+    -- `task =` on every row (865 ms against 494 for the task alone, at
+    -- 1,000,000 jobs under load); as a CASE the match costs more, so the
+    -- task's test runs first and @> only on that task's jobs.
+    AND (filter->'payload' IS NULL
+         OR CASE WHEN filter->>'task' IS NULL OR j.task = filter->>'task'
+                 THEN j.payload @> (filter->'payload') ELSE false END)
     AND (_matching_jobs.before_id IS NULL OR j.id < _matching_jobs.before_id)
   -- Planner trap: created_at and finished_at grow with id, which the
   -- planner does not know; walking the primary key for old jobs read

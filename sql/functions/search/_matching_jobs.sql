@@ -13,18 +13,23 @@
 --     a case-insensitive substring of the last entry of the job's error
 --     history ("class: message"); created_* and finished_* are half-open
 --     ranges [after, before); payload is containment (jobs.payload @> payload).
---   * Which index serves which search (1,000,000 jobs, bench/search-cost.mjs;
---     bench/FINDINGS.md, "Search"): ids: the primary key. A terminal state
---     list, with or without finished_after/finished_before: jobs_by_finish
---     (state, finished_at), as `finished_at IS NOT NULL` is added for it
---     (a CHECK implies it; the planner cannot see a CHECK). error: the
---     partial index jobs_with_errors (only jobs with an error history are
---     read). Everything else walks the primary key backwards from before_id
---     and stops at max_rows matches: fast when matches are common (a task
---     among 20: under 1 ms), a scan of the table when they are rare or none
---     (a rare task, a key, an old created_before: 150-450 ms at 1,000,000
---     jobs on 2 busy cores). payload is tested only on the jobs the cheaper
---     fields leave (it needs task, key or ids beside it).
+--   * Which index serves which search (a page of 50 at 1,000,000 jobs, 2
+--     cores under a load average of 11: bench/search-cost.mjs, numbers in
+--     bench/FINDINGS.md, "Search and bulk actions at 1,000,000 jobs"):
+--     ids: the primary key (3 ms). Terminal states with finished_after or
+--     finished_before: jobs_by_finish (state, finished_at), the range read
+--     and sorted (14-23 ms; 167 ms for 140,000 succeeded), as `finished_at
+--     IS NOT NULL` is added for them (a CHECK implies it; the planner cannot
+--     see a CHECK). error: the partial index jobs_with_errors, only jobs with
+--     an error history read (9 ms common, 189 ms for one among 20,000).
+--     Everything else walks the primary key backwards from before_id and
+--     stops at a page of matches: fast when matches are common (a state, a
+--     task among 20, created_after an hour ago: 4-17 ms), one scan of the
+--     table when they are rare or none (a rare task or key, an old
+--     created_before, a rare payload: 0.3-1 s under that load, 150 ms at a
+--     lighter one). No index is added for those: each costs every enqueue.
+--     payload is tested only on the jobs the cheaper fields leave (it needs
+--     task, key or ids beside it).
 -- Concurrency: a plain read (one snapshot); no locks.
 -- Errors: _check_job_filter's (22004, 22023).
 -- Tests: test/sql/find-jobs.test.ts, test/sql/bulk-actions.test.ts
@@ -81,7 +86,13 @@ BEGIN
     -- `errors <> '[]'` is the predicate of jobs_with_errors.
     AND (v_error IS NULL OR (j.errors <> '[]'::jsonb
          AND strpos(lower(concat_ws(': ', j.errors->-1->>'class', j.errors->-1->>'message')), v_error) > 0))
-    AND (filter->'payload' IS NULL OR j.payload @> (filter->'payload'))
+    -- Planner trap: at one operator's cost each, the plan tested @> before
+    -- `task =` on every row (865 ms against 494 for the task alone, at
+    -- 1,000,000 jobs under load); as a CASE the match costs more, so the
+    -- task's test runs first and @> only on that task's jobs.
+    AND (filter->'payload' IS NULL
+         OR CASE WHEN filter->>'task' IS NULL OR j.task = filter->>'task'
+                 THEN j.payload @> (filter->'payload') ELSE false END)
     AND (_matching_jobs.before_id IS NULL OR j.id < _matching_jobs.before_id)
   -- Planner trap: created_at and finished_at grow with id, which the
   -- planner does not know; walking the primary key for old jobs read
