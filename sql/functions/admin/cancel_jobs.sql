@@ -19,7 +19,7 @@
 --   batch never waits for a worker; held until the call returns.
 -- Errors: 22004 NULL filter or max_jobs; 22023 a bad filter (the HINT names
 --   the field) or max_jobs outside 1..10000.
--- Tests: test/sql/bulk-actions.test.ts, test/sql/roles.test.ts
+-- Tests: test/sql/bulk-actions.test.ts, test/sql/roles.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.cancel_jobs(filter jsonb, before_id bigint DEFAULT NULL, max_jobs int DEFAULT 1000)
 RETURNS TABLE(touched int, skipped int, more boolean, next_before_id bigint)
 LANGUAGE plpgsql VOLATILE

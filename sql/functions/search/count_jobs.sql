@@ -17,7 +17,7 @@
 -- Concurrency: a plain read; no locks.
 -- Errors: 22004 NULL filter or at_most; 22023 a bad filter (the HINT names
 --   the field), an unknown action, at_most outside 0..1000000.
--- Tests: test/sql/find-jobs.test.ts, test/sql/bulk-actions.test.ts
+-- Tests: test/sql/find-jobs.test.ts, test/sql/bulk-actions.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.count_jobs(filter jsonb DEFAULT '{}', action text DEFAULT NULL,
                                             at_most int DEFAULT 10000)
 RETURNS TABLE(jobs int, exact boolean)

@@ -15,7 +15,7 @@
 -- Concurrency: a plain read; no locks.
 -- Errors: 22004 NULL filter or page_size; 22023 a bad filter (the HINT
 --   names the field) or page_size outside 1..1000.
--- Tests: test/sql/find-jobs.test.ts
+-- Tests: test/sql/find-jobs.test.ts, test/sql/bad-input.test.ts
 CREATE OR REPLACE FUNCTION idemq.find_jobs(filter jsonb DEFAULT '{}', before_id bigint DEFAULT NULL,
                                            page_size int DEFAULT 50)
 RETURNS SETOF idemq.job_row
