@@ -2,11 +2,13 @@
 // the job zoo: exactly the jobs in the action's states change, each as its
 // single-job function changes it; batches walk down to the end; jobs that
 // moved on, or that another session holds, are skipped and counted; a
-// worker's claim and a bulk action never wait for each other.
+// worker's claim and a bulk action never wait for each other, and a bulk
+// cancel racing three workers ends each job once, its slot freed.
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
 import { runBulkAction } from "../../src/bulk-actions.ts";
-import { expectSqlError, inRollback, interleave, useTestDatabase } from "../helpers/db.ts";
+import { expectSqlError, inRollback, interleave, sqlState, useTestDatabase } from "../helpers/db.ts";
+import { expectCountsExact } from "../helpers/job-counts.ts";
 import { enqueue, makeJobs, stateOf, states, unique, type Queryable } from "../helpers/jobs.ts";
 import { claim, claimJobRow, jobIn } from "../helpers/work.ts";
 import { buildZoo, expectOnlyChanged, snapshot, type Zoo, type ZooName } from "../helpers/zoo.ts";
@@ -279,6 +281,65 @@ describe("with workers", () => {
     expect(await claim(db.pool, { queues: [queue] })).toEqual([]);
     expect(await bulk(db.pool, "cancel_jobs", { ids: [first] })).toMatchObject({ touched: 1 });
     expect((await claim(db.pool, { queues: [queue] })).map((r) => r.job_id)).toEqual([second]);
+    await db.pool.query("SELECT idemq.clear_limit(queue => $1)", [queue]);
+  });
+
+  it("stress: cancel_jobs in batches of 20 while 3 workers claim and complete 300 jobs of a limited queue: each job ends once, the counts and slots add up", async () => {
+    const queue = unique("stress");
+    await db.pool.query("SELECT idemq.set_limit(queue => $1, concurrency => 4)", [queue]);
+    const ids = await makeJobs(db.pool, 300, { queue });
+    let operatorDone = false;
+    let completed = 0;
+    let fencedOut = 0;
+    const worker = async (name: string): Promise<void> => {
+      for (;;) {
+        const claimed = await claim(db.pool, { worker_id: name, queues: [queue], batch_size: 2, token: true });
+        if (claimed.length === 0) {
+          if (operatorDone) return;
+          continue; // the queue's 4 slots may all be held by the other workers: claim again
+
+        }
+        for (const job of claimed) {
+          const done = db.pool.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => $3)", [job.job_id, job.attempt, job.lease_token]);
+          try {
+            await done;
+            completed++;
+          } catch {
+            expect(await sqlState(done)).toBe("IQ410"); // cancelled while it ran: fenced out
+            fencedOut++;
+          }
+        }
+      }
+    };
+    const operator = async (): Promise<{ touched: number; skipped: number }> => {
+      let before: string | null = null;
+      let touched = 0;
+      let skipped = 0;
+      for (;;) {
+        const batch: Batch = await bulk(db.pool, "cancel_jobs", { queue }, before, 20);
+        touched += batch.touched;
+        skipped += batch.skipped;
+        if (!batch.more) return { touched, skipped };
+        before = batch.next_before_id;
+      }
+    };
+    const workers = ["w1", "w2", "w3"].map(worker);
+    const result = await operator();
+    operatorDone = true;
+    await Promise.all(workers);
+    const final = await states(db.pool, ids);
+    const cancelled = Object.values(final).filter((s) => s === "cancelled").length;
+    const succeeded = Object.values(final).filter((s) => s === "succeeded").length;
+    expect(cancelled + succeeded, JSON.stringify(final)).toBe(300);
+    expect(result.touched).toBe(cancelled);
+    expect(succeeded).toBe(completed);
+    expect(fencedOut).toBeLessThanOrEqual(cancelled);
+    const { rows } = await db.pool.query(
+      "SELECT count(*)::int AS held FROM idemq.limit_slots s JOIN idemq.limits l ON l.id = s.limit_id WHERE l.kind = 'queue' AND l.name = $1 AND s.job_id IS NOT NULL",
+      [queue],
+    );
+    expect(rows[0].held).toBe(0);
+    await expectCountsExact(db.pool, "after the bulk cancel");
     await db.pool.query("SELECT idemq.clear_limit(queue => $1)", [queue]);
   });
 });
