@@ -4,10 +4,11 @@
 
 import { EventEmitter } from "node:events";
 import pg from "pg";
-import type { Duration, JobState } from "./contract.ts";
+import type { BulkAction, Duration, JobState } from "./contract.ts";
+import { runBulkAction, type BulkOptions, type BulkProgress } from "./bulk-actions.ts";
 import { defaultConnectionString } from "./database-url.ts";
 import { DuplicateJobError } from "./errors.ts";
-import { getJob, listJobs, type Job, type ListJobsFilter } from "./job-reads.ts";
+import { getJob, listJobs, sqlJobFilter, type Job, type JobFilter, type ListJobsFilter } from "./job-reads.ts";
 import * as sql from "./sql/index.ts";
 import { loadOtelApi, otelApiIfLoaded } from "./tracing/otel-api.ts";
 import { ProducerTracing } from "./tracing/spans.ts";
@@ -317,9 +318,35 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return getJob(this.db(opts), jobId);
   }
 
-  /** Newest first. An admin read of idemq.jobs (idemq_admin). */
+  /** Newest first, through find_jobs (idemq_admin). */
   listJobs(filter: ListJobsFilter & InTransaction = {}): Promise<Job[]> {
     return listJobs(this.db(filter), filter);
+  }
+
+  /**
+   * How many jobs `filter` matches, counted up to `atMost` (count_jobs;
+   * default 10,000); with `action`, only those that bulk action would take:
+   * the number its confirmation states.
+   */
+  async countJobs(
+    filter: JobFilter,
+    opts: { action?: BulkAction | undefined; atMost?: number | undefined } & InTransaction = {},
+  ): Promise<{ count: number; exact: boolean }> {
+    const { jobs, exact } = await sql.countJobs(this.db(opts), sqlJobFilter(filter), { action: opts.action, atMost: opts.atMost });
+    return { count: jobs, exact };
+  }
+
+  /**
+   * retry, cancel, delete or run_now every job `filter` matches, in batches
+   * of `maxJobs` (each its own transaction, unless `client` gives one); the
+   * per-job rules are retry()'s, cancel()'s, purge()'s and reschedule()'s.
+   */
+  bulkAction(
+    action: BulkAction,
+    filter: JobFilter,
+    opts: BulkOptions & InTransaction = {},
+  ): Promise<BulkProgress & { interrupted: boolean }> {
+    return runBulkAction(this.db(opts), action, filter, opts);
   }
 
   /** Ends the pool if this Client created it; idempotent. */

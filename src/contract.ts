@@ -164,6 +164,31 @@ export const LIMIT_BOUNDS = {
 } as const;
 
 /**
+ * The fields of a job filter (find_jobs, count_jobs, the bulk actions): the
+ * TypeScript name (JobFilter) -> the SQL field of the filter object, which
+ * sql/functions/search/_check_job_filter.sql defines and checks;
+ * test/sql/find-jobs.test.ts holds the two lists equal.
+ */
+export const JOB_FILTER_FIELDS = {
+  ids: "ids",
+  state: "state",
+  task: "task",
+  queue: "queue",
+  key: "key",
+  concurrencyKey: "concurrency_key",
+  errorText: "error",
+  createdAfter: "created_after",
+  createdBefore: "created_before",
+  finishedAfter: "finished_after",
+  finishedBefore: "finished_before",
+  payload: "payload",
+} as const;
+
+/** The bulk actions (count_jobs' action, _action_states; the CLI's jobs retry|cancel|delete|run-now); test/sql/find-jobs.test.ts holds them equal. */
+export const BULK_ACTIONS = ["retry", "cancel", "delete", "run_now"] as const;
+export type BulkAction = (typeof BULK_ACTIONS)[number];
+
+/**
  * Defaults that exist only on the client side (timers, page sizes). Anything
  * SQL has a DEFAULT for is deliberately absent: e.g. a worker with no key
  * retention configured calls `prune_keys()` without `older_than`, so the

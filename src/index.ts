@@ -61,6 +61,7 @@ export { toPgInterval } from "./duration.ts";
 export type {
   Backoff,
   BackoffKind,
+  BulkAction,
   Duration,
   DuplicatePolicy,
   EffectStatus,
@@ -87,7 +88,8 @@ export type {
   ScheduleNextOptions,
   StatsRow,
 } from "./sql/index.ts";
-export type { Job, ListJobsFilter } from "./job-reads.ts";
+export type { Job, JobFilter, ListJobsFilter } from "./job-reads.ts";
+export type { BulkOptions, BulkProgress } from "./bulk-actions.ts";
 export type { RateLimitScope } from "./errors.ts";
 
 // Prometheus metrics (prom-client, an optional peer dependency, loaded only when used).

@@ -122,7 +122,7 @@ export async function readPayload(argument: string | undefined): Promise<unknown
   return parseJson(text, source);
 }
 
-function parseJson(text: string, source: string): unknown {
+export function parseJson(text: string, source: string): unknown {
   try {
     return JSON.parse(text);
   } catch (error) {

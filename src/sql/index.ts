@@ -19,4 +19,5 @@ export * from "./schedules.ts";
 export * from "./admin.ts";
 export * from "./presence.ts";
 export * from "./reads.ts";
+export * from "./search.ts";
 export * from "./flow.ts";

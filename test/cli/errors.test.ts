@@ -16,6 +16,8 @@ const COMMANDS = [
   ["jobs", "show"],
   ["jobs", "retry"],
   ["jobs", "cancel"],
+  ["jobs", "delete"],
+  ["jobs", "run-now"],
   ["jobs", "reschedule"],
   ["schedules", "list"],
   ["schedules", "add"],
@@ -40,6 +42,8 @@ const INVOCATIONS = [
   ["jobs", "show", "1"],
   ["jobs", "retry", "1"],
   ["jobs", "cancel", "1"],
+  ["jobs", "delete", "1", "--yes"],
+  ["jobs", "run-now", "--queue", "q", "--yes"],
   ["jobs", "reschedule", "1", "--delay", "1m"],
   ["schedules", "list"],
   ["schedules", "add", "nightly", "--cron", "@daily", "--task", "t"],
@@ -237,10 +241,10 @@ describe("bad input: one line, the fix, no stack trace", () => {
       error: { code: "usage", message: "unknown option '--wacth' (Did you mean --watch?)", hint: "see `idemq stats --help`" },
     });
     oneLine(unknown);
-    const missing = await runCli(["jobs", "cancel", "--json"]);
+    const missing = await runCli(["jobs", "show", "--json"]);
     expect(missing.code).toBe(EXIT.USAGE);
     expect(JSON.parse(missing.stdout)).toEqual({
-      error: { code: "usage", message: "missing required argument 'ids'", hint: "see `idemq jobs cancel --help`" },
+      error: { code: "usage", message: "missing required argument 'id'", hint: "see `idemq jobs show --help`" },
     });
     const bad = await runCli(["jobs", "show", "42abc", "--json", "--database-url", "postgres://postgres@127.0.0.1:1/x"]);
     expect(bad.code).toBe(EXIT.USAGE);

@@ -1,12 +1,14 @@
 // `idemq jobs` (list), `jobs show` (the attempt timeline), `jobs retry`,
 // `jobs cancel` and `jobs reschedule`, run as real subprocesses: filters,
 // table and --json, per-id results with the exit code of the first failure,
-// and bad input that changes nothing.
+// and bad input that changes nothing; and the bulk actions (jobs
+// retry|cancel|delete|run-now with filter flags): the count, the question,
+// --yes, --dry-run, batches, and bad filters refused before connecting.
 import { describe, expect, it } from "vitest";
 import { EXIT } from "../../src/cli/exit-codes.ts";
 import { type CliResult, runCli } from "../helpers/cli.ts";
 import { useTestDatabase } from "../helpers/db.ts";
-import { enqueue, jobRow, stateOf, unique } from "../helpers/jobs.ts";
+import { enqueue, jobRow, stateOf, states, unique } from "../helpers/jobs.ts";
 import { claimJob, jobIn } from "../helpers/work.ts";
 
 const db = useTestDatabase();
@@ -125,7 +127,7 @@ describe("idemq jobs (list)", () => {
     expect(errorLines(limit)[0]).toContain("--limit must be an integer from 1");
     const sub = await jobs(["frobnicate"]);
     expect(sub.code).toBe(EXIT.USAGE);
-    expect(errorLines(sub)).toEqual([expect.stringContaining("unknown command 'jobs frobnicate'; use jobs show, retry, cancel or reschedule")]);
+    expect(errorLines(sub)).toEqual([expect.stringContaining("unknown command 'jobs frobnicate'; use jobs show, retry, cancel, delete, run-now or reschedule")]);
   });
 
   it("tells a job waiting for its concurrency key from one waiting for its parents, in the table, --json and jobs show", async () => {
@@ -457,7 +459,7 @@ describe("idemq jobs retry | cancel | reschedule", () => {
     const before = await snapshot(a);
     const cases: [string[], string][] = [
       [["retry", a, "x1"], 'a job id is a positive integer such as 42, not "x1"'],
-      [["cancel"], "missing required argument 'ids'"],
+      [["cancel"], "give job ids, filter flags (--state, --queue, --task, --error, ...) or --all for every job"],
       [["reschedule", a], "reschedule needs --run-at <time> or --delay <duration>"],
       [["reschedule", a, "--delay", "soon"], 'cannot read "soon"'],
     ];
@@ -468,5 +470,100 @@ describe("idemq jobs retry | cancel | reschedule", () => {
       expect(errorLines(result)).toEqual([expect.stringContaining(says)]);
     }
     expect(await snapshot(a)).toEqual(before);
+  });
+});
+
+describe("idemq jobs: the search filters", () => {
+  it("--error (the last error), --payload with --task, --concurrency-key, --since/--until, --finished-since", async () => {
+    const queue = unique("search");
+    const failed = await jobIn(db.pool, "failed", { queue, task: "charge", payload: { customer: 42 } });
+    const other = await jobIn(db.pool, "enqueued", { queue, task: "charge", payload: { customer: 7 }, concurrency_key: `${queue}:7` });
+    const ids = async (args: string[]) => {
+      const result = await jobs(["--queue", queue, ...args, "--json"]);
+      expect(result, args.join(" ")).toMatchObject({ code: EXIT.OK, stderr: "" });
+      return JSON.parse(result.stdout).jobs.map((j: { id: string }) => j.id);
+    };
+    expect(await ids(["--error", "TESTERROR: boom"])).toEqual([failed]);
+    expect(await ids(["--task", "charge", "--payload", '{"customer": 7}'])).toEqual([other]);
+    expect(await ids(["--concurrency-key", `${queue}:7`])).toEqual([other]);
+    expect(await ids(["--since", "1h"])).toEqual([other, failed]);
+    expect(await ids(["--until", "1h"])).toEqual([]);
+    expect(await ids(["--finished-since", "2000-01-01T00:00:00Z"])).toEqual([failed]);
+  });
+});
+
+describe("idemq jobs retry|cancel|delete|run-now with a filter (bulk)", () => {
+  async function some(queue: string): Promise<{ failed: string[]; enqueued: string }> {
+    const failed = [];
+    for (let i = 0; i < 3; i++) failed.push(await jobIn(db.pool, "failed", { queue, task: "bulk" }));
+    return { failed, enqueued: await jobIn(db.pool, "enqueued", { queue, task: "bulk" }) };
+  }
+
+  it("retry --yes --json: only the jobs retry takes, in batches of --batch-size; the answer counts them", async () => {
+    const queue = unique("bulk");
+    const { failed, enqueued } = await some(queue);
+    const result = await jobs(["retry", "--queue", queue, "--yes", "--batch-size", "2", "--json"]);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(result.stdout)).toEqual({
+      action: "retry", matched: 3, matchedExact: true, touched: 3, skipped: 0, batches: 2, dryRun: false, interrupted: false,
+    });
+    expect(await states(db.pool, [...failed, enqueued])).toEqual(Object.fromEntries([...failed, enqueued].map((id) => [id, "enqueued"])));
+  });
+
+  it("--dry-run says how many and changes nothing; the question takes y, anything else changes nothing (exit 2)", async () => {
+    const queue = unique("bulk");
+    const { failed, enqueued } = await some(queue);
+    const before = await states(db.pool, [...failed, enqueued]);
+    const dry = await jobs(["cancel", "--queue", queue, "--dry-run"]);
+    expect(dry).toMatchObject({ code: EXIT.OK, stderr: "", stdout: "Cancel: 1 active job matches (dry run: nothing changed).\n" });
+    const no = await runCli(["jobs", "delete", "--queue", queue, "--database-url", db.url], { input: "n\n" });
+    expect(no.code).toBe(EXIT.USAGE);
+    expect(no.stderr).toBe("Delete 3 finished jobs? [y/N] \nidemq: not confirmed: nothing changed (3 finished jobs match); --yes acts without asking\n");
+    const silent = await runCli(["jobs", "delete", "--queue", queue, "--database-url", db.url], { input: "" });
+    expect(silent.code).toBe(EXIT.USAGE);
+    expect(await states(db.pool, [...failed, enqueued])).toEqual(before);
+    const yes = await runCli(["jobs", "delete", "--queue", queue, "--database-url", db.url], { input: "y\n" });
+    expect(yes).toMatchObject({ code: EXIT.OK, stdout: "Deleted 3 job(s) in 1 batch(es).\n" });
+    expect(await states(db.pool, [...failed, enqueued])).toEqual({ [enqueued]: "enqueued" });
+  });
+
+  it("run-now enqueues the scheduled jobs; cancel with ids and a filter takes the ids the filter matches", async () => {
+    const queue = unique("bulk");
+    const scheduled = await jobIn(db.pool, "scheduled", { queue });
+    const enqueued = await jobIn(db.pool, "enqueued", { queue });
+    const now = await jobs(["run-now", "--queue", queue, "--yes", "--json"]);
+    expect(JSON.parse(now.stdout)).toMatchObject({ action: "run_now", matched: 1, touched: 1 });
+    expect(await stateOf(db.pool, scheduled)).toBe("enqueued");
+    const cancel = await jobs(["cancel", scheduled, enqueued, "--task", "test_task", "--yes", "--json"]);
+    expect(JSON.parse(cancel.stdout)).toMatchObject({ action: "cancel", matched: 2, touched: 2 });
+    expect(await states(db.pool, [scheduled, enqueued])).toEqual({ [scheduled]: "cancelled", [enqueued]: "cancelled" });
+    const none = await jobs(["retry", "--queue", unique("empty"), "--json"]);
+    expect(JSON.parse(none.stdout)).toMatchObject({ matched: 0, touched: 0 });
+  });
+
+  it("bad filters are refused before connecting: one line, exit 2", async () => {
+    const unreachable = "postgres://postgres@127.0.0.1:1/nowhere";
+    const cases: [string[], string][] = [
+      [["jobs", "--payload", '{"a": 1'], "--payload is not valid JSON"],
+      [["jobs", "--task", "t", "--payload", "[1]"], "--payload must be a JSON object"],
+      [["jobs", "--queue", "q", "--payload", '{"a": 1}'], "--payload needs --task (or --key, or job ids) beside it"],
+      [["jobs", "--since", "yesterday"], "--since takes a time (2026-12-01T09:00:00Z) or how long ago"],
+      [["jobs", "--finished-until", "5"], "--finished-until takes a time"],
+      [["jobs", "delete"], "give job ids, filter flags"],
+      [["jobs", "run-now", "--all", "--queue", "q"], "--all takes every job: give it alone"],
+      [["jobs", "retry", "--queue", "q", "--batch-size", "0"], "--batch-size must be an integer from 1 to 10000"],
+      [["jobs", "cancel", "--state", "finished"], 'unknown state "finished"'],
+    ];
+    for (const [args, says] of cases) {
+      const result = await runCli([...args, "--database-url", unreachable]);
+      expect(result.code, args.join(" ")).toBe(EXIT.USAGE);
+      expect(errorLines(result), args.join(" ")).toEqual([expect.stringContaining(says)]);
+    }
+  });
+
+  it("a filter SQL refuses (a key over 1000 characters) is exit 2 with the field named, nothing changed", async () => {
+    const result = await jobs(["cancel", "--key", "k".repeat(1001), "--yes"]);
+    expect(result.code).toBe(EXIT.USAGE);
+    expect(errorLines(result)).toEqual([expect.stringContaining('filter field "key" must be a non-empty string of at most 1000 characters')]);
   });
 });

@@ -78,6 +78,8 @@ const INVOCATIONS: Record<string, () => string[]> = {
   "jobs show": () => ["jobs", "show", shownJob],
   "jobs retry": () => ["jobs", "retry", failedJob, "999999991"],
   "jobs cancel": () => ["jobs", "cancel", waitingJob],
+  "jobs run-now": () => ["jobs", "run-now", "--queue", limitQueue, "--yes"],
+  "jobs delete": () => ["jobs", "delete", "--state", "failed", "--dry-run"],
   "jobs reschedule": () => ["jobs", "reschedule", shownJob, "--delay", "1h"],
   "schedules list": () => ["schedules", "list"],
   "schedules add": () => ["schedules", "add", unique("sync"), "--cron", "*/5 * * * *", "--task", "sync"],

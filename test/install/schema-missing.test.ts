@@ -59,9 +59,9 @@ describe("Client on an unmigrated database", () => {
     // getJob calls idemq.job(): no schema, as for the other calls.
     const got = await rejection(client.getJob("1"));
     expect([got.message, got.code]).toEqual([named, "3F000"]);
-    // The admin reads name a table, not a function: 42P01.
+    // listJobs calls idemq.find_jobs(): no schema either.
     const read = await rejection(client.listJobs());
-    expect([read.message, read.code]).toEqual([named, "42P01"]);
+    expect([read.message, read.code]).toEqual([named, "3F000"]);
     const tx = await empty.pool.connect();
     try {
       await tx.query("BEGIN");

@@ -146,6 +146,37 @@ const OPERATIONS: Operation[] = [
     check: (r) => expect(r[0]).toEqual({ state: "scheduled" }),
   },
   { name: "purge", sql: () => ["SELECT idemq.purge(older_than => '1 day') AS n", []] },
+  {
+    name: "find_jobs",
+    sql: () => ["SELECT job_id, payload FROM idemq.find_jobs(filter => jsonb_build_object('queue', $1::text))", [fx.queue]],
+    check: (r) => expect(r).toEqual([{ job_id: fx.enqueued, payload: fx.payload }]),
+  },
+  {
+    name: "count_jobs",
+    sql: () => ["SELECT * FROM idemq.count_jobs(filter => jsonb_build_object('queue', $1::text), action => 'cancel')", [fx.queue]],
+    check: (r) => expect(r).toEqual([{ jobs: 1, exact: true }]),
+  },
+  {
+    name: "retry_jobs",
+    sql: () => ["SELECT * FROM idemq.retry_jobs(filter => jsonb_build_object('ids', jsonb_build_array($1::text)))", [fx.failed]],
+    check: (r) => expect(r).toEqual([{ touched: 1, skipped: 0, more: false, next_before_id: null }]),
+  },
+  {
+    name: "cancel_jobs",
+    sql: () => ["SELECT * FROM idemq.cancel_jobs(filter => jsonb_build_object('queue', $1::text))", [fx.queue]],
+    check: (r) => expect(r).toEqual([{ touched: 1, skipped: 0, more: false, next_before_id: null }]),
+  },
+  {
+    name: "delete_jobs",
+    sql: () => ["SELECT * FROM idemq.delete_jobs(filter => jsonb_build_object('ids', jsonb_build_array($1::text)))", [fx.failed]],
+    check: (r) => expect(r).toEqual([{ touched: 1, skipped: 0, more: false, next_before_id: null }]),
+  },
+  {
+    name: "run_jobs_now",
+    sql: () => ["SELECT * FROM idemq.run_jobs_now(filter => jsonb_build_object('queue', $1::text))", [fx.queue]],
+    check: (r) => expect(r).toEqual([{ touched: 0, skipped: 0, more: false, next_before_id: null }]),
+  },
+
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "set_limit", sql: () => ["SELECT idemq.set_limit(queue => $1 || '-limited', concurrency => 2)", [fx.queue]] },
   { name: "limits", sql: () => ["SELECT * FROM idemq.limits()", []] },

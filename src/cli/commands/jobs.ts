@@ -1,12 +1,14 @@
-// idemq jobs [--state S] [--queue Q] [--task T] [--key K] [--limit N]   a table, newest first
+// idemq jobs [filter flags] [--limit N]      a table, newest first (find_jobs)
 // idemq jobs show ID                          the job and a timeline of its attempts
 // idemq jobs retry|cancel ID...               operator actions, one result per id
+// idemq jobs retry|cancel|delete|run-now [ID...] <filter flags> | --all
+//                                             a bulk action in batches, after a count and a question (jobs-bulk.ts)
 // idemq jobs reschedule ID... --run-at T | --delay D
 import { type Command, Option } from "commander";
-import { CLIENT_DEFAULTS, JOB_STATES, type JobState } from "../../contract.ts";
+import { CLIENT_DEFAULTS, type JobState } from "../../contract.ts";
 import { DuplicateJobError, JobNotFoundError } from "../../errors.ts";
 import type { Client } from "../../client.ts";
-import { countJobs, type ListJobsFilter } from "../../job-reads.ts";
+import { countJobs, type JobFilter } from "../../job-reads.ts";
 import { runQuery } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
@@ -14,13 +16,11 @@ import { exitCodeFor } from "../exit-codes.ts";
 import { JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
 import { action, emit, type ErrorJson, errorJson, errorLine, UsageError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
-import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds, parseStates } from "../parse.ts";
+import { addFilterOptions, type FilterOptions, filterFrom, hasFilter } from "../job-filter.ts";
+import { integerParser, parseDuration, parseInstant, parseJobId, parseJobIds } from "../parse.ts";
+import { addBulkOptions, type BulkOptions, bulkFilter, runBulk } from "./jobs-bulk.ts";
 
-interface ListOptions extends CommonOptions {
-  state?: JobState[];
-  queue?: string;
-  task?: string;
-  key?: string;
+interface ListOptions extends CommonOptions, FilterOptions {
   limit?: number;
 }
 
@@ -34,30 +34,25 @@ interface RescheduleOptions extends CommonOptions {
 }
 
 export function registerJobsCommands(program: Command): void {
-  const jobs = program
-    .command("jobs")
-    .description("list jobs (newest first); show, retry, cancel or reschedule them")
-    // Checked in the action, so `jobs frobnicate` names the subcommands rather than "too many arguments".
-    .allowExcessArguments()
-    .option("--state <states>", `comma-separated states: ${JOB_STATES.join(", ")}`, parseStates)
-    .option("--queue <queue>", "only this queue")
-    .option("--task <task>", "only this task")
-    .option("--key <key>", "only the job with this idempotency key")
+  const jobs = addFilterOptions(
+    program
+      .command("jobs")
+      .description("list jobs (newest first); show, retry, cancel, delete, run now or reschedule them")
+      // Checked in the action, so `jobs frobnicate` names the subcommands rather than "too many arguments".
+      .allowExcessArguments(),
+  )
     .option("--limit <n>", `at most this many rows (default ${CLIENT_DEFAULTS.listLimit})`, integerParser("--limit", 1, 100_000))
     .action(
       action(async (_options: ListOptions, cmd: Command) => {
         const subcommand = cmd.args[0];
         if (subcommand !== undefined) {
-          throw new UsageError(`unknown command 'jobs ${subcommand}'; use jobs show, retry, cancel or reschedule (see \`idemq jobs --help\`)`);
+          throw new UsageError(
+            `unknown command 'jobs ${subcommand}'; use jobs show, retry, cancel, delete, run-now or reschedule (see \`idemq jobs --help\`)`,
+          );
         }
         const options = cmd.optsWithGlobals<ListOptions>();
+        const filter = filterFrom(options);
         await withClient(options, async (client) => {
-          const filter = {
-            ...(options.state === undefined ? {} : { state: options.state }),
-            ...(options.queue === undefined ? {} : { queue: options.queue }),
-            ...(options.task === undefined ? {} : { task: options.task }),
-            ...(options.key === undefined ? {} : { key: options.key }),
-          };
           const limit = options.limit ?? CLIENT_DEFAULTS.listLimit;
           const found = await client.listJobs({ ...filter, limit });
           const beyond = found.length < limit ? { count: 0, exact: true } : await countBeyond(client, filter, limit);
@@ -71,6 +66,8 @@ export function registerJobsCommands(program: Command): void {
   databaseCommand(jobs, [
     "idemq jobs --state failed,expired --queue emails",
     "idemq jobs --key invoice:42 --json",
+    "idemq jobs --task send_email --payload '{\"customer\": 42}' --since 2h",
+    "idemq jobs --state failed --error timeout --finished-since 1d",
     "idemq jobs show 42",
     "idemq jobs retry 42 43",
   ]);
@@ -98,27 +95,67 @@ export function registerJobsCommands(program: Command): void {
     );
   databaseCommand(show, ["idemq jobs show 42", "idemq jobs show 42 --stack", "idemq jobs show 42 --json | jq '.timeline[-1].error'"]);
 
-  const retry = jobs
-    .command("retry")
-    .description("run failed, cancelled or expired jobs again, with fresh attempts")
-    .argument("<ids...>", "job ids")
-    .action(
-      action(async (ids: string[], _options: CommonOptions, cmd: Command) => {
-        await forEachJob(cmd.optsWithGlobals<CommonOptions>(), parseJobIds(ids), "retried", (client, id) => client.retry(id));
-      }),
-    );
-  databaseCommand(retry, ["idemq jobs retry 42", "idemq jobs retry $(idemq jobs --state failed --json | jq -r '.jobs[].id')"]);
+  const retry = addBulkOptions(
+    addFilterOptions(
+      jobs
+        .command("retry")
+        .description("run failed, cancelled or expired jobs again, with fresh attempts: the ids given, or every job a filter matches")
+        .argument("[ids...]", "job ids"),
+    ),
+  ).action(
+    action(async (ids: string[], _options: BulkOptions, cmd: Command) => {
+      await perIdOrBulk(cmd.optsWithGlobals<BulkOptions>(), ids, "retry", "retried", (client, id) => client.retry(id));
+    }),
+  );
+  databaseCommand(retry, [
+    "idemq jobs retry 42",
+    "idemq jobs retry --state failed --task send_email --error timeout --finished-since 1d",
+    "idemq jobs retry --queue emails --dry-run",
+  ]);
 
-  const cancel = jobs
-    .command("cancel")
-    .description("cancel jobs that have not finished (a running attempt is fenced out)")
-    .argument("<ids...>", "job ids")
-    .action(
-      action(async (ids: string[], _options: CommonOptions, cmd: Command) => {
-        await forEachJob(cmd.optsWithGlobals<CommonOptions>(), parseJobIds(ids), "cancelled", (client, id) => client.cancel(id));
-      }),
-    );
-  databaseCommand(cancel, ["idemq jobs cancel 42 43 --json"]);
+  const cancel = addBulkOptions(
+    addFilterOptions(
+      jobs
+        .command("cancel")
+        .description("cancel jobs that have not finished (a running attempt is fenced out): the ids given, or every job a filter matches")
+        .argument("[ids...]", "job ids"),
+    ),
+  ).action(
+    action(async (ids: string[], _options: BulkOptions, cmd: Command) => {
+      await perIdOrBulk(cmd.optsWithGlobals<BulkOptions>(), ids, "cancel", "cancelled", (client, id) => client.cancel(id));
+    }),
+  );
+  databaseCommand(cancel, ["idemq jobs cancel 42 43 --json", "idemq jobs cancel --queue imports --state scheduled,enqueued --yes"]);
+
+  const remove = addBulkOptions(
+    addFilterOptions(
+      jobs
+        .command("delete")
+        .description("delete finished jobs (their keys stay until prune-keys): the ids given, or every finished job a filter matches")
+        .argument("[ids...]", "job ids"),
+    ),
+  ).action(
+    action(async (ids: string[], _options: BulkOptions, cmd: Command) => {
+      const options = cmd.optsWithGlobals<BulkOptions>();
+      await runBulk("delete", bulkFilter(options, parseJobIds(ids)), options);
+    }),
+  );
+  databaseCommand(remove, ["idemq jobs delete --state failed --task import --finished-until 30d", "idemq jobs delete 42 43 --yes --json"]);
+
+  const runNow = addBulkOptions(
+    addFilterOptions(
+      jobs
+        .command("run-now")
+        .description("enqueue scheduled jobs now (reschedule to now): the ids given, or every scheduled job a filter matches")
+        .argument("[ids...]", "job ids"),
+    ),
+  ).action(
+    action(async (ids: string[], _options: BulkOptions, cmd: Command) => {
+      const options = cmd.optsWithGlobals<BulkOptions>();
+      await runBulk("run_now", bulkFilter(options, parseJobIds(ids)), options);
+    }),
+  );
+  databaseCommand(runNow, ["idemq jobs run-now --queue reports", "idemq jobs run-now 42 --yes"]);
 
   const reschedule = jobs
     .command("reschedule")
@@ -142,6 +179,27 @@ export function registerJobsCommands(program: Command): void {
   databaseCommand(reschedule, ["idemq jobs reschedule 42 --delay 10m", "idemq jobs reschedule 42 43 --run-at 2026-12-01T09:00:00Z"]);
 }
 
+
+/**
+ * retry and cancel: ids alone act on each id in turn, one result per id, as
+ * before; with a filter flag, --all, --yes, --dry-run or --batch-size it is
+ * the bulk action on the ids and filter together (jobs-bulk.ts).
+ */
+async function perIdOrBulk(
+  options: BulkOptions,
+  ids: string[],
+  bulk: "retry" | "cancel",
+  verb: string,
+  run: (client: Client, id: string) => Promise<JobState>,
+): Promise<void> {
+  const jobIds = parseJobIds(ids);
+  const bulkFlags = options.all || options.yes || options.dryRun || options.batchSize !== undefined;
+  if (jobIds.length > 0 && !hasFilter(options) && !bulkFlags) {
+    await forEachJob(options, jobIds, verb, run);
+    return;
+  }
+  await runBulk(bulk, bulkFilter(options, jobIds), options);
+}
 
 interface JobResult {
   id: string;
@@ -211,7 +269,7 @@ async function databaseTimeIn(client: Client, interval: string): Promise<Date> {
  */
 export const MORE_COUNT_CAP = 10_000;
 
-async function countBeyond(client: Client, filter: ListJobsFilter, limit: number): Promise<{ count: number; exact: boolean }> {
+async function countBeyond(client: Client, filter: JobFilter, limit: number): Promise<{ count: number; exact: boolean }> {
   const { count, exact } = await countJobs(client.pool, filter, limit + MORE_COUNT_CAP);
   return { count: count - limit, exact };
 }
