@@ -53,7 +53,8 @@ export function resume(db: Queryable, opts: LimitScope): Promise<boolean> {
 
 /**
  * Back-pressure (hold()): snoozes the held job for `delay` without spending
- * an attempt and holds back its queue or task from every claim until then,
+ * an attempt and holds back its queue, task or concurrency key from every
+ * claim until then (22023 for scope "key" on a job without a key),
  * timed by the database's clock. Returns the scope's held_until (the later
  * of an earlier hold and this one). IQ410 when the attempt no longer holds
  * the job.
