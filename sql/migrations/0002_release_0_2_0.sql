@@ -3055,6 +3055,22 @@ $$;
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
   'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
 
+-- ---- sql/functions/flow/held_keys.sql ----
+CREATE OR REPLACE FUNCTION idemq.held_keys()
+RETURNS TABLE(concurrency_key text, held_until timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT h.concurrency_key, h.held_until
+  FROM idemq.key_holds h
+  WHERE h.held_until > now()
+  ORDER BY h.held_until, h.concurrency_key;
+$$;
+
+COMMENT ON FUNCTION idemq.held_keys() IS
+  'The concurrency keys held back now (hold with scope key: a 429 for one key), and until when.';
+
 -- ---- sql/functions/flow/hold.sql ----
 CREATE OR REPLACE FUNCTION idemq.hold(job_id bigint, attempt int, scope text, until timestamptz,
                                       lease_token uuid DEFAULT NULL)

@@ -127,6 +127,18 @@ export async function limits(db: Queryable): Promise<LimitRow[]> {
   }));
 }
 
+/** A concurrency key held back now (hold(..., scope => 'key')), and until when. */
+export interface HeldKeyRow {
+  concurrencyKey: string;
+  heldUntil: Date;
+}
+
+/** The concurrency keys held back now, by the end of their hold (held_keys()). */
+export async function heldKeys(db: Queryable): Promise<HeldKeyRow[]> {
+  const rows = await call<"held_keys", { concurrency_key: string; held_until: Date }>(db, "held_keys", {});
+  return rows.map((r) => ({ concurrencyKey: r.concurrency_key, heldUntil: r.held_until }));
+}
+
 export interface DeclaredLimit {
   /** The task's limits stored after the call (null: not set). */
   concurrency: number | null;

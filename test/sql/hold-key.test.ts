@@ -88,6 +88,8 @@ describe("hold(scope 'key')", () => {
     const held = await holdKey(db.pool, job, until);
     expect(held.toISOString()).toBe(new Date(until).toISOString());
     expect(await keyHeldUntil(key)).toBeDefined();
+    const { rows: listed } = await db.pool.query<{ held_until: Date }>("SELECT held_until FROM idemq.held_keys() WHERE concurrency_key = $1", [key]);
+    expect(listed).toEqual([{ held_until: held }]);
     // The held job and the key's other admitted job wait for the hold's end; the waiting one still waits.
     expect(await atHoldEnd([first, second, third])).toEqual({
       [first]: "scheduled at hold end", [second]: "scheduled at hold end", [third]: "awaiting",
@@ -185,6 +187,10 @@ describe("hold(scope 'key')", () => {
     await holdKey(db.pool, nextJob, await dbNowPlus("1 minute"));
     const { rows: gone } = await db.pool.query("SELECT 1 FROM idemq.key_holds WHERE concurrency_key = $1", [key]);
     expect(gone).toEqual([]);
+    // held_keys() lists the holds still to come only.
+    const { rows: listed } = await db.pool.query<{ concurrency_key: string }>("SELECT concurrency_key FROM idemq.held_keys()");
+    expect(listed.map((r) => r.concurrency_key)).toContain(next);
+    expect(listed.map((r) => r.concurrency_key)).not.toContain(key);
     expect(await keyHeldUntil(next)).toBeDefined();
   });
 
