@@ -312,6 +312,7 @@ describe("bad input", () => {
     expect([...new Set(CASES.map((k) => k.fn))].sort()).toEqual(withArgs);
     expect(rows.filter((r) => r.nargs === 0).map((r) => r.name).sort()).toEqual([
       "active_states",
+      "held_keys",
       "limits",
       "rescue",
       "schedules",
