@@ -518,6 +518,21 @@ CREATE TABLE idemq.limit_starts (
 
 COMMENT ON TABLE idemq.limit_starts IS 'The ring of each rate limit: rate rows, each the start time that used it last; a start needs a row older than per.';
 
+-- A concurrency key held back (hold(..., scope => 'key'): a 429's
+-- Retry-After for one customer's API key): no job of the key runs before
+-- held_until. Read by the jobs trigger (_count_jobs) on each keyed job it
+-- sees written runnable; a row whose hold has passed is deleted by the next
+-- hold (held_until's index keeps the trigger's probe cheap meanwhile).
+CREATE TABLE idemq.key_holds (
+    concurrency_key text PRIMARY KEY,
+    held_until timestamp with time zone NOT NULL,
+    CONSTRAINT key_holds_key_not_empty CHECK ((concurrency_key <> ''::text)),
+    CONSTRAINT key_holds_finite CHECK ((held_until < 'infinity'::timestamp with time zone))
+);
+
+COMMENT ON TABLE idemq.key_holds IS 'Concurrency keys held back by hold(..., scope => ''key''): no job of the key runs before held_until (the jobs trigger _count_jobs moves a keyed job written runnable to it). Written by hold only.';
+CREATE INDEX key_holds_held_until ON idemq.key_holds USING btree (held_until);
+
 -- ==== Workers ====
 
 -- Presence (worker_seen, worker_stopped): which queues and tasks each

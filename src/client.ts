@@ -245,6 +245,11 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return sql.limits(this.db(opts));
   }
 
+  /** The concurrency keys held back now (a handler's RateLimitedError with scope "key"), and until when. */
+  heldKeys(opts: InTransaction = {}): Promise<sql.HeldKeyRow[]> {
+    return sql.heldKeys(this.db(opts));
+  }
+
   /** Releases idempotency keys; without olderThan, the SQL default retention applies. */
   pruneKeys(opts: { olderThan?: Duration | undefined } & InTransaction = {}): Promise<number> {
     return sql.pruneKeys(this.db(opts), opts);

@@ -237,16 +237,22 @@ export class TimeoutError extends Error {
   }
 }
 
-/** What a RateLimitedError holds back: the job's queue (every task calling the API) or its task. */
-export type RateLimitScope = "queue" | "task";
+/**
+ * What a RateLimitedError holds back: the job's queue (every task calling the
+ * API), its task, or its concurrency key (one customer's API key: the job
+ * must have been enqueued with a concurrencyKey).
+ */
+export type RateLimitScope = "queue" | "task" | "key";
 
 /**
  * Thrown by a handler whose API answered 429 (or 503) with a Retry-After:
- * the worker holds back the job's queue (or, with `scope: "task"`, its task)
- * from every claim of every worker and SQL consumer until `retryAfterMs`
- * from now by the database's clock, and puts the job back to `scheduled`
- * for then without spending an attempt (SQL: idemq.hold). Not a database
- * error, hence not an IdemqError. A per-key scope comes with concurrency keys.
+ * the worker holds back the job's queue (or, with `scope: "task"`, its task;
+ * with `scope: "key"`, its concurrency key) from every claim of every worker
+ * and SQL consumer until `retryAfterMs` from now by the database's clock,
+ * and puts the job back to `scheduled` for then without spending an attempt
+ * (SQL: idemq.hold). Scope "key" on a job without a concurrency key is
+ * refused by the database (22023), and the worker fails the attempt with
+ * that error. Not a database error, hence not an IdemqError.
  */
 export class RateLimitedError extends Error {
   /** How long to hold the scope back, in milliseconds (0: snooze only, hold nothing). */
@@ -261,10 +267,10 @@ export class RateLimitedError extends Error {
       });
     }
     const scope = options.scope ?? "queue";
-    if (scope !== "queue" && scope !== "task") {
-      throw new BadArgumentError(`RateLimitedError: scope must be "queue" or "task", not ${JSON.stringify(scope)}`, {
+    if (scope !== "queue" && scope !== "task" && scope !== "key") {
+      throw new BadArgumentError(`RateLimitedError: scope must be "queue", "task" or "key", not ${JSON.stringify(scope)}`, {
         code: "22023",
-        hint: 'Hold the job\'s queue (every task sharing the API) or its task; a concurrency key is not a scope yet.',
+        hint: "Hold the job's queue (every task sharing the API), its task, or its concurrency key (one customer's API key).",
       });
     }
     super(options.message ?? `rate limited: hold the ${scope} for ${Math.round(retryAfterMs)} ms`, { cause: options.cause });

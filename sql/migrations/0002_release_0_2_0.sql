@@ -177,6 +177,21 @@ CREATE TABLE idemq.limit_starts (
 ) WITH (fillfactor = 50);
 
 COMMENT ON TABLE idemq.limit_starts IS 'The ring of each rate limit: rate rows, each the start time that used it last; a start needs a row older than per.';
+
+-- A concurrency key held back (hold(..., scope => 'key'): a 429's
+-- Retry-After for one customer's API key): no job of the key runs before
+-- held_until. Read by the jobs trigger (_count_jobs) on each keyed job it
+-- sees written runnable; a row whose hold has passed is deleted by the next
+-- hold (held_until's index keeps the trigger's probe cheap meanwhile).
+CREATE TABLE idemq.key_holds (
+    concurrency_key text PRIMARY KEY,
+    held_until timestamp with time zone NOT NULL,
+    CONSTRAINT key_holds_key_not_empty CHECK ((concurrency_key <> ''::text)),
+    CONSTRAINT key_holds_finite CHECK ((held_until < 'infinity'::timestamp with time zone))
+);
+
+COMMENT ON TABLE idemq.key_holds IS 'Concurrency keys held back by hold(..., scope => ''key''): no job of the key runs before held_until (the jobs trigger _count_jobs moves a keyed job written runnable to it). Written by hold only.';
+CREATE INDEX key_holds_held_until ON idemq.key_holds USING btree (held_until);
 -- Concurrency keys (issue 26; docs/design.md, "Concurrency keys"): enqueue's
 -- new last field. The column idemq.jobs.concurrency_key and its indexes are
 -- added after the functions (the ALTER TABLE locks the jobs).
@@ -1513,6 +1528,8 @@ AS $$
 #variable_conflict error
 DECLARE
   v_keys text[];
+  v_runnable text[];
+  v_retried text[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
   -- (or were deleted) are given back in this same statement's transaction,
@@ -1573,31 +1590,80 @@ BEGIN
   -- Concurrency keys: a job of a key that leaves the admitted states
   -- (finishes, or is deleted) makes room for the key's next waiting job,
   -- in this same transaction (_key_promote, after the key's lock). A
-  -- statement without a keyed admitted job pays one scan of old_jobs.
+  -- statement without a keyed job awaiting or admitted pays one scan of
+  -- old_jobs. The same reading collects the keys of the keyed jobs the
+  -- statement left runnable (v_runnable), and of those among them that came
+  -- out of processing (v_retried: a retry, snooze, rescue or hold), for the
+  -- held keys below.
   IF TG_OP = 'UPDATE' THEN
     IF EXISTS (SELECT FROM old_jobs o
-               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
-      -- The keys with fewer admitted jobs after the statement than before
-      -- (grouped per side, not joined: the planner trap above).
-      SELECT array_agg(d.concurrency_key) INTO v_keys
-      FROM (SELECT k.concurrency_key
-            FROM (SELECT o.concurrency_key, count(*) AS n FROM old_jobs o
-                  WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
-                  GROUP BY o.concurrency_key
+               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('awaiting', 'enqueued', 'scheduled', 'processing')) THEN
+      -- Per key, from each side grouped, never joined (the planner trap of
+      -- the slots above: a join of the transition tables nests loops):
+      -- v_keys, the keys with fewer admitted jobs after the statement than
+      -- before; v_runnable, the keys with a job runnable after it; v_retried,
+      -- those of them that also had a job processing before it.
+      SELECT array_agg(g.k) FILTER (WHERE g.admitted > 0),
+             array_agg(g.k) FILTER (WHERE g.runnable),
+             array_agg(g.k) FILTER (WHERE g.runnable AND g.was_processing)
+      INTO v_keys, v_runnable, v_retried
+      FROM (SELECT d.k, sum(d.admitted) AS admitted, bool_or(d.runnable) AS runnable,
+                   bool_or(d.was_processing) AS was_processing
+            FROM (SELECT o.concurrency_key AS k, (o.state IN ('enqueued', 'scheduled', 'processing'))::int AS admitted,
+                         false AS runnable, o.state = 'processing' AS was_processing
+                  FROM old_jobs o WHERE o.concurrency_key IS NOT NULL
                   UNION ALL
-                  SELECT w.concurrency_key, -count(*) FROM new_jobs w
-                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
-                  GROUP BY w.concurrency_key) k
-            GROUP BY k.concurrency_key
-            HAVING sum(k.n) > 0) d;
+                  SELECT w.concurrency_key, -(w.state IN ('enqueued', 'scheduled', 'processing'))::int,
+                         w.state IN ('enqueued', 'scheduled'), false
+                  FROM new_jobs w WHERE w.concurrency_key IS NOT NULL) d
+            GROUP BY d.k) g;
+    END IF;
+  ELSIF TG_OP = 'INSERT' THEN
+    -- Only enqueue's fast path inserts a keyed job runnable, and it holds the
+    -- key's lock (_key_admits); without a live key hold, one probe of the
+    -- empty idemq.key_holds and no scan of new_jobs.
+    IF EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now()) THEN
+      SELECT array_agg(DISTINCT w.concurrency_key) INTO v_runnable
+      FROM new_jobs w
+      WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled');
     END IF;
   ELSIF TG_OP = 'DELETE' THEN
     SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
     FROM old_jobs o
     WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing');
   END IF;
+  -- A job back from processing may be one hold() did not move (it was
+  -- processing then): the key's lock, before the probe below, orders this
+  -- statement after a hold of its key in flight (hold() writes under it),
+  -- or that hold after this one (its own statement then sees this job
+  -- runnable and moves it). Every other way in holds the lock already
+  -- (enqueue, _key_promote) or the job's row lock, which hold() takes too.
+  IF v_retried IS NOT NULL THEN
+    IF cardinality(v_retried) = 1 AND v_keys IS NULL THEN
+      -- _key_lock's lock for one key, taken here directly (as _key_admits
+      -- does: a call, an unnest and a sort less; 4 against 25-40 us).
+      PERFORM pg_advisory_xact_lock(1801812339, hashtext(v_retried[1]));
+    ELSE
+      PERFORM idemq._key_lock(v_retried || v_keys);
+    END IF;
+  END IF;
   IF v_keys IS NOT NULL THEN
     PERFORM idemq._key_promote(v_keys);
+  END IF;
+  -- Held keys (hold(..., scope => 'key')): a keyed job this statement left
+  -- runnable before its key's hold ends runs at the hold's end instead,
+  -- whoever wrote it (an admission, a promotion, a retry, a snooze, a
+  -- reschedule, direct SQL). Without a live hold of any key: one probe of
+  -- the empty idemq.key_holds (3 us, as the idemq.limits guard above; the
+  -- probe by these keys costs 8-20). The UPDATE fires this trigger again,
+  -- which finds every job of it at its hold's end already.
+  IF v_runnable IS NOT NULL
+     AND EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now())
+     AND EXISTS (SELECT FROM idemq.key_holds h WHERE h.concurrency_key = ANY (v_runnable) AND h.held_until > now()) THEN
+    UPDATE idemq.jobs AS j SET run_at = h.held_until, state = 'scheduled'
+    FROM new_jobs w JOIN idemq.key_holds h ON h.concurrency_key = w.concurrency_key
+    WHERE j.id = w.id AND j.state IN ('enqueued', 'scheduled') AND j.run_at < h.held_until
+      AND h.held_until > now();
   END IF;
   -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
   -- complete_many, apply_retention) appends a row per group, not per job.
@@ -3489,6 +3555,22 @@ $$;
 COMMENT ON FUNCTION idemq.heartbeat(bigint[], int[], interval, uuid[]) IS
   'Extend the leases of (job_id, attempt, lease_token) entries still held; ids missing from the answer were lost.';
 
+-- ---- sql/functions/flow/held_keys.sql ----
+CREATE OR REPLACE FUNCTION idemq.held_keys()
+RETURNS TABLE(concurrency_key text, held_until timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT h.concurrency_key, h.held_until
+  FROM idemq.key_holds h
+  WHERE h.held_until > now()
+  ORDER BY h.held_until, h.concurrency_key;
+$$;
+
+COMMENT ON FUNCTION idemq.held_keys() IS
+  'The concurrency keys held back now (hold with scope key: a 429 for one key), and until when.';
+
 -- ---- sql/functions/flow/hold.sql ----
 CREATE OR REPLACE FUNCTION idemq.hold(job_id bigint, attempt int, scope text, until timestamptz,
                                       lease_token uuid DEFAULT NULL)
@@ -3501,6 +3583,7 @@ AS $$
 DECLARE
   v_queue text;
   v_task text;
+  v_key text;
   v_held timestamptz;
 BEGIN
   IF hold.job_id IS NULL OR hold.attempt IS NULL OR hold.scope IS NULL OR hold.until IS NULL THEN
@@ -3508,12 +3591,12 @@ BEGIN
       MESSAGE = format('hold: %s must not be NULL',
                        CASE WHEN hold.job_id IS NULL THEN 'job_id' WHEN hold.attempt IS NULL THEN 'attempt'
                             WHEN hold.scope IS NULL THEN 'scope' ELSE 'until' END),
-      HINT = 'Pass the held job''s job_id and attempt (and lease_token), the scope (''queue'' or ''task'') and when the API accepts calls again.';
+      HINT = 'Pass the held job''s job_id and attempt (and lease_token), the scope (''queue'', ''task'' or ''key'') and when the API accepts calls again.';
   END IF;
-  IF hold.scope NOT IN ('queue', 'task') THEN
+  IF hold.scope NOT IN ('queue', 'task', 'key') THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('hold: scope must be ''queue'' or ''task'', not %s', idemq._excerpt(hold.scope)),
-      HINT = 'Hold the job''s queue (every task sharing the API) or its task; a concurrency key is not a scope of hold yet.';
+      MESSAGE = format('hold: scope must be ''queue'', ''task'' or ''key'', not %s', idemq._excerpt(hold.scope)),
+      HINT = 'Hold the job''s queue (every task sharing the API), its task, or its concurrency key (one customer''s API key).';
   END IF;
   PERFORM idemq._check_instant('hold', 'until', hold.until);
   IF hold.until > now() + make_interval(days => idemq._limit('duration_days')::int) THEN
@@ -3522,25 +3605,58 @@ BEGIN
                        idemq._limit('duration_days'), hold.until),
       HINT = 'A Retry-After that far ahead is likely a parsing error; hold for the API''s real window, or pause() the queue.';
   END IF;
+  IF hold.scope = 'key' THEN
+    -- The key's runnable jobs, locked before the job's row and the key's
+    -- lock, the order a cancel of one of them takes (its row, then the key's
+    -- lock in _count_jobs); by id, as another hold of the key locks them.
+    -- A job's key never changes, so it is read unlocked.
+    PERFORM FROM idemq.jobs k
+    WHERE k.concurrency_key = (SELECT h.concurrency_key FROM idemq.jobs h WHERE h.id = hold.job_id)
+      AND k.state IN ('enqueued', 'scheduled')
+    ORDER BY k.id
+    FOR UPDATE;
+  END IF;
   UPDATE idemq.jobs AS j
   SET state = 'scheduled', run_at = hold.until, uncounted = j.uncounted + 1,
       locked_by = NULL, lease_expires_at = NULL
   WHERE j.id = hold.job_id AND j.attempt = hold.attempt
     AND j.lease_token IS NOT DISTINCT FROM hold.lease_token
     AND idemq._held(j.lease_expires_at, j.locked_by)
-  RETURNING j.queue, j.task INTO v_queue, v_task;
+  RETURNING j.queue, j.task, j.concurrency_key INTO v_queue, v_task, v_key;
   IF NOT FOUND THEN
     PERFORM idemq._raise_not_held(hold.job_id, hold.attempt, 'hold');
+  END IF;
+  IF hold.scope = 'key' AND v_key IS NULL THEN
+    -- Raised after the fence (a stale attempt gets IQ410 first); the snooze
+    -- above rolls back with the error.
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('hold: job %s has no concurrency_key, so scope ''key'' has nothing to hold', hold.job_id),
+      HINT = 'Enqueue the job with a concurrency_key (concurrencyKey) to hold one key, or hold its ''queue'' or ''task''.';
   END IF;
   IF hold.until <= now() THEN
     PERFORM idemq._notify_waiting(v_queue);
     RETURN hold.until;
   END IF;
-  -- Rows that held nothing but a hold now past (claim ignores them; this
-  -- keeps the table as small as the limits set).
+  -- Rows that held nothing but a hold now past (claim and the jobs trigger
+  -- ignore them; this keeps limits as small as the limits set, and
+  -- key_holds as small as the keys held now).
   DELETE FROM idemq.limits l
   WHERE l.held_until <= now() AND NOT l.paused
     AND l.concurrency IS NULL AND l.rate IS NULL AND l.per_key IS NULL;
+  DELETE FROM idemq.key_holds h WHERE h.held_until <= now();
+  IF hold.scope = 'key' THEN
+    -- Under the key's lock (the job's UPDATE above took it already, in
+    -- _count_jobs): an admission or a retry of the key in flight commits
+    -- first and is moved below, or comes after and sees the hold.
+    PERFORM idemq._key_lock(ARRAY[v_key]);
+    INSERT INTO idemq.key_holds AS h (concurrency_key, held_until)
+    VALUES (v_key, hold.until)
+    ON CONFLICT (concurrency_key) DO UPDATE SET held_until = greatest(h.held_until, hold.until)
+    RETURNING h.held_until INTO v_held;
+    UPDATE idemq.jobs AS j SET run_at = v_held, state = 'scheduled'
+    WHERE j.concurrency_key = v_key AND j.state IN ('enqueued', 'scheduled') AND j.run_at < v_held;
+    RETURN v_held;
+  END IF;
   INSERT INTO idemq.limits AS l (kind, name, held_until)
   VALUES (hold.scope, CASE WHEN hold.scope = 'queue' THEN v_queue ELSE v_task END, hold.until)
   ON CONFLICT ON CONSTRAINT limits_scope DO UPDATE
@@ -3551,7 +3667,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.hold(bigint, int, text, timestamptz, uuid) IS
-  'Back-pressure (a 429): snooze the held job to until without spending an attempt, and hold back its queue or task from every claim until then.';
+  'Back-pressure (a 429): snooze the held job to until without spending an attempt, and hold back its queue, task or concurrency key from every claim until then.';
 
 -- ---- sql/functions/reads/job.sql ----
 CREATE OR REPLACE FUNCTION idemq.job(job_id bigint)

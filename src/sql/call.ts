@@ -94,6 +94,7 @@ export const SQL_FUNCTIONS = {
   pause: ["queue", "task"],
   resume: ["queue", "task"],
   limits: [],
+  held_keys: [],
   declare_limit: ["task", "concurrency", "rate", "per"],
 } as const satisfies Record<string, readonly string[]>;
 

@@ -53,7 +53,8 @@ export function resume(db: Queryable, opts: LimitScope): Promise<boolean> {
 
 /**
  * Back-pressure (hold()): snoozes the held job for `delay` without spending
- * an attempt and holds back its queue or task from every claim until then,
+ * an attempt and holds back its queue, task or concurrency key from every
+ * claim until then (22023 for scope "key" on a job without a key),
  * timed by the database's clock. Returns the scope's held_until (the later
  * of an earlier hold and this one). IQ410 when the attempt no longer holds
  * the job.
@@ -124,6 +125,18 @@ export async function limits(db: Queryable): Promise<LimitRow[]> {
     started: r.started,
     updatedAt: r.updated_at,
   }));
+}
+
+/** A concurrency key held back now (hold(..., scope => 'key')), and until when. */
+export interface HeldKeyRow {
+  concurrencyKey: string;
+  heldUntil: Date;
+}
+
+/** The concurrency keys held back now, by the end of their hold (held_keys()). */
+export async function heldKeys(db: Queryable): Promise<HeldKeyRow[]> {
+  const rows = await call<"held_keys", { concurrency_key: string; held_until: Date }>(db, "held_keys", {});
+  return rows.map((r) => ({ concurrencyKey: r.concurrency_key, heldUntil: r.held_until }));
 }
 
 export interface DeclaredLimit {

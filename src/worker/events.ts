@@ -1,7 +1,7 @@
 // The worker's events, for logs and metrics. Every job event carries the job
 // id, task, queue and attempt; events that end an attempt carry its duration.
 
-import type { LeaseLostError } from "../errors.ts";
+import type { LeaseLostError, RateLimitScope } from "../errors.ts";
 
 /** An error as recorded in the job's errors list and in events. */
 export interface ErrorInfo {
@@ -26,8 +26,9 @@ export interface JobEndEvent extends JobEvent {
 
 /** The scope a RateLimitedError held back, and until when by the database's clock (hold()). */
 export interface HeldScope {
-  scope: "queue" | "task";
-  name: string;
+  scope: RateLimitScope;
+  /** The queue's or the task's name; null for a key (the claim does not carry it: job(jobId).concurrencyKey has it). */
+  name: string | null;
   until: Date;
 }
 

@@ -22,7 +22,7 @@
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
 import { toMilliseconds } from "../duration.ts";
-import { EffectClaimLostError, LeaseLostError, PermanentError, RateLimitedError, TimeoutError } from "../errors.ts";
+import { BadArgumentError, EffectClaimLostError, LeaseLostError, PermanentError, RateLimitedError, TimeoutError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
@@ -441,16 +441,19 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
 
 /**
  * The handler threw RateLimitedError (its API said 429 with a Retry-After):
- * hold() holds back the job's queue or task from every claim until then and
- * snoozes the job to that time, its attempt not spent. A transactional
- * attempt's writes rolled back first, as for any error.
+ * hold() holds back the job's queue, task or concurrency key from every
+ * claim until then and snoozes the job to that time, its attempt not spent.
+ * A transactional attempt's writes rolled back first, as for any error. A
+ * hold the database refuses (scope "key" on a job without a concurrency
+ * key: 22023, naming the job and the fix) fails the attempt with that
+ * error, so it is on the job and the task's retry policy applies.
  */
 async function holdJob(state: WorkerState, held: HeldJob, error: RateLimitedError): Promise<void> {
   const delay = `${error.retryAfterMs}ms`;
   try {
     const until = await sql.hold(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, error.scope, delay);
     held.trace?.end("snoozed");
-    const name = error.scope === "queue" ? held.job.queue : held.job.task;
+    const name = error.scope === "queue" ? held.job.queue : error.scope === "task" ? held.job.task : null;
     state.emit("job:snoozed", {
       ...jobEvent(state, held),
       durationMs: durationOf(held),
@@ -461,6 +464,8 @@ async function holdJob(state: WorkerState, held: HeldJob, error: RateLimitedErro
   } catch (caught) {
     const lost = asLost(caught);
     if (lost instanceof LeaseLostError) return attemptLost(state, held, leaseLostFields(lost));
+    // Awaited: the job stays held (heartbeats, shutdown) until fail() answers.
+    if (lost instanceof BadArgumentError) return await failJob(state, held, lost);
     held.trace?.end("retry", error); // not recorded: rescue() hands the job back when its lease runs out
     state.report(`hold of job ${held.job.id}`, lost);
   } finally {

@@ -53,6 +53,14 @@ beforeAll(async () => {
   await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [lost]);
   failedJob = await jobIn(db.pool, "failed", { task });
   waitingJob = await jobIn(db.pool, "enqueued", { task });
+  // A held concurrency key (limit keys).
+  const heldQueue = unique("held");
+  await enqueue(db.pool, { queue: heldQueue, task, concurrency_key: unique("customer") });
+  await db.pool.query(
+    `SELECT idemq.hold(job_id => c.job_id, attempt => c.attempt, scope => 'key', until => now() + interval '1 hour', lease_token => c.lease_token)
+     FROM idemq.claim(worker_id => 'json-keys', queues => ARRAY[$1::text], token => true) c`,
+    [heldQueue],
+  );
   // Events per task (deduplicated, guard duplicate).
   const key = unique("key");
   await enqueue(db.pool, { task, idempotency_key: key });
@@ -88,6 +96,7 @@ const INVOCATIONS: Record<string, () => string[]> = {
   "limit set": () => ["limit", "set", "--queue", limitQueue, "--concurrency", "3", "--rate", "10", "--per", "1m"],
   pause: () => ["pause", "--queue", limitQueue],
   "limit list": () => ["limit", "list"],
+  "limit keys": () => ["limit", "keys"],
   resume: () => ["resume", "--queue", limitQueue],
   "limit clear": () => ["limit", "clear", "--queue", limitQueue],
   stats: () => ["stats"],

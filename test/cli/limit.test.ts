@@ -119,6 +119,29 @@ describe("idemq limit set / list / clear", () => {
   });
 });
 
+describe("idemq limit keys", () => {
+  it("lists the concurrency keys held now and until when; --json is what the Client reads", async () => {
+    const queue = unique("keyed");
+    const key = unique("customer");
+    await enqueue(db.pool, { queue, concurrency_key: key });
+    const [job] = await claim(db.pool, { queues: [queue], token: true });
+    const { rows } = await db.pool.query<{ held: Date }>(
+      "SELECT idemq.hold(job_id => $1, attempt => $2, scope => 'key', until => now() + interval '1 hour', lease_token => $3) AS held",
+      [job!.job_id, job!.attempt, job!.lease_token],
+    );
+    const list = await cli(["limit", "keys"]);
+    expect(list).toMatchObject({ code: EXIT.OK, stderr: "" });
+    const lines = list.stdout.trimEnd().split("\n");
+    expect(lines[0]).toMatch(/^CONCURRENCY KEY +HELD UNTIL$/);
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${key} +${rows[0]!.held.toISOString().replace(/\./g, "\\.")}$`)));
+
+    const json = await cli(["limit", "keys", "--json"]);
+    expect(json).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(JSON.parse(json.stdout)).toEqual(JSON.parse(JSON.stringify(await client.heldKeys())));
+    expect(JSON.parse(json.stdout)).toContainEqual({ concurrencyKey: key, heldUntil: rows[0]!.held.toISOString() });
+  });
+});
+
 describe("idemq pause / resume", () => {
   it("pause holds the queue's jobs back from every claim until resume; a second pause changes nothing", async () => {
     const queue = unique("incident");

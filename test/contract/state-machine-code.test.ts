@@ -69,6 +69,7 @@ const ON_ONE_JOB: Array<{ by: string; label: string; call: (job: (zoo: Zoo) => Z
   },
   { by: "snooze", label: "snooze (a minute)", call: withAttempt("snooze", ", run_at => now() + interval '1 minute'") },
   { by: "snooze", label: "snooze (now)", call: withAttempt("snooze", ", run_at => now()") },
+  { by: "hold", label: "hold (its queue, a minute)", call: withAttempt("hold", ", scope => 'queue', until => now() + interval '1 minute'") },
   { by: "heartbeat", label: "heartbeat", call: pairs("heartbeat") },
   { by: "cancel", label: "cancel", call: onJob("cancel") },
   { by: "retry", label: "retry", call: onJob("retry") },
@@ -149,6 +150,23 @@ const SCENARIOS: Scenario[] = [
   ]),
 
   { name: "claim", steps: [claimAll] },
+  {
+    // K = 2: both jobs of the key admitted; the hold of the key moves the other one too.
+    name: "hold of a concurrency key with another job of the key enqueued",
+    steps: [
+      { by: "set_limit", call: q("SELECT idemq.set_limit(queue => 'sm_keyed', per_key => 2)") },
+      enqueueCall(", queue => 'sm_keyed', concurrency_key => 'sm-key', priority => 1"),
+      enqueueCall(", queue => 'sm_keyed', concurrency_key => 'sm-key'"),
+      { by: "claim", call: q("SELECT * FROM idemq.claim(worker_id => 'sm-worker', queues => ARRAY['sm_keyed'])") },
+      {
+        by: "hold",
+        call: q(
+          `SELECT idemq.hold(job_id => j.id, attempt => j.attempt, scope => 'key', until => now() + interval '1 minute', lease_token => j.lease_token)
+           FROM idemq.jobs j WHERE j.queue = 'sm_keyed' AND j.state = 'processing'`,
+        ),
+      },
+    ],
+  },
   { name: "claim once scheduled's run_at passed", steps: [due("scheduled"), claimAll] },
 
   { name: "rescue", steps: [rescue] },

@@ -209,6 +209,36 @@ const T: Transition[] = [
     },
   },
   {
+    from: "processing", to: "scheduled", by: "hold",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await c.query(
+        "SELECT idemq.hold(job_id => $1, attempt => $2, scope => 'queue', until => now() + interval '1 minute', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))",
+        [job.id, job.attempt],
+      );
+      return job.id;
+    },
+  },
+  {
+    from: "enqueued", to: "scheduled", by: "hold",
+    run: async (c, from) => {
+      // Another job of the held concurrency key (K = 2: both admitted).
+      const queue = unique("sm");
+      const key = unique("smk");
+      await c.query("SELECT idemq.set_limit(queue => $1, per_key => 2)", [queue]);
+      const first = await makeJob(c, { task: "sm", queue, concurrency_key: key, priority: 1 });
+      const other = await makeJob(c, { task: "sm", queue, concurrency_key: key });
+      const attempt = await claimJob(c, first);
+      await from(other);
+      await c.query(
+        "SELECT idemq.hold(job_id => $1, attempt => $2, scope => 'key', until => now() + interval '1 minute', lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))",
+        [first, attempt],
+      );
+      return other;
+    },
+  },
+  {
     from: "processing", to: "failed", by: "fail",
     run: async (c, from) => {
       const job = await processing(c);

@@ -157,7 +157,8 @@ const CASES: Case[] = [
   c("hold", "NULL scope", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => NULL, until => now() + interval '1 minute')", "22004"),
   c("hold", "NULL until", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'queue', until => NULL)", "22004"),
   c("hold", "NULL job_id", "SELECT idemq.hold(job_id => NULL, attempt => 1, scope => 'queue', until => now())", "22004"),
-  c("hold", "scope key", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'key', until => now() + interval '1 minute')", "22023"),
+  c("hold", "scope unknown", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'customer', until => now() + interval '1 minute')", "22023"),
+  c("hold", "scope key, job without a concurrency_key", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'key', until => now() + interval '1 minute')", "22023"),
   c("hold", "until infinity", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'queue', until => 'infinity')", "22023"),
   c("hold", "until past duration_days", "SELECT idemq.hold(job_id => ${processing}, attempt => ${attempt}, scope => 'queue', until => now() + interval '36501 days')", "22023"),
   c("hold", "no such job", "SELECT idemq.hold(job_id => 987654321, attempt => 1, scope => 'queue', until => now() + interval '1 minute')", "IQ404"),
@@ -282,7 +283,7 @@ const CASES: Case[] = [
   c("resume", "both queue and task", "SELECT idemq.resume(queue => 'q', task => 't')", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts", "key_holds"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(
@@ -325,6 +326,7 @@ describe("bad input", () => {
     expect([...new Set(CASES.map((k) => k.fn))].sort()).toEqual(withArgs);
     expect(rows.filter((r) => r.nargs === 0).map((r) => r.name).sort()).toEqual([
       "active_states",
+      "held_keys",
       "limits",
       "rescue",
       "schedules",

@@ -205,7 +205,8 @@ describe("hold", () => {
 
   describe("bad input: an error with a HINT, nothing written", () => {
     const cases: [string, string, string, string, RegExp][] = [
-      ["scope key", "key", "now() + interval '1 minute'", "22023", /scope must be 'queue' or 'task', not key/],
+      ["scope unknown", "customer", "now() + interval '1 minute'", "22023", /scope must be 'queue', 'task' or 'key', not customer/],
+      ["scope key, job without a concurrency_key", "key", "now() + interval '1 minute'", "22023", /job \d+ has no concurrency_key/],
       ["scope NULL", "", "now() + interval '1 minute'", "22004", /scope must not be NULL/],
       ["until NULL", "queue", "NULL", "22004", /until must not be NULL/],
       ["until infinity", "queue", "'infinity'::timestamptz", "22023", /until must be a finite time/],

@@ -180,6 +180,7 @@ const OPERATIONS: Operation[] = [
   { name: "stats", sql: () => ["SELECT * FROM idemq.stats()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "set_limit", sql: () => ["SELECT idemq.set_limit(queue => $1 || '-limited', concurrency => 2)", [fx.queue]] },
   { name: "limits", sql: () => ["SELECT * FROM idemq.limits()", []] },
+  { name: "held_keys", sql: () => ["SELECT * FROM idemq.held_keys()", []] },
   { name: "declare_limit", sql: () => ["SELECT * FROM idemq.declare_limit(task => $1 || '-declared', concurrency => 3)", [fx.queue]] },
   { name: "pause", sql: () => ["SELECT idemq.pause(queue => $1 || '-paused') AS r", [fx.queue]] },
   { name: "resume", sql: () => ["SELECT idemq.resume(queue => $1 || '-paused') AS r", [fx.queue]] },

@@ -5,9 +5,10 @@
 -- new_jobs; and AFTER TRUNCATE): keeps idemq.job_counts, the number of jobs
 -- per (queue, task, state) that stats() and overview() read instead of
 -- counting the jobs table; gives back the flow-control slots of attempts
--- that leave processing (idemq.limit_releases); and admits the next waiting jobs of
+-- that leave processing (idemq.limit_releases); admits the next waiting jobs of
 -- concurrency keys whose admitted jobs finished or were deleted
--- (_key_promote).
+-- (_key_promote); and moves a keyed job it left runnable before its key's
+-- hold ends (idemq.key_holds, hold(..., scope => 'key')) to that end.
 --
 -- Guarantees:
 --   * After every statement that inserts, updates or deletes jobs, whoever
@@ -20,9 +21,18 @@
 --     the change (negative for jobs that left the state); none for a
 --     statement that changed no state (a heartbeat). The rows are summed by
 --     _job_counts() and folded into one per group by apply_retention().
--- Concurrency: appends rows and updates none, so concurrent writers never
---   wait for each other here (a counter row updated in place would queue
---   every transaction of one queue and task behind the one holding it).
+--   * A job of a held key (key_holds.held_until after now()) that the
+--     statement inserted or left enqueued or scheduled with an earlier
+--     run_at is scheduled at held_until in the same transaction, whoever
+--     wrote it; a job that came out of processing is judged under its key's
+--     lock (_key_lock), which hold() holds while it writes, so a hold in
+--     flight is seen (docs/design.md, "Concurrency keys").
+-- Concurrency: takes the locks of the keys whose jobs the statement
+--   released (_key_promote) or returned from processing, in one call in
+--   hash order. The counts: appends rows and updates none, so concurrent
+--   writers never wait for each other here (a counter row updated in place
+--   would queue every transaction of one queue and task behind the one
+--   holding it).
 --   apply_retention() folds only rows committed before it looked, skipping
 --   any another folder holds.
 -- Cost: a fixed cost per INSERT or UPDATE statement (the trigger call, its
@@ -36,7 +46,8 @@
 --   good.
 -- Errors: none of its own.
 -- Tests: test/sql/job-counts.test.ts, test/contract/state-machine-code.test.ts,
---   test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts
+--   test/sql/concurrency-keys.test.ts, test/sql/concurrency-keys-concurrency.test.ts,
+--   test/sql/hold-key.test.ts
 CREATE OR REPLACE FUNCTION idemq._count_jobs()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -45,6 +56,8 @@ AS $$
 #variable_conflict error
 DECLARE
   v_keys text[];
+  v_runnable text[];
+  v_retried text[];
 BEGIN
   -- Flow control: the concurrency slots of attempts that left processing
   -- (or were deleted) are given back in this same statement's transaction,
@@ -105,31 +118,80 @@ BEGIN
   -- Concurrency keys: a job of a key that leaves the admitted states
   -- (finishes, or is deleted) makes room for the key's next waiting job,
   -- in this same transaction (_key_promote, after the key's lock). A
-  -- statement without a keyed admitted job pays one scan of old_jobs.
+  -- statement without a keyed job awaiting or admitted pays one scan of
+  -- old_jobs. The same reading collects the keys of the keyed jobs the
+  -- statement left runnable (v_runnable), and of those among them that came
+  -- out of processing (v_retried: a retry, snooze, rescue or hold), for the
+  -- held keys below.
   IF TG_OP = 'UPDATE' THEN
     IF EXISTS (SELECT FROM old_jobs o
-               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
-      -- The keys with fewer admitted jobs after the statement than before
-      -- (grouped per side, not joined: the planner trap above).
-      SELECT array_agg(d.concurrency_key) INTO v_keys
-      FROM (SELECT k.concurrency_key
-            FROM (SELECT o.concurrency_key, count(*) AS n FROM old_jobs o
-                  WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
-                  GROUP BY o.concurrency_key
+               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('awaiting', 'enqueued', 'scheduled', 'processing')) THEN
+      -- Per key, from each side grouped, never joined (the planner trap of
+      -- the slots above: a join of the transition tables nests loops):
+      -- v_keys, the keys with fewer admitted jobs after the statement than
+      -- before; v_runnable, the keys with a job runnable after it; v_retried,
+      -- those of them that also had a job processing before it.
+      SELECT array_agg(g.k) FILTER (WHERE g.admitted > 0),
+             array_agg(g.k) FILTER (WHERE g.runnable),
+             array_agg(g.k) FILTER (WHERE g.runnable AND g.was_processing)
+      INTO v_keys, v_runnable, v_retried
+      FROM (SELECT d.k, sum(d.admitted) AS admitted, bool_or(d.runnable) AS runnable,
+                   bool_or(d.was_processing) AS was_processing
+            FROM (SELECT o.concurrency_key AS k, (o.state IN ('enqueued', 'scheduled', 'processing'))::int AS admitted,
+                         false AS runnable, o.state = 'processing' AS was_processing
+                  FROM old_jobs o WHERE o.concurrency_key IS NOT NULL
                   UNION ALL
-                  SELECT w.concurrency_key, -count(*) FROM new_jobs w
-                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
-                  GROUP BY w.concurrency_key) k
-            GROUP BY k.concurrency_key
-            HAVING sum(k.n) > 0) d;
+                  SELECT w.concurrency_key, -(w.state IN ('enqueued', 'scheduled', 'processing'))::int,
+                         w.state IN ('enqueued', 'scheduled'), false
+                  FROM new_jobs w WHERE w.concurrency_key IS NOT NULL) d
+            GROUP BY d.k) g;
+    END IF;
+  ELSIF TG_OP = 'INSERT' THEN
+    -- Only enqueue's fast path inserts a keyed job runnable, and it holds the
+    -- key's lock (_key_admits); without a live key hold, one probe of the
+    -- empty idemq.key_holds and no scan of new_jobs.
+    IF EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now()) THEN
+      SELECT array_agg(DISTINCT w.concurrency_key) INTO v_runnable
+      FROM new_jobs w
+      WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled');
     END IF;
   ELSIF TG_OP = 'DELETE' THEN
     SELECT array_agg(DISTINCT o.concurrency_key) INTO v_keys
     FROM old_jobs o
     WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing');
   END IF;
+  -- A job back from processing may be one hold() did not move (it was
+  -- processing then): the key's lock, before the probe below, orders this
+  -- statement after a hold of its key in flight (hold() writes under it),
+  -- or that hold after this one (its own statement then sees this job
+  -- runnable and moves it). Every other way in holds the lock already
+  -- (enqueue, _key_promote) or the job's row lock, which hold() takes too.
+  IF v_retried IS NOT NULL THEN
+    IF cardinality(v_retried) = 1 AND v_keys IS NULL THEN
+      -- _key_lock's lock for one key, taken here directly (as _key_admits
+      -- does: a call, an unnest and a sort less; 4 against 25-40 us).
+      PERFORM pg_advisory_xact_lock(1801812339, hashtext(v_retried[1]));
+    ELSE
+      PERFORM idemq._key_lock(v_retried || v_keys);
+    END IF;
+  END IF;
   IF v_keys IS NOT NULL THEN
     PERFORM idemq._key_promote(v_keys);
+  END IF;
+  -- Held keys (hold(..., scope => 'key')): a keyed job this statement left
+  -- runnable before its key's hold ends runs at the hold's end instead,
+  -- whoever wrote it (an admission, a promotion, a retry, a snooze, a
+  -- reschedule, direct SQL). Without a live hold of any key: one probe of
+  -- the empty idemq.key_holds (3 us, as the idemq.limits guard above; the
+  -- probe by these keys costs 8-20). The UPDATE fires this trigger again,
+  -- which finds every job of it at its hold's end already.
+  IF v_runnable IS NOT NULL
+     AND EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now())
+     AND EXISTS (SELECT FROM idemq.key_holds h WHERE h.concurrency_key = ANY (v_runnable) AND h.held_until > now()) THEN
+    UPDATE idemq.jobs AS j SET run_at = h.held_until, state = 'scheduled'
+    FROM new_jobs w JOIN idemq.key_holds h ON h.concurrency_key = w.concurrency_key
+    WHERE j.id = w.id AND j.state IN ('enqueued', 'scheduled') AND j.run_at < h.held_until
+      AND h.held_until > now();
   END IF;
   -- Grouped, so a statement of many jobs (enqueue_many, a claim of 100,
   -- complete_many, apply_retention) appends a row per group, not per job.

@@ -1,18 +1,19 @@
 // idemq limit [list]                               every queue and task with a limit or a pause, and its use now
 // idemq limit set --queue Q|--task T [--concurrency N] [--rate R --per D] [--per-key K]
 // idemq limit clear --queue Q|--task T             remove its limits (a pause stays)
+// idemq limit keys                                 the concurrency keys held back now (RateLimitedError scope "key")
 // idemq pause --queue Q|--task T                   claims hand out none of its jobs until resume
 // idemq resume --queue Q|--task T
 //
-// Each is one call of the client (setLimit, clearLimit, limits, pause,
-// resume). The scope (exactly one of --queue and --task) and rate with per
+// Each is one call of the client (setLimit, clearLimit, limits, heldKeys,
+// pause, resume). The scope (exactly one of --queue and --task) and rate with per
 // are checked before the database is opened; a value SQL refuses (a limit out
 // of range, per under a second) is its one-line error with the HINT, exit 2,
 // nothing written. clear of a scope with no limit is exit 5, like
 // `schedules remove` of no schedule.
 import { type Command, Option } from "commander";
 import type { Client } from "../../client.ts";
-import type { LimitRow, LimitScope } from "../../sql/index.ts";
+import type { HeldKeyRow, LimitRow, LimitScope } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { table } from "../format.ts";
@@ -68,6 +69,25 @@ A job obeys its queue's limits and its task's.`,
     "",
     "RUNNING is the slots held (of CONCURRENCY); STARTED the starts within the last PER (of RATE);",
     "HELD UNTIL the end of a hold (a handler's RateLimitedError, idemq.hold) still to come.",
+  ]);
+
+  const keys = limit
+    .command("keys")
+    .description("the concurrency keys held back now (a handler's RateLimitedError with scope \"key\", idemq.hold), and until when")
+    .action(
+      action(async (_options: CommonOptions, cmd: Command) => {
+        const options = cmd.optsWithGlobals<CommonOptions>();
+        await withClient(options, async (client) => {
+          const rows = await client.heldKeys();
+          emit(options, rows, rows.length === 0 ? "No concurrency key is held." : renderHeldKeys(rows));
+        });
+      }),
+    );
+  databaseCommand(keys, [
+    "idemq limit keys",
+    "idemq limit keys --json | jq -r '.[].concurrencyKey'",
+    "",
+    "No job of a key listed starts before its HELD UNTIL; its jobs processing then run on.",
   ]);
 
   const set = scopeOptions(
@@ -213,6 +233,10 @@ export function periodText(per: string | null): string {
 }
 
 const LIST_COLUMNS = ["SCOPE", "LIMITS", "PAUSED", "HELD UNTIL", "RUNNING", "STARTED"] as const;
+
+export function renderHeldKeys(rows: readonly HeldKeyRow[]): string[] {
+  return table(["CONCURRENCY KEY", "HELD UNTIL"], rows.map((r) => [r.concurrencyKey, r.heldUntil.toISOString()]));
+}
 
 /** The limits as `idemq limit list` and `idemq stats` show them: one row per scope. */
 export function renderLimits(rows: readonly LimitRow[]): string[] {

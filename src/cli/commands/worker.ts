@@ -335,11 +335,12 @@ function prettyLine(event: string, p: Record<string, unknown>): string {
   }
 }
 
-/** "; queue emails held until 2026-...": a snooze by RateLimitedError. */
+/** "; queue emails held until 2026-..." (or "; its key held until ..."): a snooze by RateLimitedError. */
 function heldText(held: unknown): string {
   if (held === undefined || held === null) return "";
-  const h = held as { scope: string; name: string; until: Date };
-  return `; ${h.scope} ${h.name} held until ${h.until instanceof Date ? h.until.toISOString() : String(h.until)}`;
+  const h = held as { scope: string; name: string | null; until: Date };
+  const what = h.name === null ? `its ${h.scope}` : `${h.scope} ${h.name}`;
+  return `; ${what} held until ${h.until instanceof Date ? h.until.toISOString() : String(h.until)}`;
 }
 
 function parseQueues(value: string): string[] {
