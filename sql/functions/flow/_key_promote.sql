@@ -43,6 +43,9 @@ DECLARE
   -- Without any per_key set (the usual case) K is 1 for every job: no
   -- _per_key call per key.
   v_per_key_set boolean := EXISTS (SELECT FROM idemq.limits l WHERE l.per_key IS NOT NULL);
+  -- Without any parent edge (no job enqueued with `after` is waiting), no
+  -- probe of job_dependencies per job: two index probes a promoted job less.
+  v_parents boolean := EXISTS (SELECT FROM idemq.job_dependencies);
 BEGIN
   PERFORM idemq._key_lock(keys);
   SELECT array_agg(DISTINCT k) INTO v_keys FROM unnest(keys) AS k WHERE k IS NOT NULL;
@@ -59,7 +62,7 @@ BEGIN
     CROSS JOIN LATERAL (
       SELECT w.id FROM idemq.jobs w
       WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
-        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id)
+        AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id))
       ORDER BY w.priority DESC, w.run_at, w.id
       -- K is 1 unless a per_key is set; then the K of the best waiting job.
       LIMIT greatest(CASE WHEN NOT v_per_key_set THEN 1
@@ -74,7 +77,7 @@ BEGIN
     WITH moved AS (
       UPDATE idemq.jobs AS j SET state = idemq._initial_state(j.run_at)
       WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
-        AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+        AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id))
       RETURNING j.queue, j.state
     )
     SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_moved, v_queues

@@ -118,33 +118,56 @@ BEGIN
   -- Concurrency keys: a job of a key that leaves the admitted states
   -- (finishes, or is deleted) makes room for the key's next waiting job,
   -- in this same transaction (_key_promote, after the key's lock). A
-  -- statement without a keyed job awaiting or admitted pays one scan of
-  -- old_jobs. The same reading collects the keys of the keyed jobs the
-  -- statement left runnable (v_runnable), and of those among them that came
-  -- out of processing (v_retried: a retry, snooze, rescue or hold), for the
+  -- statement without a keyed job that left the admitted states pays one
+  -- scan of new_jobs. The keys of the keyed jobs the statement left
+  -- runnable (v_runnable), and of those among them that came out of
+  -- processing (v_retried: a retry, snooze, rescue or hold), are for the
   -- held keys below.
   IF TG_OP = 'UPDATE' THEN
-    IF EXISTS (SELECT FROM old_jobs o
-               WHERE o.concurrency_key IS NOT NULL AND o.state IN ('awaiting', 'enqueued', 'scheduled', 'processing')) THEN
-      -- Per key, from each side grouped, never joined (the planner trap of
-      -- the slots above: a join of the transition tables nests loops):
-      -- v_keys, the keys with fewer admitted jobs after the statement than
-      -- before; v_runnable, the keys with a job runnable after it; v_retried,
-      -- those of them that also had a job processing before it.
-      SELECT array_agg(g.k) FILTER (WHERE g.admitted > 0),
-             array_agg(g.k) FILTER (WHERE g.runnable),
-             array_agg(g.k) FILTER (WHERE g.runnable AND g.was_processing)
-      INTO v_keys, v_runnable, v_retried
-      FROM (SELECT d.k, sum(d.admitted) AS admitted, bool_or(d.runnable) AS runnable,
-                   bool_or(d.was_processing) AS was_processing
-            FROM (SELECT o.concurrency_key AS k, (o.state IN ('enqueued', 'scheduled', 'processing'))::int AS admitted,
-                         false AS runnable, o.state = 'processing' AS was_processing
-                  FROM old_jobs o WHERE o.concurrency_key IS NOT NULL
+    -- Per key, from each side grouped, never joined (the planner trap of the
+    -- slots above: a join of the transition tables nests loops), and only
+    -- when it can find something: v_keys, the keys with fewer admitted jobs
+    -- after the statement than before (only if a keyed job left the
+    -- admitted states: a claim's or a promotion's cannot have); v_retried,
+    -- the keys with a job processing before and one runnable after.
+    IF EXISTS (SELECT FROM new_jobs w
+               WHERE w.concurrency_key IS NOT NULL AND w.state NOT IN ('enqueued', 'scheduled', 'processing'))
+       AND EXISTS (SELECT FROM old_jobs o
+                   WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
+      SELECT array_agg(g.k) INTO v_keys
+      FROM (SELECT d.k
+            FROM (SELECT o.concurrency_key AS k, count(*) AS n FROM old_jobs o
+                  WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
+                  GROUP BY o.concurrency_key
                   UNION ALL
-                  SELECT w.concurrency_key, -(w.state IN ('enqueued', 'scheduled', 'processing'))::int,
-                         w.state IN ('enqueued', 'scheduled'), false
-                  FROM new_jobs w WHERE w.concurrency_key IS NOT NULL) d
-            GROUP BY d.k) g;
+                  SELECT w.concurrency_key, -count(*) FROM new_jobs w
+                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
+                  GROUP BY w.concurrency_key) d
+            GROUP BY d.k
+            HAVING sum(d.n) > 0) g;
+    END IF;
+    IF EXISTS (SELECT FROM old_jobs o WHERE o.concurrency_key IS NOT NULL AND o.state = 'processing')
+       AND EXISTS (SELECT FROM new_jobs w WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled')) THEN
+      SELECT array_agg(g.k) INTO v_retried
+      FROM (SELECT d.k
+            FROM (SELECT DISTINCT o.concurrency_key AS k, 1 AS side FROM old_jobs o
+                  WHERE o.concurrency_key IS NOT NULL AND o.state = 'processing'
+                  UNION ALL
+                  SELECT DISTINCT w.concurrency_key, 2 FROM new_jobs w
+                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled')) d
+            GROUP BY d.k
+            HAVING count(*) = 2) g;
+    END IF;
+    -- The keys of the keyed jobs left runnable, for the held keys below:
+    -- all of them while some key is held; otherwise those back from
+    -- processing, whose key's lock (below) may wait for a hold in flight,
+    -- which this probe, before the lock, cannot see.
+    IF EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now()) THEN
+      SELECT array_agg(DISTINCT w.concurrency_key) INTO v_runnable
+      FROM new_jobs w
+      WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled');
+    ELSE
+      v_runnable := v_retried;
     END IF;
   ELSIF TG_OP = 'INSERT' THEN
     -- Only enqueue's fast path inserts a keyed job runnable, and it holds the
