@@ -88,10 +88,11 @@ describe("worker processes across server restarts", () => {
     const results = await client.enqueueMany(Array.from({ length: JOBS }, (_, i) => ({ task: "credit", payload: { orderId: i + 1 } })));
     expect(results.filter((r) => r.outcome === "created")).toHaveLength(JOBS);
 
-    const recoveries: { mode: string; ms: number }[] = [];
+    const recoveries: { mode: string; ms: number; at: number }[] = [];
     for (const { mode, after } of OUTAGES) {
       await waitFor(async () => ((await succeeded()) ?? 0) >= JOBS * after, { what: `${after * 100}% of the jobs done`, timeoutMs: 60_000 });
-      recoveries.push({ mode, ms: await outage(mode) });
+      const at = Date.now();
+      recoveries.push({ mode, ms: await outage(mode), at });
       // Each worker lives through each restart (see below): it reaches the restarted server before
       // the next stop. Restarts here come less than a second apart (the other worker may do the next
       // fifth of the jobs first), within a worker's one-second backoff after a failed claim.
@@ -133,8 +134,15 @@ describe("worker processes across server restarts", () => {
       // Before src/worker/outage.ts counted every answered call, only a claim ended an outage: a
       // worker whose claim loop slept its backoff while the server was back reported two restarts
       // as one (3 of 4 in a run on 2026-12-04; downMs spanning both).
-      expect(reconnected).toBe(OUTAGES.length);
-      expect(errors).toBe(OUTAGES.length);
+      // On a mismatch, the timeline says which restart gave two outages (or none) and what failed.
+      const timeline = [
+        ...recoveries.map((r) => `${new Date(r.at).toISOString()} restart -m ${r.mode}`),
+        ...worker.events
+          .filter((e) => e.event === "worker:error" || e.event === "worker:reconnected")
+          .map((e) => `${e.time} ${e.event} ${String(e.during ?? "")} ${String((e.error as { message?: string } | undefined)?.message ?? e.message ?? "")}`),
+      ].sort();
+      expect(reconnected, timeline.join("\n")).toBe(OUTAGES.length);
+      expect(errors, timeline.join("\n")).toBe(OUTAGES.length);
       expect(worker.stderr()).not.toMatch(/unhandled|Unhandled|ECONNRESET/);
       // The CLI's backstop for an 'error' no listener handled never had to act: every connection had one.
       const orphaned = worker.events.filter((e) => e.event === "log" && String(e.message).startsWith("ignored a connection error"));
