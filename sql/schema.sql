@@ -17,7 +17,7 @@
 -- _name_key(), the triggers, the rows the triggers copy, and the grants.
 --
 -- Grants: the roles are this installation's own (idemq_<database>_producer,
--- _worker, _admin; src/roles.ts), so no role is named here:
+-- _worker, _admin, _viewer; src/roles.ts), so no role is named here:
 -- idemq._grant_roles(), called last, creates them and grants everything
 -- (and revokes EXECUTE from PUBLIC on every function).
 --
@@ -553,15 +553,17 @@ CREATE TABLE idemq.workers (
 -- Each installation's own roles: the cluster-wide idemq_producer,
 -- idemq_worker and idemq_admin of 0.1.0 gave a login made a member for one
 -- database the same rights in every database of the server with idemq.
--- _grant_roles() fills this row once (the names are chosen at install).
+-- _grant_roles() fills this row once (the names are chosen at install). The
+-- viewer (a read-only operator) is new in 0.2.0: no cluster-wide counterpart.
 CREATE TABLE idemq.installation (
     one_row boolean PRIMARY KEY DEFAULT true CONSTRAINT installation_one_row CHECK (one_row),
     producer_role name NOT NULL,
     worker_role name NOT NULL,
     admin_role name NOT NULL,
     shared_members_pending boolean NOT NULL,
-    CONSTRAINT installation_roles_distinct CHECK (((producer_role <> worker_role) AND (worker_role <> admin_role) AND (producer_role <> admin_role))),
-    CONSTRAINT installation_roles_not_shared CHECK ((NOT (ARRAY[(producer_role)::text, (worker_role)::text, (admin_role)::text] && ARRAY['idemq_producer'::text, 'idemq_worker'::text, 'idemq_admin'::text])))
+    viewer_role name NOT NULL,
+    CONSTRAINT installation_roles_distinct CHECK (((producer_role <> worker_role) AND (worker_role <> admin_role) AND (producer_role <> admin_role) AND (viewer_role <> producer_role) AND (viewer_role <> worker_role) AND (viewer_role <> admin_role))),
+    CONSTRAINT installation_roles_not_shared CHECK ((NOT (ARRAY[(producer_role)::text, (worker_role)::text, (admin_role)::text, (viewer_role)::text] && ARRAY['idemq_producer'::text, 'idemq_worker'::text, 'idemq_admin'::text])))
 );
 COMMENT ON TABLE idemq.installation IS 'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
 
