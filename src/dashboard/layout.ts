@@ -22,7 +22,11 @@ form.inline{display:inline}label{margin-right:10px}input,select,button{font:inhe
 button{padding:3px 10px;cursor:pointer}button.danger{background:#c0392b;color:#fff;border:1px solid #922}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;background:#fff;padding:8px;border:1px solid #dde1e8}
 dt{font-weight:600}dd{margin:0}
+.read-only form[method=post],.read-only .act{display:none}
 `);
+
+/** What a read-only page says (the installation's viewer role: every read, no action). */
+export const READ_ONLY_LINE = "read-only (viewer): you can look, not act";
 
 const NAV: [string, string][] = [
   ["/", "Overview"],
@@ -34,12 +38,12 @@ const NAV: [string, string][] = [
 ];
 
 /** A whole page; `script` is the page's inline script (allowed by the response's CSP nonce). */
-export function page(title: string, body: Html, options: { nonce: string; script?: string } = { nonce: "" }): Html {
+export function page(title: string, body: Html, options: { nonce: string; script?: string; readOnly?: boolean } = { nonce: "" }): Html {
   return html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${title} · idemq</title><style>${STYLE}</style></head>
-<body><header><b>idemq</b>${NAV.map(([href, label]) => html`<a href="${href}">${label}</a>`)}</header>
-<main><h1>${title}</h1>${body}</main>
+<body${options.readOnly === true ? html` class="read-only"` : ""}><header><b>idemq</b>${NAV.map(([href, label]) => html`<a href="${href}">${label}</a>`)}</header>
+<main><h1>${title}</h1>${options.readOnly === true ? html`<p class="note" id="read-only">${READ_ONLY_LINE}</p>` : ""}${body}</main>
 ${options.script === undefined ? "" : html`<script nonce="${options.nonce}">${raw(options.script)}</script>`}
 </body></html>`;
 }
