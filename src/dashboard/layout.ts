@@ -56,10 +56,32 @@ export function number(n: number): string {
   return n.toLocaleString("en-US");
 }
 
-/** An instant as UTC text to the second, with a title holding the full value. */
-export function when(date: Date | null | undefined): Html {
+/**
+ * The one way a page prints an instant: relative to `now` ("3 min ago", "in
+ * 2 h"), the exact UTC instant (ISO 8601, to the millisecond) in its title
+ * (shown on hover) and datetime. `now` is the dashboard server's clock when
+ * it renders the page (not the database's now(): the pages are rendered in
+ * one pass, and a clock skew of a second or two between the two shows as
+ * "now" either way); the page does not update itself until reloaded.
+ */
+export function when(date: Date | null | undefined, now: Date = new Date()): Html {
   if (date === null || date === undefined) return html`<span class="muted">-</span>`;
-  return html`<time datetime="${date.toISOString()}">${date.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z")}</time>`;
+  const iso = date.toISOString();
+  return html`<time datetime="${iso}" title="${iso}">${relative(date, now)}</time>`;
+}
+
+/** "now", "42 s ago", "3 min ago", "5 h ago", "2 d ago", "in 10 min"; past 60 days the UTC date. */
+export function relative(date: Date, now: Date): string {
+  const ms = date.getTime() - now.getTime();
+  const abs = Math.abs(ms);
+  if (abs < 1000) return "now";
+  const [amount, unit] =
+    abs < 60_000 ? [Math.floor(abs / 1000), "s"]
+    : abs < 3_600_000 ? [Math.floor(abs / 60_000), "min"]
+    : abs < 48 * 3_600_000 ? [Math.floor(abs / 3_600_000), "h"]
+    : [Math.floor(abs / 86_400_000), "d"];
+  if (unit === "d" && amount > 60) return date.toISOString().slice(0, 10);
+  return ms < 0 ? `${amount} ${unit} ago` : `in ${amount} ${unit}`;
 }
 
 export function duration(ms: number): string {

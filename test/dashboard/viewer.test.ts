@@ -52,7 +52,7 @@ afterAll(async () => {
 describe("the dashboard as the viewer role", () => {
   it.each(["", "jobs", "jobs?queue=viewer-q", "schedules", "limits", "purge", "JOB"])("/%s renders (200), says it is read-only, and shows no action", async (path) => {
     const response = await page.goto(`${viewer.url}${path === "JOB" ? `jobs/${failed}` : path}`);
-    expect(response?.status(), await page.locator("main").textContent()).toBe(200);
+    expect(response?.status(), (await page.locator("main").textContent()) ?? "").toBe(200);
     expect(await page.locator("#read-only").textContent()).toBe("read-only (viewer): you can look, not act");
     // No visible action: no form that posts, no action link or button (a filter's GET form stays).
     expect(await page.locator("form[method=post]:visible, a.act:visible, button.danger:visible, form[method=post] button:visible").count()).toBe(0);
@@ -65,6 +65,13 @@ describe("the dashboard as the viewer role", () => {
     expect(await page.locator("#timeline").textContent()).toContain("declined by issuer");
     expect(await page.locator("#payload").textContent()).toBe("null");
     expect(await page.locator("#key").textContent()).toBe("viewer:1");
+    // Times read relative to now, the exact instant on hover (title).
+    const created = page.locator("dt:text-is('created') + dd time");
+    expect(await created.textContent()).toMatch(/^(now|\d+ s ago)$/);
+    const title = (await created.getAttribute("title")) ?? "";
+    expect(title).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    const { rows } = await db.pool.query<{ created_at: Date }>("SELECT created_at FROM idemq.jobs WHERE id = $1", [failed]);
+    expect(title).toBe(rows[0]!.created_at.toISOString());
     await screenshot(page, "dashboard-viewer-job");
   });
 
