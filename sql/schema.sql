@@ -126,7 +126,8 @@ CREATE TYPE idemq.job_row AS (
 	finished_at timestamp with time zone,
 	expires_at timestamp with time zone,
 	concurrency_key text,
-	waiting_for idemq.waiting_reason
+	waiting_for idemq.waiting_reason,
+	progress smallint
 );
 
 -- One job on its way through the enqueue pipeline (enqueue, enqueue_many):
@@ -210,6 +211,9 @@ CREATE TABLE idemq.jobs (
     -- is still this attempt's).
     queue_slot integer,
     task_slot integer,
+    -- The attempt's progress, a percentage its handler reports (progress()):
+    -- kept after the attempt ends, cleared by the next claim.
+    progress smallint,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -234,6 +238,8 @@ ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_attempt_in_range CHECK (((0 <= uncounted) AND (uncounted <= attempt) AND (attempt <= (max_attempts + uncounted)))) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_finished_iff_terminal CHECK (((state = ANY ('{succeeded,failed,expired,cancelled}'::idemq.job_state[])) = (finished_at IS NOT NULL))) NOT VALID;
+ALTER TABLE idemq.jobs
+    ADD CONSTRAINT jobs_progress_percent CHECK (((progress >= 0) AND (progress <= 100))) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 ALTER TABLE idemq.jobs

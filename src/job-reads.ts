@@ -69,6 +69,8 @@ export interface Job {
    * other state.
    */
   waitingFor: JobWaitingFor | null;
+  /** The latest attempt's progress, a percentage (0..100) its handler reported (ctx.progress); null when it reported none. Cleared by the next claim. */
+  progress: number | null;
 }
 
 /**
@@ -156,6 +158,7 @@ function toJob(r: JobRow): Job {
     expiresAt: r.expires_at,
     concurrencyKey: r.concurrency_key ?? null,
     waitingFor: r.waiting_for ?? null,
+    progress: r.progress ?? null,
   };
 }
 

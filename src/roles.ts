@@ -44,6 +44,7 @@ export const ROLE_FUNCTIONS = {
     "stats",
     "limits",
     "declare_limit",
+    "progress",
   ],
   /** The read-only operator (the dashboard as a viewer): reads, no writes, no payload. */
   viewer: [

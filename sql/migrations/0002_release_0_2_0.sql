@@ -56,7 +56,9 @@ CREATE TYPE idemq.job_row AS (
   finished_at timestamptz,
   expires_at timestamptz,
   concurrency_key text,
-  waiting_for idemq.waiting_reason
+  waiting_for idemq.waiting_reason,
+  -- The attempt's progress (0..100) as its handler last reported it (progress()).
+  progress smallint
 );
 
 -- The lease token: a random value claim(..., token => true) sets on each job
@@ -1210,7 +1212,7 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
                            'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon'];
 BEGIN
@@ -2808,7 +2810,7 @@ BEGIN
           -- Never past the job's time limit (heartbeat() keeps to it too).
           lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
-          queue_slot = NULL, task_slot = NULL
+          queue_slot = NULL, task_slot = NULL, progress = NULL
       WHERE j.id = ANY (v_ids)
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
@@ -2830,7 +2832,7 @@ BEGIN
           -- Never past the job's time limit (heartbeat() keeps to it too).
           lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
-          queue_slot = u.queue_slot, task_slot = u.task_slot
+          queue_slot = u.queue_slot, task_slot = u.task_slot, progress = NULL
       FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)
       WHERE j.id = ANY (v_ids) AND j.id = u.id
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
@@ -3725,7 +3727,8 @@ BEGIN
                                WHERE (l.kind, l.name) IN (('queue', j.queue), ('task', j.task))) THEN
                 (SELECT min(w.waiting_for) FROM idemq._scope_waits() w
                  WHERE w.queue = j.queue OR w.task = j.task)
-         END
+         END,
+         j.progress
   FROM idemq.jobs j
   WHERE j.id = job.job_id;
 END;
@@ -3872,6 +3875,39 @@ $$;
 
 COMMENT ON FUNCTION idemq.pause(text, text) IS
   'Pause one queue or task: claims hand out none of its jobs until resume(); running jobs finish, enqueue works. True when it was not paused.';
+
+-- ---- sql/functions/attempts/progress.sql ----
+CREATE OR REPLACE FUNCTION idemq.progress(job_id bigint, attempt int, value int, lease_token uuid DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF progress.job_id IS NULL OR progress.attempt IS NULL OR progress.value IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'progress: job_id, attempt and value must not be NULL',
+      HINT = 'Pass the held job''s id and attempt (claim() returned them) and a percentage 0..100.';
+  END IF;
+  IF progress.value NOT BETWEEN 0 AND 100 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('progress: value must be a percentage from 0 to 100, got %s', progress.value),
+      HINT = 'Report how far the attempt has got as a whole percentage, e.g. round(100 * done / total).';
+  END IF;
+  UPDATE idemq.jobs AS j
+  SET progress = progress.value
+  WHERE j.id = progress.job_id AND j.attempt = progress.attempt
+    AND j.lease_token IS NOT DISTINCT FROM progress.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by);
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(progress.job_id, progress.attempt, 'progress');
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.progress(bigint, int, int, uuid) IS
+  'Record a held attempt''s progress (a percentage 0..100), fenced like complete(); cleared by the next claim.';
 
 -- ---- sql/functions/flow/resume.sql ----
 CREATE OR REPLACE FUNCTION idemq.resume(queue text DEFAULT NULL, task text DEFAULT NULL)
@@ -4382,4 +4418,7 @@ ALTER TABLE idemq.jobs ADD COLUMN timeout interval,
     ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 -- Flow control: the slots claim() gave the attempt (schema.sql says why).
 ALTER TABLE idemq.jobs ADD COLUMN queue_slot integer, ADD COLUMN task_slot integer;
+-- A held attempt's progress (progress()); NOT VALID as above: every row is NULL.
+ALTER TABLE idemq.jobs ADD COLUMN progress smallint,
+    ADD CONSTRAINT jobs_progress_percent CHECK (((progress >= 0) AND (progress <= 100))) NOT VALID;
 -- ==== end hand-written ====

@@ -49,6 +49,7 @@ ${waiting === null ? "" : html`<dt>waiting for</dt><dd id="waiting-for">${waitin
 <dt>queue</dt><dd>${job.queue}</dd>
 <dt>priority</dt><dd>${job.priority}</dd>
 <dt>attempts</dt><dd id="attempts">${attemptsText(job)}</dd>
+${job.progress === null ? "" : html`<dt>progress</dt><dd><progress max="100" value="${job.progress}"></progress> <span id="progress">${job.progress} %</span></dd>`}
 <dt>run at</dt><dd>${when(job.runAt)}</dd>
 <dt>created</dt><dd>${when(job.createdAt)}</dd>
 <dt>finished</dt><dd>${when(job.finishedAt)}</dd>

@@ -120,6 +120,7 @@ describe("a non-superuser who owns the database", () => {
         { role: roles.admin, exec: true },
         { role: roles.producer, exec: false },
         { role: roles.worker, exec: true },
+        { role: roles.viewer, exec: false },
         { role: "idemq_admin", exec: false },
         { role: "idemq_producer", exec: false },
         { role: "idemq_worker", exec: false },

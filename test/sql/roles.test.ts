@@ -122,6 +122,10 @@ const OPERATIONS: Operation[] = [
     ],
     check: (r) => expect(r[0]!.until).toBeInstanceOf(Date),
   },
+  {
+    name: "progress",
+    sql: () => ["SELECT idemq.progress(job_id => $1, attempt => $2, value => 40, lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
+  },
   { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
   {
     name: "effect_claim",
@@ -249,7 +253,7 @@ const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
-  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold",
+  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress",
 ];
 // Reads, and nothing that writes (the dashboard as a read-only operator).
 const VIEWER_OPS = [

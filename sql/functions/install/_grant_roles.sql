@@ -26,7 +26,8 @@
 --     worker_seen and worker_stopped (its presence), stats (counts only, no
 --     payload: a worker's --metrics-port serves them), limits (the flow
 --     control it is held to, and its use: no payload), declare_limit (its
---     tasks' declared limits, applied lower-only: it can never raise one).
+--     tasks' declared limits, applied lower-only: it can never raise one),
+--     progress (its held attempts' progress, fenced as complete()).
 --     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). viewer (a read-only operator, the dashboard's
@@ -85,7 +86,7 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
                            'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon'];
 BEGIN
