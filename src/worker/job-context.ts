@@ -1,6 +1,6 @@
 // The ctx a handler receives: job, tx, signal, log, snooze, effect, progress.
 import type pg from "pg";
-import { type Duration } from "../contract.ts";
+import { PROGRESS_BOUNDS, type Duration } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
 import { runEffect } from "./effect.ts";
 import { signalOf, type HeldJob } from "./held-jobs.ts";
@@ -132,8 +132,8 @@ function makeProgress(state: WorkerState, held: HeldJob): JobContext["progress"]
     timer.unref?.();
   };
   return (value: number): void => {
-    if (!Number.isInteger(value) || value < 0 || value > 100) {
-      throw new TypeError(`ctx.progress: value must be an integer percentage from 0 to 100, got ${String(value)}`);
+    if (!Number.isInteger(value) || value < PROGRESS_BOUNDS.min || value > PROGRESS_BOUNDS.max) {
+      throw new TypeError(`ctx.progress: value must be an integer percentage from ${PROGRESS_BOUNDS.min} to ${PROGRESS_BOUNDS.max}, got ${String(value)}`);
     }
     latest = value;
     schedule();

@@ -7,6 +7,7 @@ import { makeJob } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
 import { claimOne, complete, fail, makeDue } from "../helpers/work.ts";
 import type { Queryable } from "../helpers/jobs.ts";
+import { PROGRESS_BOUNDS } from "../../src/contract.ts";
 
 const db = useTestDatabase();
 
@@ -60,9 +61,22 @@ describe("progress", () => {
     });
   });
 
+  it("the bounds are PROGRESS_BOUNDS (src/contract.ts): the CHECK's, and the ends are accepted", async () => {
+    const { rows } = await db.pool.query("SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conname = 'jobs_progress_percent'");
+    expect(rows).toEqual([{ def: `CHECK (((progress >= ${PROGRESS_BOUNDS.min}) AND (progress <= ${PROGRESS_BOUNDS.max}))) NOT VALID` }]);
+    await inRollback(db.pool, async (c) => {
+      const id = await makeJob(c);
+      const job = await claimOne(c, { token: true });
+      for (const value of [PROGRESS_BOUNDS.min, PROGRESS_BOUNDS.max]) {
+        await report(c, id, job.attempt, value, job.lease_token);
+        expect((await progressOf(c, id)).column).toBe(value);
+      }
+    });
+  });
+
   it.each([
-    [-1, "22023"],
-    [101, "22023"],
+    [PROGRESS_BOUNDS.min - 1, "22023"],
+    [PROGRESS_BOUNDS.max + 1, "22023"],
     [null, "22004"],
   ])("refuses value %s (%s) with a HINT and writes nothing", async (value, code) => {
     await inRollback(db.pool, async (c) => {
