@@ -1,6 +1,6 @@
 // Reads of jobs. getJob calls idemq.job(), which every idemq role may call (a
 // producer learns what became of its job); listJobs and countJobs call
-// find_jobs and count_jobs (idemq_admin), whose filter is SQL's. jobLinks and
+// find_jobs and count_jobs (the admin and viewer roles), whose filter is SQL's. jobLinks and
 // keyEntry are admin reads of the tables beside idemq.jobs, the only SQL the
 // client writes by hand rather than as a call of an idemq.* function:
 // reading the tables for admin tools (CLI, dashboard) is allowed; writing

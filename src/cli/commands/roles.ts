@@ -3,7 +3,7 @@
 // idemq roles list                        an installation's roles and their members
 //
 // The roles and what each may call: docs/design.md, "Roles and privileges".
-// Each database with idemq has its own three roles (named at install). The
+// Each database with idemq has its own four roles (named at install). The
 // migration creates them itself when the migrating role has CREATEROLE;
 // otherwise a DBA runs the script `roles sql` prints.
 import type { Command } from "commander";
