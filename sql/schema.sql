@@ -17,7 +17,7 @@
 -- _name_key(), the triggers, the rows the triggers copy, and the grants.
 --
 -- Grants: the roles are this installation's own (idemq_<database>_producer,
--- _worker, _admin; src/roles.ts), so no role is named here:
+-- _worker, _admin, _viewer; src/roles.ts), so no role is named here:
 -- idemq._grant_roles(), called last, creates them and grants everything
 -- (and revokes EXECUTE from PUBLIC on every function).
 --
@@ -126,7 +126,8 @@ CREATE TYPE idemq.job_row AS (
 	finished_at timestamp with time zone,
 	expires_at timestamp with time zone,
 	concurrency_key text,
-	waiting_for idemq.waiting_reason
+	waiting_for idemq.waiting_reason,
+	progress smallint
 );
 
 -- One job on its way through the enqueue pipeline (enqueue, enqueue_many):
@@ -210,6 +211,9 @@ CREATE TABLE idemq.jobs (
     -- is still this attempt's).
     queue_slot integer,
     task_slot integer,
+    -- The attempt's progress, a percentage its handler reports (progress()):
+    -- kept after the attempt ends, cleared by the next claim.
+    progress smallint,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -234,6 +238,8 @@ ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_attempt_in_range CHECK (((0 <= uncounted) AND (uncounted <= attempt) AND (attempt <= (max_attempts + uncounted)))) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_finished_iff_terminal CHECK (((state = ANY ('{succeeded,failed,expired,cancelled}'::idemq.job_state[])) = (finished_at IS NOT NULL))) NOT VALID;
+ALTER TABLE idemq.jobs
+    ADD CONSTRAINT jobs_progress_percent CHECK (((progress >= 0) AND (progress <= 100))) NOT VALID;
 ALTER TABLE idemq.jobs
     ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 ALTER TABLE idemq.jobs
@@ -553,15 +559,17 @@ CREATE TABLE idemq.workers (
 -- Each installation's own roles: the cluster-wide idemq_producer,
 -- idemq_worker and idemq_admin of 0.1.0 gave a login made a member for one
 -- database the same rights in every database of the server with idemq.
--- _grant_roles() fills this row once (the names are chosen at install).
+-- _grant_roles() fills this row once (the names are chosen at install). The
+-- viewer (a read-only operator) is new in 0.2.0: no cluster-wide counterpart.
 CREATE TABLE idemq.installation (
     one_row boolean PRIMARY KEY DEFAULT true CONSTRAINT installation_one_row CHECK (one_row),
     producer_role name NOT NULL,
     worker_role name NOT NULL,
     admin_role name NOT NULL,
     shared_members_pending boolean NOT NULL,
-    CONSTRAINT installation_roles_distinct CHECK (((producer_role <> worker_role) AND (worker_role <> admin_role) AND (producer_role <> admin_role))),
-    CONSTRAINT installation_roles_not_shared CHECK ((NOT (ARRAY[(producer_role)::text, (worker_role)::text, (admin_role)::text] && ARRAY['idemq_producer'::text, 'idemq_worker'::text, 'idemq_admin'::text])))
+    viewer_role name NOT NULL,
+    CONSTRAINT installation_roles_distinct CHECK (((producer_role <> worker_role) AND (worker_role <> admin_role) AND (producer_role <> admin_role) AND (viewer_role <> producer_role) AND (viewer_role <> worker_role) AND (viewer_role <> admin_role))),
+    CONSTRAINT installation_roles_not_shared CHECK ((NOT (ARRAY[(producer_role)::text, (worker_role)::text, (admin_role)::text, (viewer_role)::text] && ARRAY['idemq_producer'::text, 'idemq_worker'::text, 'idemq_admin'::text])))
 );
 COMMENT ON TABLE idemq.installation IS 'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
 

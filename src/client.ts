@@ -323,7 +323,7 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return getJob(this.db(opts), jobId);
   }
 
-  /** Newest first, through find_jobs (idemq_admin). */
+  /** Newest first, through find_jobs (the admin and viewer roles; payloads for the admin only). */
   listJobs(filter: ListJobsFilter & InTransaction = {}): Promise<Job[]> {
     return listJobs(this.db(filter), filter);
   }

@@ -164,6 +164,13 @@ export const LIMIT_BOUNDS = {
 } as const;
 
 /**
+ * A job's progress (ctx.progress, idemq.progress): a whole percentage. The
+ * CHECK jobs_progress_percent and progress()'s 22023 hold the same bounds;
+ * test/sql/progress.test.ts holds them equal.
+ */
+export const PROGRESS_BOUNDS = { min: 0, max: 100 } as const;
+
+/**
  * The fields of a job filter (find_jobs, count_jobs, the bulk actions): the
  * TypeScript name (JobFilter) -> the SQL field of the filter object, which
  * sql/functions/search/_check_job_filter.sql defines and checks;

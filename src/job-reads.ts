@@ -1,6 +1,6 @@
 // Reads of jobs. getJob calls idemq.job(), which every idemq role may call (a
 // producer learns what became of its job); listJobs and countJobs call
-// find_jobs and count_jobs (idemq_admin), whose filter is SQL's. jobLinks and
+// find_jobs and count_jobs (the admin and viewer roles), whose filter is SQL's. jobLinks and
 // keyEntry are admin reads of the tables beside idemq.jobs, the only SQL the
 // client writes by hand rather than as a call of an idemq.* function:
 // reading the tables for admin tools (CLI, dashboard) is allowed; writing
@@ -69,6 +69,8 @@ export interface Job {
    * other state.
    */
   waitingFor: JobWaitingFor | null;
+  /** The latest attempt's progress, a percentage (0..100) its handler reported (ctx.progress); null when it reported none. Cleared by the next claim. */
+  progress: number | null;
 }
 
 /**
@@ -156,6 +158,7 @@ function toJob(r: JobRow): Job {
     expiresAt: r.expires_at,
     concurrencyKey: r.concurrency_key ?? null,
     waitingFor: r.waiting_for ?? null,
+    progress: r.progress ?? null,
   };
 }
 

@@ -73,7 +73,7 @@ export type MigrationOptions = MigrationConnection & {
 export type MigrateOptions = MigrationOptions & {
   /**
    * The prefix of this installation's role names (`<prefix>_producer`,
-   * `_worker`, `_admin`), chosen once, at install; default `idemq_<database>`.
+   * `_worker`, `_admin`, `_viewer`), chosen once, at install; default `idemq_<database>`.
    * See idemq._grant_roles.
    */
   rolesPrefix?: string;

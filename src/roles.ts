@@ -1,18 +1,18 @@
 // The idemq roles (docs/design.md, "Roles and privileges"): each installation
-// (a database with idemq) has its own three, named once at install and kept in
+// (a database with idemq) has its own four, named once at install and kept in
 // idemq.installation; what each may call is defined once, in SQL
 // (idemq._grant_roles). This module reads an installation's names, prints the
 // script a DBA runs where the migrating role may not create roles, and grants
 // a login role membership in one.
 import pg from "pg";
 
-export const ROLE_KINDS = ["producer", "worker", "admin"] as const;
+export const ROLE_KINDS = ["producer", "worker", "admin", "viewer"] as const;
 export type RoleKind = (typeof ROLE_KINDS)[number];
 /** An installation's role name per kind. */
 export type InstallationRoles = Record<RoleKind, string>;
 
 /**
- * The public functions the producer and worker roles may call, besides the
+ * The public functions the producer, worker and viewer roles may call, besides the
  * constants active_states(), terminal_states() and schema_version() (the
  * admin: every one), as idemq._grant_roles() grants them; for help texts.
  * test/contract/contract.test.ts holds these lists equal to the catalog's
@@ -44,12 +44,28 @@ export const ROLE_FUNCTIONS = {
     "stats",
     "limits",
     "declare_limit",
+    "progress",
+  ],
+  /** The read-only operator (the dashboard as a viewer): reads, no writes, no payload. */
+  viewer: [
+    "job",
+    "find_jobs",
+    "count_jobs",
+    "overview",
+    "stats",
+    "limits",
+    "held_keys",
+    "workers",
+    "unserved_jobs",
+    "schedules",
+    "schedule_next",
+    "retry_horizon",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 
 /**
  * The script `idemq roles sql` prints: in the database it runs in, creates
- * that installation's three roles (NOLOGIN) where missing and gives them
+ * that installation's four roles (NOLOGIN) where missing and gives them
  * their privileges (idemq._grant_roles). Run it as a role with CREATEROLE
  * that owns the database's idemq schema, or as a superuser, in each database
  * that has idemq; running it again changes nothing.
@@ -67,7 +83,7 @@ BEGIN
   END IF;
   PERFORM idemq._grant_roles();
 END $$;
-SELECT producer_role, worker_role, admin_role FROM idemq.installation;
+SELECT producer_role, worker_role, admin_role, viewer_role FROM idemq.installation;
 `;
 }
 
@@ -85,12 +101,12 @@ export class RoleGrantError extends Error {
 /** The role names of the installation `db` is connected to. */
 export async function installationRoles(db: pg.ClientBase | pg.Pool): Promise<InstallationRoles> {
   try {
-    const { rows } = await db.query<{ producer_role: string; worker_role: string; admin_role: string }>(
-      "SELECT producer_role, worker_role, admin_role FROM idemq.installation",
+    const { rows } = await db.query<{ producer_role: string; worker_role: string; admin_role: string; viewer_role: string }>(
+      "SELECT producer_role, worker_role, admin_role, viewer_role FROM idemq.installation",
     );
     const row = rows[0];
     if (row === undefined) throw new RoleGrantError("idemq.installation has no row: run `idemq migrate` on this database", "P0002");
-    return { producer: row.producer_role, worker: row.worker_role, admin: row.admin_role };
+    return { producer: row.producer_role, worker: row.worker_role, admin: row.admin_role, viewer: row.viewer_role };
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code === "42P01" || code === "3F000") {

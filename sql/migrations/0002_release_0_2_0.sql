@@ -18,8 +18,11 @@ CREATE TABLE idemq.installation (
   worker_role name NOT NULL,
   admin_role name NOT NULL,
   shared_members_pending boolean NOT NULL,
-  CONSTRAINT installation_roles_distinct CHECK (producer_role <> worker_role AND worker_role <> admin_role AND producer_role <> admin_role),
-  CONSTRAINT installation_roles_not_shared CHECK (NOT (ARRAY[producer_role, worker_role, admin_role]::text[]
+  -- The read-only operator (the dashboard's viewer): no 0.1.0 counterpart.
+  viewer_role name NOT NULL,
+  CONSTRAINT installation_roles_distinct CHECK (producer_role <> worker_role AND worker_role <> admin_role AND producer_role <> admin_role
+                                                     AND viewer_role <> producer_role AND viewer_role <> worker_role AND viewer_role <> admin_role),
+  CONSTRAINT installation_roles_not_shared CHECK (NOT (ARRAY[producer_role, worker_role, admin_role, viewer_role]::text[]
                                                        && ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin']))
 );
 COMMENT ON TABLE idemq.installation IS
@@ -53,7 +56,9 @@ CREATE TYPE idemq.job_row AS (
   finished_at timestamptz,
   expires_at timestamptz,
   concurrency_key text,
-  waiting_for idemq.waiting_reason
+  waiting_for idemq.waiting_reason,
+  -- The attempt's progress (0..100) as its handler last reported it (progress()).
+  progress smallint
 );
 
 -- The lease token: a random value claim(..., token => true) sets on each job
@@ -1201,13 +1206,15 @@ DECLARE
   v_installation idemq.installation;
   v_may_create boolean := (SELECT r.rolsuper OR r.rolcreaterole FROM pg_roles r WHERE r.rolname = current_user);
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
-  v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
+  v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress'];
+  v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
+                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
@@ -1219,18 +1226,20 @@ BEGIN
         MESSAGE = format('roles prefix "%s" makes role names over 63 bytes', idemq._excerpt(v_prefix)),
         HINT = 'Choose a prefix of at most 54 bytes (idemq migrate --roles-prefix NAME).';
     END IF;
-    INSERT INTO idemq.installation (producer_role, worker_role, admin_role, shared_members_pending)
-    VALUES (v_prefix || '_producer', v_prefix || '_worker', v_prefix || '_admin',
+    INSERT INTO idemq.installation (producer_role, worker_role, admin_role, viewer_role, shared_members_pending)
+    VALUES (v_prefix || '_producer', v_prefix || '_worker', v_prefix || '_admin', v_prefix || '_viewer',
             current_setting('idemq.installing', true) IS DISTINCT FROM 'on')
     RETURNING * INTO v_installation;
   ELSIF v_prefix IS NOT NULL AND v_prefix || '_worker' <> v_installation.worker_role THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('this installation''s roles are %s, %s and %s; roles prefix "%s" cannot rename them',
-                       v_installation.producer_role, v_installation.worker_role, v_installation.admin_role, idemq._excerpt(v_prefix)),
+      MESSAGE = format('this installation''s roles are %s, %s, %s and %s; roles prefix "%s" cannot rename them',
+                       v_installation.producer_role, v_installation.worker_role, v_installation.admin_role,
+                       v_installation.viewer_role, idemq._excerpt(v_prefix)),
       HINT = 'The prefix is chosen once, at install: drop --roles-prefix (or the setting idemq.roles_prefix).';
   END IF;
 
-  FOREACH v_role IN ARRAY ARRAY[v_installation.producer_role, v_installation.worker_role, v_installation.admin_role] LOOP
+  FOREACH v_role IN ARRAY ARRAY[v_installation.producer_role, v_installation.worker_role, v_installation.admin_role,
+                                v_installation.viewer_role] LOOP
     CONTINUE WHEN NOT v_may_create OR EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
     BEGIN
       EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
@@ -1244,10 +1253,11 @@ BEGIN
   LOOP
     EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
   END LOOP;
-  FOR i IN 1 .. 3 LOOP
+  FOR i IN 1 .. 4 LOOP
     v_kind := v_kinds[i];
     v_role := CASE v_kind WHEN 'producer' THEN v_installation.producer_role
                           WHEN 'worker' THEN v_installation.worker_role
+                          WHEN 'viewer' THEN v_installation.viewer_role
                           ELSE v_installation.admin_role END;
     CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
     EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
@@ -1262,6 +1272,7 @@ BEGIN
       CONTINUE WHEN NOT (v_name = ANY (v_constants)
                          OR (v_kind = 'producer' AND v_name = ANY (v_producer))
                          OR (v_kind = 'worker' AND v_name = ANY (v_worker))
+                         OR (v_kind = 'viewer' AND v_name = ANY (v_viewer))
                          OR v_kind = 'admin');
       EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
       privilege := format('EXECUTE ON FUNCTION %s', v_fn);
@@ -1276,11 +1287,19 @@ BEGIN
       privilege := 'UPDATE (value) ON idemq.settings';
       RETURN NEXT;
     END IF;
+    IF v_kind = 'viewer' THEN
+      -- What the job page reads beside job(): no payload, no result.
+      EXECUTE format('GRANT SELECT ON idemq.job_dependencies TO %I', v_role);
+      EXECUTE format('GRANT SELECT (id, task, state) ON idemq.jobs TO %I', v_role);
+      EXECUTE format('GRANT SELECT (key, job_id, task, finished_state, finished_at, created_at) ON idemq.keys TO %I', v_role);
+      privilege := 'SELECT ON idemq.job_dependencies, idemq.jobs (id, task, state), idemq.keys (key, job_id, task, finished_state, finished_at, created_at)';
+      RETURN NEXT;
+    END IF;
 
     -- Upgrading from 0.1.0: the logins of the cluster-wide role keep their
     -- rights here through this installation's role, granted before the
     -- cluster-wide role's are revoked below.
-    IF v_installation.shared_members_pending AND v_may_create THEN
+    IF v_installation.shared_members_pending AND v_may_create AND v_shared[i] IS NOT NULL THEN
       FOR v_member IN
         SELECT m.rolname FROM pg_auth_members a
         JOIN pg_roles g ON g.oid = a.roleid JOIN pg_roles m ON m.oid = a.member
@@ -1297,8 +1316,8 @@ BEGIN
   END LOOP;
 
   IF v_installation.shared_members_pending AND NOT v_may_create THEN
-    RAISE NOTICE 'idemq: the roles of this installation (%, %, %) need a role with CREATEROLE: run the script of `idemq roles sql` as one; until then the cluster-wide idemq_producer, idemq_worker and idemq_admin keep their privileges here',
-      v_installation.producer_role, v_installation.worker_role, v_installation.admin_role;
+    RAISE NOTICE 'idemq: the roles of this installation (%, %, %, %) need a role with CREATEROLE: run the script of `idemq roles sql` as one; until then the cluster-wide idemq_producer, idemq_worker and idemq_admin keep their privileges here',
+      v_installation.producer_role, v_installation.worker_role, v_installation.admin_role, v_installation.viewer_role;
     RETURN;
   END IF;
   UPDATE idemq.installation SET shared_members_pending = false WHERE shared_members_pending;
@@ -1315,7 +1334,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq._grant_roles() IS
-  'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
+  'Create (when it may) and grant this installation''s producer, worker, admin and viewer roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
 
 -- ---- sql/functions/flow/_key_promote.sql ----
 CREATE OR REPLACE FUNCTION idemq._key_promote(keys text[])
@@ -2817,7 +2836,7 @@ BEGIN
           -- Never past the job's time limit (heartbeat() keeps to it too).
           lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
-          queue_slot = NULL, task_slot = NULL
+          queue_slot = NULL, task_slot = NULL, progress = NULL
       WHERE j.id = ANY (v_ids)
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
@@ -2839,7 +2858,7 @@ BEGIN
           -- Never past the job's time limit (heartbeat() keeps to it too).
           lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
-          queue_slot = u.queue_slot, task_slot = u.task_slot
+          queue_slot = u.queue_slot, task_slot = u.task_slot, progress = NULL
       FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)
       WHERE j.id = ANY (v_ids) AND j.id = u.id
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
@@ -3734,7 +3753,8 @@ BEGIN
                                WHERE (l.kind, l.name) IN (('queue', j.queue), ('task', j.task))) THEN
                 (SELECT min(w.waiting_for) FROM idemq._scope_waits() w
                  WHERE w.queue = j.queue OR w.task = j.task)
-         END
+         END,
+         j.progress
   FROM idemq.jobs j
   WHERE j.id = job.job_id;
 END;
@@ -3881,6 +3901,39 @@ $$;
 
 COMMENT ON FUNCTION idemq.pause(text, text) IS
   'Pause one queue or task: claims hand out none of its jobs until resume(); running jobs finish, enqueue works. True when it was not paused.';
+
+-- ---- sql/functions/attempts/progress.sql ----
+CREATE OR REPLACE FUNCTION idemq.progress(job_id bigint, attempt int, value int, lease_token uuid DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF progress.job_id IS NULL OR progress.attempt IS NULL OR progress.value IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'progress: job_id, attempt and value must not be NULL',
+      HINT = 'Pass the held job''s id and attempt (claim() returned them) and a percentage 0..100.';
+  END IF;
+  IF progress.value NOT BETWEEN 0 AND 100 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('progress: value must be a percentage from 0 to 100, got %s', progress.value),
+      HINT = 'Report how far the attempt has got as a whole percentage, e.g. round(100 * done / total).';
+  END IF;
+  UPDATE idemq.jobs AS j
+  SET progress = progress.value
+  WHERE j.id = progress.job_id AND j.attempt = progress.attempt
+    AND j.lease_token IS NOT DISTINCT FROM progress.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by);
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(progress.job_id, progress.attempt, 'progress');
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.progress(bigint, int, int, uuid) IS
+  'Record a held attempt''s progress (a percentage 0..100), fenced like complete(); cleared by the next claim.';
 
 -- ---- sql/functions/flow/resume.sql ----
 CREATE OR REPLACE FUNCTION idemq.resume(queue text DEFAULT NULL, task text DEFAULT NULL)
@@ -4104,7 +4157,9 @@ LANGUAGE sql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.payload, s.priority, s.max_attempts, s.overlap,
+  -- session_user, as job() (inside SECURITY DEFINER current_user is the owner).
+  SELECT s.name, s.cron, s.timezone, s.task, s.queue,
+         CASE WHEN has_table_privilege(session_user, 'idemq.schedules', 'SELECT') THEN s.payload END, s.priority, s.max_attempts, s.overlap,
          s.misfire, s.misfire_grace, s.next_at, s.last_slot_at, s.last_job_id, j.state, s.skipped,
          s.created_at, s.updated_at, s.last_error, s.last_error_at
   FROM idemq.schedules s
@@ -4389,4 +4444,7 @@ ALTER TABLE idemq.jobs ADD COLUMN timeout interval,
     ADD CONSTRAINT jobs_timeout_positive CHECK ((timeout > '00:00:00'::interval)) NOT VALID;
 -- Flow control: the slots claim() gave the attempt (schema.sql says why).
 ALTER TABLE idemq.jobs ADD COLUMN queue_slot integer, ADD COLUMN task_slot integer;
+-- A held attempt's progress (progress()); NOT VALID as above: every row is NULL.
+ALTER TABLE idemq.jobs ADD COLUMN progress smallint,
+    ADD CONSTRAINT jobs_progress_percent CHECK (((progress >= 0) AND (progress <= 100))) NOT VALID;
 -- ==== end hand-written ====

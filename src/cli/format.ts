@@ -249,6 +249,7 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
     `  key        ${printable(job.idempotencyKey ?? "-")}`,
     ...(job.concurrencyKey === null ? [] : [`  conc. key  ${printable(job.concurrencyKey)}`]),
     ...(waitingFor(job, now) === null ? [] : [`  waiting    for ${waitingSentence(job, now)}`]),
+    ...(job.progress === null ? [] : [`  progress   ${job.progress} %${job.state === "processing" ? "" : " (as the latest attempt last reported it)"}`]),
     `  priority   ${job.priority}`,
     `  run at     ${instant(job.runAt)}${job.runAt ? ` (${relative(job.runAt, now)})` : ""}`,
   ];

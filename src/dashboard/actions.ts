@@ -74,7 +74,7 @@ function purgeStates(form: URLSearchParams): TerminalState[] {
 export function purgeForm(): { title: string; body: Html } {
   return {
     title: "Purge finished jobs",
-    body: html`<form method="get" action="/purge/confirm">
+    body: html`<form class="act" method="get" action="/purge/confirm">
 <p>Delete jobs that finished more than <input name="amount" value="7" size="4"> <select name="unit"><option>days</option><option>hours</option><option>minutes</option></select> ago, in states
 ${TERMINAL_STATES.map((s) => html`<label><input type="checkbox" name="state" value="${s}"${s === "succeeded" ? html` checked` : ""}> ${s}</label>`)}</p>
 <p class="muted">Keys stay in the ledger until prune_keys, so a purged job's key still deduplicates. Workers also delete jobs past their retention on their own.</p>

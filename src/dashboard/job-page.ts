@@ -29,7 +29,8 @@ export function jobId(text: string): string {
   return text;
 }
 
-export async function jobPage(db: Queryable, id: string, notice?: string): Promise<{ title: string; body: Html } | null> {
+/** `readOnly`: the pool's role may not act (the viewer): no action buttons. */
+export async function jobPage(db: Queryable, id: string, notice?: string, readOnly = false): Promise<{ title: string; body: Html } | null> {
   const job = await getJob(db, id);
   if (job === null) return null;
   const [links, key] = await Promise.all([
@@ -40,7 +41,7 @@ export async function jobPage(db: Queryable, id: string, notice?: string): Promi
   return {
     title: `Job ${job.id}`,
     body: html`${notice === undefined ? "" : html`<p class="note" id="notice">${notice}</p>`}
-<p>${ACTIONS_BY_STATE[job.state].map((a) => html`<a href="/jobs/${job.id}/${a}"><button type="button">${a}…</button></a> `)}</p>
+<p>${readOnly ? "" : ACTIONS_BY_STATE[job.state].map((a) => html`<a class="act" href="/jobs/${job.id}/${a}"><button type="button">${a}…</button></a> `)}</p>
 <dl>
 <dt>state</dt><dd id="state">${stateBadge(job.state)}</dd>
 ${waiting === null ? "" : html`<dt>waiting for</dt><dd id="waiting-for">${waiting}</dd>`}
@@ -48,6 +49,7 @@ ${waiting === null ? "" : html`<dt>waiting for</dt><dd id="waiting-for">${waitin
 <dt>queue</dt><dd>${job.queue}</dd>
 <dt>priority</dt><dd>${job.priority}</dd>
 <dt>attempts</dt><dd id="attempts">${attemptsText(job)}</dd>
+${job.progress === null ? "" : html`<dt>progress</dt><dd><progress max="100" value="${job.progress}"></progress> <span id="progress">${job.progress} %</span></dd>`}
 <dt>run at</dt><dd>${when(job.runAt)}</dd>
 <dt>created</dt><dd>${when(job.createdAt)}</dd>
 <dt>finished</dt><dd>${when(job.finishedAt)}</dd>

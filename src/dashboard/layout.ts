@@ -22,7 +22,11 @@ form.inline{display:inline}label{margin-right:10px}input,select,button{font:inhe
 button{padding:3px 10px;cursor:pointer}button.danger{background:#c0392b;color:#fff;border:1px solid #922}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;background:#fff;padding:8px;border:1px solid #dde1e8}
 dt{font-weight:600}dd{margin:0}
+.read-only form[method=post],.read-only .act{display:none}
 `);
+
+/** What a read-only page says (the installation's viewer role: every read, no action). */
+export const READ_ONLY_LINE = "read-only (viewer): you can look, not act";
 
 const NAV: [string, string][] = [
   ["/", "Overview"],
@@ -34,12 +38,12 @@ const NAV: [string, string][] = [
 ];
 
 /** A whole page; `script` is the page's inline script (allowed by the response's CSP nonce). */
-export function page(title: string, body: Html, options: { nonce: string; script?: string } = { nonce: "" }): Html {
+export function page(title: string, body: Html, options: { nonce: string; script?: string; readOnly?: boolean } = { nonce: "" }): Html {
   return html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${title} · idemq</title><style>${STYLE}</style></head>
-<body><header><b>idemq</b>${NAV.map(([href, label]) => html`<a href="${href}">${label}</a>`)}</header>
-<main><h1>${title}</h1>${body}</main>
+<body${options.readOnly === true ? html` class="read-only"` : ""}><header><b>idemq</b>${NAV.map(([href, label]) => html`<a href="${href}">${label}</a>`)}</header>
+<main><h1>${title}</h1>${options.readOnly === true ? html`<p class="note" id="read-only">${READ_ONLY_LINE}</p>` : ""}${body}</main>
 ${options.script === undefined ? "" : html`<script nonce="${options.nonce}">${raw(options.script)}</script>`}
 </body></html>`;
 }
@@ -52,10 +56,32 @@ export function number(n: number): string {
   return n.toLocaleString("en-US");
 }
 
-/** An instant as UTC text to the second, with a title holding the full value. */
-export function when(date: Date | null | undefined): Html {
+/**
+ * The one way a page prints an instant: relative to `now` ("3 min ago", "in
+ * 2 h"), the exact UTC instant (ISO 8601, to the millisecond) in its title
+ * (shown on hover) and datetime. `now` is the dashboard server's clock when
+ * it renders the page (not the database's now(): the pages are rendered in
+ * one pass, and a clock skew of a second or two between the two shows as
+ * "now" either way); the page does not update itself until reloaded.
+ */
+export function when(date: Date | null | undefined, now: Date = new Date()): Html {
   if (date === null || date === undefined) return html`<span class="muted">-</span>`;
-  return html`<time datetime="${date.toISOString()}">${date.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z")}</time>`;
+  const iso = date.toISOString();
+  return html`<time datetime="${iso}" title="${iso}">${relative(date, now)}</time>`;
+}
+
+/** "now", "42 s ago", "3 min ago", "5 h ago", "2 d ago", "in 10 min"; past 60 days the UTC date. */
+export function relative(date: Date, now: Date): string {
+  const ms = date.getTime() - now.getTime();
+  const abs = Math.abs(ms);
+  if (abs < 1000) return "now";
+  const [amount, unit] =
+    abs < 60_000 ? [Math.floor(abs / 1000), "s"]
+    : abs < 3_600_000 ? [Math.floor(abs / 60_000), "min"]
+    : abs < 48 * 3_600_000 ? [Math.floor(abs / 3_600_000), "h"]
+    : [Math.floor(abs / 86_400_000), "d"];
+  if (unit === "d" && amount > 60) return date.toISOString().slice(0, 10);
+  return ms < 0 ? `${amount} ${unit} ago` : `in ${amount} ${unit}`;
 }
 
 export function duration(ms: number): string {

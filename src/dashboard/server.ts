@@ -14,7 +14,7 @@ import { html, type Html } from "./html.ts";
 import { jobId, jobPage, JOB_ACTIONS, type JobAction } from "./job-page.ts";
 import { jobsPage } from "./jobs-page.ts";
 import { LIMIT_ACTIONS, limitsPage, type LimitAction } from "./limits-page.ts";
-import { page } from "./layout.ts";
+import { page, READ_ONLY_LINE } from "./layout.ts";
 import { OVERVIEW_SCRIPT, overviewPage } from "./overview-page.ts";
 import { schedulesPage } from "./schedules-page.ts";
 
@@ -45,6 +45,8 @@ interface Rendered {
   title: string;
   body: Html;
   script?: string;
+  /** The pool's role may look, not act (the installation's viewer): the layout says so and shows no action. */
+  readOnly?: boolean;
 }
 
 type Response = { status: number; rendered: Rendered } | { status: 303; location: string };
@@ -59,7 +61,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const parts = url.pathname.split("/").filter((p) => p !== "");
     const get = req.method === "GET" || req.method === "HEAD";
     const post = req.method === "POST";
-    const ok = (rendered: Rendered | null) => (rendered === null ? null : { status: 200, rendered });
+    const viewer = get && (await readOnly(db));
+    const ok = (rendered: Rendered | null) => (rendered === null ? null : { status: 200, rendered: { ...rendered, readOnly: viewer } });
     if (get && parts.length === 0) return ok({ ...(await overviewPage(db, url.searchParams)), script: OVERVIEW_SCRIPT });
     if (get && url.pathname === "/jobs") return ok(await jobsPage(db, url.searchParams));
     if (get && url.pathname === "/schedules") return ok(await schedulesPage(db));
@@ -81,7 +84,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     }
     if (parts[0] === "jobs" && parts[1] !== undefined && parts.length <= 3) {
       const id = jobId(parts[1]);
-      if (parts.length === 2 && get) return ok(await jobPage(db, id, url.searchParams.get("done") ?? undefined));
+      if (parts.length === 2 && get) return ok(await jobPage(db, id, url.searchParams.get("done") ?? undefined, viewer));
       const action = parts[2] as JobAction;
       if (!JOB_ACTIONS.includes(action)) return null;
       if (get) return ok(await confirmJobAction(db, id, action, csrf));
@@ -125,7 +128,12 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       },
       (error: unknown) => {
         const [status, title, message] = describeError(error);
-        send(res, status, errorPage(title, message));
+        if (status !== 403) return send(res, status, errorPage(title, message));
+        // Refused by the database: say so plainly when the role is the read-only one.
+        readOnly(db).then(
+          (viewer) => send(res, status, errorPage(title, viewer ? `${READ_ONLY_LINE}: the database refused this action (${message})` : message)),
+          () => send(res, status, errorPage(title, message)),
+        );
       },
     );
   });
@@ -159,7 +167,23 @@ function send(res: ServerResponse, status: number, rendered: Rendered): void {
       "referrer-policy": "no-referrer",
       "cache-control": "no-store",
     })
-    .end(page(rendered.title, rendered.body, { nonce, ...(rendered.script === undefined ? {} : { script: rendered.script }) }).text);
+    .end(
+      page(rendered.title, rendered.body, { nonce, readOnly: rendered.readOnly === true, ...(rendered.script === undefined ? {} : { script: rendered.script }) })
+        .text,
+    );
+}
+
+/**
+ * Whether the pool's role may look but not act: it may read jobs (find_jobs)
+ * and not retry one, as the installation's viewer. A catalog read per page;
+ * it only decides what the page shows: the database refuses the actions.
+ */
+async function readOnly(db: pg.Pool): Promise<boolean> {
+  const { rows } = await db.query<{ read_only: boolean }>(
+    `SELECT has_function_privilege('idemq.find_jobs(jsonb, bigint, integer)', 'EXECUTE')
+        AND NOT has_function_privilege('idemq.retry(bigint)', 'EXECUTE') AS read_only`,
+  );
+  return rows[0]?.read_only === true;
 }
 
 function errorPage(title: string, message: string): Rendered {

@@ -314,6 +314,16 @@ export async function snooze(
   });
 }
 
+/** Records a held attempt's progress, a percentage 0..100 (fenced like complete). */
+export async function progress(db: Queryable, jobId: JobIdInput, attempt: number, value: number, token: string | null): Promise<void> {
+  await call(db, "progress", {
+    job_id: toJobId(jobId),
+    attempt: integer(attempt, "attempt"),
+    value: integer(value, "value"),
+    lease_token: leaseToken(token),
+  });
+}
+
 function runAtArg(when: { runAt?: Instant | undefined; delay?: Duration | undefined }, what: string): unknown {
   if ((when.runAt === undefined) === (when.delay === undefined)) {
     throw bad(`${what} needs exactly one of runAt or delay`);

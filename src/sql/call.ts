@@ -43,6 +43,7 @@ export const SQL_FUNCTIONS = {
   fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts", "counted", "lease_token"],
   heartbeat: ["job_ids", "attempts", "lease", "lease_tokens"],
   snooze: ["job_id", "attempt", "run_at", "lease_token"],
+  progress: ["job_id", "attempt", "value", "lease_token"],
   hold: ["job_id", "attempt", "scope", "until", "lease_token"],
   rescue: [],
   guard: ["key", "task"],

@@ -35,6 +35,8 @@ export interface JobRow {
    * for a worker); null in other states.
    */
   waiting_for: JobWaitingFor | null;
+  /** The latest attempt's progress (0..100) as its handler last reported it (progress()); null for none. Absent before 0.2.0. */
+  progress?: number | null;
 }
 
 /** Why a job is not running (idemq.job()'s waiting_for: idemq.waiting_reason, WAITING_REASONS). */

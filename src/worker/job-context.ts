@@ -1,11 +1,15 @@
-// The ctx a handler receives: job, tx, signal, log, snooze, effect.
+// The ctx a handler receives: job, tx, signal, log, snooze, effect, progress.
 import type pg from "pg";
-import { type Duration } from "../contract.ts";
+import { PROGRESS_BOUNDS, type Duration } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
 import { runEffect } from "./effect.ts";
 import { signalOf, type HeldJob } from "./held-jobs.ts";
 import type { EffectOptions, JobContext, JobInfo, JobLog } from "./types.ts";
 import type { WorkerState } from "./worker-state.ts";
+import * as sql from "../sql/index.ts";
+
+/** ctx.progress writes a job's progress at most this often (the latest value; a hot loop writes once a second). */
+export const PROGRESS_INTERVAL_MS = 1000;
 
 /**
  * Thrown by ctx.snooze() to end the handler. The worker snoozes the job
@@ -50,6 +54,7 @@ class HandlerContext implements JobContext {
   #log: JobLog | undefined;
   #snooze: JobContext["snooze"] | undefined;
   #effect: JobContext["effect"] | undefined;
+  #progress: JobContext["progress"] | undefined;
 
   constructor(
     state: WorkerState,
@@ -87,6 +92,52 @@ class HandlerContext implements JobContext {
     return (this.#effect ??= <T>(key: string, fn: (key: string) => Promise<T> | T, options?: EffectOptions<T>): Promise<T> =>
       runEffect(state, held, key, fn, options));
   }
+
+  get progress(): JobContext["progress"] {
+    return (this.#progress ??= makeProgress(this.#state, this.#held));
+  }
+}
+
+/**
+ * ctx.progress: keeps the latest value and writes it at most once per
+ * PROGRESS_INTERVAL_MS, one write in flight at a time, while the attempt runs
+ * (a write after it ended would only be refused: IQ410).
+ */
+function makeProgress(state: WorkerState, held: HeldJob): JobContext["progress"] {
+  let latest: number | undefined;
+  let written: number | undefined;
+  let lastWriteAt = -Infinity;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let writing = false;
+  const running = () => held.phase === "started" && !held.fencedOut && held.abortedBy === undefined;
+  const write = async (): Promise<void> => {
+    timer = undefined;
+    if (latest === undefined || latest === written || !running()) return;
+    const value = latest;
+    writing = true;
+    lastWriteAt = performance.now();
+    try {
+      await sql.progress(state.calls, held.job.id, held.job.attempt, value, held.job.leaseToken);
+      written = value;
+    } catch (error) {
+      if (running()) state.report(`progress of job ${held.job.id}`, error);
+    } finally {
+      writing = false;
+      if (latest !== written) schedule();
+    }
+  };
+  const schedule = (): void => {
+    if (timer !== undefined || writing || !running()) return;
+    timer = setTimeout(() => void write(), Math.max(0, lastWriteAt + PROGRESS_INTERVAL_MS - performance.now()));
+    timer.unref?.();
+  };
+  return (value: number): void => {
+    if (!Number.isInteger(value) || value < PROGRESS_BOUNDS.min || value > PROGRESS_BOUNDS.max) {
+      throw new TypeError(`ctx.progress: value must be an integer percentage from ${PROGRESS_BOUNDS.min} to ${PROGRESS_BOUNDS.max}, got ${String(value)}`);
+    }
+    latest = value;
+    schedule();
+  };
 }
 function makeLog(state: WorkerState, held: HeldJob): JobLog {
   const line =

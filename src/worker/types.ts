@@ -78,6 +78,16 @@ export interface JobContext<P = Payload> {
    * A key already done returns the stored result without calling fn.
    */
   effect<T>(key: string, fn: (key: string) => Promise<T> | T, options?: EffectOptions<T>): Promise<T>;
+  /**
+   * Reports how far this attempt has got, a whole percentage 0..100, which
+   * idemq.job(), `idemq jobs show` and the dashboard's job page show. Cheap
+   * in a loop: the worker writes the latest value in the background at most
+   * once a second per job (idemq.progress, fenced like complete), outside
+   * ctx.tx; a value reported less than a second before the attempt ends
+   * may not be written. A value that is not an integer 0..100 throws a
+   * TypeError.
+   */
+  progress(value: number): void;
   /** The job's transaction (transactional tasks only). */
   tx: pg.PoolClient | undefined;
 }

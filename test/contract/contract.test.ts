@@ -455,9 +455,9 @@ describe("function file headers", () => {
 });
 
 describe("privileges", () => {
-  it("src/roles.ts's ROLE_FUNCTIONS are the functions the producer and worker roles may execute (besides the constants), as _grant_roles grants", async () => {
+  it("src/roles.ts's ROLE_FUNCTIONS are the functions the producer, worker and viewer roles may execute (besides the constants), as _grant_roles grants", async () => {
     const ROLES = await installationRoles(db.pool);
-    for (const kind of ["producer", "worker"] as const) {
+    for (const kind of ["producer", "worker", "viewer"] as const) {
       const { rows } = await db.pool.query<{ name: string }>(
         `SELECT p.proname AS name FROM pg_proc p
           WHERE p.pronamespace = 'idemq'::regnamespace AND has_function_privilege($1, p.oid, 'EXECUTE')

@@ -99,7 +99,9 @@ describe("dashboard pages", () => {
     expect(new URL(page.url()).pathname).toBe(`/jobs/${charged}`);
     const attempt = await page.locator("#timeline tr").nth(1).locator("td").allTextContents();
     expect(attempt[0]).toBe("1");
-    expect(attempt[1]).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}Z$/);
+    // Claimed moments ago (relative to now), the exact instant on hover.
+    expect(attempt[1]).toMatch(/^(now|\d+ s ago|\d+ min ago)$/);
+    expect(await page.locator("#timeline tr").nth(1).locator("td time").getAttribute("title")).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
     expect(attempt[2]).toBe("test-worker");
     expect(attempt[3]).toMatch(/ms|s$/);
     expect(attempt[4]).toBe("failed CardDeclined");

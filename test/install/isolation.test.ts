@@ -74,6 +74,7 @@ describe("two installations on one server", () => {
       producer: `idemq_${a.db.name}_producer`,
       worker: `idemq_${a.db.name}_worker`,
       admin: `idemq_${a.db.name}_admin`,
+      viewer: `idemq_${a.db.name}_viewer`,
     });
     const bRoles = Object.values(await installationRoles(b.db.pool));
     for (const role of Object.values(await installationRoles(a.db.pool))) expect(bRoles).not.toContain(role);

@@ -108,7 +108,7 @@ describe("a non-superuser who owns the database", () => {
     expect(migrated.code, migrated.stderr).toBe(0);
     const c = await owner.connect(database);
     const roles = await installationRoles(c);
-    expect(roles).toEqual({ producer: `idemq_${database}_producer`, worker: `idemq_${database}_worker`, admin: `idemq_${database}_admin` });
+    expect(roles).toEqual({ producer: `idemq_${database}_producer`, worker: `idemq_${database}_worker`, admin: `idemq_${database}_admin`, viewer: `idemq_${database}_viewer` });
     const { rows } = await c.query<{ role: string; exec: boolean }>(
       `SELECT r AS role, has_function_privilege(r, 'idemq.claim(text,text[],integer,interval,text[],boolean)', 'EXECUTE') AS exec
          FROM unnest($1::text[]) r WHERE EXISTS (SELECT FROM pg_roles WHERE rolname = r)`,
@@ -120,6 +120,7 @@ describe("a non-superuser who owns the database", () => {
         { role: roles.admin, exec: true },
         { role: roles.producer, exec: false },
         { role: roles.worker, exec: true },
+        { role: roles.viewer, exec: false },
         { role: "idemq_admin", exec: false },
         { role: "idemq_producer", exec: false },
         { role: "idemq_worker", exec: false },
@@ -171,7 +172,7 @@ describe("idemq roles", () => {
       const psql = await psqlWithInput(superuserUrl.toString(), sql.stdout);
       expect(psql.code, psql.stderr).toBe(0);
     }
-    expect(await count()).toBe(3);
+    expect(await count()).toBe(4);
     const enq = await c.query("SELECT has_function_privilege($1, 'idemq.enqueue_many(jsonb)', 'EXECUTE') AS ok", [roles[0]]);
     expect(enq.rows[0]).toEqual({ ok: true });
   }, 180_000);
@@ -203,9 +204,15 @@ describe("idemq roles", () => {
     const again = await runCli(["roles", "grant", app.name, "--worker"], { env: url });
     expect(again).toMatchObject({ code: 0, stdout: `${app.name} was already a member of ${ROLES.worker}.\n` });
 
+    // The read-only operator's role, and `roles list` names it with its members.
+    const viewer = await runCli(["roles", "grant", app.name, "--viewer"], { env: url });
+    expect(viewer).toMatchObject({ code: 0, stdout: `Granted ${ROLES.viewer} to ${app.name}.\n` });
+    const listed = await runCli(["roles", "list"], { env: url });
+    expect(listed.stdout.split("\n").find((line) => line.startsWith("viewer "))).toMatch(new RegExp(`^viewer +${ROLES.viewer}: (.*, )?${app.name}(,|$)`));
+
     const none = await runCli(["roles", "grant", app.name], { env: url });
     expect(none.code).toBe(2);
-    expect(none.stderr).toMatch(/--producer, --worker or --admin/);
+    expect(none.stderr).toMatch(/--producer, --worker, --admin or --viewer/);
 
     const missing = await runCli(["roles", "grant", "no_such_role_iqt", "--admin"], { env: url });
     expect(missing.code).toBe(1);

@@ -22,7 +22,7 @@ const fx = { payload: { email: "ada@example.com", token: "secret" }, done: "", f
 const COLUMNS = [
   "job_id", "task", "queue", "payload", "state", "priority", "run_at", "attempt", "uncounted", "max_attempts",
   "idempotency_key", "locked_by", "locked_at", "lease_expires_at", "errors", "result", "created_at", "finished_at",
-  "expires_at", "concurrency_key", "waiting_for",
+  "expires_at", "concurrency_key", "waiting_for", "progress",
 ];
 
 beforeAll(async () => {

@@ -14,7 +14,7 @@ import { claimOne } from "../helpers/work.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
-type Who = "producer" | "worker" | "admin" | "stranger";
+type Who = "producer" | "worker" | "admin" | "viewer" | "stranger";
 
 const db = useTestDatabase({ poolSize: 4 });
 const logins = {} as Record<Who, LoginRole>;
@@ -37,11 +37,12 @@ let ROLES: InstallationRoles;
 beforeAll(async () => {
   // This installation's roles (a clone of the test template shares the template's).
   ROLES = await installationRoles(db.pool);
-  for (const who of ["producer", "worker", "admin"] as const) logins[who] = await createLoginRole(who, { memberOf: [ROLES[who]] });
+  for (const who of ["producer", "worker", "admin", "viewer"] as const) logins[who] = await createLoginRole(who, { memberOf: [ROLES[who]] });
   logins.stranger = await createLoginRole("stranger");
   for (const who of Object.keys(logins) as Who[]) sessions[who] = await logins[who].connect(db.name);
 
   fx.enqueued = await makeJob(db.pool, { task: "roles", queue: fx.queue, payload: fx.payload });
+  await db.pool.query(`SELECT idemq.schedule(name => 'roles-fixture', cron => '0 3 * * *', task => 'report', payload => $1)`, [fx.payload]);
   fx.held = await makeJob(db.pool, { task: "roles", queue: fx.heldQueue });
   const held = await claimOne(db.pool, { worker_id: "w0", queues: [fx.heldQueue], token: true });
   fx.heldAttempt = held.attempt;
@@ -121,6 +122,10 @@ const OPERATIONS: Operation[] = [
     ],
     check: (r) => expect(r[0]!.until).toBeInstanceOf(Date),
   },
+  {
+    name: "progress",
+    sql: () => ["SELECT idemq.progress(job_id => $1, attempt => $2, value => 40, lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
+  },
   { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
   {
     name: "effect_claim",
@@ -149,7 +154,7 @@ const OPERATIONS: Operation[] = [
   {
     name: "find_jobs",
     sql: () => ["SELECT job_id, payload FROM idemq.find_jobs(filter => jsonb_build_object('queue', $1::text))", [fx.queue]],
-    check: (r) => expect(r).toEqual([{ job_id: fx.enqueued, payload: fx.payload }]),
+    check: (r, who) => expect(r).toEqual([{ job_id: fx.enqueued, payload: who === "admin" ? fx.payload : null }]),
   },
   {
     name: "count_jobs",
@@ -204,7 +209,12 @@ const OPERATIONS: Operation[] = [
     name: "schedule",
     sql: () => [`SELECT * FROM idemq.schedule(name => 'roles-schedule', cron => '0 3 * * *', task => 'report')`, []],
   },
-  { name: "schedules", sql: () => ["SELECT * FROM idemq.schedules()", []] },
+  {
+    name: "schedules",
+    sql: () => ["SELECT name, payload FROM idemq.schedules() WHERE name = 'roles-fixture'", []],
+    // A schedule's payload, as a job's, only for a login that may read the table.
+    check: (r, who) => expect(r).toEqual([{ name: "roles-fixture", payload: who === "admin" ? fx.payload : null }]),
+  },
   {
     name: "schedule_next",
     sql: () => [`SELECT * FROM idemq.schedule_next(cron => '0 3 * * *', timezone => 'UTC', after => now(), count => 2)`, []],
@@ -214,7 +224,19 @@ const OPERATIONS: Operation[] = [
   { name: "terminal_states", sql: () => ["SELECT idemq.terminal_states() AS s", []] },
   { name: "schema_version", sql: () => ["SELECT idemq.schema_version() AS v", []] },
   { name: "read jobs (payloads)", sql: () => ["SELECT j.payload FROM idemq.jobs j WHERE j.id = $1", [fx.enqueued]], check: (r) => expect(r).toEqual([{ payload: fx.payload }]) },
-  { name: "read keys", sql: () => ["SELECT count(*) FROM idemq.keys", []] },
+  { name: "read keys", sql: () => ["SELECT count(k.payload_md5) FROM idemq.keys k", []] },
+  // The job page's reads beside job(): no payload, no result.
+  {
+    name: "read a job's links and key entry",
+    sql: () => [
+      `SELECT (SELECT count(*) FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.parent_id) AS links,
+              (SELECT count(*) FROM idemq.keys k WHERE k.finished_at IS NULL OR k.created_at < now()) AS keys,
+              (SELECT max(j.task) FROM idemq.jobs j WHERE j.id = $1 AND j.state IS NOT NULL) AS task`,
+      [fx.enqueued],
+    ],
+    check: (r) => expect(r).toEqual([expect.objectContaining({ task: "roles" })]),
+  },
+  { name: "read jobs' results", sql: () => ["SELECT j.result FROM idemq.jobs j WHERE j.id = $1", [fx.enqueued]] },
   { name: "update jobs directly", sql: () => ["UPDATE idemq.jobs SET result = '1' WHERE id = $1", [fx.held]] },
   {
     name: "insert jobs directly",
@@ -231,13 +253,19 @@ const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
-  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold",
+  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress",
+];
+// Reads, and nothing that writes (the dashboard as a read-only operator).
+const VIEWER_OPS = [
+  "job", "find_jobs", "count_jobs", "overview", "stats", "limits", "held_keys", "workers", "unserved_jobs",
+  "schedules", "schedule_next", "retry_horizon",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {
   producer: ["enqueue", "enqueue_many", "job", ...CONSTANTS],
   worker: [...WORKER_OPS, ...CONSTANTS],
-  admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "change a limit (idemq.settings.value)"],
+  admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "read a job's links and key entry", "read jobs' results", "change a limit (idemq.settings.value)"],
+  viewer: [...VIEWER_OPS, ...CONSTANTS, "read a job's links and key entry"],
   stranger: [],
 };
 
@@ -249,7 +277,7 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
     expect([...FUNCTIONS].sort()).toEqual(rows.map((r) => r.name));
   });
 
-  describe.each(["producer", "worker", "admin", "stranger"] as const)("%s", (who) => {
+  describe.each(["producer", "worker", "admin", "viewer", "stranger"] as const)("%s", (who) => {
     it.each(OPERATIONS.map((o) => [o.name, o] as const))(`%s: ${who} allowed or refused (42501) as the matrix says`, async (_name, op) => {
       const session = sessions[who];
       const [text, values] = op.sql();
@@ -269,13 +297,26 @@ describe("the role-by-operation matrix, as real non-superuser logins", () => {
     });
   });
 
-  it("no role, and not PUBLIC, holds a table privilege on idemq other than idemq_admin's SELECT", async () => {
+  it("no role, and not PUBLIC, holds a table privilege on idemq other than idemq_admin's SELECT and the viewer's on job_dependencies", async () => {
     const { rows } = await db.pool.query<{ grantee: string; table: string; privilege: string }>(`
       SELECT g.grantee, g.table_name AS table, g.privilege_type AS privilege
         FROM information_schema.role_table_grants g
        WHERE g.table_schema = 'idemq' AND g.grantee <> (SELECT r.rolname FROM pg_roles r JOIN pg_namespace n ON n.nspowner = r.oid WHERE n.nspname = 'idemq')
        ORDER BY 1, 2, 3`);
-    expect(rows.filter((r) => !(r.grantee === ROLES.admin && r.privilege === "SELECT"))).toEqual([]);
+    expect(rows.filter((r) => !(r.grantee === ROLES.admin && r.privilege === "SELECT"))).toEqual([
+      { grantee: ROLES.viewer, table: "job_dependencies", privilege: "SELECT" },
+    ]);
+    // The viewer's columns: none holds a payload, a result or an error.
+    const { rows: columns } = await db.pool.query<{ table: string; column: string }>(
+      `SELECT g.table_name AS table, g.column_name AS column FROM information_schema.role_column_grants g
+        WHERE g.table_schema = 'idemq' AND g.grantee = $1 AND g.table_name <> 'job_dependencies' ORDER BY 1, 2`,
+      [ROLES.viewer],
+    );
+    expect(columns).toEqual([
+      { table: "jobs", column: "id" }, { table: "jobs", column: "state" }, { table: "jobs", column: "task" },
+      { table: "keys", column: "created_at" }, { table: "keys", column: "finished_at" }, { table: "keys", column: "finished_state" },
+      { table: "keys", column: "job_id" }, { table: "keys", column: "key" }, { table: "keys", column: "task" },
+    ]);
     expect(rows.filter((r) => r.grantee === ROLES.admin).map((r) => r.table)).toContain("jobs");
   });
 

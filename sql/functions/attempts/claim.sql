@@ -21,10 +21,11 @@
 --     worker_id, locked_at = now(), lease_expires_at = now() + lease, or
 --     now() + the job's timeout when that is shorter (a time limit no lease
 --     outlives; heartbeat() keeps to it, and timeout is returned so a worker
---     can abort its handler then). With token => true it also
+--     can abort its handler then), and progress cleared (NULL: the new
+--     attempt has reported none, progress()). With token => true it also
 --     gets a new lease_token (gen_random_uuid(): 122 random bits), and
 --     (job_id, attempt, lease_token) is the fencing token for complete,
---     complete_many, fail, snooze, heartbeat and effect_claim's job binding:
+--     complete_many, fail, snooze, heartbeat, progress and effect_claim's job binding:
 --     the attempt fences out a stale attempt of the same worker pool, the
 --     token another worker that guesses the attempt (attempts are small
 --     numbers). The token is handed out here only, to the caller: no function
@@ -357,7 +358,7 @@ BEGIN
           -- Never past the job's time limit (heartbeat() keeps to it too).
           lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
-          queue_slot = NULL, task_slot = NULL
+          queue_slot = NULL, task_slot = NULL, progress = NULL
       WHERE j.id = ANY (v_ids)
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
@@ -379,7 +380,7 @@ BEGIN
           -- Never past the job's time limit (heartbeat() keeps to it too).
           lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
-          queue_slot = u.queue_slot, task_slot = u.task_slot
+          queue_slot = u.queue_slot, task_slot = u.task_slot, progress = NULL
       FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)
       WHERE j.id = ANY (v_ids) AND j.id = u.id
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,

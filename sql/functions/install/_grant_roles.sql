@@ -1,6 +1,6 @@
 -- idemq._grant_roles() RETURNS TABLE(role text, privilege text)
 --
--- Gives this installation's three roles (idemq.installation: named once, at
+-- Gives this installation's four roles (idemq.installation: named once, at
 -- install) what their kinds say and nothing more, and PUBLIC nothing;
 -- returns each privilege it granted. The one definition of who may call what
 -- (docs/design.md, "Roles and privileges").
@@ -11,7 +11,7 @@
 --     idemq.installation: the prefix given with `idemq migrate --roles-prefix`
 --     (setting idemq.roles_prefix), else idemq_<database> (idemq_ and the
 --     first 12 hex digits of the name's md5 for a name over 40 bytes), plus
---     _producer, _worker, _admin. Later calls keep them; a different
+--     _producer, _worker, _admin, _viewer. Later calls keep them; a different
 --     idemq.roles_prefix then is refused (22023): names are chosen once.
 --   * It creates those roles (NOLOGIN) when missing and the caller may
 --     (superuser or CREATEROLE); otherwise `idemq roles sql` prints the
@@ -26,10 +26,19 @@
 --     worker_seen and worker_stopped (its presence), stats (counts only, no
 --     payload: a worker's --metrics-port serves them), limits (the flow
 --     control it is held to, and its use: no payload), declare_limit (its
---     tasks' declared limits, applied lower-only: it can never raise one).
+--     tasks' declared limits, applied lower-only: it can never raise one),
+--     progress (its held attempts' progress, fenced as complete()).
 --     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
---     (the limits). All three: USAGE on schema idemq, the
+--     (the limits). viewer (a read-only operator, the dashboard's
+--     --viewer): the reads an operator looks at (job, find_jobs, count_jobs,
+--     overview, stats, limits, held_keys, workers, unserved_jobs, schedules,
+--     schedule_next, retry_horizon) and nothing that writes; no SELECT on
+--     idemq.jobs, so job() and find_jobs() show it no payload and
+--     schedules() no schedule's payload; SELECT on idemq.job_dependencies,
+--     on idemq.jobs' id, task and state (a job's parents and children), and
+--     on idemq.keys but payload_md5 and retention (a job's key ledger entry).
+--     All four: USAGE on schema idemq, the
 --     constants active_states() and terminal_states(), and schema_version().
 --   * Isolation: the cluster-wide roles of 0.1.0 (idemq_producer,
 --     idemq_worker, idemq_admin) hold nothing in this database, so a login
@@ -37,7 +46,7 @@
 --     Upgrading from 0.1.0 (idemq.installation.shared_members_pending), the
 --     first call that can create the roles and grant memberships makes each
 --     direct member of a cluster-wide role a member of this installation's
---     role of the same kind (so running workers keep working: the upgrade
+--     role of the same kind (the viewer had none in 0.1.0) (so running workers keep working: the upgrade
 --     cannot tell which database a login was for; a NOTICE lists them), and
 --     only then revokes the cluster-wide roles' privileges here. A fresh
 --     install (setting idemq.installing = on, which `idemq migrate` sets while
@@ -71,13 +80,15 @@ DECLARE
   v_installation idemq.installation;
   v_may_create boolean := (SELECT r.rolsuper OR r.rolcreaterole FROM pg_roles r WHERE r.rolname = current_user);
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
-  v_kinds constant text[] := ARRAY['producer', 'worker', 'admin'];
+  v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress'];
+  v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
+                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
@@ -89,18 +100,20 @@ BEGIN
         MESSAGE = format('roles prefix "%s" makes role names over 63 bytes', idemq._excerpt(v_prefix)),
         HINT = 'Choose a prefix of at most 54 bytes (idemq migrate --roles-prefix NAME).';
     END IF;
-    INSERT INTO idemq.installation (producer_role, worker_role, admin_role, shared_members_pending)
-    VALUES (v_prefix || '_producer', v_prefix || '_worker', v_prefix || '_admin',
+    INSERT INTO idemq.installation (producer_role, worker_role, admin_role, viewer_role, shared_members_pending)
+    VALUES (v_prefix || '_producer', v_prefix || '_worker', v_prefix || '_admin', v_prefix || '_viewer',
             current_setting('idemq.installing', true) IS DISTINCT FROM 'on')
     RETURNING * INTO v_installation;
   ELSIF v_prefix IS NOT NULL AND v_prefix || '_worker' <> v_installation.worker_role THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('this installation''s roles are %s, %s and %s; roles prefix "%s" cannot rename them',
-                       v_installation.producer_role, v_installation.worker_role, v_installation.admin_role, idemq._excerpt(v_prefix)),
+      MESSAGE = format('this installation''s roles are %s, %s, %s and %s; roles prefix "%s" cannot rename them',
+                       v_installation.producer_role, v_installation.worker_role, v_installation.admin_role,
+                       v_installation.viewer_role, idemq._excerpt(v_prefix)),
       HINT = 'The prefix is chosen once, at install: drop --roles-prefix (or the setting idemq.roles_prefix).';
   END IF;
 
-  FOREACH v_role IN ARRAY ARRAY[v_installation.producer_role, v_installation.worker_role, v_installation.admin_role] LOOP
+  FOREACH v_role IN ARRAY ARRAY[v_installation.producer_role, v_installation.worker_role, v_installation.admin_role,
+                                v_installation.viewer_role] LOOP
     CONTINUE WHEN NOT v_may_create OR EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
     BEGIN
       EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
@@ -114,10 +127,11 @@ BEGIN
   LOOP
     EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_fn);
   END LOOP;
-  FOR i IN 1 .. 3 LOOP
+  FOR i IN 1 .. 4 LOOP
     v_kind := v_kinds[i];
     v_role := CASE v_kind WHEN 'producer' THEN v_installation.producer_role
                           WHEN 'worker' THEN v_installation.worker_role
+                          WHEN 'viewer' THEN v_installation.viewer_role
                           ELSE v_installation.admin_role END;
     CONTINUE WHEN NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = v_role);
     EXECUTE format('GRANT USAGE ON SCHEMA idemq TO %I', v_role);
@@ -132,6 +146,7 @@ BEGIN
       CONTINUE WHEN NOT (v_name = ANY (v_constants)
                          OR (v_kind = 'producer' AND v_name = ANY (v_producer))
                          OR (v_kind = 'worker' AND v_name = ANY (v_worker))
+                         OR (v_kind = 'viewer' AND v_name = ANY (v_viewer))
                          OR v_kind = 'admin');
       EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
       privilege := format('EXECUTE ON FUNCTION %s', v_fn);
@@ -146,11 +161,19 @@ BEGIN
       privilege := 'UPDATE (value) ON idemq.settings';
       RETURN NEXT;
     END IF;
+    IF v_kind = 'viewer' THEN
+      -- What the job page reads beside job(): no payload, no result.
+      EXECUTE format('GRANT SELECT ON idemq.job_dependencies TO %I', v_role);
+      EXECUTE format('GRANT SELECT (id, task, state) ON idemq.jobs TO %I', v_role);
+      EXECUTE format('GRANT SELECT (key, job_id, task, finished_state, finished_at, created_at) ON idemq.keys TO %I', v_role);
+      privilege := 'SELECT ON idemq.job_dependencies, idemq.jobs (id, task, state), idemq.keys (key, job_id, task, finished_state, finished_at, created_at)';
+      RETURN NEXT;
+    END IF;
 
     -- Upgrading from 0.1.0: the logins of the cluster-wide role keep their
     -- rights here through this installation's role, granted before the
     -- cluster-wide role's are revoked below.
-    IF v_installation.shared_members_pending AND v_may_create THEN
+    IF v_installation.shared_members_pending AND v_may_create AND v_shared[i] IS NOT NULL THEN
       FOR v_member IN
         SELECT m.rolname FROM pg_auth_members a
         JOIN pg_roles g ON g.oid = a.roleid JOIN pg_roles m ON m.oid = a.member
@@ -167,8 +190,8 @@ BEGIN
   END LOOP;
 
   IF v_installation.shared_members_pending AND NOT v_may_create THEN
-    RAISE NOTICE 'idemq: the roles of this installation (%, %, %) need a role with CREATEROLE: run the script of `idemq roles sql` as one; until then the cluster-wide idemq_producer, idemq_worker and idemq_admin keep their privileges here',
-      v_installation.producer_role, v_installation.worker_role, v_installation.admin_role;
+    RAISE NOTICE 'idemq: the roles of this installation (%, %, %, %) need a role with CREATEROLE: run the script of `idemq roles sql` as one; until then the cluster-wide idemq_producer, idemq_worker and idemq_admin keep their privileges here',
+      v_installation.producer_role, v_installation.worker_role, v_installation.admin_role, v_installation.viewer_role;
     RETURN;
   END IF;
   UPDATE idemq.installation SET shared_members_pending = false WHERE shared_members_pending;
@@ -185,4 +208,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq._grant_roles() IS
-  'Create (when it may) and grant this installation''s producer, worker and admin roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';
+  'Create (when it may) and grant this installation''s producer, worker, admin and viewer roles what their kinds say, PUBLIC and the cluster-wide roles of 0.1.0 nothing; returns what it granted.';

@@ -7,7 +7,7 @@
 --   * Returns one row of idemq.job_row (job_id, task, queue, payload, state,
 --     priority, run_at, attempt, uncounted, max_attempts, idempotency_key,
 --     locked_by, locked_at, lease_expires_at, errors, result, created_at,
---     finished_at, expires_at, concurrency_key, waiting_for), or no row when
+--     finished_at, expires_at, concurrency_key, waiting_for, progress), or no row when
 --     the job does not exist (never enqueued, or deleted by retention or
 --     purge).
 --   * waiting_for (idemq.waiting_reason) says why a job is not running. An
@@ -37,6 +37,9 @@
 --   * What it does show (state, attempts, errors, result, the locking
 --     worker's id) any producer or worker may read for any job: results
 --     and error messages should carry no secret.
+--   * progress: the latest attempt's progress (0..100) as its handler last
+--     reported it (progress()), NULL when it reported none; kept after the
+--     attempt ends, cleared by the next claim.
 --   * Never the job's lease_token: that is the holding attempt's alone
 --     (claim() hands it out once), the part of the fencing token another
 --     worker cannot guess.
@@ -88,7 +91,8 @@ BEGIN
                                WHERE (l.kind, l.name) IN (('queue', j.queue), ('task', j.task))) THEN
                 (SELECT min(w.waiting_for) FROM idemq._scope_waits() w
                  WHERE w.queue = j.queue OR w.task = j.task)
-         END
+         END,
+         j.progress
   FROM idemq.jobs j
   WHERE j.id = job.job_id;
 END;

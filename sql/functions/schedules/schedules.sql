@@ -13,7 +13,10 @@
 --   overlap policy dropped; last_error is why the latest tick() could not
 --   enqueue the schedule's job ("<message> (SQLSTATE <code>)", e.g. a
 --   payload over a lowered payload_bytes) and last_error_at when, both NULL
---   once a tick enqueued it (the schedule stays due until then).
+--   once a tick enqueued it (the schedule stays due until then); payload is
+--   NULL unless the session's login may read idemq.schedules itself (the
+--   admin role, the owner, a superuser; not the viewer), as job() shows a
+--   job's.
 -- Concurrency: a plain read (no locks).
 -- Errors: none.
 -- Tests: test/sql/schedules.test.ts, test/sql/schedules-tick.test.ts, test/cli/schedules.test.ts
@@ -27,7 +30,9 @@ LANGUAGE sql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-  SELECT s.name, s.cron, s.timezone, s.task, s.queue, s.payload, s.priority, s.max_attempts, s.overlap,
+  -- session_user, as job() (inside SECURITY DEFINER current_user is the owner).
+  SELECT s.name, s.cron, s.timezone, s.task, s.queue,
+         CASE WHEN has_table_privilege(session_user, 'idemq.schedules', 'SELECT') THEN s.payload END, s.priority, s.max_attempts, s.overlap,
          s.misfire, s.misfire_grace, s.next_at, s.last_slot_at, s.last_job_id, j.state, s.skipped,
          s.created_at, s.updated_at, s.last_error, s.last_error_at
   FROM idemq.schedules s

@@ -19,7 +19,7 @@ type Options = DatabaseOption & JsonOption & RolesPrefixOption;
 type RolesPrefixOption = { rolesPrefix?: string };
 
 const ROLES_PREFIX_HELP =
-  "name this installation's roles PREFIX_producer, PREFIX_worker, PREFIX_admin (chosen once, at install; default idemq_<database>)";
+  "name this installation's roles PREFIX_producer, PREFIX_worker, PREFIX_admin, PREFIX_viewer (chosen once, at install; default idemq_<database>)";
 
 const EMBEDDED_HELP = `
 Without --database-url or DATABASE_URL: the embedded PostgreSQL's database idemq

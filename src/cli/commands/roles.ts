@@ -3,7 +3,7 @@
 // idemq roles list                        an installation's roles and their members
 //
 // The roles and what each may call: docs/design.md, "Roles and privileges".
-// Each database with idemq has its own three roles (named at install). The
+// Each database with idemq has its own four roles (named at install). The
 // migration creates them itself when the migrating role has CREATEROLE;
 // otherwise a DBA runs the script `roles sql` prints.
 import type { Command } from "commander";
@@ -17,6 +17,7 @@ interface GrantOptions extends CommonOptions {
   producer?: boolean;
   worker?: boolean;
   admin?: boolean;
+  viewer?: boolean;
 }
 
 export function registerRolesCommands(program: Command): void {
@@ -46,16 +47,17 @@ Examples:
 
   const grant = roles
     .command("grant")
-    .description("make login role ROLE a member of this database's idemq roles (at least one of --producer, --worker, --admin)")
+    .description("make login role ROLE a member of this database's idemq roles (at least one of --producer, --worker, --admin, --viewer)")
     .argument("<role>", "an existing login role, e.g. the one your workers connect as")
     .option("--producer", `grant the producer role: ${ROLE_FUNCTIONS.producer.join(", ")}`)
     .option("--worker", `grant the worker role: ${ROLE_FUNCTIONS.worker.join(", ")}`)
     .option("--admin", "grant the admin role: every function, and reading jobs")
+    .option("--viewer", `grant the viewer role (read-only, no payloads): ${ROLE_FUNCTIONS.viewer.join(", ")}`)
     .action(
       action(async (member: string, _options: GrantOptions, cmd: Command) => {
         const options = cmd.optsWithGlobals<GrantOptions>();
         const kinds = ROLE_KINDS.filter((kind) => options[kind]);
-        if (kinds.length === 0) throw new UsageError("say which role to grant: --producer, --worker or --admin (or several)");
+        if (kinds.length === 0) throw new UsageError("say which role to grant: --producer, --worker, --admin or --viewer (or several)");
         if (member.trim() === "") throw new UsageError("ROLE must not be empty: name the login role to grant");
         const db = await openDatabase({ databaseUrl: options.databaseUrl, json: options.json, requireSchema: false });
         const client = new pg.Client({ connectionString: db.url });
@@ -77,7 +79,7 @@ Examples:
     );
   const list = roles
     .command("list")
-    .description("this database's idemq roles (producer, worker, admin) and their members")
+    .description("this database's idemq roles (producer, worker, admin, viewer) and their members")
     .action(
       action(async (_options: CommonOptions, cmd: Command) => {
         const options = cmd.optsWithGlobals<CommonOptions>();
@@ -104,6 +106,7 @@ Examples:
     "idemq roles grant app_worker --worker",
     "idemq roles grant app_web --producer --json",
     "idemq roles grant ops --admin",
+    "idemq roles grant dashboard_ro --viewer",
     "",
     "Each database with idemq has its own roles: the grant gives ROLE rights in this database only.",
     "It takes a superuser, or CREATEROLE (PostgreSQL 16 and later: with ADMIN OPTION on the idemq role).",
