@@ -27,6 +27,7 @@ dt{font-weight:600}dd{margin:0}
 const NAV: [string, string][] = [
   ["/", "Overview"],
   ["/jobs", "Jobs"],
+  ["/workers", "Workers"],
   ["/schedules", "Schedules"],
   ["/limits", "Flow control"],
   ["/purge", "Purge"],
