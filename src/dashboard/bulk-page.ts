@@ -58,7 +58,7 @@ export async function confirmBulk(db: sql.Queryable, parameters: URLSearchParams
   const { filter, selected } = bulkFilter(parameters);
   const counted = await sql.countJobs(db, filter, { action, atMost: BULK_COUNT_UP_TO });
   const jobs = counted.exact ? number(counted.jobs) : `at least ${number(counted.jobs)}`;
-  const of = selected === null ? "of the jobs the search matches" : `of the ${number(selected)} selected`;
+  const of = selected === null ? "of those the search matches" : `of the ${number(selected)} selected`;
   return {
     title: `${action === "run_now" ? "Run now" : action[0]!.toUpperCase() + action.slice(1)}: ${jobs} job${counted.jobs === 1 ? "" : "s"}?`,
     body: html`<p>${WHAT[action]}.</p>

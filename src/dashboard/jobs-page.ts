@@ -82,10 +82,10 @@ ${jobs.length === 0 ? "" : bulkForm(kept)}`,
 function searchForm(parameters: URLSearchParams): Html {
   const states = parameters.getAll("state");
   return html`<form method="get" action="/jobs" id="search">
-<p>state ${JOB_STATES.map((s) => html`<label><input type="checkbox" name="state" value="${s}"${states.includes(s) ? html` checked` : ""}> ${s}</label>`)}</p>
+<p>state ${JOB_STATES.map((s) => html`<label style="white-space:nowrap"><input type="checkbox" name="state" value="${s}"${states.includes(s) ? html` checked` : ""}> ${s}</label>`)}</p>
 <p>${TEXT_FIELDS.map(
     ([name, label, placeholder]) =>
-      html`<label>${label} <input name="${name}" value="${parameters.get(name) ?? ""}" size="${name === "payload" ? 24 : 14}" placeholder="${placeholder}"></label> `,
+      html`<label style="white-space:nowrap">${label} <input name="${name}" value="${parameters.get(name) ?? ""}" size="${name === "payload" ? 24 : 14}" placeholder="${placeholder}"></label> `,
   )}</p>
 <button type="submit" id="filter">Search</button> <a href="/jobs">clear</a>
 <span class="muted">a payload match needs a task, key or ids beside it; times are ISO 8601</span></form>`;

@@ -123,7 +123,7 @@ describe("bulk actions", () => {
     await page.goto(`${dashboard.url}jobs?task=bulk_task`);
     await page.selectOption("#bulk select[name=action]", "cancel");
     await page.click("#bulk-all");
-    expect(await page.locator("#will-touch").textContent()).toMatch(/This will cancel 10,000 jobs of the jobs the search matches\./);
+    expect(await page.locator("#will-touch").textContent()).toMatch(/This will cancel 10,000 jobs of those the search matches\./);
     await screenshot(page, "dashboard-bulk-confirm");
     expect(await bulkStates()).toEqual({ enqueued: MANY });
 
