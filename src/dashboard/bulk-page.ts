@@ -53,10 +53,16 @@ function bulkFilter(parameters: URLSearchParams): { filter: sql.SqlJobFilter; se
   return { filter: searchFilter(parameters), selected: null };
 }
 
-export async function confirmBulk(db: sql.Queryable, parameters: URLSearchParams, csrf: string): Promise<{ title: string; body: Html }> {
+/** `countUpTo`: BULK_COUNT_UP_TO but in a test of the "at least" wording. */
+export async function confirmBulk(
+  db: sql.Queryable,
+  parameters: URLSearchParams,
+  csrf: string,
+  countUpTo = BULK_COUNT_UP_TO,
+): Promise<{ title: string; body: Html }> {
   const action = bulkAction(parameters.get("action"));
   const { filter, selected } = bulkFilter(parameters);
-  const counted = await sql.countJobs(db, filter, { action, atMost: BULK_COUNT_UP_TO });
+  const counted = await sql.countJobs(db, filter, { action, atMost: countUpTo });
   const jobs = counted.exact ? number(counted.jobs) : `at least ${number(counted.jobs)}`;
   const of = selected === null ? "of those the search matches" : `of the ${number(selected)} selected`;
   return {

@@ -48,9 +48,11 @@ export async function jobsPage(db: sql.Queryable, parameters: URLSearchParams): 
   try {
     if (before !== undefined && !/^\d{1,19}$/.test(before)) throw new BadRequest(`before must be a job id, not "${before}"`);
     const filter = searchFilter(parameters);
-    // The count first: it checks the filter, so a bad one reads nothing.
-    const counted = await sql.countJobs(db, filter, { atMost: COUNT_UP_TO });
-    const rows = await sql.findJobs(db, filter, { beforeId: before, pageSize: PAGE_SIZE });
+    // Both check the whole filter before they read (_check_job_filter), so a bad one reads nothing.
+    const [counted, rows] = await Promise.all([
+      sql.countJobs(db, filter, { atMost: COUNT_UP_TO }),
+      sql.findJobs(db, filter, { beforeId: before, pageSize: PAGE_SIZE }),
+    ]);
     found = { jobs: rows.map(toJob), counted };
   } catch (error) {
     const refused = badFilter(error);

@@ -6,6 +6,7 @@
 // in the database), and an action on a selection where a job moved on.
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { confirmBulk } from "../../src/dashboard/bulk-page.ts";
 import { startDashboard, type Dashboard } from "../../src/dashboard/server.ts";
 import { launchBrowser, screenshot, type TestBrowser } from "../helpers/browser.ts";
 import { useTestDatabase } from "../helpers/db.ts";
@@ -141,6 +142,13 @@ describe("bulk actions", () => {
     expect(await count(db.pool, "SELECT id FROM idemq.jobs WHERE task = 'bulk_task' AND errors->-1->>'class' = 'Retried'")).toBe(MANY);
     console.log(`bulk cancel of ${MANY} jobs through the page: ${Math.round(cancelled.ms)} ms; retry: ${Math.round(retried.ms)} ms`);
   }, 240_000);
+
+  it("a count past its cap is said as 'at least', and the form then carries no count to compare with", async () => {
+    const { title, body } = await confirmBulk(db.pool, new URLSearchParams({ scope: "all", action: "cancel", task: "bulk_task" }), "csrf-token", 5);
+    expect(title).toBe("Cancel: at least 5 jobs?");
+    expect(body.text).toContain("This will cancel <b>at least 5</b> jobs of those the search matches (counted no further).");
+    expect(body.text).not.toContain('name="counted"');
+  });
 
   it("on a selection: counts what the action takes of it; a job that moved on meanwhile is named and left as it is", async () => {
     await page.goto(`${dashboard.url}jobs?queue=find`);
