@@ -542,16 +542,31 @@ CREATE INDEX key_holds_held_until ON idemq.key_holds USING btree (held_until);
 -- ==== Workers ====
 
 -- Presence (worker_seen, worker_stopped): which queues and tasks each
--- running worker serves, for unserved_jobs() and the dashboard.
+-- running worker serves, for unserved_jobs() and the dashboard. Since 0.2.0
+-- also where it runs (host, pid), how many jobs it runs at once, how often it
+-- refreshes its row (refresh_every: workers() calls a row late after two),
+-- and the database outages it lived through (count, time down, when the
+-- latest ended: last_outage_at, set by worker_seen when the count rises).
 CREATE TABLE idemq.workers (
     worker_id text PRIMARY KEY,
     queues text[],
     tasks text[],
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    host text,
+    pid integer,
+    concurrency integer,
+    refresh_every interval,
+    outages integer DEFAULT 0 NOT NULL,
+    outage_ms bigint DEFAULT 0 NOT NULL,
+    last_outage_at timestamp with time zone,
     CONSTRAINT workers_id_not_empty CHECK ((worker_id <> ''::text)),
     CONSTRAINT workers_queues_not_empty CHECK ((cardinality(queues) > 0)),
-    CONSTRAINT workers_tasks_not_empty CHECK ((cardinality(tasks) > 0))
+    CONSTRAINT workers_tasks_not_empty CHECK ((cardinality(tasks) > 0)),
+    CONSTRAINT workers_pid_positive CHECK ((pid > 0)),
+    CONSTRAINT workers_concurrency_positive CHECK ((concurrency > 0)),
+    CONSTRAINT workers_refresh_every_positive CHECK ((refresh_every > '00:00:00'::interval)),
+    CONSTRAINT workers_outages_not_negative CHECK (((outages >= 0) AND (outage_ms >= 0)))
 );
 
 -- ==== The installation ====

@@ -6,7 +6,7 @@
 
 import type { BulkAction } from "./contract.ts";
 import { sqlJobFilter, type JobFilter } from "./job-reads.ts";
-import { cancelJobs, deleteJobs, retryJobs, runJobsNow, type BulkBatch, type Queryable } from "./sql/index.ts";
+import { cancelJobs, deleteJobs, retryJobs, runJobsNow, type BulkBatch, type Queryable, type SqlJobFilter } from "./sql/index.ts";
 
 const BATCH_CALLS = { retry: retryJobs, cancel: cancelJobs, delete: deleteJobs, run_now: runJobsNow } as const satisfies Record<
   BulkAction,
@@ -28,27 +28,41 @@ export interface BulkOptions {
   onBatch?: ((progress: BulkProgress) => void) | undefined;
   /** Asked before each batch after the first: true stops (the batches done stay done). */
   stop?: (() => boolean) | undefined;
+  /** Go on from here (a previous run's `nextBeforeId`, after it was stopped); default: from the newest match. */
+  beforeId?: string | undefined;
 }
 
-/** Runs `action` on every job `filter` matches, in batches; `interrupted` when `stop` ended it early. */
+/**
+ * Runs `action` on every job `filter` matches, in batches; `interrupted` when
+ * `stop` ended it early, and then `nextBeforeId` is where a later run goes on.
+ */
 export async function runBulkAction(
   db: Queryable,
   action: BulkAction,
   filter: JobFilter,
   opts: BulkOptions = {},
-): Promise<BulkProgress & { interrupted: boolean }> {
+): Promise<BulkProgress & { interrupted: boolean; nextBeforeId: string | null }> {
+  return runBulkBatches(db, action, sqlJobFilter(filter), opts);
+}
+
+/** runBulkAction with the filter as SQL takes it (the dashboard's search sends its fields unchanged, for SQL to judge). */
+export async function runBulkBatches(
+  db: Queryable,
+  action: BulkAction,
+  sqlFilter: SqlJobFilter,
+  opts: BulkOptions = {},
+): Promise<BulkProgress & { interrupted: boolean; nextBeforeId: string | null }> {
   const call = BATCH_CALLS[action];
-  const sqlFilter = sqlJobFilter(filter);
   const progress: BulkProgress = { touched: 0, skipped: 0, batches: 0 };
-  let before: string | null = null;
+  let before: string | null = opts.beforeId ?? null;
   for (;;) {
     const batch: BulkBatch = await call(db, sqlFilter, { beforeId: before, maxJobs: opts.maxJobs });
     progress.touched += batch.touched;
     progress.skipped += batch.skipped;
     progress.batches += 1;
     opts.onBatch?.({ ...progress });
-    if (!batch.more) return { ...progress, interrupted: false };
-    if (opts.stop?.() === true) return { ...progress, interrupted: true };
+    if (!batch.more) return { ...progress, interrupted: false, nextBeforeId: null };
+    if (opts.stop?.() === true) return { ...progress, interrupted: true, nextBeforeId: batch.nextBeforeId };
     before = batch.nextBeforeId;
   }
 }

@@ -350,7 +350,7 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     action: BulkAction,
     filter: JobFilter,
     opts: BulkOptions & InTransaction = {},
-  ): Promise<BulkProgress & { interrupted: boolean }> {
+  ): Promise<BulkProgress & { interrupted: boolean; nextBeforeId: string | null }> {
     return runBulkAction(this.db(opts), action, filter, opts);
   }
 

@@ -133,7 +133,7 @@ function attemptLimit(errors: readonly unknown[], maxAttempts: number): number {
   return limit;
 }
 
-function toJob(r: JobRow): Job {
+export function toJob(r: JobRow): Job {
   const errors = r.errors ?? [];
   return {
     id: r.job_id,
@@ -291,4 +291,29 @@ export async function keyEntry(db: Queryable, key: string): Promise<KeyEntry | n
   return r === undefined
     ? null
     : { key: r.key, jobId: r.job_id, finishedState: r.finished_state, finishedAt: r.finished_at, createdAt: r.created_at };
+}
+
+export interface JobInHand {
+  id: string;
+  task: string;
+  workerId: string;
+  /** When this attempt was claimed: its running time is now less this. */
+  lockedAt: Date;
+  leaseExpiresAt: Date;
+}
+
+/**
+ * The jobs each of these workers holds now (processing, locked_by its id),
+ * oldest claim first: the dashboard's workers page. Reads only processing
+ * rows, a small set however large the table.
+ */
+export async function jobsInHand(db: Queryable, workerIds: readonly string[]): Promise<JobInHand[]> {
+  if (workerIds.length === 0) return [];
+  const rows = await runQuery<{ id: string; task: string; locked_by: string; locked_at: Date; lease_expires_at: Date }>(
+    db,
+    `SELECT j.id, j.task, j.locked_by, j.locked_at, j.lease_expires_at FROM idemq.jobs j
+     WHERE j.state = 'processing' AND j.locked_by = ANY ($1::text[]) ORDER BY j.locked_at, j.id`,
+    [workerIds],
+  );
+  return rows.map((r) => ({ id: r.id, task: r.task, workerId: r.locked_by, lockedAt: r.locked_at, leaseExpiresAt: r.lease_expires_at }));
 }

@@ -204,6 +204,22 @@ ALTER TYPE idemq._planned_job ADD ATTRIBUTE concurrency_key text;
 -- A job's time limit (enqueue(..., timeout)), carried through the enqueue
 -- pipeline like enqueue()'s other fields; its column comes after the functions.
 ALTER TYPE idemq._planned_job ADD ATTRIBUTE timeout interval;
+-- Presence: where a worker runs, its concurrency, its refresh interval and
+-- the outages it lived through (worker_seen sets them; workers() and the
+-- dashboard's workers page read them). A small table: the rewrite-free ADD
+-- COLUMNs (defaults are constants) take its lock for a moment.
+ALTER TABLE idemq.workers
+    ADD COLUMN host text,
+    ADD COLUMN pid integer,
+    ADD COLUMN concurrency integer,
+    ADD COLUMN refresh_every interval,
+    ADD COLUMN outages integer DEFAULT 0 NOT NULL,
+    ADD COLUMN outage_ms bigint DEFAULT 0 NOT NULL,
+    ADD COLUMN last_outage_at timestamp with time zone,
+    ADD CONSTRAINT workers_pid_positive CHECK ((pid > 0)),
+    ADD CONSTRAINT workers_concurrency_positive CHECK ((concurrency > 0)),
+    ADD CONSTRAINT workers_refresh_every_positive CHECK ((refresh_every > '00:00:00'::interval)),
+    ADD CONSTRAINT workers_outages_not_negative CHECK (((outages >= 0) AND (outage_ms >= 0)));
 -- ==== end hand-written ====
 
 -- ---- sql/functions/flow/_check_limit_values.sql ----
@@ -4377,6 +4393,121 @@ $$;
 
 COMMENT ON FUNCTION idemq.stats() IS
   'Counts per queue, task and state, expired leases, oldest runnable age (with why runnable jobs wait: waiting_for), and duplicate/rejection events per task.';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.worker_seen;
+-- ---- sql/functions/workers/worker_seen.sql ----
+CREATE OR REPLACE FUNCTION idemq.worker_seen(
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  tasks text[] DEFAULT NULL,
+  host text DEFAULT NULL,
+  pid int DEFAULT NULL,
+  concurrency int DEFAULT NULL,
+  refresh_every interval DEFAULT NULL,
+  outages int DEFAULT NULL,
+  outage_ms bigint DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_names bigint := idemq._limit('worker_names');
+  v_task text;
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = 'worker_seen: worker_id must be a non-empty string',
+      HINT = 'Pass the worker id the worker claims with (claim''s worker_id).';
+  END IF;
+  PERFORM idemq._check_size('worker_seen', 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; claim() refuses the same.');
+  IF coalesce(cardinality(queues), 0) + coalesce(cardinality(tasks), 0) > v_names THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('worker_seen: %s queue and task names, over the limit of %s (worker_names)',
+                       coalesce(cardinality(queues), 0) + coalesce(cardinality(tasks), 0), v_names),
+      HINT = 'Pass NULL for every queue or any task, or raise worker_names in idemq.settings.';
+  END IF;
+  IF NOT idemq._names_valid(queues)
+     OR EXISTS (SELECT 1 FROM unnest(queues) q WHERE length(q) > idemq._queue_name_limit()) THEN
+    PERFORM idemq._raise_bad_names('worker_seen', 'queues', queues, 'every queue',
+      'Pass the queues the worker claims from, as claim() gets them.', idemq._queue_name_limit());
+  END IF;
+  IF NOT idemq._names_valid(tasks) THEN
+    PERFORM idemq._raise_bad_names('worker_seen', 'tasks', tasks, 'any task',
+      'Pass the task names the worker has, as claim() gets them.');
+  END IF;
+  IF host = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'worker_seen: host must not be empty',
+      HINT = 'Pass the host name the worker runs on, or NULL when it is not known.';
+  END IF;
+  PERFORM idemq._check_size('worker_seen', 'host', host, 'worker_id_bytes',
+    'Pass the host name the worker runs on (the worker id holds it too).');
+  IF pid < 1 OR concurrency < 1 OR outages < 0 OR outage_ms < 0 THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('worker_seen: pid and concurrency must be at least 1, outages and outage_ms at least 0; got pid %s, concurrency %s, outages %s, outage_ms %s',
+                       pid, concurrency, outages, outage_ms),
+      HINT = 'Pass the process id, the jobs the worker runs at once, and the outages it counted since it started (NULL when not known).';
+  END IF;
+  IF refresh_every <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('worker_seen: refresh_every must be positive, not %s', refresh_every),
+      HINT = 'Pass how often the worker calls worker_seen, e.g. ''15 seconds''.';
+  END IF;
+  PERFORM idemq._check_duration('worker_seen', 'refresh_every', refresh_every);
+  FOREACH v_task IN ARRAY coalesce(tasks, '{}') LOOP
+    PERFORM idemq._check_size('worker_seen', 'a task name', v_task, 'task_bytes',
+      'Task names longer than task_bytes cannot be enqueued: no job needs this one.');
+  END LOOP;
+
+  INSERT INTO idemq.workers AS w (worker_id, queues, tasks, host, pid, concurrency, refresh_every, outages, outage_ms, last_outage_at)
+  VALUES (worker_seen.worker_id,
+          (SELECT array_agg(DISTINCT q ORDER BY q) FROM unnest(worker_seen.queues) q),
+          (SELECT array_agg(DISTINCT t ORDER BY t) FROM unnest(worker_seen.tasks) t),
+          worker_seen.host, worker_seen.pid, worker_seen.concurrency, worker_seen.refresh_every,
+          coalesce(worker_seen.outages, 0), coalesce(worker_seen.outage_ms, 0),
+          CASE WHEN worker_seen.outages > 0 THEN now() END)
+  ON CONFLICT ON CONSTRAINT workers_pkey DO UPDATE
+    SET queues = excluded.queues, tasks = excluded.tasks, last_seen_at = now(),
+        host = coalesce(worker_seen.host, w.host), pid = coalesce(worker_seen.pid, w.pid),
+        concurrency = coalesce(worker_seen.concurrency, w.concurrency),
+        refresh_every = coalesce(worker_seen.refresh_every, w.refresh_every),
+        outages = coalesce(worker_seen.outages, w.outages),
+        outage_ms = coalesce(worker_seen.outage_ms, w.outage_ms),
+        last_outage_at = CASE WHEN worker_seen.outages > w.outages THEN now() ELSE w.last_outage_at END;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.worker_seen(text, text[], text[], text, int, int, interval, int, bigint) IS
+  'Register or refresh a worker''s presence (idemq.workers): its queues and tasks, host, pid, concurrency, refresh interval and outages lived through, last_seen_at = now().';
+
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq.workers;
+-- ---- sql/functions/workers/workers.sql ----
+CREATE OR REPLACE FUNCTION idemq.workers()
+RETURNS TABLE(worker_id text, queues text[], tasks text[], started_at timestamptz, last_seen_at timestamptz,
+              host text, pid int, concurrency int, refresh_every interval, late boolean,
+              outages int, outage_ms bigint, last_outage_at timestamptz)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  RETURN QUERY
+  SELECT w.worker_id, w.queues, w.tasks, w.started_at, w.last_seen_at,
+         w.host, w.pid, w.concurrency, w.refresh_every, w.last_seen_at < now() - 2 * w.refresh_every,
+         w.outages, w.outage_ms, w.last_outage_at
+  FROM idemq.workers w
+  ORDER BY w.last_seen_at DESC, w.worker_id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.workers() IS
+  'The workers registered with worker_seen(): queues, tasks, started_at, last_seen_at, host, pid, concurrency, whether late, outages lived through (stale rows included).';
 
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._action_states FROM PUBLIC;

@@ -1,60 +1,105 @@
-// GET /jobs: the jobs list, newest first, filtered by state, queue, task,
-// key and text in the error history; paged by id (keyset, so a deep page
-// costs what the first does) with a count that is exact up to COUNT_UP_TO
-// and says "more than" beyond it.
-import { isJobState, JOB_STATES } from "../contract.ts";
-import { countJobs, listJobs, type Job, type ListJobsFilter } from "../job-reads.ts";
-import type { Queryable } from "../sql/index.ts";
+// GET /jobs: search the jobs, newest first, by one job filter (state, task,
+// queue, key, concurrency key, error text, payload containment, created and
+// finished ranges, ids: search-filter.ts, the rules SQL's); paged by id
+// (keyset, so a deep page costs what the first does) with a count that is
+// exact up to COUNT_UP_TO and says "more than" beyond it. A bad filter is
+// answered 400 with the database's message and hint above the form, having
+// read nothing. Each row has a checkbox for the bulk form below the table,
+// which acts on the selection or on everything the filter matches
+// (bulk-page.ts).
+import { BULK_ACTIONS, JOB_STATES } from "../contract.ts";
+import { toJob, type Job } from "../job-reads.ts";
+import * as sql from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
-import { html, query, type Html } from "./html.ts";
+import { html, type Html } from "./html.ts";
 import { number, stateBadge, when } from "./layout.ts";
+import { filterParameters, searchFilter } from "./search-filter.ts";
 
 export const PAGE_SIZE = 50;
 export const COUNT_UP_TO = 10_000;
 
-const FIELDS = ["queue", "task", "key", "error"] as const;
+/** The text fields of the search form: the filter field's name and its label. */
+const TEXT_FIELDS: [string, string, string][] = [
+  ["task", "task", ""],
+  ["queue", "queue", ""],
+  ["key", "key", ""],
+  ["concurrency_key", "concurrency key", ""],
+  ["error", "text in error", ""],
+  ["ids", "ids", "42, 43"],
+  ["payload", "payload contains", '{"customer": 42}'],
+  ["created_after", "created from", "2026-12-01T09:00:00Z"],
+  ["created_before", "created before", ""],
+  ["finished_after", "finished from", ""],
+  ["finished_before", "finished before", ""],
+];
 
-export async function jobsPage(db: Queryable, parameters: URLSearchParams): Promise<{ title: string; body: Html }> {
-  const state = parameters.get("state") ?? "";
-  if (state !== "" && !isJobState(state)) {
-    throw new BadRequest(`state must be one of ${JOB_STATES.join(", ")}, not "${state}"`);
+/** A search that SQL (22xxx) or the page refused: its message and hint, for the page. */
+export function badFilter(error: unknown): string | null {
+  if (error instanceof BadRequest) return error.message;
+  const e = error as { code?: unknown; message?: unknown; hint?: unknown };
+  if (typeof e.code !== "string" || !e.code.startsWith("22")) return null;
+  return `${String(e.message)}${typeof e.hint === "string" ? ` ${e.hint}` : ""}`;
+}
+
+export async function jobsPage(db: sql.Queryable, parameters: URLSearchParams): Promise<{ title: string; body: Html; status: number }> {
+  const before = parameters.get("before")?.trim() || undefined;
+  const from = Math.max(1, Number.parseInt(parameters.get("from") ?? "1", 10) || 1);
+  let found: { jobs: Job[]; counted: { jobs: number; exact: boolean } } | { refused: string };
+  try {
+    if (before !== undefined && !/^\d{1,19}$/.test(before)) throw new BadRequest(`before must be a job id, not "${before}"`);
+    const filter = searchFilter(parameters);
+    // Both check the whole filter before they read (_check_job_filter), so a bad one reads nothing.
+    const [counted, rows] = await Promise.all([
+      sql.countJobs(db, filter, { atMost: COUNT_UP_TO }),
+      sql.findJobs(db, filter, { beforeId: before, pageSize: PAGE_SIZE }),
+    ]);
+    found = { jobs: rows.map(toJob), counted };
+  } catch (error) {
+    const refused = badFilter(error);
+    if (refused === null) throw error;
+    found = { refused };
   }
-  const given = (name: string) => {
-    const value = parameters.get(name)?.trim();
-    return value === undefined || value === "" ? undefined : value;
-  };
-  const before = given("before");
-  if (before !== undefined && !/^\d{1,19}$/.test(before)) throw new BadRequest(`before must be a job id, not "${before}"`);
-  const from = Math.max(1, Number.parseInt(given("from") ?? "1", 10) || 1);
-  const filter: ListJobsFilter = {
-    state: state === "" ? undefined : state,
-    queue: given("queue"),
-    task: given("task"),
-    key: given("key"),
-    errorText: given("error"),
-  };
-  const [jobs, counted] = await Promise.all([
-    listJobs(db, { ...filter, limit: PAGE_SIZE, beforeId: before }),
-    countJobs(db, filter, COUNT_UP_TO),
-  ]);
-  const kept: Record<string, string | undefined> = { state, ...Object.fromEntries(FIELDS.map((f) => [f, given(f)])) };
-  const total = counted.exact ? number(counted.count) : `more than ${number(COUNT_UP_TO)}`;
+  const kept = filterParameters(parameters);
+  const link = (extra: [string, string][]) => `/jobs?${new URLSearchParams([...kept, ...extra]).toString()}`;
+  const form = searchForm(parameters);
+  if ("refused" in found) {
+    return { title: "Jobs", status: 400, body: html`${form}<p class="error" id="error">${found.refused}</p>` };
+  }
+  const { jobs, counted } = found;
+  const total = counted.exact ? number(counted.jobs) : `more than ${number(COUNT_UP_TO)}`;
   const last = jobs.at(-1);
   const range = jobs.length === 0 ? "No jobs match." : `Jobs ${number(from)}-${number(from + jobs.length - 1)} of ${total}.`;
   return {
     title: "Jobs",
-    body: html`
-<form method="get" action="/jobs">
-<label>state <select name="state"><option value="">any</option>${JOB_STATES.map(
-      (s) => html`<option value="${s}"${s === state ? html` selected` : ""}>${s}</option>`,
-    )}</select></label>
-${FIELDS.map((f) => html`<label>${f === "error" ? "text in error" : f} <input name="${f}" value="${kept[f] ?? ""}" size="14"></label>`)}
-<button type="submit">Filter</button> <a href="/jobs">clear</a></form>
+    status: 200,
+    body: html`${form}
 <p id="count">${range}</p>
 ${jobs.length === 0 ? "" : jobsTable(jobs)}
-<p>${before === undefined ? "" : html`<a href="/jobs${query(kept)}">« newest</a> `}
-${last !== undefined && jobs.length === PAGE_SIZE ? html`<a id="next" href="/jobs${query({ ...kept, before: last.id, from: from + jobs.length })}">next ${PAGE_SIZE} »</a>` : ""}</p>`,
+<p>${before === undefined ? "" : html`<a href="${link([])}">« newest</a> `}
+${last !== undefined && jobs.length === PAGE_SIZE ? html`<a id="next" href="${link([["before", last.id], ["from", String(from + jobs.length)]])}">next ${PAGE_SIZE} »</a>` : ""}</p>
+${jobs.length === 0 ? "" : bulkForm(kept)}`,
   };
+}
+
+function searchForm(parameters: URLSearchParams): Html {
+  const states = parameters.getAll("state");
+  return html`<form method="get" action="/jobs" id="search">
+<p>state ${JOB_STATES.map((s) => html`<label style="white-space:nowrap"><input type="checkbox" name="state" value="${s}"${states.includes(s) ? html` checked` : ""}> ${s}</label>`)}</p>
+<p>${TEXT_FIELDS.map(
+    ([name, label, placeholder]) =>
+      html`<label style="white-space:nowrap">${label} <input name="${name}" value="${parameters.get(name) ?? ""}" size="${name === "payload" ? 24 : 14}" placeholder="${placeholder}"></label> `,
+  )}</p>
+<button type="submit" id="filter">Search</button> <a href="/jobs">clear</a>
+<span class="muted">a payload match needs a task, key or ids beside it; times are ISO 8601</span></form>`;
+}
+
+function bulkForm(kept: [string, string][]): Html {
+  return html`<form method="get" action="/bulk" id="bulk">
+${kept.map(([name, value]) => html`<input type="hidden" name="${name}" value="${value}">`)}
+<label>bulk action <select name="action">${BULK_ACTIONS.map((a) => html`<option value="${a}">${a.replace("_", " ")}</option>`)}</select></label>
+<button type="submit" name="scope" value="selected" id="bulk-selected">on the selected jobs…</button>
+<button type="submit" name="scope" value="all" id="bulk-all">on every job the search matches…</button>
+<span class="muted">the next page says how many jobs it will touch and asks first</span></form>`;
 }
 
 function lastError(job: Job): string {
@@ -65,9 +110,9 @@ function lastError(job: Job): string {
 }
 
 function jobsTable(jobs: readonly Job[]): Html {
-  return html`<table id="jobs"><tr><th>id</th><th>state</th><th>task</th><th>queue</th><th>attempt</th><th>key</th><th>created</th><th>finished</th><th>last error</th></tr>
+  return html`<table id="jobs"><tr><th></th><th>id</th><th>state</th><th>task</th><th>queue</th><th>attempt</th><th>key</th><th>created</th><th>finished</th><th>last error</th></tr>
 ${jobs.map(
-  (j) => html`<tr><td><a href="/jobs/${j.id}">${j.id}</a></td><td>${stateBadge(j.state)}</td><td>${j.task}</td><td>${j.queue}</td>
+  (j) => html`<tr><td><input type="checkbox" name="job" value="${j.id}" form="bulk" aria-label="select job ${j.id}"></td><td><a href="/jobs/${j.id}">${j.id}</a></td><td>${stateBadge(j.state)}</td><td>${j.task}</td><td>${j.queue}</td>
 <td class="n">${j.countedAttempts}/${j.attemptLimit}</td><td>${j.idempotencyKey ?? ""}</td><td>${when(j.createdAt)}</td><td>${when(j.finishedAt)}</td><td>${lastError(j)}</td></tr>`,
 )}</table>`;
 }

@@ -31,6 +31,7 @@ export const READ_ONLY_LINE = "read-only (viewer): you can look, not act";
 const NAV: [string, string][] = [
   ["/", "Overview"],
   ["/jobs", "Jobs"],
+  ["/workers", "Workers"],
   ["/schedules", "Schedules"],
   ["/limits", "Flow control"],
   ["/purge", "Purge"],

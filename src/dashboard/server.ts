@@ -10,6 +10,7 @@ import { respondWithMetrics } from "../metrics/serve.ts";
 import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runLimitAction, runPurge } from "./actions.ts";
 import { access, checkBind, hostAllowed, newSecret, sameSecret } from "./auth.ts";
 import { BadRequest } from "./bad-request.ts";
+import { confirmBulk, runBulk } from "./bulk-page.ts";
 import { html, type Html } from "./html.ts";
 import { jobId, jobPage, JOB_ACTIONS, type JobAction } from "./job-page.ts";
 import { jobsPage } from "./jobs-page.ts";
@@ -17,6 +18,7 @@ import { LIMIT_ACTIONS, limitsPage, type LimitAction } from "./limits-page.ts";
 import { page, READ_ONLY_LINE } from "./layout.ts";
 import { OVERVIEW_SCRIPT, overviewPage } from "./overview-page.ts";
 import { schedulesPage } from "./schedules-page.ts";
+import { workersPage } from "./workers-page.ts";
 
 export const DASHBOARD_DEFAULTS = { host: "127.0.0.1", port: 8080 } as const;
 /** A form body larger than this is refused (the forms hold a few short fields). */
@@ -64,7 +66,13 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const viewer = get && (await readOnly(db));
     const ok = (rendered: Rendered | null) => (rendered === null ? null : { status: 200, rendered: { ...rendered, readOnly: viewer } });
     if (get && parts.length === 0) return ok({ ...(await overviewPage(db, url.searchParams)), script: OVERVIEW_SCRIPT });
-    if (get && url.pathname === "/jobs") return ok(await jobsPage(db, url.searchParams));
+    if (get && url.pathname === "/jobs") {
+      const jobs = await jobsPage(db, url.searchParams);
+      return { status: jobs.status, rendered: { ...jobs, readOnly: viewer } };
+    }
+    if (get && url.pathname === "/bulk") return ok(await confirmBulk(db, url.searchParams, csrf));
+    if (post && url.pathname === "/bulk") return ok(await runBulk(db, await readForm(req, csrf), csrf));
+    if (get && url.pathname === "/workers") return ok(await workersPage(db));
     if (get && url.pathname === "/schedules") return ok(await schedulesPage(db));
     if (get && url.pathname === "/limits") return ok(await limitsPage(db, csrf, url.searchParams.get("done") ?? undefined));
     if (post && parts[0] === "limits" && parts.length === 2 && LIMIT_ACTIONS.includes(parts[1] as LimitAction)) {

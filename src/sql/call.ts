@@ -85,7 +85,7 @@ export const SQL_FUNCTIONS = {
   schedules: [],
   schedule_next: ["cron", "timezone", "after", "count"],
   tick: [],
-  worker_seen: ["worker_id", "queues", "tasks"],
+  worker_seen: ["worker_id", "queues", "tasks", "host", "pid", "concurrency", "refresh_every", "outages", "outage_ms"],
   worker_stopped: ["worker_id"],
   workers: [],
   unserved_jobs: ["seen_within"],

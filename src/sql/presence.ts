@@ -3,7 +3,7 @@
 // that no worker seen lately would claim.
 
 import type { Duration } from "../contract.ts";
-import { interval, requiredText } from "../encode.ts";
+import { integer, interval, requiredText, text } from "../encode.ts";
 import { call, scalar, type Queryable } from "./call.ts";
 
 export interface WorkerPresence {
@@ -12,6 +12,15 @@ export interface WorkerPresence {
   queues?: readonly string[] | undefined;
   /** undefined: any task. */
   tasks?: readonly string[] | undefined;
+  host?: string | undefined;
+  pid?: number | undefined;
+  /** Jobs it runs at once. */
+  concurrency?: number | undefined;
+  /** How often it calls worker_seen (workers() calls it late after two). */
+  refreshEveryMs?: number | undefined;
+  /** Database outages it lived through since it started, and their time down. */
+  outages?: number | undefined;
+  outageMs?: number | undefined;
 }
 
 /** Registers or refreshes a worker's row in idemq.workers (worker_seen). */
@@ -20,6 +29,12 @@ export async function workerSeen(db: Queryable, presence: WorkerPresence): Promi
     worker_id: requiredText(presence.workerId, "workerId"),
     queues: presence.queues === undefined ? undefined : [...presence.queues],
     tasks: presence.tasks === undefined ? undefined : [...presence.tasks],
+    host: text(presence.host, "host"),
+    pid: integer(presence.pid, "pid"),
+    concurrency: integer(presence.concurrency, "concurrency"),
+    refresh_every: presence.refreshEveryMs === undefined ? undefined : interval(presence.refreshEveryMs),
+    outages: integer(presence.outages, "outages"),
+    outage_ms: integer(presence.outageMs === undefined ? undefined : Math.round(presence.outageMs), "outageMs"),
   });
 }
 
@@ -36,16 +51,68 @@ export interface WorkerRow {
   tasks: string[] | null;
   startedAt: Date;
   lastSeenAt: Date;
+  /** null: the worker did not say (a 0.1.0 worker, or a plain SQL client). */
+  host: string | null;
+  pid: number | null;
+  concurrency: number | null;
+  refreshEveryMs: number | null;
+  /** Two refreshes missed (by the database's clock); null when refreshEvery is not known. */
+  late: boolean | null;
+  /** Database outages it lived through since it started, their time down, and when the latest ended (within a refresh). */
+  outages: number;
+  outageMs: number;
+  lastOutageAt: Date | null;
 }
 
 /** The workers registered with worker_seen(), most recently seen first (stale ones included). */
+/** An interval as node-postgres parses it (postgres-interval): only the fields that are not zero. */
+interface PgInterval {
+  days?: number;
+  hours?: number;
+  minutes?: number;
+  seconds?: number;
+  milliseconds?: number;
+}
+
+/** A refresh interval in milliseconds (days at most: worker_seen refuses more than duration_days, and months never come from a duration). */
+function intervalMs(i: PgInterval): number {
+  return (((i.days ?? 0) * 24 + (i.hours ?? 0)) * 60 + (i.minutes ?? 0)) * 60_000 + (i.seconds ?? 0) * 1000 + (i.milliseconds ?? 0);
+}
+
 export async function workers(db: Queryable): Promise<WorkerRow[]> {
-  const rows = await call<"workers", { worker_id: string; queues: string[] | null; tasks: string[] | null; started_at: Date; last_seen_at: Date }>(
-    db,
+  const rows = await call<
     "workers",
-    {},
-  );
-  return rows.map((r) => ({ workerId: r.worker_id, queues: r.queues, tasks: r.tasks, startedAt: r.started_at, lastSeenAt: r.last_seen_at }));
+    {
+      worker_id: string;
+      queues: string[] | null;
+      tasks: string[] | null;
+      started_at: Date;
+      last_seen_at: Date;
+      host: string | null;
+      pid: number | null;
+      concurrency: number | null;
+      refresh_every: PgInterval | null;
+      late: boolean | null;
+      outages: number;
+      outage_ms: string;
+      last_outage_at: Date | null;
+    }
+  >(db, "workers", {});
+  return rows.map((r) => ({
+    workerId: r.worker_id,
+    queues: r.queues,
+    tasks: r.tasks,
+    startedAt: r.started_at,
+    lastSeenAt: r.last_seen_at,
+    host: r.host,
+    pid: r.pid,
+    concurrency: r.concurrency,
+    refreshEveryMs: r.refresh_every === null ? null : intervalMs(r.refresh_every),
+    late: r.late,
+    outages: r.outages,
+    outageMs: Number(r.outage_ms),
+    lastOutageAt: r.last_outage_at,
+  }));
 }
 
 export interface UnservedJobs {

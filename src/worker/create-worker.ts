@@ -149,7 +149,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.ticker = new Ticker(this.state);
     this.keyPruner = new KeyPruner(this.state);
     this.retainer = new Retainer(this.state);
-    this.presence = new Presence(this.state);
+    this.presence = new Presence(this.state, () => this.outage.livedThrough());
     this.stoppedPromise = new Promise((resolve) => (this.resolveStopped = resolve));
   }
 

@@ -16,6 +16,8 @@ export class Outage {
   /** When the outage's first connection failure was seen (performance.now()); undefined while the database answers. */
   private since: number | undefined;
   private failedCalls = 0;
+  /** The outages that ended since the worker started, and their time down: worker_seen() reports them (the dashboard's workers page). */
+  private readonly lived = { outages: 0, downMs: 0 };
 
   constructor(
     private readonly ended: (downMs: number, failedCalls: number) => void,
@@ -45,6 +47,13 @@ export class Outage {
     const failedCalls = this.failedCalls;
     this.since = undefined;
     this.failedCalls = 0;
+    this.lived.outages++;
+    this.lived.downMs += downMs;
     this.ended(downMs, failedCalls);
+  }
+
+  /** The outages lived through so far (ended ones: one in progress is counted when it ends). */
+  livedThrough(): { outages: number; downMs: number } {
+    return { ...this.lived };
   }
 }

@@ -159,16 +159,25 @@ describe("batches", () => {
 });
 
 describe("runBulkAction (the client's loop over batches)", () => {
-  it("reports each batch's totals, and stop() ends it after the batch in flight", async () => {
+  it("reports each batch's totals, stop() ends it after the batch in flight, and beforeId goes on from there", async () => {
     await inRollback(db.pool, async (c) => {
       const queue = unique("loop");
       const ids = await makeJobs(c, 5, { queue });
       const seen: unknown[] = [];
       const stopped = await runBulkAction(c, "cancel", { queue }, { maxJobs: 2, onBatch: (p) => seen.push(p), stop: () => seen.length === 2 });
-      expect(stopped).toEqual({ touched: 4, skipped: 0, batches: 2, interrupted: true });
+      expect(stopped).toEqual({ touched: 4, skipped: 0, batches: 2, interrupted: true, nextBeforeId: ids[1] });
       expect(seen).toEqual([{ touched: 2, skipped: 0, batches: 1 }, { touched: 4, skipped: 0, batches: 2 }]);
       expect(Object.values(await states(c, ids)).filter((s) => s === "cancelled")).toHaveLength(4);
-      expect(await runBulkAction(c, "cancel", { queue }, { maxJobs: 2 })).toEqual({ touched: 1, skipped: 0, batches: 1, interrupted: false });
+      // beforeId goes on below a job: below the oldest, nothing is left; from where it stopped, the rest.
+      expect(await runBulkAction(c, "cancel", { queue }, { maxJobs: 2, beforeId: ids[0] })).toEqual({ touched: 0, skipped: 0, batches: 1, interrupted: false, nextBeforeId: null });
+      expect(await runBulkAction(c, "cancel", { queue }, { maxJobs: 2, beforeId: stopped.nextBeforeId! })).toEqual({
+        touched: 1,
+        skipped: 0,
+        batches: 1,
+        interrupted: false,
+        nextBeforeId: null,
+      });
+      expect(Object.values(await states(c, ids)).filter((s) => s === "cancelled")).toHaveLength(5);
     });
   });
 });

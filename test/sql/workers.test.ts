@@ -93,6 +93,56 @@ describe("worker_seen", () => {
     });
   });
 
+  it("stores host, pid, concurrency, refresh_every and outages; a call leaving one NULL keeps it; last_outage_at moves when outages rises", async () => {
+    await inRollback(db.pool, async (c) => {
+      const read = async () =>
+        (
+          await c.query(
+            `SELECT host, pid, concurrency, refresh_every::text AS every, outages, outage_ms::int AS outage_ms, last_outage_at, late
+               FROM idemq.workers() WHERE worker_id = 'w1'`,
+          )
+        ).rows[0];
+      await seen(c, "w1");
+      expect(await read()).toEqual({ host: null, pid: null, concurrency: null, every: null, outages: 0, outage_ms: 0, last_outage_at: null, late: null });
+      await c.query("SELECT idemq.worker_seen(worker_id => 'w1', host => 'h1', pid => 7, concurrency => 4, refresh_every => '10 seconds', outages => 0, outage_ms => 0)");
+      expect(await read()).toMatchObject({ host: "h1", pid: 7, concurrency: 4, every: "00:00:10", outages: 0, last_outage_at: null, late: false });
+      await seen(c, "w1"); // a caller that does not know them (a 0.1.0 worker) takes nothing away
+      expect(await read()).toMatchObject({ host: "h1", pid: 7, concurrency: 4, every: "00:00:10", outages: 0 });
+      await c.query("SELECT idemq.worker_seen(worker_id => 'w1', outages => 1, outage_ms => 2500)");
+      const after = await read();
+      expect(after).toMatchObject({ outages: 1, outage_ms: 2500 });
+      expect(after.last_outage_at).toBeInstanceOf(Date);
+      await c.query("UPDATE idemq.workers SET last_outage_at = '2026-01-01Z' WHERE worker_id = 'w1'");
+      await c.query("SELECT idemq.worker_seen(worker_id => 'w1', outages => 1, outage_ms => 2500)");
+      expect((await read()).last_outage_at).toEqual(new Date("2026-01-01Z")); // the same count: no new outage
+      // late: two refreshes missed, by the database's clock; at the boundary it is not yet.
+      await c.query("UPDATE idemq.workers SET last_seen_at = now() - interval '20 seconds' WHERE worker_id = 'w1'");
+      expect((await read()).late).toBe(false);
+      await c.query("UPDATE idemq.workers SET last_seen_at = now() - interval '20.001 seconds' WHERE worker_id = 'w1'");
+      expect((await read()).late).toBe(true);
+    });
+  });
+
+  it("refuses a bad host, pid, concurrency, refresh_every or outage count with a HINT, and writes nothing", async () => {
+    await inRollback(db.pool, async (c) => {
+      const cases: [string, RegExp][] = [
+        ["host => ''", /host must not be empty/],
+        [`host => '${"h".repeat(257)}'`, /host is 257 bytes, over the limit of 256 bytes/],
+        ["pid => 0", /pid and concurrency must be at least 1/],
+        ["concurrency => 0", /pid and concurrency must be at least 1/],
+        ["outages => -1", /outages and outage_ms at least 0/],
+        ["outage_ms => -1", /outages and outage_ms at least 0/],
+        ["refresh_every => '0 seconds'", /refresh_every must be positive/],
+        ["refresh_every => '-1 seconds'", /refresh_every must be positive/],
+        ["refresh_every => '100001 days'", /refresh_every/],
+      ];
+      for (const [arg, message] of cases) {
+        await underSavepoint(c, () => expectSqlError(c.query(`SELECT idemq.worker_seen(worker_id => 'w', ${arg})`), { code: "22023", message, hint: /./ }));
+      }
+      expect(await rows(c)).toEqual([]);
+    });
+  });
+
   it("refuses more names than worker_names, queues and tasks together", async () => {
     await inRollback(db.pool, async (c) => {
       await c.query("UPDATE idemq.settings SET value = 3 WHERE name = 'worker_names'");

@@ -155,4 +155,17 @@ describe("Outage, on a clock of its own", () => {
     expect(ended).toHaveLength(1);
     expect(outage.failed(refused)).toBe(true);
   });
+
+  it("counts the outages that ended and their time down (what worker_seen reports); one in progress is not counted yet", () => {
+    const { outage, clock } = outageAt();
+    expect(outage.livedThrough()).toEqual({ outages: 0, downMs: 0 });
+    outage.failed(refused);
+    clock.now = 1250;
+    outage.reached(1000);
+    outage.failed(refused); // the next one begins at 1250
+    expect(outage.livedThrough()).toEqual({ outages: 1, downMs: 250 });
+    clock.now = 2000;
+    outage.reached(1250);
+    expect(outage.livedThrough()).toEqual({ outages: 2, downMs: 1000 });
+  });
 });

@@ -5,6 +5,7 @@
 // go through the pooler and resume after the server restarts; a row deleted
 // while the server was down (as apply_retention would delete a stale one) is
 // registered again.
+import { hostname } from "node:os";
 import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { migrate } from "../../src/migrate.ts";
@@ -110,6 +111,17 @@ describe("presence through a transaction pooler, across a server restart", () =>
       return rows.length === 1 ? rows : undefined;
     }, { what: "the worker registering again after the restart" });
     expect(back).toMatchObject({ worker_id: "pooled-1", queues: null, tasks: ["bill", "send"] });
+    // It says it lived through the outage (the dashboard's workers page shows it), and where it runs.
+    const lived = await waitFor(async () => {
+      const { rows } = await direct.query(
+        "SELECT outages, outage_ms::float8 AS outage_ms, last_outage_at, host, pid, concurrency, refresh_every = interval '200 ms' AS every FROM idemq.workers() WHERE worker_id = 'pooled-1'",
+      );
+      return rows[0]?.outages >= 1 ? rows[0] : undefined;
+    }, { what: "the worker reporting the outage it lived through" });
+    expect(lived).toMatchObject({ host: hostname(), pid: process.pid, every: true });
+    expect(lived.outages).toBeGreaterThanOrEqual(1);
+    expect(lived.outage_ms).toBeGreaterThan(0);
+    expect(lived.last_outage_at).toBeInstanceOf(Date);
 
     await worker.stop();
     expect(await workerRows(direct)).toEqual([]);

@@ -6,7 +6,10 @@
 // stale and apply_retention() deletes it later. Each call is one statement
 // with no session state (it works through a transaction pooler), and it
 // upserts, so the first refresh after a database restart registers the
-// worker again.
+// worker again. It also says where the worker runs (host, pid), its
+// concurrency, how often it refreshes (so workers() can call it late) and the
+// database outages it lived through (outage.ts), for the dashboard.
+import { hostname } from "node:os";
 import * as sql from "../../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
 import type { WorkerState } from "../worker-state.ts";
@@ -14,7 +17,10 @@ import type { WorkerState } from "../worker-state.ts";
 export class Presence extends MaintenanceService {
   private readonly taskNames: string[];
 
-  constructor(state: WorkerState) {
+  constructor(
+    state: WorkerState,
+    private readonly outages: () => { outages: number; downMs: number },
+  ) {
     super(state, "worker_seen", state.settings.presenceMs);
     // The tasks it claims (../claim-loop.ts passes the same list): a job of another task waits for another worker.
     this.taskNames = [...state.tasks.keys()];
@@ -25,6 +31,12 @@ export class Presence extends MaintenanceService {
       workerId: this.state.settings.workerId,
       queues: this.state.settings.queues,
       tasks: this.taskNames,
+      host: hostname(),
+      pid: process.pid,
+      concurrency: this.state.settings.concurrency,
+      refreshEveryMs: this.state.settings.presenceMs,
+      outages: this.outages().outages,
+      outageMs: this.outages().downMs,
     });
     return 1;
   }
