@@ -77,7 +77,7 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'roll_up'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
