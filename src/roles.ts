@@ -44,6 +44,7 @@ export const ROLE_FUNCTIONS = {
     "stats",
     "limits",
     "declare_limit",
+    "roll_up",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 

@@ -4177,7 +4177,11 @@ DECLARE
   v_sampled int;
   v_deleted int;
 BEGIN
-  INSERT INTO idemq.job_minutes_mark (rolled_at) VALUES ('-infinity') ON CONFLICT (one_row) DO NOTHING;
+  -- Inserted by the first call; only then, as an insert that meets the row
+  -- would wait for a caller's update of it (SKIP LOCKED below must not wait).
+  IF NOT EXISTS (SELECT FROM idemq.job_minutes_mark) THEN
+    INSERT INTO idemq.job_minutes_mark (rolled_at) VALUES ('-infinity') ON CONFLICT (one_row) DO NOTHING;
+  END IF;
   SELECT m.rolled_at INTO v_mark FROM idemq.job_minutes_mark m FOR UPDATE SKIP LOCKED;
   IF NOT FOUND OR v_mark > v_now - v_every THEN
     RETURN 0;

@@ -43,7 +43,8 @@
 -- Concurrency: the one row of idemq.job_minutes_mark, locked FOR UPDATE
 --   SKIP LOCKED, lets one caller at a time roll up; a concurrent caller
 --   finds it locked and returns 0 at once (the other is writing the same
---   rows). Reads of the jobs take no locks; writers of jobs never wait for it.
+--   rows); only the first call of an installation, which inserts that row,
+--   makes a concurrent first caller wait for its commit. Reads of the jobs take no locks; writers of jobs never wait for it.
 -- Errors: none.
 -- Tests: test/sql/history.test.ts, test/dashboard/charts.test.ts
 CREATE OR REPLACE FUNCTION idemq.roll_up()
@@ -67,7 +68,11 @@ DECLARE
   v_sampled int;
   v_deleted int;
 BEGIN
-  INSERT INTO idemq.job_minutes_mark (rolled_at) VALUES ('-infinity') ON CONFLICT (one_row) DO NOTHING;
+  -- Inserted by the first call; only then, as an insert that meets the row
+  -- would wait for a caller's update of it (SKIP LOCKED below must not wait).
+  IF NOT EXISTS (SELECT FROM idemq.job_minutes_mark) THEN
+    INSERT INTO idemq.job_minutes_mark (rolled_at) VALUES ('-infinity') ON CONFLICT (one_row) DO NOTHING;
+  END IF;
   SELECT m.rolled_at INTO v_mark FROM idemq.job_minutes_mark m FOR UPDATE SKIP LOCKED;
   IF NOT FOUND OR v_mark > v_now - v_every THEN
     RETURN 0;
