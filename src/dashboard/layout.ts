@@ -22,11 +22,13 @@ form.inline{display:inline}label{margin-right:10px}input,select,button{font:inhe
 button{padding:3px 10px;cursor:pointer}button.danger{background:#c0392b;color:#fff;border:1px solid #922}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;background:#fff;padding:8px;border:1px solid #dde1e8}
 dt{font-weight:600}dd{margin:0}
+.legend i{display:inline-block;width:10px;height:10px;margin:0 4px 0 8px}section.chart svg{background:#fff;border:1px solid #dde1e8}
 `);
 
 const NAV: [string, string][] = [
   ["/", "Overview"],
   ["/jobs", "Jobs"],
+  ["/charts", "Charts"],
   ["/schedules", "Schedules"],
   ["/limits", "Flow control"],
   ["/purge", "Purge"],

@@ -59,7 +59,7 @@ describe("roll_up", () => {
       await workSome(c, q);
       expect(await rollUpNow(c)).toBeGreaterThan(0);
       const rows = await minutes(c, q);
-      const { rows: [{ now }] } = await c.query<{ now: Date }>("SELECT date_bin('1 minute', now(), '2000-01-01+00') AS now");
+      const now = (await c.query<{ now: Date }>("SELECT date_bin('1 minute', now(), '2000-01-01+00') AS now")).rows[0]!.now;
       expect(rows).toEqual([
         {
           minute: now, queue: q, task: "a", started: "3", succeeded: "3", failed: "0", retried: "0",
