@@ -32,8 +32,9 @@ function label(value: number, unit: "count" | "ms" | "s"): string {
   return number(value);
 }
 
-function hhmm(date: Date): string {
-  return date.toISOString().slice(11, 16);
+/** An axis end: the time, with the day too on a chart over a day. */
+function axisTime(date: Date, withDay: boolean): string {
+  return withDay ? date.toISOString().slice(5, 16).replace("T", " ") : date.toISOString().slice(11, 16);
 }
 
 /** One chart: a polyline per series over the minutes, split where a value is missing. */
@@ -65,8 +66,8 @@ function chart(id: string, title: string, start: Date, series: Series[], unit: "
 <line x1="${LEFT}" y1="8" x2="${LEFT}" y2="${HEIGHT - BOTTOM}" stroke="#bbb"/>
 <text x="${LEFT - 4}" y="14" text-anchor="end" font-size="11" fill="#687182">${label(max, unit)}</text>
 <text x="${LEFT - 4}" y="${HEIGHT - BOTTOM}" text-anchor="end" font-size="11" fill="#687182">0</text>
-<text x="${LEFT}" y="${HEIGHT - 4}" font-size="11" fill="#687182">${hhmm(start)} UTC</text>
-<text x="${WIDTH - 8}" y="${HEIGHT - 4}" text-anchor="end" font-size="11" fill="#687182">${hhmm(end)} UTC</text>
+<text x="${LEFT}" y="${HEIGHT - 4}" font-size="11" fill="#687182">${axisTime(start, count > 61)} UTC</text>
+<text x="${WIDTH - 8}" y="${HEIGHT - 4}" text-anchor="end" font-size="11" fill="#687182">${axisTime(end, count > 61)} UTC</text>
 <line class="cursor" x1="-10" x2="-10" y1="8" y2="${HEIGHT - BOTTOM}" stroke="#999" stroke-dasharray="3 3"/>
 ${lines}</svg></section>`;
 }
