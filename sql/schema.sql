@@ -272,7 +272,12 @@ CREATE TABLE idemq.job_counts (
     queue text NOT NULL,
     task text NOT NULL,
     state idemq.job_state NOT NULL,
-    n bigint NOT NULL
+    n bigint NOT NULL,
+    -- When the statement that appended the row began (its transaction's
+    -- now()); NULL on the rows apply_retention's fold writes. The fold
+    -- carries the stamped rows' counts into their minute of
+    -- idemq.job_minutes (the dashboard's history) as it deletes them.
+    at timestamp with time zone DEFAULT now()
 );
 COMMENT ON TABLE idemq.job_counts IS 'Jobs per (queue, task, state): the sum of n per group. Appended by the triggers jobs_count_* on idemq.jobs in the writer''s transaction, folded by apply_retention(); never written otherwise.';
 

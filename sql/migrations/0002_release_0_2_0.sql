@@ -80,7 +80,12 @@ CREATE TABLE idemq.job_counts (
     queue text NOT NULL,
     task text NOT NULL,
     state idemq.job_state NOT NULL,
-    n bigint NOT NULL
+    n bigint NOT NULL,
+    -- When the statement that appended the row began (its transaction's
+    -- now()); NULL on the rows apply_retention's fold writes. The fold
+    -- carries the stamped rows' counts into their minute of
+    -- idemq.job_minutes (the dashboard's history) as it deletes them.
+    at timestamp with time zone DEFAULT now()
 );
 
 COMMENT ON TABLE idemq.job_counts IS 'Jobs per (queue, task, state): the sum of n per group. Appended by the triggers jobs_count_* on idemq.jobs in the writer''s transaction, folded by apply_retention(); never written otherwise.';
@@ -2536,15 +2541,36 @@ BEGIN
   PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a
-  -- writer appends meanwhile are not seen and stay for the next call.
+  -- writer appends meanwhile are not seen and stay for the next call. The
+  -- stamped rows' counts go to their minute of idemq.job_minutes first
+  -- (added: each row is deleted here, by one caller, exactly once), in key
+  -- order, so two folders lock the minute rows in the same order.
   WITH taken AS MATERIALIZED (
     SELECT c.ctid AS row_id FROM idemq.job_counts c FOR UPDATE SKIP LOCKED
   ), folded AS (
     DELETE FROM idemq.job_counts AS c USING taken t WHERE c.ctid = t.row_id
-    RETURNING c.queue, c.task, c.state, c.n
+    RETURNING c.queue, c.task, c.state, c.n, c.at
+  ), minutes AS (
+    INSERT INTO idemq.job_minutes AS m (minute, queue, task, started, succeeded, failed, retried)
+    SELECT x.minute, x.queue, x.task, x.started, x.succeeded, x.failed,
+           -- Left processing without finishing: retried, rescued, snoozed, held.
+           greatest(x.left_processing - x.succeeded - x.failed, 0)
+    FROM (SELECT date_bin('1 minute', f.at, '2000-01-01 00:00:00+00') AS minute, f.queue, f.task,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n > 0), 0) AS started,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'succeeded' AND f.n > 0), 0) AS succeeded,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'failed' AND f.n > 0), 0) AS failed,
+                 coalesce(-sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n < 0), 0) AS left_processing
+          FROM folded f
+          WHERE f.at >= now() - interval '1 day'
+          GROUP BY 1, 2, 3) x
+    WHERE x.started + x.succeeded + x.failed + x.left_processing > 0
+    ORDER BY x.minute, x.queue, x.task
+    ON CONFLICT (minute, queue, task) DO UPDATE
+    SET started = m.started + excluded.started, succeeded = m.succeeded + excluded.succeeded,
+        failed = m.failed + excluded.failed, retried = m.retried + excluded.retried
   )
-  INSERT INTO idemq.job_counts (queue, task, state, n)
-  SELECT f.queue, f.task, f.state, sum(f.n)
+  INSERT INTO idemq.job_counts (queue, task, state, n, at)
+  SELECT f.queue, f.task, f.state, sum(f.n), NULL
   FROM folded f
   GROUP BY f.queue, f.task, f.state
   HAVING sum(f.n) <> 0;
@@ -4169,6 +4195,8 @@ DECLARE
   v_minute constant timestamptz := date_bin('1 minute', now(), '2000-01-01 00:00:00+00');
   v_keep constant interval := '1 day';
   v_overlap constant interval := '2 minutes';
+  v_first constant interval := '1 hour';
+  v_sample constant int := 100;
   -- Every worker calls it each minute; one roll-up a minute is enough.
   v_every constant interval := '50 seconds';
   v_mark timestamptz;
@@ -4186,77 +4214,52 @@ BEGIN
   IF NOT FOUND OR v_mark > v_now - v_every THEN
     RETURN 0;
   END IF;
-  v_from := date_bin('1 minute', greatest(v_mark - v_overlap, v_now - v_keep), v_origin);
+  v_from := date_bin('1 minute', greatest(v_mark - v_overlap, v_now - v_first), v_origin);
 
-  WITH seen AS MATERIALIZED (
-    -- A range of jobs_by_finish per terminal state, then the processing jobs.
-    SELECT j.queue, j.task, j.state, j.attempt, j.locked_at, j.run_at, j.finished_at, j.errors
-    FROM idemq.jobs j
-    WHERE j.state = ANY (idemq.terminal_states()) AND j.finished_at >= v_from
-    UNION ALL
-    SELECT j.queue, j.task, j.state, j.attempt, j.locked_at, j.run_at, j.finished_at, j.errors
-    FROM idemq.jobs j
-    WHERE j.state = 'processing'
-  ), events AS (
-    SELECT s.queue, s.task, s.locked_at AS at, 'started' AS kind,
-           greatest(extract(epoch FROM s.locked_at - s.run_at) * 1000, 0) AS ms
-    FROM seen s WHERE s.locked_at IS NOT NULL
-    UNION ALL
-    SELECT s.queue, s.task, s.finished_at, s.state::text,
-           greatest(extract(epoch FROM s.finished_at - s.locked_at) * 1000, 0)
-    FROM seen s WHERE s.state IN ('succeeded', 'failed')
-    UNION ALL
-    SELECT s.queue, s.task, a.at, a.kind, NULL
-    FROM seen s
-    CROSS JOIN LATERAL jsonb_array_elements(s.errors) e
-    CROSS JOIN LATERAL (VALUES ((e->>'started_at')::timestamptz, 'started'),
-                               ((e->>'failed_at')::timestamptz, 'retried')) a(at, kind)
-    WHERE s.errors <> '[]' AND (e->>'attempt')::int < s.attempt
-  ), minutes AS (
-    SELECT date_bin('1 minute', e.at, v_origin) AS minute, e.queue, e.task, e.kind,
-           width_bucket(e.ms, idemq._duration_buckets()) AS bucket, e.ms
-    FROM events e
-    WHERE e.at >= v_from
+  WITH sample AS MATERIALIZED (
+    SELECT g.minute, s.queue, s.task,
+           greatest(extract(epoch FROM s.finished_at - s.locked_at) * 1000, 0) AS run_ms,
+           greatest(extract(epoch FROM s.locked_at - s.run_at) * 1000, 0) AS wait_ms
+    FROM generate_series(v_from, v_now, interval '1 minute') g(minute)
+    CROSS JOIN unnest('{succeeded,failed}'::idemq.job_state[]) st(state)
+    CROSS JOIN LATERAL (
+      -- A range of jobs_by_finish (state, finished_at), its first rows only.
+      SELECT j.queue, j.task, j.locked_at, j.run_at, j.finished_at
+      FROM idemq.jobs j
+      WHERE j.state = st.state AND j.finished_at >= g.minute AND j.finished_at < g.minute + interval '1 minute'
+      ORDER BY j.finished_at
+      LIMIT v_sample
+    ) s
+    WHERE s.locked_at IS NOT NULL
   ), buckets AS (
-    -- A start's ms is its wait, a finish's its run time.
-    SELECT m.minute, m.queue, m.task, m.measure, jsonb_object_agg(m.bucket, m.n) AS counts
-    FROM (SELECT m.minute, m.queue, m.task, CASE m.kind WHEN 'started' THEN 'wait' ELSE 'run' END AS measure,
-                 m.bucket, count(*) AS n
-          FROM minutes m WHERE m.ms IS NOT NULL
-          GROUP BY 1, 2, 3, 4, 5) m
-    GROUP BY m.minute, m.queue, m.task, m.measure
+    SELECT b.minute, b.queue, b.task, b.measure, jsonb_object_agg(b.bucket, b.n) AS counts
+    FROM (SELECT x.minute, x.queue, x.task, v.measure, width_bucket(v.ms, idemq._duration_buckets()) AS bucket, count(*) AS n
+          FROM sample x CROSS JOIN LATERAL (VALUES ('run', x.run_ms), ('wait', x.wait_ms)) v(measure, ms)
+          GROUP BY 1, 2, 3, 4, 5) b
+    GROUP BY b.minute, b.queue, b.task, b.measure
   ), fresh AS MATERIALIZED (
-    SELECT m.minute, m.queue, m.task,
-           count(*) FILTER (WHERE m.kind = 'started') AS started,
-           count(*) FILTER (WHERE m.kind = 'succeeded') AS succeeded,
-           count(*) FILTER (WHERE m.kind = 'failed') AS failed,
-           count(*) FILTER (WHERE m.kind = 'retried') AS retried
-    FROM minutes m
-    WHERE m.kind IN ('started', 'succeeded', 'failed', 'retried')
-    GROUP BY m.minute, m.queue, m.task
+    SELECT k.minute, k.queue, k.task,
+           coalesce((SELECT b.counts FROM buckets b
+                     WHERE (b.minute, b.queue, b.task, b.measure) = (k.minute, k.queue, k.task, 'run')), '{}') AS run_buckets,
+           coalesce((SELECT b.counts FROM buckets b
+                     WHERE (b.minute, b.queue, b.task, b.measure) = (k.minute, k.queue, k.task, 'wait')), '{}') AS wait_buckets
+    FROM (SELECT DISTINCT b.minute, b.queue, b.task FROM buckets b) k
   ), rows AS (
-    SELECT f.minute, f.queue, f.task, f.started, f.succeeded, f.failed, f.retried,
-           coalesce((SELECT b.counts FROM buckets b
-                     WHERE (b.minute, b.queue, b.task, b.measure) = (f.minute, f.queue, f.task, 'run')), '{}') AS run_buckets,
-           coalesce((SELECT b.counts FROM buckets b
-                     WHERE (b.minute, b.queue, b.task, b.measure) = (f.minute, f.queue, f.task, 'wait')), '{}') AS wait_buckets
-    FROM fresh f
+    SELECT f.minute, f.queue, f.task, f.run_buckets, f.wait_buckets FROM fresh f
     UNION ALL
-    -- A minute in the window whose jobs are gone (purged) counts nothing now.
-    SELECT m.minute, m.queue, m.task, 0, 0, 0, 0, '{}'::jsonb, '{}'::jsonb
+    -- A minute in the window whose jobs are gone (purged) has none now.
+    SELECT m.minute, m.queue, m.task, '{}'::jsonb, '{}'::jsonb
     FROM idemq.job_minutes m
-    WHERE m.minute >= v_from
+    WHERE m.minute >= v_from AND (m.run_buckets <> '{}' OR m.wait_buckets <> '{}')
       AND NOT EXISTS (SELECT FROM fresh f WHERE (f.minute, f.queue, f.task) = (m.minute, m.queue, m.task))
   )
-  INSERT INTO idemq.job_minutes AS m (minute, queue, task, started, succeeded, failed, retried, run_buckets, wait_buckets)
-  SELECT r.minute, r.queue, r.task, r.started, r.succeeded, r.failed, r.retried, r.run_buckets, r.wait_buckets
+  INSERT INTO idemq.job_minutes AS m (minute, queue, task, run_buckets, wait_buckets)
+  SELECT r.minute, r.queue, r.task, r.run_buckets, r.wait_buckets
   FROM rows r
+  ORDER BY r.minute, r.queue, r.task
   ON CONFLICT (minute, queue, task) DO UPDATE
-  SET started = excluded.started, succeeded = excluded.succeeded, failed = excluded.failed,
-      retried = excluded.retried, run_buckets = excluded.run_buckets, wait_buckets = excluded.wait_buckets
-  WHERE (m.started, m.succeeded, m.failed, m.retried, m.run_buckets, m.wait_buckets)
-        IS DISTINCT FROM (excluded.started, excluded.succeeded, excluded.failed, excluded.retried,
-                          excluded.run_buckets, excluded.wait_buckets);
+  SET run_buckets = excluded.run_buckets, wait_buckets = excluded.wait_buckets
+  WHERE (m.run_buckets, m.wait_buckets) IS DISTINCT FROM (excluded.run_buckets, excluded.wait_buckets);
   GET DIAGNOSTICS v_written = ROW_COUNT;
 
   -- The sample: this minute's waiting jobs, per queue and task.
@@ -4272,6 +4275,7 @@ BEGIN
   SELECT v_minute, w.queue, w.task, w.jobs, coalesce(o.oldest_seconds, 0)
   FROM waiting w
   LEFT JOIN idemq._oldest_runnable() o ON (o.queue, o.task) = (w.queue, w.task)
+  ORDER BY w.queue, w.task
   ON CONFLICT (minute, queue, task) DO UPDATE
   SET waiting = excluded.waiting, oldest_waiting_seconds = excluded.oldest_waiting_seconds;
   GET DIAGNOSTICS v_sampled = ROW_COUNT;
@@ -4285,7 +4289,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq.roll_up() IS
-  'Recompute the dashboard history (idemq.job_minutes) for the minutes since the last call, sample waiting jobs, delete minutes older than a day.';
+  'Dashboard history (idemq.job_minutes): run and wait time buckets from a bounded sample of recent finishes, waiting jobs sampled, minutes older than a day deleted.';
 
 -- ---- sql/functions/admin/run_jobs_now.sql ----
 CREATE OR REPLACE FUNCTION idemq.run_jobs_now(filter jsonb, before_id bigint DEFAULT NULL, max_jobs int DEFAULT 1000)

@@ -1,11 +1,12 @@
-// idemq.roll_up() and idemq.history(): the dashboard's history. The counts
-// of a minute equal the jobs worked in it; a second roll-up writes the same
-// rows; minutes older than a day go; a concurrent caller skips, never counts
-// twice. Most tests roll back (now() is then one instant: their events fall
+// The dashboard's history: apply_retention()'s fold of idemq.job_counts adds
+// each minute's counts to idemq.job_minutes, roll_up() its run and wait time
+// buckets and the waiting jobs, history() reads it. The counts of a minute
+// equal the jobs worked in it; a second call writes the same rows; minutes
+// older than a day go; concurrent callers never count twice. Most tests roll back (now() is then one instant: their events fall
 // in one minute, and the times are moved by hand where a test needs it).
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
-import { expectSqlError, inRollback, useTestDatabase } from "../helpers/db.ts";
+import { backendPid, expectSqlError, inRollback, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
 import { claim, complete, fail, makeDue } from "../helpers/work.ts";
 
@@ -22,8 +23,9 @@ async function minutes(c: pg.ClientBase, queue: string): Promise<Minute[]> {
   return rows;
 }
 
-/** A roll-up as if the last were more than a minute ago (roll_up() does one a minute). */
+/** The fold, then a roll-up as if the last were more than a minute ago (roll_up() does one a minute). */
 async function rollUpNow(c: pg.ClientBase): Promise<number> {
+  await c.query("SELECT idemq.apply_retention()");
   await c.query("UPDATE idemq.job_minutes_mark SET rolled_at = rolled_at - interval '1 minute'");
   const { rows } = await c.query<{ n: number }>("SELECT idemq.roll_up() AS n");
   return rows[0]!.n;
@@ -67,7 +69,7 @@ describe("roll_up", () => {
         },
         {
           minute: now, queue: q, task: "b", started: "3", succeeded: "0", failed: "1", retried: "1",
-          run_buckets: { "8": 1 }, wait_buckets: { "5": 2 }, waiting: "0", oldest_waiting_seconds: "0",
+          run_buckets: { "8": 1 }, wait_buckets: { "5": 1 }, waiting: "0", oldest_waiting_seconds: "0",
         },
       ]);
       const { rows: history } = await c.query("SELECT * FROM idemq.history(queue => $1)", [q]);
@@ -82,11 +84,16 @@ describe("roll_up", () => {
     });
   });
 
-  it("puts each event in its own minute", async () => {
+  it("puts each count in its statement's minute, and each run time in its job's finish minute", async () => {
     await inRollback(db.pool, async (c) => {
       const q = unique("hist");
       await workSome(c, q);
-      // Task a's jobs claimed 10 minutes ago, finished 5 minutes ago.
+      // Task a's claim 10 minutes ago, its completions 5 minutes ago (the statements' start).
+      await c.query(
+        `UPDATE idemq.job_counts SET at = now() - CASE state WHEN 'processing' THEN interval '10 minutes' ELSE interval '5 minutes' END
+         WHERE queue = $1 AND task = 'a' AND n > 0 AND state IN ('processing', 'succeeded')`,
+        [q],
+      );
       await c.query(
         `UPDATE idemq.jobs SET locked_at = now() - interval '10 minutes', run_at = now() - interval '10 minutes',
                               finished_at = now() - interval '5 minutes' WHERE queue = $1 AND task = 'a' AND state = 'succeeded'`,
@@ -122,7 +129,7 @@ describe("roll_up", () => {
     });
   });
 
-  it("keeps a day: older minutes are deleted, older finishes not counted", async () => {
+  it("keeps a day: older minutes are deleted, counts stamped before it not added", async () => {
     await inRollback(db.pool, async (c) => {
       const q = unique("hist");
       await workSome(c, q);
@@ -132,50 +139,66 @@ describe("roll_up", () => {
                 (date_bin('1 minute', now() - interval '23 hours', '2000-01-01+00'), $1, 'kept', 7)`,
         [q],
       );
-      await c.query(
-        `UPDATE idemq.jobs SET locked_at = now() - interval '25 hours', run_at = now() - interval '25 hours',
-                              finished_at = now() - interval '25 hours' WHERE queue = $1 AND task = 'a' AND state = 'succeeded'`,
-        [q],
-      );
-      await c.query("UPDATE idemq.job_minutes_mark SET rolled_at = '-infinity'");
+      await c.query("UPDATE idemq.job_counts SET at = now() - interval '25 hours' WHERE queue = $1 AND task = 'a'", [q]);
       await rollUpNow(c);
       const rows = await minutes(c, q);
       expect(rows.map((r) => [r.task, r.started, r.succeeded])).toEqual([
-        // Recomputed from the jobs of the day: none is behind it.
-        ["kept", "0", "0"],
+        ["kept", "7", "0"],
         ["a", "0", "0"],
         ["b", "3", "0"],
       ]);
       const { rows: old } = await c.query("SELECT count(*)::int AS n FROM idemq.job_minutes WHERE minute < now() - interval '1 day'");
       expect(old).toEqual([{ n: 0 }]);
+      // The fold kept the counts (stats()) whatever their age.
+      const { rows: counts } = await c.query("SELECT state::text, jobs::int FROM idemq._job_counts() WHERE queue = $1 AND task = 'a' ORDER BY 1", [q]);
+      expect(counts).toEqual([{ state: "enqueued", jobs: 2 }, { state: "succeeded", jobs: 3 }]);
     });
   });
 
-  it("a concurrent caller finds the mark locked and returns 0 at once; the counts are written once", async () => {
+  it("two folds at once: each count row is taken by one, added once; a concurrent roll-up returns 0 at once", async () => {
     const q = unique("hist-conc");
     const a = await db.newClient();
     const b = await db.newClient();
-    {
-      await workSome(a, q);
-      // The mark's row exists from the first call on (a caller meeting
-      // another's insert of it would wait for that commit, once per install).
-      await a.query("SELECT idemq.roll_up()");
-      await a.query("DELETE FROM idemq.job_minutes WHERE queue = $1", [q]);
-      await a.query("UPDATE idemq.job_minutes_mark SET rolled_at = '-infinity'");
-      await a.query("BEGIN");
-      expect((await a.query<{ n: number }>("SELECT idemq.roll_up() AS n")).rows[0]!.n).toBeGreaterThan(0);
-      // SKIP LOCKED: b does not wait for a's open transaction.
-      await b.query("SET statement_timeout = '5s'");
-      expect((await b.query("SELECT idemq.roll_up() AS n")).rows).toEqual([{ n: 0 }]);
-      expect(await minutes(b, q)).toEqual([]);
-      await a.query("COMMIT");
-      expect((await b.query("SELECT idemq.roll_up() AS n")).rows).toEqual([{ n: 0 }]);
-      const rows = await minutes(b, q);
-      expect(rows.map((r) => [r.task, r.started, r.succeeded, r.failed, r.retried])).toEqual([
-        ["a", "3", "3", "0", "0"],
-        ["b", "3", "0", "1", "1"],
-      ]);
-    }
+    await workSome(a, q);
+    // The mark's row exists from the first call on (a caller meeting
+    // another's insert of it would wait for that commit, once per install).
+    await a.query("SELECT idemq.roll_up()");
+    await a.query("UPDATE idemq.job_minutes_mark SET rolled_at = '-infinity'");
+    await b.query("SET statement_timeout = '10s'");
+    await a.query("BEGIN");
+    await a.query("SELECT idemq.apply_retention()");
+    expect((await a.query<{ n: number }>("SELECT idemq.roll_up() AS n")).rows[0]!.n).toBeGreaterThan(0);
+    // SKIP LOCKED: b's fold takes none of the rows a's holds, and b's roll-up does not wait for a's.
+    expect((await b.query("SELECT idemq.roll_up() AS n")).rows).toEqual([{ n: 0 }]);
+    await b.query("SELECT idemq.apply_retention()");
+    expect((await minutes(b, q)).filter((r) => r.started !== "0")).toEqual([]);
+    await a.query("COMMIT");
+    await b.query("SELECT idemq.apply_retention()");
+    const rows = await minutes(b, q);
+    expect(rows.map((r) => [r.task, r.started, r.succeeded, r.failed, r.retried])).toEqual([
+      ["a", "3", "3", "0", "0"],
+      ["b", "3", "0", "1", "1"],
+    ]);
+  });
+
+  it("two folds racing on the same minute row: the second waits for the first, then adds its own rows", async () => {
+    const q = unique("hist-race");
+    const a = await db.newClient();
+    const b = await db.newClient();
+    await makeJob(a, { queue: q, task: "x" });
+    await makeJob(a, { queue: q, task: "x" });
+    await a.query("BEGIN");
+    expect(await claim(a, { queues: [q], batch_size: 1 })).toHaveLength(1);
+    await a.query("SELECT idemq.apply_retention()");
+    // b's claim commits its own count row; its fold adds it to the minute row a's fold holds.
+    expect(await claim(b, { queues: [q], batch_size: 1 })).toHaveLength(1);
+    const bPid = await backendPid(b);
+    const folding = b.query("SELECT idemq.apply_retention()");
+    await waitUntilBlocked(db.pool, bPid);
+    await a.query("COMMIT");
+    await folding;
+    const rows = await minutes(b, q);
+    expect(rows.map((r) => [r.task, r.started])).toEqual([["x", "2"]]);
   });
 });
 

@@ -9,13 +9,14 @@
 --
 -- Guarantees:
 --   * started, succeeded, failed, retried: sums over the queues and tasks
---     chosen, as roll_up() counts them (its header says what each counts
---     and what it leaves out).
+--     chosen, as apply_retention()'s fold of idemq.job_counts adds them
+--     (its header says what each counts: exact, per statement's start).
 --   * waiting: the sum of the sampled waiting jobs, NULL in a minute no
 --     roll-up sampled; oldest_waiting_seconds: the largest sampled age.
 --   * run_p50_ms … wait_p95_ms: percentiles of the minute's run and wait
---     times over the queues and tasks chosen, each the upper bound of a
---     _duration_buckets() bucket (at most 2.5 times the true value); NULL
+--     times over the queues and tasks chosen (roll_up()'s sample: up to
+--     100 succeeded and 100 failed jobs a minute), each the upper bound of
+--     a _duration_buckets() bucket (at most 2.5 times the true value); NULL
 --     when the minute has none.
 --   * Reads idemq.job_minutes only (its primary key, by minute): at most
 --     1,440 minutes times the queues and tasks, never idemq.jobs.
