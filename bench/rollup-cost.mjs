@@ -10,16 +10,17 @@
 //
 // 1. Processing: --jobs jobs (20 tasks, 5 queues) enqueued, then claimed and
 //    completed 100 at a time (claim(100) + complete_many, the worker's hot
-//    path): backend CPU and wall time per job.
-// 2. roll_up() over them: the mark set a minute back, as a call a minute
-//    after the last finds it, so the call reads every job finished in its
-//    window (the minute plus two minutes of overlap: here all --jobs of
-//    them). Medians over --runs calls; the first call (it writes the rows)
-//    apart. A job is read by about three calls (the overlap), so its cost is
-//    3 x call / --jobs.
-// 3. The same with --finished older finished jobs (default 1,000,000, spread
-//    over a week, as bench/stats-cost.mjs builds them): the call still reads
-//    only its window (jobs_by_finish).
+//    path): backend CPU and wall time per job. The jobs trigger stamps each
+//    count row it appends (idemq.job_counts.at, a column default).
+// 2. The fold: apply_retention() over those jobs' count rows, which adds
+//    them to idemq.job_minutes as it folds them: its CPU per job.
+// 3. roll_up(): the mark set a minute back, as a call a minute after the
+//    last finds it; it samples at most 200 finished jobs per minute of its
+//    window, so its cost is per minute, not per job: medians over --runs.
+//    Its share of processing at a rate of R jobs a minute is
+//    roll_up CPU / (R x processing CPU per job).
+// 4. The same with --finished older finished jobs (default 1,000,000, spread
+//    over a week): roll_up() still reads only its window (jobs_by_finish).
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
@@ -30,7 +31,7 @@ const option = (name, fallback) => {
   return at === -1 ? fallback : args[at + 1];
 };
 const JOBS = Number(option("--jobs", "20000"));
-const RUNS = Number(option("--runs", "7"));
+const RUNS = Number(option("--runs", "50"));
 const FINISHED = Number(option("--finished", "1000000"));
 const url = process.env.DATABASE_URL;
 if (!url) {
@@ -70,35 +71,57 @@ async function processJobs(n) {
   });
 }
 
-async function rollUps(label, n) {
+async function rollUps(label) {
   const call = async () => {
     await client.query("UPDATE idemq.job_minutes_mark SET rolled_at = now() - interval '1 minute'");
-    return measure(() => client.query("SELECT idemq.roll_up()"));
+    await client.query("SELECT idemq.roll_up()");
   };
-  const first = await call();
-  const runs = [];
-  for (let i = 0; i < RUNS; i++) runs.push(await call());
-  const wall = median(runs.map((r) => r.wall));
-  const cpu = median(runs.map((r) => r.cpu));
-  console.log(
-    `${label}: first call ${first.wall.toFixed(1)} ms wall; then ${wall.toFixed(1)} ms wall, ${cpu.toFixed(0)} ms backend CPU a call (median of ${RUNS}); ` +
-      `per job (3 calls read it): ${((3 * wall * 1000) / n).toFixed(1)} us wall, ${((3 * cpu * 1000) / n).toFixed(1)} us CPU`,
-  );
-  return { wall: (3 * wall) / n, cpu: (3 * cpu) / n };
+  const first = await measure(call);
+  // CPU from /proc is in 10 ms ticks: RUNS calls measured together.
+  const all = await measure(async () => {
+    for (let i = 0; i < RUNS; i++) await call();
+  });
+  const wall = all.wall / RUNS;
+  const cpu = all.cpu / RUNS;
+  console.log(`${label}: first call ${first.wall.toFixed(1)} ms wall; then ${wall.toFixed(1)} ms wall, ${cpu.toFixed(2)} ms backend CPU a call (mean of ${RUNS})`);
+  return cpu;
 }
 
 await client.query("DELETE FROM idemq.jobs WHERE task LIKE 'bench_t%'");
+await client.query("SELECT idemq.apply_retention()");
 await client.query("DELETE FROM idemq.job_minutes");
+await client.query("VACUUM ANALYZE idemq.jobs");
 const { rows: [info] } = await client.query("SELECT version() AS version");
 console.log(`${info.version.split(" on ")[0]}; ${JOBS.toLocaleString("en-US")} jobs`);
 const processed = await processJobs(JOBS);
-const perJob = { wall: processed.wall / JOBS, cpu: processed.cpu / JOBS };
+const perJob = processed.cpu / JOBS;
+console.log(`processing (claim(100) + complete_many): ${((processed.wall / JOBS) * 1000).toFixed(1)} us wall, ${(perJob * 1000).toFixed(1)} us backend CPU per job`);
+// The fold with the history and without it (the same rows unstamped), in
+// alternating rounds of --jobs jobs each; medians.
+const folds = { with: [], without: [] };
+let countRows = 0;
+for (let round = 0; round < 6; round++) {
+  const kind = round % 2 === 0 ? "with" : "without";
+  await client.query("DELETE FROM idemq.jobs WHERE task LIKE 'bench_t%'");
+  await client.query("SELECT idemq.apply_retention()");
+  await processJobs(JOBS);
+  countRows = Number((await client.query("SELECT count(*) AS n FROM idemq.job_counts WHERE at IS NOT NULL")).rows[0].n);
+  if (kind === "without") await client.query("UPDATE idemq.job_counts SET at = NULL WHERE at IS NOT NULL");
+  folds[kind].push(await measure(() => client.query("SELECT idemq.apply_retention()")));
+}
+const foldWith = median(folds.with.map((r) => r.cpu));
+const foldWithout = median(folds.without.map((r) => r.cpu));
+const added = (foldWith - foldWithout) / JOBS;
 console.log(
-  `processing (claim(100) + complete_many): ${(perJob.wall * 1000).toFixed(1)} us wall, ${(perJob.cpu * 1000).toFixed(1)} us backend CPU per job`,
+  `apply_retention() folding ${countRows.toLocaleString("en-US")} count rows (${JOBS.toLocaleString("en-US")} jobs): ${foldWith.toFixed(0)} ms CPU ` +
+    `with the history, ${foldWithout.toFixed(0)} ms without (rows unstamped), medians of 3: the history adds ` +
+    `${(added * 1000).toFixed(2)} us CPU per job, ${((100 * added) / perJob).toFixed(2)} % of processing ` +
+    `(with: ${folds.with.map((r) => r.cpu.toFixed(0)).join(", ")} ms; without: ${folds.without.map((r) => r.cpu.toFixed(0)).join(", ")} ms)`,
 );
-const share = (cost) => `${((100 * cost.wall) / perJob.wall).toFixed(2)} % of wall, ${((100 * cost.cpu) / perJob.cpu).toFixed(2)} % of CPU`;
-const small = await rollUps(`roll_up(), ${JOBS.toLocaleString("en-US")} jobs in its window`, JOBS);
-console.log(`  share of processing: ${share(small)}`);
+const rates = [1000, 10000, 100000];
+const shares = (cpu) => rates.map((r) => `${r.toLocaleString("en-US")} jobs/min: ${((100 * cpu) / (r * perJob)).toFixed(2)} %`).join(", ");
+const small = await rollUps(`roll_up(), ${JOBS.toLocaleString("en-US")} jobs finished in its window`);
+console.log(`  share of processing at ${shares(small)}`);
 
 const old = Number((await client.query("SELECT count(*) AS n FROM idemq.jobs WHERE finished_at < now() - interval '1 hour'")).rows[0].n);
 if (FINISHED > 0) {
@@ -111,10 +134,11 @@ if (FINISHED > 0) {
             LATERAL (SELECT now() - interval '1 hour' - (g::numeric / $2 * 7 * 86400) * interval '1 second' AS at) f`,
       [old, FINISHED],
     );
+    await client.query("SELECT idemq.apply_retention()");
     await client.query("VACUUM ANALYZE idemq.jobs");
   }
-  const big = await rollUps(`roll_up(), the same window, ${FINISHED.toLocaleString("en-US")} older finished jobs retained`, JOBS);
-  console.log(`  share of processing: ${share(big)}`);
+  const big = await rollUps(`roll_up(), the same window, ${FINISHED.toLocaleString("en-US")} older finished jobs retained`);
+  console.log(`  share of processing at ${shares(big)}`);
 }
 await client.query("DELETE FROM idemq.jobs WHERE task LIKE 'bench_t%'");
 await client.end();
