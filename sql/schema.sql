@@ -278,7 +278,12 @@ CREATE TABLE idemq.job_counts (
     queue text NOT NULL,
     task text NOT NULL,
     state idemq.job_state NOT NULL,
-    n bigint NOT NULL
+    n bigint NOT NULL,
+    -- When the statement that appended the row began (its transaction's
+    -- now()); NULL on the rows apply_retention's fold writes. The fold
+    -- carries the stamped rows' counts into their minute of
+    -- idemq.job_minutes (the dashboard's history) as it deletes them.
+    at timestamp with time zone DEFAULT now()
 );
 COMMENT ON TABLE idemq.job_counts IS 'Jobs per (queue, task, state): the sum of n per group. Appended by the triggers jobs_count_* on idemq.jobs in the writer''s transaction, folded by apply_retention(); never written otherwise.';
 
@@ -538,6 +543,40 @@ CREATE TABLE idemq.key_holds (
 
 COMMENT ON TABLE idemq.key_holds IS 'Concurrency keys held back by hold(..., scope => ''key''): no job of the key runs before held_until (the jobs trigger _count_jobs moves a keyed job written runnable to it). Written by hold only.';
 CREATE INDEX key_holds_held_until ON idemq.key_holds USING btree (held_until);
+
+-- ==== History ====
+
+-- The dashboard's history (issue 27; roll_up, history): one row per minute,
+-- queue and task, kept a day. Written by roll_up() on the workers'
+-- maintenance timer from the jobs finished since its last call (never a
+-- write per job): attempts started and retried, jobs succeeded and failed,
+-- run and wait times as counts per fixed bucket (_duration_buckets), and
+-- the waiting jobs and the oldest one's age sampled when it ran.
+CREATE TABLE idemq.job_minutes (
+    minute timestamp with time zone NOT NULL,
+    queue text NOT NULL,
+    task text NOT NULL,
+    started bigint DEFAULT 0 NOT NULL,
+    succeeded bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    retried bigint DEFAULT 0 NOT NULL,
+    run_buckets jsonb DEFAULT '{}'::jsonb NOT NULL,
+    wait_buckets jsonb DEFAULT '{}'::jsonb NOT NULL,
+    waiting bigint,
+    oldest_waiting_seconds bigint,
+    CONSTRAINT job_minutes_pkey PRIMARY KEY (minute, queue, task)
+);
+
+COMMENT ON TABLE idemq.job_minutes IS 'Per minute, queue and task, for a day: attempts started and retried, jobs succeeded and failed, run and wait time buckets, waiting jobs and oldest age sampled (roll_up).';
+
+-- Where roll_up() got to; its one row, locked FOR UPDATE SKIP LOCKED, also
+-- makes concurrent callers take turns (the one that finds it locked returns).
+CREATE TABLE idemq.job_minutes_mark (
+    one_row boolean PRIMARY KEY DEFAULT true CONSTRAINT job_minutes_mark_one_row CHECK (one_row),
+    rolled_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE idemq.job_minutes_mark IS 'When roll_up() last ran (its one row is also its lock).';
 
 -- ==== Workers ====
 

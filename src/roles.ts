@@ -45,6 +45,7 @@ export const ROLE_FUNCTIONS = {
     "limits",
     "declare_limit",
     "progress",
+    "roll_up",
   ],
   /** The read-only operator (the dashboard as a viewer): reads, no writes, no payload. */
   viewer: [
@@ -60,6 +61,7 @@ export const ROLE_FUNCTIONS = {
     "schedules",
     "schedule_next",
     "retry_horizon",
+    "history",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 

@@ -85,7 +85,12 @@ CREATE TABLE idemq.job_counts (
     queue text NOT NULL,
     task text NOT NULL,
     state idemq.job_state NOT NULL,
-    n bigint NOT NULL
+    n bigint NOT NULL,
+    -- When the statement that appended the row began (its transaction's
+    -- now()); NULL on the rows apply_retention's fold writes. The fold
+    -- carries the stamped rows' counts into their minute of
+    -- idemq.job_minutes (the dashboard's history) as it deletes them.
+    at timestamp with time zone DEFAULT now()
 );
 
 COMMENT ON TABLE idemq.job_counts IS 'Jobs per (queue, task, state): the sum of n per group. Appended by the triggers jobs_count_* on idemq.jobs in the writer''s transaction, folded by apply_retention(); never written otherwise.';
@@ -204,6 +209,37 @@ ALTER TYPE idemq._planned_job ADD ATTRIBUTE concurrency_key text;
 -- A job's time limit (enqueue(..., timeout)), carried through the enqueue
 -- pipeline like enqueue()'s other fields; its column comes after the functions.
 ALTER TYPE idemq._planned_job ADD ATTRIBUTE timeout interval;
+-- The dashboard's history (issue 27; roll_up, history): one row per minute,
+-- queue and task, kept a day. Written by roll_up() on the workers'
+-- maintenance timer from the jobs finished since its last call (never a
+-- write per job): attempts started and retried, jobs succeeded and failed,
+-- run and wait times as counts per fixed bucket (_duration_buckets), and
+-- the waiting jobs and the oldest one's age sampled when it ran.
+CREATE TABLE idemq.job_minutes (
+    minute timestamp with time zone NOT NULL,
+    queue text NOT NULL,
+    task text NOT NULL,
+    started bigint DEFAULT 0 NOT NULL,
+    succeeded bigint DEFAULT 0 NOT NULL,
+    failed bigint DEFAULT 0 NOT NULL,
+    retried bigint DEFAULT 0 NOT NULL,
+    run_buckets jsonb DEFAULT '{}'::jsonb NOT NULL,
+    wait_buckets jsonb DEFAULT '{}'::jsonb NOT NULL,
+    waiting bigint,
+    oldest_waiting_seconds bigint,
+    CONSTRAINT job_minutes_pkey PRIMARY KEY (minute, queue, task)
+);
+
+COMMENT ON TABLE idemq.job_minutes IS 'Per minute, queue and task, for a day: attempts started and retried, jobs succeeded and failed, run and wait time buckets, waiting jobs and oldest age sampled (roll_up).';
+
+-- Where roll_up() got to; its one row, locked FOR UPDATE SKIP LOCKED, also
+-- makes concurrent callers take turns (the one that finds it locked returns).
+CREATE TABLE idemq.job_minutes_mark (
+    one_row boolean PRIMARY KEY DEFAULT true CONSTRAINT job_minutes_mark_one_row CHECK (one_row),
+    rolled_at timestamp with time zone NOT NULL
+);
+
+COMMENT ON TABLE idemq.job_minutes_mark IS 'When roll_up() last ran (its one row is also its lock).';
 -- Presence: where a worker runs, its concurrency, its refresh interval and
 -- the outages it lived through (worker_seen sets them; workers() and the
 -- dashboard's workers page read them). A small table: the rewrite-free ADD
@@ -354,6 +390,15 @@ $$;
 
 COMMENT ON FUNCTION idemq._claim_gate(text[], text[], int) IS
   'claim() under flow control: the keys not paused and with free slots and starts, and how many jobs to walk at most.';
+
+-- ---- sql/functions/reads/_duration_buckets.sql ----
+CREATE OR REPLACE FUNCTION idemq._duration_buckets()
+RETURNS float8[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN '{1,2,5,10,20,50,100,200,500,1000,2000,5000,10000,20000,50000,100000,200000,500000,1000000,2000000,5000000}'::float8[];
+
+COMMENT ON FUNCTION idemq._duration_buckets() IS
+  'Bounds (ms) of the run and wait time buckets of idemq.job_minutes.';
 
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
@@ -1205,6 +1250,26 @@ $$;
 COMMENT ON FUNCTION idemq._claim_take(bigint[], text, text) IS
   'claim() under flow control: the slots and starts for its locked jobs, in claim order; returns the jobs that may start and their stripes.';
 
+-- ---- sql/functions/reads/_duration_percentile.sql ----
+CREATE OR REPLACE FUNCTION idemq._duration_percentile(buckets jsonb, fraction float8)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+BEGIN ATOMIC
+  SELECT (idemq._duration_buckets())[least(c.k + 1, cardinality(idemq._duration_buckets()))]::bigint
+  FROM (
+    SELECT b.key::int AS k,
+           sum(b.value::bigint) OVER (ORDER BY b.key::int) AS below,
+           sum(b.value::bigint) OVER () AS total
+    FROM jsonb_each_text(buckets) b
+  ) c
+  WHERE c.below >= fraction * c.total AND c.total > 0
+  ORDER BY c.k
+  LIMIT 1;
+END;
+
+COMMENT ON FUNCTION idemq._duration_percentile(jsonb, float8) IS
+  'A percentile (ms, a bucket''s upper bound) of durations counted in _duration_buckets() buckets.';
+
 -- ---- sql/functions/install/_grant_roles.sql ----
 CREATE OR REPLACE FUNCTION idemq._grant_roles()
 RETURNS TABLE(role text, privilege text)
@@ -1228,9 +1293,9 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
-                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon'];
+                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
@@ -2537,15 +2602,36 @@ BEGIN
   PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a
-  -- writer appends meanwhile are not seen and stay for the next call.
+  -- writer appends meanwhile are not seen and stay for the next call. The
+  -- stamped rows' counts go to their minute of idemq.job_minutes first
+  -- (added: each row is deleted here, by one caller, exactly once), in key
+  -- order, so two folders lock the minute rows in the same order.
   WITH taken AS MATERIALIZED (
     SELECT c.ctid AS row_id FROM idemq.job_counts c FOR UPDATE SKIP LOCKED
   ), folded AS (
     DELETE FROM idemq.job_counts AS c USING taken t WHERE c.ctid = t.row_id
-    RETURNING c.queue, c.task, c.state, c.n
+    RETURNING c.queue, c.task, c.state, c.n, c.at
+  ), minutes AS (
+    INSERT INTO idemq.job_minutes AS m (minute, queue, task, started, succeeded, failed, retried)
+    SELECT x.minute, x.queue, x.task, x.started, x.succeeded, x.failed,
+           -- Left processing without finishing: retried, rescued, snoozed, held.
+           greatest(x.left_processing - x.succeeded - x.failed, 0)
+    FROM (SELECT date_bin('1 minute', f.at, '2000-01-01 00:00:00+00') AS minute, f.queue, f.task,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n > 0), 0) AS started,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'succeeded' AND f.n > 0), 0) AS succeeded,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'failed' AND f.n > 0), 0) AS failed,
+                 coalesce(-sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n < 0), 0) AS left_processing
+          FROM folded f
+          WHERE f.at >= now() - interval '1 day'
+          GROUP BY 1, 2, 3) x
+    WHERE x.started + x.succeeded + x.failed + x.left_processing > 0
+    ORDER BY x.minute, x.queue, x.task
+    ON CONFLICT (minute, queue, task) DO UPDATE
+    SET started = m.started + excluded.started, succeeded = m.succeeded + excluded.succeeded,
+        failed = m.failed + excluded.failed, retried = m.retried + excluded.retried
   )
-  INSERT INTO idemq.job_counts (queue, task, state, n)
-  SELECT f.queue, f.task, f.state, sum(f.n)
+  INSERT INTO idemq.job_counts (queue, task, state, n, at)
+  SELECT f.queue, f.task, f.state, sum(f.n), NULL
   FROM folded f
   GROUP BY f.queue, f.task, f.state
   HAVING sum(f.n) <> 0;
@@ -3632,6 +3718,63 @@ $$;
 COMMENT ON FUNCTION idemq.held_keys() IS
   'The concurrency keys held back now (hold with scope key: a 429 for one key), and until when.';
 
+-- ---- sql/functions/reads/history.sql ----
+CREATE OR REPLACE FUNCTION idemq.history(since interval DEFAULT '1 hour', queue text DEFAULT NULL, task text DEFAULT NULL)
+RETURNS TABLE(minute timestamptz, started bigint, succeeded bigint, failed bigint, retried bigint,
+              waiting bigint, oldest_waiting_seconds bigint, run_p50_ms bigint, run_p95_ms bigint,
+              wait_p50_ms bigint, wait_p95_ms bigint)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF since IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'history: since must not be NULL',
+      HINT = 'Leave it out for the last hour, or give e.g. since => ''1 day''.';
+  END IF;
+  IF since <= interval '0' OR since > interval '1 day' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('history: since must be positive and at most 1 day, not %s', since),
+      HINT = 'roll_up() keeps a day of minutes: give since => ''1 hour'' up to ''1 day''.';
+  END IF;
+
+  RETURN QUERY
+  WITH chosen AS MATERIALIZED (
+    SELECT m.* FROM idemq.job_minutes m
+    WHERE m.minute >= date_bin('1 minute', now() - since, '2000-01-01 00:00:00+00')
+      AND (history.queue IS NULL OR m.queue = history.queue)
+      AND (history.task IS NULL OR m.task = history.task)
+  ), merged AS (
+    SELECT c.minute, b.measure, b.key, sum(b.n) AS n
+    FROM chosen c
+    CROSS JOIN LATERAL (
+      SELECT 'run' AS measure, r.key, r.value::bigint AS n FROM jsonb_each_text(c.run_buckets) r
+      UNION ALL
+      SELECT 'wait', w.key, w.value::bigint FROM jsonb_each_text(c.wait_buckets) w
+    ) b
+    GROUP BY c.minute, b.measure, b.key
+  ), summed AS (
+    SELECT s.minute, s.measure, jsonb_object_agg(s.key, s.n) AS counts
+    FROM merged s
+    GROUP BY s.minute, s.measure
+  )
+  SELECT c.minute, sum(c.started)::bigint, sum(c.succeeded)::bigint, sum(c.failed)::bigint, sum(c.retried)::bigint,
+         sum(c.waiting)::bigint, max(c.oldest_waiting_seconds),
+         idemq._duration_percentile((SELECT s.counts FROM summed s WHERE s.minute = c.minute AND s.measure = 'run'), 0.5),
+         idemq._duration_percentile((SELECT s.counts FROM summed s WHERE s.minute = c.minute AND s.measure = 'run'), 0.95),
+         idemq._duration_percentile((SELECT s.counts FROM summed s WHERE s.minute = c.minute AND s.measure = 'wait'), 0.5),
+         idemq._duration_percentile((SELECT s.counts FROM summed s WHERE s.minute = c.minute AND s.measure = 'wait'), 0.95)
+  FROM chosen c
+  GROUP BY c.minute
+  ORDER BY c.minute;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.history(interval, text, text) IS
+  'Per minute of the last since (at most a day), for a queue, a task or all: attempts started and retried, jobs succeeded and failed, waiting jobs, oldest waiting age, run and wait p50/p95.';
+
 -- ---- sql/functions/flow/hold.sql ----
 CREATE OR REPLACE FUNCTION idemq.hold(job_id bigint, attempt int, scope text, until timestamptz,
                                       lease_token uuid DEFAULT NULL)
@@ -4133,6 +4276,121 @@ $$;
 COMMENT ON FUNCTION idemq.retry_jobs(jsonb, bigint, int) IS
   'Retry the failed, cancelled or expired jobs a filter matches, one batch of at most max_jobs per call (retry() each).';
 
+-- ---- sql/functions/reads/roll_up.sql ----
+CREATE OR REPLACE FUNCTION idemq.roll_up()
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Planner trap: the estimates of the sample (generate_series guessed at
+-- 1,000 minutes, 100 rows each) and of _oldest_runnable()'s recursion pass
+-- jit_above_cost, and compiling took 370 of a 420 ms call that ran 2 ms
+-- of queries (auto_explain, 20 groups, PostgreSQL 15); without JIT: a few ms.
+SET jit = off
+AS $$
+#variable_conflict error
+DECLARE
+  v_now constant timestamptz := now();
+  v_origin constant timestamptz := '2000-01-01 00:00:00+00';
+  v_minute constant timestamptz := date_bin('1 minute', now(), '2000-01-01 00:00:00+00');
+  v_keep constant interval := '1 day';
+  v_overlap constant interval := '2 minutes';
+  v_first constant interval := '1 hour';
+  v_sample constant int := 100;
+  -- Every worker calls it each minute; one roll-up a minute is enough.
+  v_every constant interval := '50 seconds';
+  v_mark timestamptz;
+  v_from timestamptz;
+  v_written int;
+  v_sampled int;
+  v_deleted int;
+BEGIN
+  -- Inserted by the first call; only then, as an insert that meets the row
+  -- would wait for a caller's update of it (SKIP LOCKED below must not wait).
+  IF NOT EXISTS (SELECT FROM idemq.job_minutes_mark) THEN
+    INSERT INTO idemq.job_minutes_mark (rolled_at) VALUES ('-infinity') ON CONFLICT (one_row) DO NOTHING;
+  END IF;
+  SELECT m.rolled_at INTO v_mark FROM idemq.job_minutes_mark m FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND OR v_mark > v_now - v_every THEN
+    RETURN 0;
+  END IF;
+  v_from := date_bin('1 minute', greatest(v_mark - v_overlap, v_now - v_first), v_origin);
+
+  WITH sample AS MATERIALIZED (
+    SELECT g.minute, s.queue, s.task,
+           greatest(extract(epoch FROM s.finished_at - s.locked_at) * 1000, 0) AS run_ms,
+           greatest(extract(epoch FROM s.locked_at - s.run_at) * 1000, 0) AS wait_ms
+    FROM generate_series(v_from, v_now, interval '1 minute') g(minute)
+    CROSS JOIN unnest('{succeeded,failed}'::idemq.job_state[]) st(state)
+    CROSS JOIN LATERAL (
+      -- A range of jobs_by_finish (state, finished_at), its first rows only.
+      SELECT j.queue, j.task, j.locked_at, j.run_at, j.finished_at
+      FROM idemq.jobs j
+      WHERE j.state = st.state AND j.finished_at >= g.minute AND j.finished_at < g.minute + interval '1 minute'
+      ORDER BY j.finished_at
+      LIMIT v_sample
+    ) s
+    WHERE s.locked_at IS NOT NULL
+  ), buckets AS (
+    SELECT b.minute, b.queue, b.task, b.measure, jsonb_object_agg(b.bucket, b.n) AS counts
+    FROM (SELECT x.minute, x.queue, x.task, v.measure, width_bucket(v.ms, idemq._duration_buckets()) AS bucket, count(*) AS n
+          FROM sample x CROSS JOIN LATERAL (VALUES ('run', x.run_ms), ('wait', x.wait_ms)) v(measure, ms)
+          GROUP BY 1, 2, 3, 4, 5) b
+    GROUP BY b.minute, b.queue, b.task, b.measure
+  ), fresh AS MATERIALIZED (
+    SELECT k.minute, k.queue, k.task,
+           coalesce((SELECT b.counts FROM buckets b
+                     WHERE (b.minute, b.queue, b.task, b.measure) = (k.minute, k.queue, k.task, 'run')), '{}') AS run_buckets,
+           coalesce((SELECT b.counts FROM buckets b
+                     WHERE (b.minute, b.queue, b.task, b.measure) = (k.minute, k.queue, k.task, 'wait')), '{}') AS wait_buckets
+    FROM (SELECT DISTINCT b.minute, b.queue, b.task FROM buckets b) k
+  ), rows AS (
+    SELECT f.minute, f.queue, f.task, f.run_buckets, f.wait_buckets FROM fresh f
+    UNION ALL
+    -- A minute in the window whose jobs are gone (purged) has none now.
+    SELECT m.minute, m.queue, m.task, '{}'::jsonb, '{}'::jsonb
+    FROM idemq.job_minutes m
+    WHERE m.minute >= v_from AND (m.run_buckets <> '{}' OR m.wait_buckets <> '{}')
+      AND NOT EXISTS (SELECT FROM fresh f WHERE (f.minute, f.queue, f.task) = (m.minute, m.queue, m.task))
+  )
+  INSERT INTO idemq.job_minutes AS m (minute, queue, task, run_buckets, wait_buckets)
+  SELECT r.minute, r.queue, r.task, r.run_buckets, r.wait_buckets
+  FROM rows r
+  ORDER BY r.minute, r.queue, r.task
+  ON CONFLICT (minute, queue, task) DO UPDATE
+  SET run_buckets = excluded.run_buckets, wait_buckets = excluded.wait_buckets
+  WHERE (m.run_buckets, m.wait_buckets) IS DISTINCT FROM (excluded.run_buckets, excluded.wait_buckets);
+  GET DIAGNOSTICS v_written = ROW_COUNT;
+
+  -- The sample: this minute's waiting jobs, per queue and task.
+  UPDATE idemq.job_minutes m SET waiting = 0, oldest_waiting_seconds = 0
+  WHERE m.minute = v_minute AND m.waiting IS DISTINCT FROM 0;
+  WITH waiting AS (
+    SELECT c.queue, c.task, sum(c.jobs) AS jobs
+    FROM idemq._job_counts() c
+    WHERE c.state IN ('enqueued', 'scheduled')
+    GROUP BY c.queue, c.task
+  )
+  INSERT INTO idemq.job_minutes AS m (minute, queue, task, waiting, oldest_waiting_seconds)
+  SELECT v_minute, w.queue, w.task, w.jobs, coalesce(o.oldest_seconds, 0)
+  FROM waiting w
+  LEFT JOIN idemq._oldest_runnable() o ON (o.queue, o.task) = (w.queue, w.task)
+  ORDER BY w.queue, w.task
+  ON CONFLICT (minute, queue, task) DO UPDATE
+  SET waiting = excluded.waiting, oldest_waiting_seconds = excluded.oldest_waiting_seconds;
+  GET DIAGNOSTICS v_sampled = ROW_COUNT;
+
+  DELETE FROM idemq.job_minutes m WHERE m.minute < v_now - v_keep;
+  GET DIAGNOSTICS v_deleted = ROW_COUNT;
+
+  UPDATE idemq.job_minutes_mark SET rolled_at = v_now;
+  RETURN v_written + v_sampled + v_deleted;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.roll_up() IS
+  'Dashboard history (idemq.job_minutes): run and wait time buckets from a bounded sample of recent finishes, waiting jobs sampled, minutes older than a day deleted.';
+
 -- ---- sql/functions/admin/run_jobs_now.sql ----
 CREATE OR REPLACE FUNCTION idemq.run_jobs_now(filter jsonb, before_id bigint DEFAULT NULL, max_jobs int DEFAULT 1000)
 RETURNS TABLE(touched int, skipped int, more boolean, next_before_id bigint)
@@ -4518,6 +4776,8 @@ REVOKE EXECUTE ON FUNCTION idemq._claim_capped FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_gate FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._count_jobs FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._duration_buckets FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._duration_percentile FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._job_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;

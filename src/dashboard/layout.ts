@@ -23,6 +23,7 @@ button{padding:3px 10px;cursor:pointer}button.danger{background:#c0392b;color:#f
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px;background:#fff;padding:8px;border:1px solid #dde1e8}
 dt{font-weight:600}dd{margin:0}
 .read-only form[method=post],.read-only .act{display:none}
+.legend i{display:inline-block;width:10px;height:10px;margin:0 4px 0 8px}section.chart svg{background:#fff;border:1px solid #dde1e8}
 `);
 
 /** What a read-only page says (the installation's viewer role: every read, no action). */
@@ -32,6 +33,7 @@ const NAV: [string, string][] = [
   ["/", "Overview"],
   ["/jobs", "Jobs"],
   ["/workers", "Workers"],
+  ["/charts", "Charts"],
   ["/schedules", "Schedules"],
   ["/limits", "Flow control"],
   ["/purge", "Purge"],

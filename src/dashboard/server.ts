@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import type pg from "pg";
 import type { MetricsRegistry } from "../metrics/registry.ts";
 import { respondWithMetrics } from "../metrics/serve.ts";
+import { CHARTS_SCRIPT, chartsPage } from "./charts-page.ts";
 import { confirmJobAction, confirmPurge, purgeForm, runJobAction, runLimitAction, runPurge } from "./actions.ts";
 import { access, checkBind, hostAllowed, newSecret, sameSecret } from "./auth.ts";
 import { BadRequest } from "./bad-request.ts";
@@ -74,6 +75,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     if (post && url.pathname === "/bulk") return ok(await runBulk(db, await readForm(req, csrf), csrf));
     if (get && url.pathname === "/workers") return ok(await workersPage(db));
     if (get && url.pathname === "/schedules") return ok(await schedulesPage(db));
+    if (get && url.pathname === "/charts") return ok({ ...(await chartsPage(db, url.searchParams)), script: CHARTS_SCRIPT });
     if (get && url.pathname === "/limits") return ok(await limitsPage(db, csrf, url.searchParams.get("done") ?? undefined));
     if (post && parts[0] === "limits" && parts.length === 2 && LIMIT_ACTIONS.includes(parts[1] as LimitAction)) {
       const form = await readForm(req, csrf);

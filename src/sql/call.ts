@@ -65,6 +65,8 @@ export const SQL_FUNCTIONS = {
   set_retention: ["state", "keep", "queue", "task"],
   stats: [],
   overview: ["recent", "exact_up_to"],
+  roll_up: [],
+  history: ["since", "queue", "task"],
   retry_horizon: ["backoff", "counted_attempts", "max_attempts"],
   wait_for_jobs: ["queues"],
   stop_waiting: ["queues"],

@@ -94,3 +94,54 @@ export async function stats(db: Queryable): Promise<StatsRow[]> {
   // database before 0.2.0 has no waiting_for.
   return rows.map((r) => ({ queue: r.queue, task: r.task, metric: r.metric, value: Number(r.value), waitingFor: r.waiting_for ?? null }));
 }
+
+/** roll_up(): recompute the dashboard's history for the minutes since the last call (sql/functions/reads/roll_up.sql); the rows written or deleted. */
+export async function rollUp(db: Queryable): Promise<number> {
+  const rows = await call<"roll_up", { r: number }>(db, "roll_up", {});
+  return rows[0]!.r;
+}
+
+export interface HistoryRow {
+  minute: Date;
+  started: number;
+  succeeded: number;
+  failed: number;
+  retried: number;
+  /** Sampled once a minute by roll_up(); null in a minute without a sample. */
+  waiting: number | null;
+  oldestWaitingSeconds: number | null;
+  runP50Ms: number | null;
+  runP95Ms: number | null;
+  waitP50Ms: number | null;
+  waitP95Ms: number | null;
+}
+
+/** history(): per minute of the last `since` (at most a day), for a queue, a task or all (sql/functions/reads/history.sql). */
+export async function history(
+  db: Queryable,
+  opts: { since?: Duration | undefined; queue?: string | null | undefined; task?: string | null | undefined } = {},
+): Promise<HistoryRow[]> {
+  type Row = Record<
+    "minute" | "started" | "succeeded" | "failed" | "retried" | "waiting" | "oldest_waiting_seconds" | "run_p50_ms" | "run_p95_ms" | "wait_p50_ms" | "wait_p95_ms",
+    string | Date | null
+  >;
+  const rows = await call<"history", Row>(db, "history", {
+    since: interval(opts.since),
+    queue: opts.queue,
+    task: opts.task,
+  });
+  const n = (v: string | Date | null | undefined): number | null => (v == null ? null : Number(v));
+  return rows.map((r) => ({
+    minute: r.minute as Date,
+    started: Number(r.started),
+    succeeded: Number(r.succeeded),
+    failed: Number(r.failed),
+    retried: Number(r.retried),
+    waiting: n(r.waiting),
+    oldestWaitingSeconds: n(r.oldest_waiting_seconds),
+    runP50Ms: n(r.run_p50_ms),
+    runP95Ms: n(r.run_p95_ms),
+    waitP50Ms: n(r.wait_p50_ms),
+    waitP95Ms: n(r.wait_p95_ms),
+  }));
+}

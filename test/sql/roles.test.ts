@@ -191,6 +191,8 @@ const OPERATIONS: Operation[] = [
   { name: "resume", sql: () => ["SELECT idemq.resume(queue => $1 || '-paused') AS r", [fx.queue]] },
   { name: "clear_limit", sql: () => ["SELECT idemq.clear_limit(queue => $1 || '-limited') AS r", [fx.queue]] },
   { name: "overview", sql: () => ["SELECT * FROM idemq.overview()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
+  { name: "roll_up", sql: () => ["SELECT idemq.roll_up() AS n", []], check: (r) => expect(r).toHaveLength(1) },
+  { name: "history", sql: () => ["SELECT * FROM idemq.history(since => '1 day')", []] },
   {
     name: "worker_seen",
     sql: () => ["SELECT idemq.worker_seen(worker_id => 'roles-w', queues => ARRAY[$1::text], tasks => '{report}')", [fx.queue]],
@@ -253,12 +255,12 @@ const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
-  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress",
+  "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress", "roll_up",
 ];
 // Reads, and nothing that writes (the dashboard as a read-only operator).
 const VIEWER_OPS = [
   "job", "find_jobs", "count_jobs", "overview", "stats", "limits", "held_keys", "workers", "unserved_jobs",
-  "schedules", "schedule_next", "retry_horizon",
+  "schedules", "schedule_next", "retry_horizon", "history",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {

@@ -86,9 +86,9 @@ DECLARE
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
-                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon'];
+                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;

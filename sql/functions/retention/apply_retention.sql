@@ -27,17 +27,30 @@
 --     about one row per group. Every worker calls it on its maintenance
 --     timer; a database without workers needs it scheduled (pg_cron), or
 --     that table grows with every statement that changes a job's state.
+--   * The fold adds each stamped row (its at: the statement's start) to its
+--     minute of idemq.job_minutes, the dashboard's history (history()):
+--     started (positive processing counts), succeeded and failed (positive
+--     counts of those states), retried (the jobs that left processing less
+--     those that succeeded or failed: retries, rescues, snoozes, holds,
+--     and cancels or deletions of running jobs). Exactly once: a row is
+--     deleted by the one call that folds it. Rows stamped more than a day
+--     ago (the history kept) are folded without it. A statement that
+--     commits after the fold that would have taken it is folded by the
+--     next, into its own minute.
 -- Concurrency: FOR UPDATE SKIP LOCKED: rows a concurrent transaction holds
 --   (a retry, a purge, another worker's apply_retention, a worker_seen) are left for the
 --   next call; concurrent callers never wait for each other (the slot
 --   repair skips locked slots too). The fold takes
 --   the count rows committed before it looked, skipping those another
 --   caller's fold holds; writers only append, so it waits for none of them.
+--   Two folds adding to the same minute of idemq.job_minutes (or a
+--   roll_up() writing it) wait for each other there, briefly, in key order.
 --   It runs after the jobs are locked, so a TRUNCATE of idemq.jobs (whose
 --   trigger empties the counts) waits for the whole call, never the reverse.
 -- Errors: 22004 NULL batch_size; 22023 batch_size outside 1..10000.
 -- Tests: test/sql/retention-policy.test.ts, test/worker/retention.test.ts,
---   test/sql/job-counts.test.ts, test/sql/flow-control-repair.test.ts
+--   test/sql/job-counts.test.ts, test/sql/flow-control-repair.test.ts,
+--   test/sql/history.test.ts
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
 RETURNS int
 LANGUAGE plpgsql VOLATILE
@@ -118,15 +131,36 @@ BEGIN
   PERFORM idemq._repair_slots(batch_size);
 
   -- Fold the appended count rows (their deletions above included). Rows a
-  -- writer appends meanwhile are not seen and stay for the next call.
+  -- writer appends meanwhile are not seen and stay for the next call. The
+  -- stamped rows' counts go to their minute of idemq.job_minutes first
+  -- (added: each row is deleted here, by one caller, exactly once), in key
+  -- order, so two folders lock the minute rows in the same order.
   WITH taken AS MATERIALIZED (
     SELECT c.ctid AS row_id FROM idemq.job_counts c FOR UPDATE SKIP LOCKED
   ), folded AS (
     DELETE FROM idemq.job_counts AS c USING taken t WHERE c.ctid = t.row_id
-    RETURNING c.queue, c.task, c.state, c.n
+    RETURNING c.queue, c.task, c.state, c.n, c.at
+  ), minutes AS (
+    INSERT INTO idemq.job_minutes AS m (minute, queue, task, started, succeeded, failed, retried)
+    SELECT x.minute, x.queue, x.task, x.started, x.succeeded, x.failed,
+           -- Left processing without finishing: retried, rescued, snoozed, held.
+           greatest(x.left_processing - x.succeeded - x.failed, 0)
+    FROM (SELECT date_bin('1 minute', f.at, '2000-01-01 00:00:00+00') AS minute, f.queue, f.task,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n > 0), 0) AS started,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'succeeded' AND f.n > 0), 0) AS succeeded,
+                 coalesce(sum(f.n) FILTER (WHERE f.state = 'failed' AND f.n > 0), 0) AS failed,
+                 coalesce(-sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n < 0), 0) AS left_processing
+          FROM folded f
+          WHERE f.at >= now() - interval '1 day'
+          GROUP BY 1, 2, 3) x
+    WHERE x.started + x.succeeded + x.failed + x.left_processing > 0
+    ORDER BY x.minute, x.queue, x.task
+    ON CONFLICT (minute, queue, task) DO UPDATE
+    SET started = m.started + excluded.started, succeeded = m.succeeded + excluded.succeeded,
+        failed = m.failed + excluded.failed, retried = m.retried + excluded.retried
   )
-  INSERT INTO idemq.job_counts (queue, task, state, n)
-  SELECT f.queue, f.task, f.state, sum(f.n)
+  INSERT INTO idemq.job_counts (queue, task, state, n, at)
+  SELECT f.queue, f.task, f.state, sum(f.n), NULL
   FROM folded f
   GROUP BY f.queue, f.task, f.state
   HAVING sum(f.n) <> 0;

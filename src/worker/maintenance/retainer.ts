@@ -3,7 +3,8 @@
 // in short batches. A run calls again while a batch comes back full, until a
 // short batch or its time budget, so a backlog (a first start on a full
 // table) is worked off over a few runs without one long transaction. Any
-// number of workers may run it: the SQL locks with SKIP LOCKED.
+// number of workers may run it: the SQL locks with SKIP LOCKED. Then
+// roll_up(), the dashboard's history (sql/functions/reads/roll_up.sql).
 import * as sql from "../../sql/index.ts";
 import { MaintenanceService } from "./maintenance.ts";
 import type { WorkerState } from "../worker-state.ts";
@@ -27,7 +28,15 @@ export class Retainer extends MaintenanceService {
     for (;;) {
       const n = await sql.applyRetention(this.calls, { batchSize });
       deleted += n;
-      if (n < batchSize || this.stopping || performance.now() - started >= budgetMs) return deleted;
+      if (n < batchSize || this.stopping || performance.now() - started >= budgetMs) break;
     }
+    // The dashboard's history on the same timer: roll_up() itself does one
+    // roll-up a minute whichever worker calls, and its failure is its own.
+    try {
+      await sql.rollUp(this.calls);
+    } catch (error) {
+      this.state.report("roll_up", error);
+    }
+    return deleted;
   }
 }
