@@ -172,7 +172,10 @@ describe("createWorker({ schedules })", () => {
     const queue = unique("q");
     const name = unique("every-second");
     const list: ScheduleDefinition[] = [
-      { name, cron: "@every 1s", task: "report", queue },
+      // overlap "allow": every slot gets its job even while the last one still runs (the default
+      // "skip" drops a slot whose previous job has not finished: on a loaded machine a job can
+      // take over a second, and that gap is the policy, not a lost slot).
+      { name, cron: "@every 1s", task: "report", queue, overlap: "allow" },
       { name: unique("hourly"), cron: "@hourly", task: "report", queue },
     ];
     const five = Array.from({ length: 5 }, () => worker(list, { tickInterval: "100ms", queues: [queue] }));
