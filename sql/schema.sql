@@ -205,10 +205,10 @@ CREATE TABLE idemq.jobs (
     -- How long one attempt may run (enqueue(..., timeout)); NULL: no limit.
     -- claim() and heartbeat() never set a lease past locked_at + timeout.
     timeout interval,
-    -- Flow control: the slot (idemq.limit_slots.slot) of the job's queue's
-    -- and task's concurrency limits that claim() gave this attempt, NULL for
-    -- none; where _release_slots looks first (the slot row says whether it
-    -- is still this attempt's).
+    -- Flow control: the stripe (idemq.limit_slots.slot) of the job's queue's
+    -- and task's concurrency limits whose slot claim() gave this attempt,
+    -- NULL for none; the jobs trigger gives the slot back to that stripe
+    -- when the attempt leaves processing (_stripe_of).
     queue_slot integer,
     task_slot integer,
     -- The attempt's progress, a percentage its handler reports (progress()):
