@@ -144,6 +144,10 @@ const CASES: Case[] = [
   c("heartbeat", "mismatched arrays", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => '{}')", "22023"),
   c("heartbeat", "lease_tokens of another length", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => ARRAY[gen_random_uuid(), gen_random_uuid()])", "22023"),
   c("heartbeat", "lease 0", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => '0 s')", "22023"),
+  c("progress", "NULL job_id", "SELECT idemq.progress(job_id => NULL, attempt => 1, value => 10)", "22004"),
+  c("progress", "NULL value", "SELECT idemq.progress(job_id => ${processing}, attempt => ${attempt}, value => NULL)", "22004"),
+  c("progress", "value 101", "SELECT idemq.progress(job_id => ${processing}, attempt => ${attempt}, value => 101)", "22023"),
+  c("progress", "value -1", "SELECT idemq.progress(job_id => ${processing}, attempt => ${attempt}, value => -1)", "22023"),
   c("heartbeat", "lease negative", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => '-1 minute')", "22023"),
   c("heartbeat", "NULL lease", "SELECT * FROM idemq.heartbeat(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease => NULL)", "22004"),
   // snooze
