@@ -63,10 +63,10 @@ DECLARE
   v_w_shrunk int[] := '{}';
   v_start_lids bigint[];
   v_start_nos int[];
-  v_used_slot_lids bigint[] := '{}';
-  v_used_slot_n int[] := '{}';
-  v_used_start_lids bigint[] := '{}';
-  v_used_start_n int[] := '{}';
+  v_t_lids bigint[];              -- every entry locked (below), to give out in one loop
+  v_t_nos int[];
+  v_used_lids bigint[] := '{}';  -- per v_t_lids value: how many of its entries are given
+  v_used_n int[] := '{}';
   v_a_lid bigint[] := '{}';      -- the slots given, one entry per (job, scope)
   v_a_slot int[] := '{}';
   v_r_lid bigint[] := '{}';
@@ -75,8 +75,8 @@ DECLARE
   v_need int;
   v_p int;
   v_ok boolean;
-  v_pick_slot int[];
-  v_pick_start int[];
+  v_pick int[];
+  v_scopes bigint[];
   v_simple boolean;
   v_one_scope bigint[];    -- per job: its one concurrency limit id (NULL: none, or held)
   v_one_queue boolean[];   -- per job: that limit is its queue's
@@ -214,66 +214,59 @@ BEGIN
     ) r;
     v_start_lids := coalesce(v_start_lids, '{}');
 
-    -- In claim order: a job goes only if each of its scopes has a slot or a
-    -- start left for it; the k-th job of a scope gets its k-th locked entry.
+    -- One list of the entries locked, slots then starts, each under its
+    -- limit's id, a start's negated: one limit may have both, and limit ids
+    -- are positive (an identity), so the sign tells them apart and one
+    -- lookup and one count of entries used serve both kinds.
+    v_t_lids := v_slot_lids || ARRAY(SELECT -u.lid FROM unnest(v_start_lids) AS u(lid));
+    v_t_nos := v_slot_nos || coalesce(v_start_nos, '{}');
+
+    -- In claim order: a job goes only if each of its scopes (queue's slot,
+    -- task's slot, queue's start, task's start) has an entry left for it;
+    -- the k-th job of a scope gets its k-th locked entry.
     FOR i IN 1 .. cardinality(v_ids) LOOP
       CONTINUE WHEN v_held[i];
       v_ok := true;
       v_q := NULL;
       v_t := NULL;
-      v_pick_slot := '{}';
-      v_pick_start := '{}';
-      FOR w IN 1 .. 2 LOOP
-        v_lid := v_slot_scope[(w - 1) * cardinality(v_ids) + i];
+      v_pick := '{}';
+      v_scopes := ARRAY[v_slot_scope[i], v_slot_scope[cardinality(v_ids) + i],
+                        -v_start_scope[i], -v_start_scope[cardinality(v_ids) + i]];
+      FOR w IN 1 .. 4 LOOP
+        v_lid := v_scopes[w];
         CONTINUE WHEN v_lid IS NULL;
-        v_p := array_position(v_slot_lids, v_lid);
-        v_p := v_p + coalesce(v_used_slot_n[array_position(v_used_slot_lids, v_lid)], 0);
-        IF v_p IS NULL OR v_p > cardinality(v_slot_lids) OR v_slot_lids[v_p] <> v_lid THEN
+        v_p := array_position(v_t_lids, v_lid)
+               + coalesce(v_used_n[array_position(v_used_lids, v_lid)], 0);
+        IF v_p IS NULL OR v_p > cardinality(v_t_lids) OR v_t_lids[v_p] <> v_lid THEN
           v_ok := false;
-        ELSE
-          v_pick_slot := v_pick_slot || v_p;
-          IF w = 1 THEN
-            v_q := v_slot_nos[v_p];
-          ELSE
-            v_t := v_slot_nos[v_p];
-          END IF;
+          EXIT;
         END IF;
-      END LOOP;
-      FOREACH v_lid IN ARRAY ARRAY[v_start_scope[i], v_start_scope[cardinality(v_ids) + i]] LOOP
-        CONTINUE WHEN v_lid IS NULL;
-        v_p := array_position(v_start_lids, v_lid);
-        v_p := v_p + coalesce(v_used_start_n[array_position(v_used_start_lids, v_lid)], 0);
-        IF v_p IS NULL OR v_p > cardinality(v_start_lids) OR v_start_lids[v_p] <> v_lid THEN
-          v_ok := false;
-        ELSE
-          v_pick_start := v_pick_start || v_p;
+        v_pick := v_pick || v_p;
+        IF w = 1 THEN
+          v_q := v_t_nos[v_p];
+        ELSIF w = 2 THEN
+          v_t := v_t_nos[v_p];
         END IF;
       END LOOP;
       CONTINUE WHEN NOT v_ok;
       ids := ids || v_ids[i];
       queue_slots := queue_slots || v_q;
       task_slots := task_slots || v_t;
-      FOREACH v_p IN ARRAY v_pick_slot LOOP
-        v_lid := v_slot_lids[v_p];
-        IF v_lid = ANY (v_used_slot_lids) THEN
-          v_used_slot_n[array_position(v_used_slot_lids, v_lid)] := v_used_slot_n[array_position(v_used_slot_lids, v_lid)] + 1;
+      FOREACH v_p IN ARRAY v_pick LOOP
+        v_lid := v_t_lids[v_p];
+        IF v_lid = ANY (v_used_lids) THEN
+          v_used_n[array_position(v_used_lids, v_lid)] := v_used_n[array_position(v_used_lids, v_lid)] + 1;
         ELSE
-          v_used_slot_lids := v_used_slot_lids || v_lid;
-          v_used_slot_n := v_used_slot_n || 1;
+          v_used_lids := v_used_lids || v_lid;
+          v_used_n := v_used_n || 1;
         END IF;
-        v_a_lid := v_a_lid || v_lid;
-        v_a_slot := v_a_slot || v_slot_nos[v_p];
-      END LOOP;
-      FOREACH v_p IN ARRAY v_pick_start LOOP
-        v_lid := v_start_lids[v_p];
-        IF v_lid = ANY (v_used_start_lids) THEN
-          v_used_start_n[array_position(v_used_start_lids, v_lid)] := v_used_start_n[array_position(v_used_start_lids, v_lid)] + 1;
+        IF v_lid > 0 THEN
+          v_a_lid := v_a_lid || v_lid;
+          v_a_slot := v_a_slot || v_t_nos[v_p];
         ELSE
-          v_used_start_lids := v_used_start_lids || v_lid;
-          v_used_start_n := v_used_start_n || 1;
+          v_r_lid := v_r_lid || -v_lid;
+          v_r_n := v_r_n || v_t_nos[v_p];
         END IF;
-        v_r_lid := v_r_lid || v_lid;
-        v_r_n := v_r_n || v_start_nos[v_p];
       END LOOP;
     END LOOP;
     IF cardinality(v_r_lid) > 0 THEN
