@@ -416,6 +416,15 @@ RETURN CASE WHEN value IS NULL THEN 'NULL'
 COMMENT ON FUNCTION idemq._excerpt(text) IS
   'The first 60 characters of an input, control characters escaped, for error messages (bounded and inert whatever the input).';
 
+-- ---- sql/functions/reads/_history_kept.sql ----
+CREATE OR REPLACE FUNCTION idemq._history_kept()
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN interval '1 day';
+
+COMMENT ON FUNCTION idemq._history_kept() IS
+  'The span of the dashboard history (idemq.job_minutes): a day.';
+
 -- ---- sql/functions/reads/_job_counts.sql ----
 CREATE OR REPLACE FUNCTION idemq._job_counts()
 RETURNS TABLE(queue text, task text, state idemq.job_state, jobs bigint)
@@ -570,6 +579,15 @@ $$;
 
 COMMENT ON FUNCTION idemq._lock_slots(bigint, int) IS
   'claim() under a concurrency limit: lock the stripes holding up to need free slots (SKIP LOCKED), folding their releases; the caller writes them.';
+
+-- ---- sql/functions/reads/_minute_of.sql ----
+CREATE OR REPLACE FUNCTION idemq._minute_of(at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN date_bin('1 minute', at, '2000-01-01 00:00:00+00');
+
+COMMENT ON FUNCTION idemq._minute_of(timestamptz) IS
+  'The job_minutes minute a time falls in (rounded down to a whole UTC minute).';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq._pairs_by_id;
@@ -2609,13 +2627,13 @@ BEGIN
     SELECT x.minute, x.queue, x.task, x.started, x.succeeded, x.failed,
            -- Left processing without finishing: retried, rescued, snoozed, held.
            greatest(x.left_processing - x.succeeded - x.failed, 0)
-    FROM (SELECT date_bin('1 minute', f.at, '2000-01-01 00:00:00+00') AS minute, f.queue, f.task,
+    FROM (SELECT idemq._minute_of(f.at) AS minute, f.queue, f.task,
                  coalesce(sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n > 0), 0) AS started,
                  coalesce(sum(f.n) FILTER (WHERE f.state = 'succeeded' AND f.n > 0), 0) AS succeeded,
                  coalesce(sum(f.n) FILTER (WHERE f.state = 'failed' AND f.n > 0), 0) AS failed,
                  coalesce(-sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n < 0), 0) AS left_processing
           FROM folded f
-          WHERE f.at >= now() - interval '1 day'
+          WHERE f.at >= now() - idemq._history_kept()
           GROUP BY 1, 2, 3) x
     WHERE x.started + x.succeeded + x.failed + x.left_processing > 0
     ORDER BY x.minute, x.queue, x.task
@@ -3727,16 +3745,16 @@ BEGIN
       MESSAGE = 'history: since must not be NULL',
       HINT = 'Leave it out for the last hour, or give e.g. since => ''1 day''.';
   END IF;
-  IF since <= interval '0' OR since > interval '1 day' THEN
+  IF since <= interval '0' OR since > idemq._history_kept() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('history: since must be positive and at most 1 day, not %s', since),
-      HINT = 'roll_up() keeps a day of minutes: give since => ''1 hour'' up to ''1 day''.';
+      MESSAGE = format('history: since must be positive and at most %s, not %s', idemq._history_kept(), since),
+      HINT = format('roll_up() keeps a day of minutes: give since => ''1 hour'' up to ''%s''.', idemq._history_kept());
   END IF;
 
   RETURN QUERY
   WITH chosen AS MATERIALIZED (
     SELECT m.* FROM idemq.job_minutes m
-    WHERE m.minute >= date_bin('1 minute', now() - since, '2000-01-01 00:00:00+00')
+    WHERE m.minute >= idemq._minute_of(now() - since)
       AND (history.queue IS NULL OR m.queue = history.queue)
       AND (history.task IS NULL OR m.task = history.task)
   ), merged AS (
@@ -4284,9 +4302,7 @@ AS $$
 #variable_conflict error
 DECLARE
   v_now constant timestamptz := now();
-  v_origin constant timestamptz := '2000-01-01 00:00:00+00';
-  v_minute constant timestamptz := date_bin('1 minute', now(), '2000-01-01 00:00:00+00');
-  v_keep constant interval := '1 day';
+  v_minute constant timestamptz := idemq._minute_of(now());
   v_overlap constant interval := '2 minutes';
   v_first constant interval := '1 hour';
   v_sample constant int := 100;
@@ -4307,7 +4323,7 @@ BEGIN
   IF NOT FOUND OR v_mark > v_now - v_every THEN
     RETURN 0;
   END IF;
-  v_from := date_bin('1 minute', greatest(v_mark - v_overlap, v_now - v_first), v_origin);
+  v_from := idemq._minute_of(greatest(v_mark - v_overlap, v_now - v_first));
 
   WITH sample AS MATERIALIZED (
     SELECT g.minute, s.queue, s.task,
@@ -4373,7 +4389,7 @@ BEGIN
   SET waiting = excluded.waiting, oldest_waiting_seconds = excluded.oldest_waiting_seconds;
   GET DIAGNOSTICS v_sampled = ROW_COUNT;
 
-  DELETE FROM idemq.job_minutes m WHERE m.minute < v_now - v_keep;
+  DELETE FROM idemq.job_minutes m WHERE m.minute < v_now - idemq._history_kept();
   GET DIAGNOSTICS v_deleted = ROW_COUNT;
 
   UPDATE idemq.job_minutes_mark SET rolled_at = v_now;
@@ -4771,6 +4787,7 @@ REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._count_jobs FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._duration_buckets FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._duration_percentile FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._history_kept FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._job_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;
@@ -4778,6 +4795,7 @@ REVOKE EXECUTE ON FUNCTION idemq._key_promote FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._lock_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._matching_jobs FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._minute_of FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;

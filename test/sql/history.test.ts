@@ -9,6 +9,7 @@ import { describe, expect, it } from "vitest";
 import { backendPid, expectSqlError, inRollback, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { makeJob, unique } from "../helpers/jobs.ts";
 import { claim, complete, fail, makeDue } from "../helpers/work.ts";
+import { RANGES } from "../../src/dashboard/charts-page.ts";
 
 const db = useTestDatabase({ poolSize: 3 });
 
@@ -207,6 +208,13 @@ describe("history", () => {
     await expectSqlError(db.pool.query("SELECT * FROM idemq.history(since => '0')"), { code: "22023", hint: /keeps a day/ });
     await expectSqlError(db.pool.query("SELECT * FROM idemq.history(since => '25 hours')"), { code: "22023", hint: /keeps a day/ });
     await expectSqlError(db.pool.query("SELECT * FROM idemq.history(since => NULL)"), { code: "22004" });
+  });
+
+  it("the dashboard's longest range is the history kept (_history_kept), and history() takes it", async () => {
+    const { rows } = await db.pool.query("SELECT extract(epoch FROM idemq._history_kept())::int / 60 AS minutes");
+    expect(rows[0].minutes).toBe(Math.max(...Object.values(RANGES).map((r) => r.minutes)));
+    const since = `${rows[0].minutes} minutes`;
+    await db.pool.query("SELECT * FROM idemq.history(since => $1::interval)", [since]);
   });
 
   it("reads the minutes of the window only, oldest first", async () => {

@@ -39,16 +39,16 @@ BEGIN
       MESSAGE = 'history: since must not be NULL',
       HINT = 'Leave it out for the last hour, or give e.g. since => ''1 day''.';
   END IF;
-  IF since <= interval '0' OR since > interval '1 day' THEN
+  IF since <= interval '0' OR since > idemq._history_kept() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('history: since must be positive and at most 1 day, not %s', since),
-      HINT = 'roll_up() keeps a day of minutes: give since => ''1 hour'' up to ''1 day''.';
+      MESSAGE = format('history: since must be positive and at most %s, not %s', idemq._history_kept(), since),
+      HINT = format('roll_up() keeps a day of minutes: give since => ''1 hour'' up to ''%s''.', idemq._history_kept());
   END IF;
 
   RETURN QUERY
   WITH chosen AS MATERIALIZED (
     SELECT m.* FROM idemq.job_minutes m
-    WHERE m.minute >= date_bin('1 minute', now() - since, '2000-01-01 00:00:00+00')
+    WHERE m.minute >= idemq._minute_of(now() - since)
       AND (history.queue IS NULL OR m.queue = history.queue)
       AND (history.task IS NULL OR m.task = history.task)
   ), merged AS (

@@ -50,9 +50,7 @@ AS $$
 #variable_conflict error
 DECLARE
   v_now constant timestamptz := now();
-  v_origin constant timestamptz := '2000-01-01 00:00:00+00';
-  v_minute constant timestamptz := date_bin('1 minute', now(), '2000-01-01 00:00:00+00');
-  v_keep constant interval := '1 day';
+  v_minute constant timestamptz := idemq._minute_of(now());
   v_overlap constant interval := '2 minutes';
   v_first constant interval := '1 hour';
   v_sample constant int := 100;
@@ -73,7 +71,7 @@ BEGIN
   IF NOT FOUND OR v_mark > v_now - v_every THEN
     RETURN 0;
   END IF;
-  v_from := date_bin('1 minute', greatest(v_mark - v_overlap, v_now - v_first), v_origin);
+  v_from := idemq._minute_of(greatest(v_mark - v_overlap, v_now - v_first));
 
   WITH sample AS MATERIALIZED (
     SELECT g.minute, s.queue, s.task,
@@ -139,7 +137,7 @@ BEGIN
   SET waiting = excluded.waiting, oldest_waiting_seconds = excluded.oldest_waiting_seconds;
   GET DIAGNOSTICS v_sampled = ROW_COUNT;
 
-  DELETE FROM idemq.job_minutes m WHERE m.minute < v_now - v_keep;
+  DELETE FROM idemq.job_minutes m WHERE m.minute < v_now - idemq._history_kept();
   GET DIAGNOSTICS v_deleted = ROW_COUNT;
 
   UPDATE idemq.job_minutes_mark SET rolled_at = v_now;

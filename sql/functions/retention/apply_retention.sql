@@ -145,13 +145,13 @@ BEGIN
     SELECT x.minute, x.queue, x.task, x.started, x.succeeded, x.failed,
            -- Left processing without finishing: retried, rescued, snoozed, held.
            greatest(x.left_processing - x.succeeded - x.failed, 0)
-    FROM (SELECT date_bin('1 minute', f.at, '2000-01-01 00:00:00+00') AS minute, f.queue, f.task,
+    FROM (SELECT idemq._minute_of(f.at) AS minute, f.queue, f.task,
                  coalesce(sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n > 0), 0) AS started,
                  coalesce(sum(f.n) FILTER (WHERE f.state = 'succeeded' AND f.n > 0), 0) AS succeeded,
                  coalesce(sum(f.n) FILTER (WHERE f.state = 'failed' AND f.n > 0), 0) AS failed,
                  coalesce(-sum(f.n) FILTER (WHERE f.state = 'processing' AND f.n < 0), 0) AS left_processing
           FROM folded f
-          WHERE f.at >= now() - interval '1 day'
+          WHERE f.at >= now() - idemq._history_kept()
           GROUP BY 1, 2, 3) x
     WHERE x.started + x.succeeded + x.failed + x.left_processing > 0
     ORDER BY x.minute, x.queue, x.task
