@@ -1,4 +1,4 @@
-// npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin]
+// npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin] [--jobs-per-key N]
 //
 // Where idemq's processing time goes, for whoever optimises it: one worker run
 // (as in the process.* workloads) with track_functions on, then
@@ -16,6 +16,7 @@ import { adminClient, createDatabase, databaseUrl, dropDatabase, serverUrl, with
 import { lockBenchRuns } from "./run-lock.ts";
 import { SYSTEMS } from "./systems/index.ts";
 import { LEDGER_TASK, NOOP_TASK } from "./systems/types.ts";
+import * as sql from "../dist/sql/index.js"; // the compiled package, as bench/systems/idemq.ts
 
 const { values: args } = parseArgs({
   args: process.argv.slice(2).filter((a) => a !== "profile"),
@@ -24,11 +25,14 @@ const { values: args } = parseArgs({
     jobs: { type: "string", default: "20000" },
     task: { type: "string", default: NOOP_TASK },
     "hold-xmin": { type: "boolean", default: false },
+    // Concurrency keys (K = 1) of N consecutive jobs each, as process.keys enqueues them.
+    "jobs-per-key": { type: "string", default: "0" },
   },
 });
 const concurrency = Number(args.concurrency);
 const jobs = Number(args.jobs);
 const task = args.task === LEDGER_TASK ? LEDGER_TASK : NOOP_TASK;
+const jobsPerKey = Number(args["jobs-per-key"]);
 const DB = "bench_profile";
 
 const server = serverUrl();
@@ -40,6 +44,18 @@ const idemq = SYSTEMS.idemq;
 const out = (line = "") => process.stdout.write(line + "\n");
 
 async function enqueue(count: number): Promise<void> {
+  if (jobsPerKey > 0) {
+    await withClient(url, async (c) => {
+      for (let start = 0; start < count; start += 20_000) {
+        const n = Math.min(20_000, count - start);
+        await sql.enqueueMany(
+          c,
+          Array.from({ length: n }, (_, k) => ({ task, payload: { i: start + k }, concurrencyKey: `k${Math.floor((start + k) / jobsPerKey)}` })),
+        );
+      }
+    });
+    return;
+  }
   const producer = await idemq.producer(url, { connections: 1 });
   for (let start = 0; start < count; start += 20_000) {
     const n = Math.min(20_000, count - start);
@@ -75,7 +91,7 @@ try {
     await holder.end();
   }
 
-  out(`# idemq processing profile: ${jobs} jobs, task ${task}, concurrency ${concurrency}${holder ? ", xmin held" : ""}`);
+  out(`# idemq processing profile: ${jobs} jobs, task ${task}, concurrency ${concurrency}${holder ? ", xmin held" : ""}${jobsPerKey > 0 ? `, keys of ${jobsPerKey} jobs (K = 1)` : ""}`);
   out();
   out(`- throughput: ${(jobs / result.seconds).toFixed(0)} jobs/s`);
   out(`- worker process CPU: ${((result.workerCpuSeconds * 1e6) / jobs).toFixed(1)} µs/job`);
