@@ -82,6 +82,26 @@ describe("search", () => {
     await screenshot(page, "dashboard-search");
   });
 
+  it("a search matching more than a page answers with its rows before its count; the page's script fills the count in, a link counts without scripts", async () => {
+    // The page's own HTML holds no count (count_jobs is not on its path), only the script's hook and the link.
+    const raw = await (await fetch(`${dashboard.url}jobs?task=bulk_task`)).text();
+    expect(raw).toMatch(/Jobs 1-50 of <span id="total" data-count="\/jobs\/count\?task=bulk_task"><a id="count-link" href="\/jobs\?task=bulk_task&amp;count=all">count them<\/a><\/span>\./);
+    await page.goto(`${dashboard.url}jobs?task=bulk_task`);
+    expect(await listed()).toHaveLength(50);
+    await page.waitForFunction(() => document.getElementById("total")?.textContent === "10,000");
+    expect(await page.locator("#count").textContent()).toBe("Jobs 1-50 of 10,000.");
+    // Without scripts: the link renders the page with the count; the next page keeps the search, not the count.
+    await page.goto(`${dashboard.url}jobs?task=bulk_task&count=all`);
+    expect(await page.locator("#count").textContent()).toBe("Jobs 1-50 of 10,000.");
+    expect(new URL(await page.locator("#next").getAttribute("href") ?? "", dashboard.url).searchParams.get("count")).toBeNull();
+    // The count's answer, and a bad filter's: refused with the database's words, nothing read.
+    const counted = await fetch(`${dashboard.url}jobs/count?task=bulk_task&state=enqueued`);
+    expect({ status: counted.status, body: await counted.json() }).toEqual({ status: 200, body: { total: "10,000" } });
+    const bad = await fetch(`${dashboard.url}jobs/count?colour=red`);
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).error).toMatch(/filter field "colour" is not a filter field/);
+  });
+
   it("a bad filter is answered 400 with the database's message and hint, on the page, the form kept", async () => {
     const bad: [string, () => Promise<number | undefined>, RegExp][] = [
       ["malformed JSON", () => search({ task: "find_task", payload: "{customer: alice" }), /payload must be JSON/],
