@@ -36,6 +36,8 @@ export interface DashboardOptions {
   token?: string | undefined;
   /** Served on /metrics when given (the same registry as `idemq metrics`). */
   metrics?: MetricsRegistry | undefined;
+  /** How long one request of a bulk action runs its batches of 1,000 before the page posts the next (at least one batch). Default 2000. */
+  bulkRequestMs?: number | undefined;
 }
 
 export interface Dashboard {
@@ -76,7 +78,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       return { status: counted.status, json: counted.body };
     }
     if (get && url.pathname === "/bulk") return ok(await confirmBulk(db, url.searchParams, csrf));
-    if (post && url.pathname === "/bulk") return ok(await runBulk(db, await readForm(req, csrf), csrf));
+    if (post && url.pathname === "/bulk") return ok(await runBulk(db, await readForm(req, csrf), csrf, options.bulkRequestMs));
     if (get && url.pathname === "/workers") return ok(await workersPage(db));
     if (get && url.pathname === "/schedules") return ok(await schedulesPage(db));
     if (get && url.pathname === "/charts") return ok({ ...(await chartsPage(db, url.searchParams)), script: CHARTS_SCRIPT });
