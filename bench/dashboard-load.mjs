@@ -68,23 +68,44 @@ async function time(what, run) {
     ms.push(performance.now() - t);
   }
   ms.sort((a, b) => a - b);
-  console.log(`${what.padEnd(44)} median ${ms[Math.floor(ms.length / 2)].toFixed(1).padStart(7)} ms   max ${ms.at(-1).toFixed(1).padStart(7)} ms`);
+  console.log(`${what.padEnd(62)} median ${ms[Math.floor(ms.length / 2)].toFixed(1).padStart(7)} ms   max ${ms.at(-1).toFixed(1).padStart(7)} ms`);
 }
 
 await time("SELECT * FROM idemq.stats() (for comparison)", () => pool.query("SELECT * FROM idemq.stats()"));
 await time("SELECT * FROM idemq.overview()", () => pool.query("SELECT * FROM idemq.overview()"));
 
 const dashboard = await startDashboard({ pool, port: 0 });
+const hourAgo = new Date(Date.now() - 3_600_000).toISOString();
+const dayAgo = new Date(Date.now() - 86_400_000).toISOString();
+const { rows: [some] } = await pool.query(
+  `SELECT (SELECT string_agg(id::text, ',') FROM (SELECT id FROM idemq.jobs ORDER BY id DESC OFFSET 1000 LIMIT 3) i) AS ids,
+          (SELECT idempotency_key FROM idemq.jobs WHERE idempotency_key IS NOT NULL ORDER BY id LIMIT 1 OFFSET 500) AS key`,
+);
+// Every search of issue 27 (id, key, task, queue, state, time range, error
+// text, payload): the page, and the count its script asks for after it.
+const searches = {
+  "jobs (all)": "",
+  "jobs ids (3)": `ids=${some.ids}`,
+  "jobs state=failed": "state=failed",
+  "jobs task": "task=task_1",
+  "jobs queue": "queue=queue_1",
+  "jobs queue+task": "queue=queue_1&task=task_1",
+  "jobs created in the last hour": `created_after=${encodeURIComponent(hourAgo)}`,
+  "jobs failed, finished in the last day": `state=failed&finished_after=${encodeURIComponent(dayAgo)}`,
+  "jobs error text (matches)": "error=timeout%20999",
+  "jobs error text (no match)": "error=no-such-text",
+  // The key and payload of search-cost.mjs's rows (dashboard-load's own have neither: no match).
+  ...(some.key === null ? {} : { "jobs key": `key=${encodeURIComponent(some.key)}` }),
+  "jobs task + payload (rare)": `task=task_3&payload=${encodeURIComponent('{"customer": 43}')}`,
+};
 const pages = {
   overview: "",
-  "jobs (all)": "jobs",
-  "jobs state=failed": "jobs?state=failed",
-  "jobs queue+task": "jobs?queue=queue_1&task=task_1",
-  "jobs error text (matches)": "jobs?error=timeout%20999",
-  "jobs error text (no match)": "jobs?error=no-such-text",
+  ...Object.fromEntries(Object.entries(searches).map(([name, q]) => [name, q === "" ? "jobs" : `jobs?${q}`])),
   "jobs page 3 (keyset)": null,
   "job detail": `jobs/${failedId}`,
   schedules: "schedules",
+  workers: "workers",
+  ...Object.fromEntries(Object.entries(searches).map(([name, q]) => [`count (the page's script): ${name.slice(5)}`, `jobs/count?${q}`])),
 };
 // The third page of the unfiltered list, as its "next" links lead to it.
 const { rows: third } = await pool.query("SELECT id FROM idemq.jobs ORDER BY id DESC OFFSET 100 LIMIT 1");
@@ -106,6 +127,7 @@ if (!args.includes("--no-browser")) {
   });
   const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
   for (const [name, path] of Object.entries(pages)) {
+    if (path.startsWith("jobs/count")) continue;
     await time(`browser load: ${name}`, async () => {
       await page.goto(dashboard.url + path, { waitUntil: "load" });
     });

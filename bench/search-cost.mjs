@@ -16,9 +16,12 @@
 //   prints the median and max wall time of --runs calls of each search (one
 //   page of 50), of count_jobs, and of one batch of 1,000 of each bulk action
 //   (rolled back), with the plan's top scan node.
-// index-cost: wall time of --runs enqueue_many calls of 10,000 jobs, without
-//   and with a GIN index (jsonb_path_ops) on idemq.jobs.payload, created for
-//   the run and dropped after. The jobs it makes are deleted.
+// index-cost [--index 'USING btree (task, id)']... [--jobs N]: what indexes
+//   on idemq.jobs cost a job's life (enqueue_many, claim, complete_many):
+//   backend CPU and WAL per job, without and with them, alternating rounds
+//   (default: a GIN jsonb_path_ops index on payload). The jobs it makes are
+//   deleted.
+import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import pg from "pg";
 
@@ -159,30 +162,71 @@ async function search() {
   }
 }
 
+/** utime + stime of a process, in ms (the backend's CPU: PostgreSQL runs on this machine). */
+function cpuMs(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(rest[11]) + Number(rest[12])) * 10;
+}
+
+/**
+ * What an index costs a job's life: --jobs jobs (keyed every tenth, as
+ * search builds them) enqueued by enqueue_many, then claimed 100 at a time
+ * and completed (complete_many) by one connection, without the --index
+ * indexes and with them (created for the round on the retained table and
+ * dropped after), alternating for --runs rounds. Per job: the backend's CPU
+ * (/proc, so run it on the database's machine) and the WAL written. The
+ * jobs it makes are deleted.
+ */
 async function indexCost() {
-  const jobs = JSON.stringify(Array.from({ length: 10_000 }, (_, i) => ({ task: "bench_index", queue: "bench_index", payload: { n: i, customer: i % 100, region: "r1" } })));
-  const enqueue = () => pool.query("SELECT count(*) FROM idemq.enqueue_many($1::jsonb)", [jobs]);
-  const clean = () => pool.query("DELETE FROM idemq.jobs WHERE queue = 'bench_index'");
-  await enqueue();
-  await clean();
-  const measure = async () => {
-    const ms = [];
-    for (let i = 0; i < RUNS; i++) {
-      const t = performance.now();
-      await enqueue();
-      ms.push(performance.now() - t);
-      await clean();
+  const JOBS = Number(option("--jobs", "10000"));
+  const defs = args.flatMap((a, i) => (args[i - 1] === "--index" ? [a] : []));
+  const indexes = defs.length > 0 ? defs : ["USING gin (payload jsonb_path_ops)"];
+  const c = await pool.connect();
+  const pid = (await c.query("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+  const jobs = JSON.stringify(Array.from({ length: JOBS }, (_, i) => ({
+    task: `bench_index_${i % 20}`, queue: "bench_index", payload: { n: i, customer: i % 100, region: "r1" },
+    ...(i % 10 === 0 ? { idempotency_key: `bench-index:${i}:${Date.now()}` } : {}),
+  })));
+  const life = async () => {
+    const cpu0 = cpuMs(pid);
+    const lsn0 = (await c.query("SELECT pg_current_wal_insert_lsn() AS l")).rows[0].l;
+    await c.query("SELECT count(*) FROM idemq.enqueue_many($1::jsonb)", [jobs.replaceAll("bench-index:", `bench-index:${Math.random()}:`)]);
+    for (;;) {
+      const { rows } = await c.query(
+        `WITH c AS (SELECT * FROM idemq.claim(worker_id => 'bench-index', queues => '{bench_index}', batch_size => 100))
+         SELECT coalesce(array_agg(c.job_id), '{}') AS ids, coalesce(array_agg(c.attempt), '{}') AS attempts, count(*)::int AS n FROM c`);
+      if (rows[0].n === 0) break;
+      await c.query("SELECT count(*) FROM idemq.complete_many($1::bigint[], $2::int[])", [rows[0].ids, rows[0].attempts]);
     }
-    ms.sort((a, b) => a - b);
-    return ms[Math.floor(ms.length / 2)];
+    const { rows: [w] } = await c.query("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1) AS bytes", [lsn0]);
+    const cpu = cpuMs(pid) - cpu0;
+    await c.query("DELETE FROM idemq.jobs WHERE queue = 'bench_index'");
+    await c.query("DELETE FROM idemq.keys WHERE key LIKE 'bench-index:%'");
+    return { cpuUs: (cpu * 1000) / JOBS, walBytes: Number(w.bytes) / JOBS };
   };
-  const without = await measure();
-  await pool.query("CREATE INDEX bench_jobs_payload ON idemq.jobs USING gin (payload jsonb_path_ops)");
   try {
-    const withGin = await measure();
-    console.log(`enqueue_many of 10,000 jobs: ${without.toFixed(0)} ms without, ${withGin.toFixed(0)} ms with a GIN (jsonb_path_ops) index on payload: x${(withGin / without).toFixed(2)}`);
+    await life(); // warm up
+    const rounds = { without: [], with: [] };
+    for (let i = 0; i < RUNS; i++) {
+      rounds.without.push(await life());
+      for (const [k, d] of indexes.entries()) await c.query(`CREATE INDEX bench_jobs_index_${k} ON idemq.jobs ${d}`);
+      try {
+        rounds.with.push(await life());
+      } finally {
+        for (const k of indexes.keys()) await c.query(`DROP INDEX idemq.bench_jobs_index_${k}`);
+      }
+    }
+    const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    const line = (name, r) =>
+      `  ${name.padEnd(8)} ${med(r.map((x) => x.cpuUs)).toFixed(0).padStart(5)} us CPU/job (${r.map((x) => x.cpuUs.toFixed(0)).join(", ")}), ` +
+      `${med(r.map((x) => x.walBytes)).toFixed(0).padStart(5)} WAL bytes/job`;
+    console.log(`a job's life (enqueue_many of ${JOBS.toLocaleString("en-US")}, claim 100 + complete_many), medians of ${RUNS} rounds; indexes: ${indexes.join("; ")}`);
+    console.log(line("without", rounds.without));
+    console.log(line("with", rounds.with));
+    console.log(`  CPU x${(med(rounds.with.map((x) => x.cpuUs)) / med(rounds.without.map((x) => x.cpuUs))).toFixed(3)}, WAL x${(med(rounds.with.map((x) => x.walBytes)) / med(rounds.without.map((x) => x.walBytes))).toFixed(3)}`);
   } finally {
-    await pool.query("DROP INDEX idemq.bench_jobs_payload");
+    c.release();
   }
 }
 

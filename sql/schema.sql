@@ -586,6 +586,8 @@ COMMENT ON TABLE idemq.job_minutes_mark IS 'When roll_up() last ran (its one row
 -- refreshes its row (refresh_every: workers() calls a row late after two),
 -- and the database outages it lived through (count, time down, when the
 -- latest ended: last_outage_at, set by worker_seen when the count rises).
+-- stopped_at: a clean stop (worker_stopped) keeps the row, stopped, for
+-- stopped_worker_seconds, so the dashboard lists recently stopped workers.
 CREATE TABLE idemq.workers (
     worker_id text PRIMARY KEY,
     queues text[],
@@ -599,6 +601,7 @@ CREATE TABLE idemq.workers (
     outages integer DEFAULT 0 NOT NULL,
     outage_ms bigint DEFAULT 0 NOT NULL,
     last_outage_at timestamp with time zone,
+    stopped_at timestamp with time zone,
     CONSTRAINT workers_id_not_empty CHECK ((worker_id <> ''::text)),
     CONSTRAINT workers_queues_not_empty CHECK ((cardinality(queues) > 0)),
     CONSTRAINT workers_tasks_not_empty CHECK ((cardinality(tasks) > 0)),
@@ -670,7 +673,8 @@ INSERT INTO idemq.settings (name, value, min_value, max_value, description) VALU
   ('retention_cancelled_seconds', 2592000, 0, 3153600000, 'how long a cancelled job is kept, in seconds (default 30 days)'),
   ('retention_expired_seconds', 2592000, 0, 3153600000, 'how long an expired job is kept, in seconds (default 30 days)'),
   ('worker_names', 10000, 1, 100000, 'most queue and task names one worker_seen() call may list, together'),
-  ('worker_retention_seconds', 86400, 60, 3153600000, 'how long the row of a worker not seen is kept in idemq.workers, in seconds (default a day)');
+  ('worker_retention_seconds', 86400, 60, 3153600000, 'how long the row of a worker not seen is kept in idemq.workers, in seconds (default a day)'),
+  ('stopped_worker_seconds', 3600, 60, 3153600000, 'how long the row of a cleanly stopped worker is kept in idemq.workers, in seconds (default an hour)');
 
 -- The installation's roles: named, created (when this role may) and granted;
 -- PUBLIC gets EXECUTE on no function.

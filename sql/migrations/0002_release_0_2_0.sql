@@ -256,6 +256,12 @@ ALTER TABLE idemq.workers
     ADD CONSTRAINT workers_concurrency_positive CHECK ((concurrency > 0)),
     ADD CONSTRAINT workers_refresh_every_positive CHECK ((refresh_every > '00:00:00'::interval)),
     ADD CONSTRAINT workers_outages_not_negative CHECK (((outages >= 0) AND (outage_ms >= 0)));
+-- A clean stop keeps the worker's row, stopped, for stopped_worker_seconds
+-- (worker_stopped; apply_retention deletes it then): the dashboard lists
+-- recently stopped workers.
+ALTER TABLE idemq.workers ADD COLUMN stopped_at timestamp with time zone;
+INSERT INTO idemq.settings (name, value, min_value, max_value, description) VALUES
+  ('stopped_worker_seconds', 3600, 60, 3153600000, 'how long the row of a cleanly stopped worker is kept in idemq.workers, in seconds (default an hour)');
 -- ==== end hand-written ====
 
 -- ---- sql/functions/flow/_check_limit_values.sql ----
@@ -2553,6 +2559,7 @@ BEGIN
   WHERE w.worker_id IN (
     SELECT s.worker_id FROM idemq.workers s
     WHERE s.last_seen_at < now() - make_interval(secs => idemq._limit('worker_retention_seconds'))
+       OR s.stopped_at < now() - make_interval(secs => idemq._limit('stopped_worker_seconds'))
     LIMIT batch_size
     FOR UPDATE SKIP LOCKED);
 
@@ -4661,6 +4668,48 @@ $$;
 COMMENT ON FUNCTION idemq.stats() IS
   'Counts per queue, task and state, expired leases, oldest runnable age (with why runnable jobs wait: waiting_for), and duplicate/rejection events per task.';
 
+-- ---- sql/functions/workers/unserved_jobs.sql ----
+CREATE OR REPLACE FUNCTION idemq.unserved_jobs(seen_within interval)
+RETURNS TABLE(queue text, task text, jobs bigint, oldest_runnable_seconds bigint, last_seen_at timestamptz)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_since timestamptz;
+BEGIN
+  IF seen_within IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'unserved_jobs: seen_within must not be NULL',
+      HINT = 'Pass how recently a worker must have been seen to count, e.g. ''2 minutes''.';
+  END IF;
+  IF seen_within <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('unserved_jobs: seen_within must be positive, not %s', seen_within),
+      HINT = 'Workers refresh their row every 15 seconds by default: pass a few times that, e.g. ''2 minutes''.';
+  END IF;
+  PERFORM idemq._check_duration('unserved_jobs', 'seen_within', seen_within);
+  v_since := now() - seen_within;
+
+  RETURN QUERY
+  SELECT r.queue, r.task, r.jobs, r.oldest_seconds, c.last_seen_at
+  FROM idemq._runnable_jobs() r
+  LEFT JOIN LATERAL (
+    SELECT max(w.last_seen_at) AS last_seen_at
+    FROM idemq.workers w
+    -- A stopped worker's row is kept for the dashboard (worker_stopped): it serves nothing.
+    WHERE w.stopped_at IS NULL
+      AND (w.queues IS NULL OR r.queue = ANY (w.queues))
+      AND (w.tasks IS NULL OR r.task = ANY (w.tasks))) c ON true
+  WHERE c.last_seen_at IS NULL OR c.last_seen_at < v_since
+  ORDER BY r.oldest_seconds DESC, r.queue, r.task;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.unserved_jobs(interval) IS
+  'Runnable jobs per queue and task that no worker seen within seen_within claims (count, oldest age, last seen).';
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.worker_seen;
 -- ---- sql/functions/workers/worker_seen.sql ----
@@ -4739,6 +4788,7 @@ BEGIN
           CASE WHEN worker_seen.outages > 0 THEN now() END)
   ON CONFLICT ON CONSTRAINT workers_pkey DO UPDATE
     SET queues = excluded.queues, tasks = excluded.tasks, last_seen_at = now(),
+        started_at = CASE WHEN w.stopped_at IS NULL THEN w.started_at ELSE now() END, stopped_at = NULL,
         host = coalesce(worker_seen.host, w.host), pid = coalesce(worker_seen.pid, w.pid),
         concurrency = coalesce(worker_seen.concurrency, w.concurrency),
         refresh_every = coalesce(worker_seen.refresh_every, w.refresh_every),
@@ -4751,13 +4801,36 @@ $$;
 COMMENT ON FUNCTION idemq.worker_seen(text, text[], text[], text, int, int, interval, int, bigint) IS
   'Register or refresh a worker''s presence (idemq.workers): its queues and tasks, host, pid, concurrency, refresh interval and outages lived through, last_seen_at = now().';
 
+-- ---- sql/functions/workers/worker_stopped.sql ----
+CREATE OR REPLACE FUNCTION idemq.worker_stopped(worker_id text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF worker_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'worker_stopped: worker_id must not be NULL',
+      HINT = 'Pass the worker id the worker registered with worker_seen().';
+  END IF;
+  UPDATE idemq.workers w SET stopped_at = now()
+  WHERE w.worker_id = worker_stopped.worker_id AND w.stopped_at IS NULL;
+  RETURN FOUND;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.worker_stopped(text) IS
+  'Mark a cleanly stopped worker''s presence row (idemq.workers) stopped, kept for stopped_worker_seconds; true when it had a live one.';
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.workers;
 -- ---- sql/functions/workers/workers.sql ----
 CREATE OR REPLACE FUNCTION idemq.workers()
 RETURNS TABLE(worker_id text, queues text[], tasks text[], started_at timestamptz, last_seen_at timestamptz,
               host text, pid int, concurrency int, refresh_every interval, late boolean,
-              outages int, outage_ms bigint, last_outage_at timestamptz)
+              outages int, outage_ms bigint, last_outage_at timestamptz, stopped_at timestamptz)
 LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -4766,15 +4839,16 @@ AS $$
 BEGIN
   RETURN QUERY
   SELECT w.worker_id, w.queues, w.tasks, w.started_at, w.last_seen_at,
-         w.host, w.pid, w.concurrency, w.refresh_every, w.last_seen_at < now() - 2 * w.refresh_every,
-         w.outages, w.outage_ms, w.last_outage_at
+         w.host, w.pid, w.concurrency, w.refresh_every,
+         CASE WHEN w.stopped_at IS NULL THEN w.last_seen_at < now() - 2 * w.refresh_every ELSE false END,
+         w.outages, w.outage_ms, w.last_outage_at, w.stopped_at
   FROM idemq.workers w
-  ORDER BY w.last_seen_at DESC, w.worker_id;
+  ORDER BY w.stopped_at IS NOT NULL, w.last_seen_at DESC, w.worker_id;
 END;
 $$;
 
 COMMENT ON FUNCTION idemq.workers() IS
-  'The workers registered with worker_seen(): queues, tasks, started_at, last_seen_at, host, pid, concurrency, whether late, outages lived through (stale rows included).';
+  'The workers registered with worker_seen(): queues, tasks, started_at, last_seen_at, host, pid, concurrency, whether late, outages lived through, when stopped (stale and recently stopped rows included).';
 
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._action_states FROM PUBLIC;

@@ -1,12 +1,17 @@
 // GET /jobs: search the jobs, newest first, by one job filter (state, task,
 // queue, key, concurrency key, error text, payload containment, created and
 // finished ranges, ids: search-filter.ts, the rules SQL's); paged by id
-// (keyset, so a deep page costs what the first does) with a count that is
-// exact up to COUNT_UP_TO and says "more than" beyond it. A bad filter is
-// answered 400 with the database's message and hint above the form, having
-// read nothing. Each row has a checkbox for the bulk form below the table,
-// which acts on the selection or on everything the filter matches
-// (bulk-page.ts).
+// (keyset, so a deep page costs what the first does). The page does not wait
+// for a count: a search whose matches are rare and spread makes count_jobs
+// read far (up to the whole table at 1,000,000 jobs) where the page of rows
+// alone is fast (bench/FINDINGS.md, "The dashboard's search ... at
+// 1,000,000 jobs"). A short last page is its own exact count; otherwise the
+// page's script asks GET /jobs/count (jobsCount: exact up to COUNT_UP_TO,
+// "more than" beyond it) and fills the number in, and without scripts a link
+// (count=all) renders the page with the count. A bad filter is answered 400
+// with the database's message and hint above the form, having read nothing.
+// Each row has a checkbox for the bulk form below the table, which acts on
+// the selection or on everything the filter matches (bulk-page.ts).
 import { BULK_ACTIONS, JOB_STATES } from "../contract.ts";
 import { toJob, type Job } from "../job-reads.ts";
 import * as sql from "../sql/index.ts";
@@ -41,17 +46,50 @@ export function badFilter(error: unknown): string | null {
   return `${String(e.message)}${typeof e.hint === "string" ? ` ${e.hint}` : ""}`;
 }
 
+/** Fills the page's count in from GET /jobs/count, so the rows are shown without waiting for it. */
+export const JOBS_SCRIPT = `
+const total = document.getElementById("total");
+if (total && total.dataset.count) {
+  total.textContent = "counting…";
+  fetch(total.dataset.count, { headers: { accept: "application/json" } })
+    .then((r) => r.json())
+    .then((c) => { total.textContent = c.error === undefined ? c.total : "not counted: " + c.error; })
+    .catch((e) => { total.textContent = "not counted: " + e.message; });
+}`;
+
+/** The count a page states: exact up to COUNT_UP_TO, "more than" beyond it. */
+function totalText(counted: { jobs: number; exact: boolean }): string {
+  return counted.exact ? number(counted.jobs) : `more than ${number(COUNT_UP_TO)}`;
+}
+
+/**
+ * GET /jobs/count?<the search's parameters>: how many jobs the search
+ * matches, for the jobs page's script, as JSON ({total} or {error}, 400 for
+ * a bad filter). Reads up to COUNT_UP_TO + 1 matches (count_jobs).
+ */
+export async function jobsCount(db: sql.Queryable, parameters: URLSearchParams): Promise<{ status: number; body: { total: string } | { error: string } }> {
+  try {
+    return { status: 200, body: { total: totalText(await sql.countJobs(db, searchFilter(parameters), { atMost: COUNT_UP_TO })) } };
+  } catch (error) {
+    const refused = badFilter(error);
+    if (refused === null) throw error;
+    return { status: 400, body: { error: refused } };
+  }
+}
+
 export async function jobsPage(db: sql.Queryable, parameters: URLSearchParams): Promise<{ title: string; body: Html; status: number }> {
   const before = parameters.get("before")?.trim() || undefined;
   const from = Math.max(1, Number.parseInt(parameters.get("from") ?? "1", 10) || 1);
-  let found: { jobs: Job[]; counted: { jobs: number; exact: boolean } } | { refused: string };
+  // count=all (the link the page shows without scripts): count before answering, as count_jobs allows.
+  const countNow = parameters.get("count") === "all";
+  let found: { jobs: Job[]; counted: { jobs: number; exact: boolean } | null } | { refused: string };
   try {
     if (before !== undefined && !/^\d{1,19}$/.test(before)) throw new BadRequest(`before must be a job id, not "${before}"`);
     const filter = searchFilter(parameters);
     // Both check the whole filter before they read (_check_job_filter), so a bad one reads nothing.
-    const [counted, rows] = await Promise.all([
-      sql.countJobs(db, filter, { atMost: COUNT_UP_TO }),
+    const [rows, counted] = await Promise.all([
       sql.findJobs(db, filter, { beforeId: before, pageSize: PAGE_SIZE }),
+      countNow ? sql.countJobs(db, filter, { atMost: COUNT_UP_TO }) : null,
     ]);
     found = { jobs: rows.map(toJob), counted };
   } catch (error) {
@@ -66,9 +104,15 @@ export async function jobsPage(db: sql.Queryable, parameters: URLSearchParams): 
     return { title: "Jobs", status: 400, body: html`${form}<p class="error" id="error">${found.refused}</p>` };
   }
   const { jobs, counted } = found;
-  const total = counted.exact ? number(counted.jobs) : `more than ${number(COUNT_UP_TO)}`;
   const last = jobs.at(-1);
-  const range = jobs.length === 0 ? "No jobs match." : `Jobs ${number(from)}-${number(from + jobs.length - 1)} of ${total}.`;
+  // A short page is the last one: the jobs before it (from - 1, as its links say) and its own are all there are.
+  const total: Html | string =
+    counted !== null
+      ? totalText(counted)
+      : jobs.length < PAGE_SIZE
+        ? number(from - 1 + jobs.length)
+        : html`<span id="total" data-count="/jobs/count?${new URLSearchParams(kept).toString()}"><a id="count-link" href="${link([...(before === undefined ? [] : ([["before", before], ["from", String(from)]] as [string, string][])), ["count", "all"]])}">count them</a></span>`;
+  const range = jobs.length === 0 ? "No jobs match." : html`Jobs ${number(from)}-${number(from + jobs.length - 1)} of ${total}.`;
   return {
     title: "Jobs",
     status: 200,

@@ -8,8 +8,8 @@
 import type { SqlJobFilter } from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 
-/** Parameters of the page that are not filter fields: paging, and the bulk form's own. */
-export const PAGE_PARAMETERS = ["before", "from", "action", "scope", "job", "csrf"] as const;
+/** Parameters of the page that are not filter fields: paging, counting, and the bulk form's own. */
+export const PAGE_PARAMETERS = ["before", "from", "count", "action", "scope", "job", "csrf"] as const;
 
 export function searchFilter(parameters: URLSearchParams): SqlJobFilter {
   const filter: Record<string, unknown> = {};

@@ -14,7 +14,7 @@ import { BadRequest } from "./bad-request.ts";
 import { confirmBulk, runBulk } from "./bulk-page.ts";
 import { html, type Html } from "./html.ts";
 import { jobId, jobPage, JOB_ACTIONS, type JobAction } from "./job-page.ts";
-import { jobsPage } from "./jobs-page.ts";
+import { jobsCount, jobsPage, JOBS_SCRIPT } from "./jobs-page.ts";
 import { LIMIT_ACTIONS, limitsPage, type LimitAction } from "./limits-page.ts";
 import { page, READ_ONLY_LINE } from "./layout.ts";
 import { OVERVIEW_SCRIPT, overviewPage } from "./overview-page.ts";
@@ -36,6 +36,8 @@ export interface DashboardOptions {
   token?: string | undefined;
   /** Served on /metrics when given (the same registry as `idemq metrics`). */
   metrics?: MetricsRegistry | undefined;
+  /** How long one request of a bulk action runs its batches of 1,000 before the page posts the next (at least one batch). Default 2000. */
+  bulkRequestMs?: number | undefined;
 }
 
 export interface Dashboard {
@@ -52,7 +54,7 @@ interface Rendered {
   readOnly?: boolean;
 }
 
-type Response = { status: number; rendered: Rendered } | { status: 303; location: string };
+type Response = { status: number; rendered: Rendered } | { status: 303; location: string } | { status: number; json: unknown };
 
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
   const host = options.host ?? DASHBOARD_DEFAULTS.host;
@@ -69,10 +71,14 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     if (get && parts.length === 0) return ok({ ...(await overviewPage(db, url.searchParams)), script: OVERVIEW_SCRIPT });
     if (get && url.pathname === "/jobs") {
       const jobs = await jobsPage(db, url.searchParams);
-      return { status: jobs.status, rendered: { ...jobs, readOnly: viewer } };
+      return { status: jobs.status, rendered: { ...jobs, script: JOBS_SCRIPT, readOnly: viewer } };
+    }
+    if (get && url.pathname === "/jobs/count") {
+      const counted = await jobsCount(db, url.searchParams);
+      return { status: counted.status, json: counted.body };
     }
     if (get && url.pathname === "/bulk") return ok(await confirmBulk(db, url.searchParams, csrf));
-    if (post && url.pathname === "/bulk") return ok(await runBulk(db, await readForm(req, csrf), csrf));
+    if (post && url.pathname === "/bulk") return ok(await runBulk(db, await readForm(req, csrf), csrf, options.bulkRequestMs));
     if (get && url.pathname === "/workers") return ok(await workersPage(db));
     if (get && url.pathname === "/schedules") return ok(await schedulesPage(db));
     if (get && url.pathname === "/charts") return ok({ ...(await chartsPage(db, url.searchParams)), script: CHARTS_SCRIPT });
@@ -134,6 +140,10 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       (response) => {
         if (response === null) send(res, 404, errorPage("Not found", `Nothing at ${url.pathname}.`));
         else if ("location" in response) res.writeHead(303, { location: response.location }).end();
+        else if ("json" in response) {
+          res.writeHead(response.status, { "content-type": "application/json; charset=utf-8", "x-content-type-options": "nosniff", "cache-control": "no-store" });
+          res.end(JSON.stringify(response.json));
+        }
         else send(res, response.status, response.rendered);
       },
       (error: unknown) => {
@@ -171,8 +181,8 @@ function send(res: ServerResponse, status: number, rendered: Rendered): void {
   res
     .writeHead(status, {
       "content-type": "text/html; charset=utf-8",
-      // Nothing from elsewhere, no framing, scripts only with this response's nonce.
-      "content-security-policy": `default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-${nonce}'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
+      // Nothing from elsewhere, no framing, scripts only with this response's nonce; they may fetch from here (the jobs page's count).
+      "content-security-policy": `default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-${nonce}'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
       "x-content-type-options": "nosniff",
       "referrer-policy": "no-referrer",
       "cache-control": "no-store",
@@ -187,11 +197,13 @@ function send(res: ServerResponse, status: number, rendered: Rendered): void {
  * Whether the pool's role may look but not act: it may read jobs (find_jobs)
  * and not retry one, as the installation's viewer. A catalog read per page;
  * it only decides what the page shows: the database refuses the actions.
+ * The functions are named, not their signatures (::regproc: one signature per
+ * name), so a changed argument list does not break the check.
  */
 async function readOnly(db: pg.Pool): Promise<boolean> {
   const { rows } = await db.query<{ read_only: boolean }>(
-    `SELECT has_function_privilege('idemq.find_jobs(jsonb, bigint, integer)', 'EXECUTE')
-        AND NOT has_function_privilege('idemq.retry(bigint)', 'EXECUTE') AS read_only`,
+    `SELECT has_function_privilege('idemq.find_jobs'::regproc, 'EXECUTE')
+        AND NOT has_function_privilege('idemq.retry'::regproc, 'EXECUTE') AS read_only`,
   );
   return rows[0]?.read_only === true;
 }

@@ -38,7 +38,7 @@ export async function workerSeen(db: Queryable, presence: WorkerPresence): Promi
   });
 }
 
-/** Removes a cleanly stopped worker's row; true when it had one. */
+/** Marks a cleanly stopped worker's row stopped (kept stopped_worker_seconds); true when it had a live one. */
 export function workerStopped(db: Queryable, workerId: string): Promise<boolean> {
   return scalar(db, "worker_stopped", { worker_id: requiredText(workerId, "workerId") });
 }
@@ -62,9 +62,11 @@ export interface WorkerRow {
   outages: number;
   outageMs: number;
   lastOutageAt: Date | null;
+  /** When it said it stopped cleanly (worker_stopped): its row is kept a while, stopped; null while live (or stale). */
+  stoppedAt: Date | null;
 }
 
-/** The workers registered with worker_seen(), most recently seen first (stale ones included). */
+/** The workers registered with worker_seen(), live ones first, most recently seen first (stale and recently stopped ones included). */
 /** An interval as node-postgres parses it (postgres-interval): only the fields that are not zero. */
 interface PgInterval {
   days?: number;
@@ -96,6 +98,7 @@ export async function workers(db: Queryable): Promise<WorkerRow[]> {
       outages: number;
       outage_ms: string;
       last_outage_at: Date | null;
+      stopped_at: Date | null;
     }
   >(db, "workers", {});
   return rows.map((r) => ({
@@ -112,6 +115,7 @@ export async function workers(db: Queryable): Promise<WorkerRow[]> {
     outages: r.outages,
     outageMs: Number(r.outage_ms),
     lastOutageAt: r.last_outage_at,
+    stoppedAt: r.stopped_at,
   }));
 }
 

@@ -74,7 +74,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
   );
   private stopping: Promise<void> | undefined;
-  /** start()'s worker_seen(): a stop() during start waits for it before worker_stopped(), so no row is left behind. */
+  /** start()'s worker_seen(): a stop() during start waits for it before worker_stopped(), so no row is left live behind. */
   private registered: Promise<unknown> = Promise.resolve();
   private removeSignalHandlers: (() => void) | undefined;
   private readonly stoppedPromise: Promise<void>;

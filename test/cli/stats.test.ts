@@ -199,7 +199,7 @@ describe("idemq stats", () => {
     expect(human[header + 1]?.split(/\s{2,}/)).toEqual([queue, task, "0", "1", "0.2", "100.0 %"]);
   });
 
-  it("a role that may not call overview() gets the counts and one line saying the rates need the installation's admin role", async () => {
+  it("a role that may not call overview() gets the counts and one line saying the rates need the installation's admin or viewer role", async () => {
     const worker = await createLoginRole("stats_rates", { memberOf: [(await installationRoles(db.pool)).worker] });
     try {
       const json = await runCli(["stats", "--queue", queue, "--json", "--database-url", worker.urlFor(db.name)]);
@@ -207,11 +207,24 @@ describe("idemq stats", () => {
       const report = JSON.parse(json.stdout);
       expect(report.jobs.find((j: { queue: string }) => j.queue === queue)).toMatchObject({ enqueued: 3, failed: 1 });
       expect(report.rates).toBeNull();
-      expect(report.ratesUnavailable).toBe("rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete");
+      expect(report.ratesUnavailable).toBe("rates need EXECUTE on idemq.overview() (the installation's admin or viewer role, `idemq roles list`); the counts are complete");
       const human = await runCli(["stats", "--queue", queue, "--database-url", worker.urlFor(db.name)]);
       expect(human.stdout.trimEnd().split("\n")).toContain(
-        "No rates: rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete.",
+        "No rates: rates need EXECUTE on idemq.overview() (the installation's admin or viewer role, `idemq roles list`); the counts are complete.",
       );
+    } finally {
+      await dropLoginRoles();
+    }
+  });
+
+  it("the viewer role may call overview(): it gets the rates, as the message about the rates says", async () => {
+    const viewer = await createLoginRole("stats_viewer", { memberOf: [(await installationRoles(db.pool)).viewer] });
+    try {
+      const json = await runCli(["stats", "--queue", queue, "--json", "--database-url", viewer.urlFor(db.name)]);
+      expect(json).toMatchObject({ code: EXIT.OK, stderr: "" });
+      const report = JSON.parse(json.stdout);
+      expect(report).not.toHaveProperty("ratesUnavailable");
+      expect(report.rates).toEqual([expect.objectContaining({ queue, task, succeeded: 0, failed: 1 })]);
     } finally {
       await dropLoginRoles();
     }

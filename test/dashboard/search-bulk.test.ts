@@ -3,7 +3,9 @@
 // bad filters answered 400 with the database's message and nothing read, a
 // confirmation that counts the jobs and changes nothing, bulk cancel and
 // retry over 10,000 jobs run batch after batch by the page (counts asserted
-// in the database), and an action on a selection where a job moved on.
+// in the database), a run stopped from the page (Stop: the batch in flight
+// finishes, the page says how many were touched, nothing more is), and an
+// action on a selection where a job moved on.
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { confirmBulk } from "../../src/dashboard/bulk-page.ts";
@@ -80,6 +82,26 @@ describe("search", () => {
     }
     await search({ task: "find_task" });
     await screenshot(page, "dashboard-search");
+  });
+
+  it("a search matching more than a page answers with its rows before its count; the page's script fills the count in, a link counts without scripts", async () => {
+    // The page's own HTML holds no count (count_jobs is not on its path), only the script's hook and the link.
+    const raw = await (await fetch(`${dashboard.url}jobs?task=bulk_task`)).text();
+    expect(raw).toMatch(/Jobs 1-50 of <span id="total" data-count="\/jobs\/count\?task=bulk_task"><a id="count-link" href="\/jobs\?task=bulk_task&amp;count=all">count them<\/a><\/span>\./);
+    await page.goto(`${dashboard.url}jobs?task=bulk_task`);
+    expect(await listed()).toHaveLength(50);
+    await page.waitForFunction(() => document.getElementById("total")?.textContent === "10,000");
+    expect(await page.locator("#count").textContent()).toBe("Jobs 1-50 of 10,000.");
+    // Without scripts: the link renders the page with the count; the next page keeps the search, not the count.
+    await page.goto(`${dashboard.url}jobs?task=bulk_task&count=all`);
+    expect(await page.locator("#count").textContent()).toBe("Jobs 1-50 of 10,000.");
+    expect(new URL(await page.locator("#next").getAttribute("href") ?? "", dashboard.url).searchParams.get("count")).toBeNull();
+    // The count's answer, and a bad filter's: refused with the database's words, nothing read.
+    const counted = await fetch(`${dashboard.url}jobs/count?task=bulk_task&state=enqueued`);
+    expect({ status: counted.status, body: await counted.json() }).toEqual({ status: 200, body: { total: "10,000" } });
+    const bad = await fetch(`${dashboard.url}jobs/count?colour=red`);
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).error).toMatch(/filter field "colour" is not a filter field/);
   });
 
   it("a bad filter is answered 400 with the database's message and hint, on the page, the form kept", async () => {
@@ -200,4 +222,56 @@ describe("bulk actions", () => {
     expect(forged.status).toBe(400);
     expect(await stateOf(db.pool, s.alice!)).toBe("enqueued");
   });
+
+  it(`Stop on a running bulk action: the batch in flight finishes, no other starts, and the page says how many were touched; it can go on from there`, async () => {
+    // One batch of 1,000 a request, so the run is still going when Stop is pressed.
+    const stepwise = await startDashboard({ pool: db.pool, port: 0, bulkRequestMs: 0 });
+    const cancelled = async () => count(db.pool, "SELECT id FROM idemq.jobs WHERE task = 'bulk_task' AND state = 'cancelled'");
+    try {
+      expect(await cancelled()).toBe(0);
+      // Hold the page's first continuation (its second POST) until Stop is pressed.
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let posts = 0;
+      await page.route("**/bulk", async (route) => {
+        if (route.request().method() === "POST" && ++posts === 2) await held;
+        await route.continue();
+      });
+      await page.goto(`${stepwise.url}jobs?task=bulk_task`);
+      await page.selectOption("#bulk select[name=action]", "cancel");
+      await page.click("#bulk-all");
+      await page.click("#confirm");
+      expect(await page.locator("#progress").textContent()).toMatch(/^So far: 1,000 cancelled, 0 skipped/);
+      await page.click("#stop");
+      expect(await page.locator("#stop").textContent()).toBe("stopping after the batch in flight…");
+      release();
+      await page.locator("#stopped").waitFor();
+      expect(await page.locator("#stopped").textContent()).toMatch(/^Stopped: 2,000 cancelled, 0 skipped\s.* in 2 batches\. The jobs no batch reached were left as they were\.$/s);
+      expect(posts).toBe(3); // the confirmation, the held continuation, and the stop (which runs no batch)
+      expect(await cancelled()).toBe(2000);
+      // No request is left going on behind the page.
+      await page.waitForLoadState("networkidle");
+      expect(await cancelled()).toBe(2000);
+      await page.unroute("**/bulk");
+
+      // Going on finishes the rest, the totals carried on.
+      await page.click("#resume button");
+      await page.locator("#result").waitFor({ timeout: 120_000 });
+      expect(await page.locator("#touched").textContent()).toBe("10,000");
+      expect(await page.locator("#result").textContent()).toMatch(/in 10 batches\.$/);
+      expect(await cancelled()).toBe(MANY);
+      // A stop value other than 1 is refused, and changes nothing.
+      const csrf = await (async () => {
+        await page.goto(`${stepwise.url}bulk?scope=all&action=retry&task=bulk_task`);
+        return page.locator("#run input[name=csrf]").getAttribute("value");
+      })();
+      const bad = await page.request.post(`${stepwise.url}bulk`, { form: { csrf: csrf!, action: "retry", filter: JSON.stringify({ task: "bulk_task" }), stop: "yes" } });
+      expect(bad.status()).toBe(400);
+      expect(await bad.text()).toContain("stop must be 1, not &quot;yes&quot;");
+      expect(await cancelled()).toBe(MANY);
+    } finally {
+      await page.unroute("**/bulk");
+      await stepwise.close();
+    }
+  }, 240_000);
 });

@@ -1,7 +1,9 @@
 // The workers page in a real browser (headless Chromium): a real worker,
 // running, shown live with its host, pid, concurrency and the jobs it holds
 // (how long each has run); a worker whose row stopped being refreshed shown
-// late, with the outages it said it lived through.
+// late, with the outages it said it lived through; the running worker, once
+// stopped cleanly, shown stopped (never late) until apply_retention prunes
+// its row stopped_worker_seconds later.
 import { hostname } from "node:os";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -59,6 +61,9 @@ describe("workers page", () => {
     );
     await db.pool.query("SELECT idemq.worker_seen(worker_id => 'gone-worker', queues => '{old}', outages => 2, outage_ms => 4500)");
     await db.pool.query("UPDATE idemq.workers SET last_seen_at = now() - interval '5 minutes' WHERE worker_id = 'gone-worker'");
+    // One that stopped cleanly a moment ago (worker_stopped keeps its row, stopped).
+    await db.pool.query("SELECT idemq.worker_seen(worker_id => 'done-worker', host => 'done-host', pid => 77, concurrency => 1, refresh_every => '15 seconds')");
+    expect((await db.pool.query("SELECT idemq.worker_stopped(worker_id => 'done-worker') AS had")).rows).toEqual([{ had: true }]);
     const jobs = [await makeJob(db.pool, { task: "hold", queue: "wq" }), await makeJob(db.pool, { task: "hold", queue: "wq" })];
     await worker.start();
     try {
@@ -75,14 +80,32 @@ describe("workers page", () => {
       // Relative, as every time the pages print (the exact time is the <time>'s title).
       expect(gone.outages).toMatch(/^2, 4\.5 s down in all; the latest ended (now|\d+ (s|min) ago)$/);
       expect(gone.seen).toMatch(/\(5 min \d+ s ago; every 15\.0 s\)$/);
-      expect(await page.locator("#summary").textContent()).toMatch(/^2 workers, 1 late \(two refreshes of its row missed\), 2 jobs in hand\./);
+      expect(await page.locator("#summary").textContent()).toMatch(/^2 workers, 1 late \(two refreshes of its row missed\), 2 jobs in hand; 1 stopped recently\./);
+      expect(await cellsOf("done-worker")).toMatchObject({ rowClass: "stopped", host: "done-host", held: "0" });
       await screenshot(page, "dashboard-workers");
     } finally {
       release();
       await worker.stop();
     }
-    // A clean stop removes the row: the page lists the late worker alone.
+    const listedWorkers = () => page.locator("#workers tr[data-worker]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-worker")));
+    // A clean stop keeps the row, stopped: listed after the others, not late, holding nothing.
     await page.goto(`${dashboard.url}workers`);
-    expect(await page.locator("#workers tr[data-worker]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-worker")))).toEqual(["gone-worker"]);
+    expect(await listedWorkers()).toEqual(["gone-worker", "page-worker", "done-worker"]);
+    const stopped = await cellsOf("page-worker");
+    expect(stopped).toMatchObject({ rowClass: "stopped", host: hostname(), pid: String(process.pid), held: "0", concurrency: "3" });
+    expect(stopped.status).toMatch(/^stopped (now|\d+ s ago)$/);
+    expect(await page.locator("#summary").textContent()).toMatch(/^1 worker, 1 late \(two refreshes of its row missed\), 0 jobs in hand; 2 stopped recently\./);
+    expect((await db.pool.query("SELECT worker_id, late, stopped_at IS NOT NULL AS stopped FROM idemq.workers() WHERE worker_id = 'page-worker'")).rows).toEqual([
+      { worker_id: "page-worker", late: false, stopped: true },
+    ]);
+    // Pruned by apply_retention once stopped longer than stopped_worker_seconds (an hour): just inside it stays.
+    await db.pool.query("UPDATE idemq.workers SET stopped_at = now() - interval '59 minutes 59 seconds' WHERE worker_id = 'page-worker'");
+    await db.pool.query("SELECT idemq.apply_retention()");
+    await page.goto(`${dashboard.url}workers`);
+    expect(await listedWorkers()).toEqual(["gone-worker", "page-worker", "done-worker"]);
+    await db.pool.query("UPDATE idemq.workers SET stopped_at = now() - interval '1 hour 1 second' WHERE worker_id = 'page-worker'");
+    await db.pool.query("SELECT idemq.apply_retention()");
+    await page.goto(`${dashboard.url}workers`);
+    expect(await listedWorkers()).toEqual(["gone-worker", "done-worker"]);
   }, 60_000);
 });

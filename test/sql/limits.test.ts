@@ -59,6 +59,7 @@ describe("idemq.settings and _limit", () => {
       retention_expired_seconds: 2592000,
       retention_failed_seconds: 2592000,
       retention_succeeded_seconds: 604800,
+      stopped_worker_seconds: 3600,
       task_bytes: 256,
       worker_id_bytes: 256,
       worker_names: 10000,

@@ -1,7 +1,8 @@
 // Worker presence: worker_seen() registers and refreshes a worker's row in
-// idemq.workers, worker_stopped() removes it, workers() lists them,
+// idemq.workers, worker_stopped() marks it stopped, workers() lists them,
 // unserved_jobs() finds runnable jobs no live worker claims, and
-// apply_retention() deletes rows not seen for worker_retention_seconds. Each
+// apply_retention() deletes rows not seen for worker_retention_seconds and
+// rows stopped for stopped_worker_seconds. Each
 // test runs in a transaction that rolls back; "stale" is made by moving a
 // row's last_seen_at back (the test runs as the owner).
 import type pg from "pg";
@@ -160,16 +161,43 @@ describe("worker_seen", () => {
 });
 
 describe("worker_stopped", () => {
-  it("removes only the named worker's row and says whether there was one", async () => {
+  it("marks only the named worker's row stopped and says whether it had a live one; NULL is refused", async () => {
     await inRollback(db.pool, async (c) => {
       await seen(c, "w1");
       await seen(c, "w2");
+      await age(c, "w1", "10 seconds");
       expect((await c.query("SELECT idemq.worker_stopped(worker_id => 'w1') AS r")).rows[0].r).toBe(true);
       expect((await c.query("SELECT idemq.worker_stopped(worker_id => 'w1') AS r")).rows[0].r).toBe(false);
-      expect((await rows(c)).map((r) => r.worker_id)).toEqual(["w2"]);
+      expect((await c.query("SELECT idemq.worker_stopped(worker_id => 'nobody') AS r")).rows[0].r).toBe(false);
+      // Kept, stopped, after the live ones; its last refresh stays what it was.
+      const { rows: listed } = await c.query(
+        `SELECT w.worker_id, w.stopped_at IS NOT NULL AS stopped, w.stopped_at = now() AS stopped_now, w.late,
+                extract(epoch FROM now() - w.last_seen_at)::int AS age_s
+           FROM idemq.workers() w`,
+      );
+      expect(listed).toEqual([
+        { worker_id: "w2", stopped: false, stopped_now: null, late: null, age_s: 0 },
+        { worker_id: "w1", stopped: true, stopped_now: true, late: false, age_s: 10 },
+      ]);
       await underSavepoint(c, () =>
         expectSqlError(c.query("SELECT idemq.worker_stopped(worker_id => NULL)"), { code: "22004", hint: /worker_seen/ }),
       );
+    });
+  });
+
+  it("a stopped worker is never late and serves nothing (unserved_jobs); worker_seen of its id starts it again, live", async () => {
+    await inRollback(db.pool, async (c) => {
+      await makeJob(c, { task: "t", queue: "q" });
+      await c.query("SELECT idemq.worker_seen(worker_id => 'w', tasks => '{t}', refresh_every => '1 second')");
+      await age(c, "w", "1 minute");
+      expect(await unserved(c)).toEqual([]);
+      await c.query("SELECT idemq.worker_stopped(worker_id => 'w')");
+      expect(await unserved(c)).toEqual([["q", "t", 1, false]]);
+      expect((await c.query("SELECT late FROM idemq.workers()")).rows).toEqual([{ late: false }]);
+      await seen(c, "w", null, ["t"]);
+      expect(await unserved(c)).toEqual([]);
+      const { rows: again } = await c.query("SELECT stopped_at, started_at = now() AS restarted FROM idemq.workers()");
+      expect(again).toEqual([{ stopped_at: null, restarted: true }]);
     });
   });
 });
@@ -263,6 +291,20 @@ describe("apply_retention and stale workers", () => {
       expect((await c.query("SELECT idemq.apply_retention() AS n")).rows[0].n).toBe(0);
       expect((await rows(c)).map((r) => r.worker_id).sort()).toEqual(["live", "recent"]);
       await c.query("UPDATE idemq.settings SET value = 60 WHERE name = 'worker_retention_seconds'");
+      await c.query("SELECT idemq.apply_retention()");
+      expect((await rows(c)).map((r) => r.worker_id)).toEqual(["live"]);
+    });
+  });
+
+  it("deletes rows stopped more than stopped_worker_seconds ago (an hour), keeps those just inside, and does not count them", async () => {
+    await inRollback(db.pool, async (c) => {
+      for (const w of ["stopped-long-ago", "stopped-just-inside", "live"]) await seen(c, w);
+      for (const w of ["stopped-long-ago", "stopped-just-inside"]) await c.query("SELECT idemq.worker_stopped(worker_id => $1)", [w]);
+      await c.query("UPDATE idemq.workers SET stopped_at = now() - interval '1 hour 1 second' WHERE worker_id = 'stopped-long-ago'");
+      await c.query("UPDATE idemq.workers SET stopped_at = now() - interval '59 minutes 59 seconds' WHERE worker_id = 'stopped-just-inside'");
+      expect((await c.query("SELECT idemq.apply_retention() AS n")).rows[0].n).toBe(0);
+      expect((await rows(c)).map((r) => r.worker_id)).toEqual(["live", "stopped-just-inside"]);
+      await c.query("UPDATE idemq.settings SET value = 60 WHERE name = 'stopped_worker_seconds'");
       await c.query("SELECT idemq.apply_retention()");
       expect((await rows(c)).map((r) => r.worker_id)).toEqual(["live"]);
     });

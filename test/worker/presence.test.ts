@@ -1,6 +1,6 @@
 // Worker presence (src/worker/maintenance/presence.ts): a worker registers its row in idemq.workers
 // at start (its queues and task names), refreshes it on its presence timer,
-// and removes it at a clean stop. On a private cluster behind a
+// and marks it stopped at a clean stop. On a private cluster behind a
 // transaction-pooling PgBouncer (poll mode: no session state), the refreshes
 // go through the pooler and resume after the server restarts; a row deleted
 // while the server was down (as apply_retention would delete a stale one) is
@@ -28,13 +28,18 @@ async function workerRows(db: pg.Pool): Promise<Row[]> {
   return (await db.query<Row>("SELECT worker_id, queues, tasks, last_seen_at FROM idemq.workers() ORDER BY worker_id")).rows;
 }
 
+/** A clean stop keeps the row, stopped (worker_stopped), for the dashboard's recently stopped workers. */
+async function stoppedRows(db: pg.Pool): Promise<{ worker_id: string; stopped: boolean }[]> {
+  return (await db.query("SELECT worker_id, stopped_at IS NOT NULL AS stopped FROM idemq.workers() ORDER BY worker_id")).rows;
+}
+
 describe("presence on a direct connection", () => {
   const db = useTestDatabase({ poolSize: 2 });
   afterEach(async () => {
     await stopWorkers();
   });
 
-  it("registered at start with its queues and tasks, refreshed by runOnce(), removed at stop", async () => {
+  it("registered at start with its queues and tasks, refreshed by runOnce(), marked stopped at stop", async () => {
     const { worker } = await startTestWorker(db.url, tasks, { workerId: "presence-1", queues: ["emails", "bills"], presenceInterval: "1 hour" });
     const [row] = await workerRows(db.pool);
     expect(row).toMatchObject({ worker_id: "presence-1", queues: ["bills", "emails"], tasks: ["bill", "send"] });
@@ -45,14 +50,16 @@ describe("presence on a direct connection", () => {
     expect(rows).toEqual([{ fresh: true }]);
 
     await worker.stop();
-    expect(await workerRows(db.pool)).toEqual([]);
+    expect(await stoppedRows(db.pool)).toEqual([{ worker_id: "presence-1", stopped: true }]);
   });
 
   it("a worker of every queue registers queues NULL; its timer refreshes the row on its own", async () => {
     await startTestWorker(db.url, tasks, { workerId: "presence-2", presenceInterval: "100ms" });
-    const [first] = await workerRows(db.pool);
+    // The earlier test's worker stays listed, stopped: this one's row only.
+    const row = async () => (await workerRows(db.pool)).find((r) => r.worker_id === "presence-2")!;
+    const first = await row();
     expect(first).toMatchObject({ queues: null, tasks: ["bill", "send"] });
-    await waitFor(async () => (await workerRows(db.pool))[0]!.last_seen_at > first!.last_seen_at, { what: "a refresh by the timer" });
+    await waitFor(async () => (await row()).last_seen_at > first.last_seen_at, { what: "a refresh by the timer" });
   });
 
   it("refuses a presenceInterval of 0: a worker that never says it is there looks gone", async () => {
@@ -124,6 +131,6 @@ describe("presence through a transaction pooler, across a server restart", () =>
     expect(lived.last_outage_at).toBeInstanceOf(Date);
 
     await worker.stop();
-    expect(await workerRows(direct)).toEqual([]);
+    expect(await stoppedRows(direct)).toEqual([{ worker_id: "pooled-1", stopped: true }]);
   });
 });

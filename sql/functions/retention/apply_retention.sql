@@ -16,7 +16,9 @@
 --     deletions, oldest first within each rule.
 --   * It also deletes up to batch_size rows of idemq.workers not seen
 --     (worker_seen) for worker_retention_seconds (default a day: a worker
---     that crashed never said it stopped); they are not in the count.
+--     that crashed never said it stopped), or stopped (worker_stopped) more
+--     than stopped_worker_seconds ago (default an hour); they are not in
+--     the count.
 --   * Then it corrects the slot counts of up to batch_size concurrency
 --     limits that disagree with the jobs processing (_repair_slots: a write
 --     the jobs trigger missed); they are not in the count either.
@@ -71,6 +73,7 @@ BEGIN
   WHERE w.worker_id IN (
     SELECT s.worker_id FROM idemq.workers s
     WHERE s.last_seen_at < now() - make_interval(secs => idemq._limit('worker_retention_seconds'))
+       OR s.stopped_at < now() - make_interval(secs => idemq._limit('stopped_worker_seconds'))
     LIMIT batch_size
     FOR UPDATE SKIP LOCKED);
 

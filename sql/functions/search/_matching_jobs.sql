@@ -14,22 +14,27 @@
 --     history ("class: message"); created_* and finished_* are half-open
 --     ranges [after, before); payload is containment (jobs.payload @> payload).
 --   * Which index serves which search (a page of 50 at 1,000,000 jobs, 2
---     cores under a load average of 11: bench/search-cost.mjs, numbers in
---     bench/FINDINGS.md, "Search and bulk actions at 1,000,000 jobs"):
+--     cores under a load average of 7-11: bench/search-cost.mjs, numbers in
+--     bench/FINDINGS.md, "Search and bulk actions at 1,000,000 jobs" and
+--     "The jobs page without its count"):
 --     ids: the primary key (3 ms). Terminal states with finished_after or
 --     finished_before: jobs_by_finish (state, finished_at), the range read
---     and sorted (14-23 ms; 167 ms for 140,000 succeeded), as `finished_at
---     IS NOT NULL` is added for them (a CHECK implies it; the planner cannot
---     see a CHECK). error: the partial index jobs_with_errors, only jobs with
---     an error history read (9 ms common, 189 ms for one among 20,000).
---     Everything else walks the primary key backwards from before_id and
---     stops at a page of matches: fast when matches are common (a state, a
---     task among 20, created_after an hour ago: 4-17 ms), one scan of the
---     table when they are rare or none (a rare task or key, an old
---     created_before, a rare payload: 0.3-1 s under that load, 150 ms at a
---     lighter one). No index is added for those: each costs every enqueue.
---     payload is tested only on the jobs the cheaper fields leave (it needs
---     task, key or ids beside it).
+--     and sorted (11-23 ms; 167-367 ms for 140,000 succeeded), as
+--     `finished_at IS NOT NULL` is added for them (a CHECK implies it; the
+--     planner cannot see a CHECK). error: the partial index
+--     jobs_with_errors, only jobs with an error history read (9-15 ms
+--     common, 36-189 ms for one among 20,000). Everything else (state,
+--     task, queue, key, concurrency_key, created_*, payload) walks the
+--     primary key backwards from before_id and stops at a page of matches:
+--     fast when matches are common (a state, a task among 20, a queue and
+--     task, created_after an hour ago: 4-23 ms), one scan of the table when
+--     they are rare or none (a rare task or key, an old created_before, a
+--     rare payload: 0.4-1.1 s under that load, about 150 ms on a quiet
+--     machine). No index is added for those: (task, id) and a partial
+--     index on idempotency_key together cost a job's life 17% more CPU and
+--     49% more WAL (the key index alone, one job in ten keyed, 2% and 3%,
+--     within the noise). payload is tested only on the jobs the cheaper
+--     fields leave (it needs task, key or ids beside it).
 -- Concurrency: a plain read (one snapshot); no locks.
 -- Errors: _check_job_filter's (22004, 22023).
 -- Tests: test/sql/find-jobs.test.ts, test/sql/bulk-actions.test.ts

@@ -10,7 +10,8 @@
 --     and oldest_runnable_seconds are that group's.
 --   * A worker covers a job when its queues are NULL or hold the job's
 --     queue, and its tasks are NULL or hold the job's task (as claim()
---     filters), and its last_seen_at is within seen_within of now().
+--     filters), its last_seen_at is within seen_within of now(), and it
+--     has not stopped (a row worker_stopped kept covers nothing).
 --   * last_seen_at: when the most recently seen worker that would cover the
 --     group was seen (older than seen_within: stale), NULL when none ever
 --     registered with it.
@@ -49,7 +50,9 @@ BEGIN
   LEFT JOIN LATERAL (
     SELECT max(w.last_seen_at) AS last_seen_at
     FROM idemq.workers w
-    WHERE (w.queues IS NULL OR r.queue = ANY (w.queues))
+    -- A stopped worker's row is kept for the dashboard (worker_stopped): it serves nothing.
+    WHERE w.stopped_at IS NULL
+      AND (w.queues IS NULL OR r.queue = ANY (w.queues))
       AND (w.tasks IS NULL OR r.task = ANY (w.tasks))) c ON true
   WHERE c.last_seen_at IS NULL OR c.last_seen_at < v_since
   ORDER BY r.oldest_seconds DESC, r.queue, r.task;

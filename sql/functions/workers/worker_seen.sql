@@ -7,7 +7,9 @@
 --
 -- Guarantees:
 --   * One row per worker_id: the first call sets started_at, every call sets
---     queues, tasks and last_seen_at. queues NULL means every queue, tasks
+--     queues, tasks and last_seen_at. A call on a stopped row
+--     (worker_stopped) makes it live again (stopped_at NULL) and sets
+--     started_at anew: the id started again. queues NULL means every queue, tasks
 --     NULL any task, as in claim(); lists are stored sorted, without
 --     duplicates.
 --   * host, pid, concurrency (jobs it runs at once), refresh_every (how
@@ -21,7 +23,8 @@
 --   * Writes only the caller's named row of idemq.workers, nothing else: the
 --     worker role has no table privilege, so this is its only way to say it
 --     is there (workers() and unserved_jobs() read it; apply_retention()
---     deletes rows not seen for worker_retention_seconds).
+--     deletes rows not seen for worker_retention_seconds, and stopped ones
+--     stopped_worker_seconds after they stopped).
 --   * One statement, no session state: works through a transaction pooler,
 --     and after a database restart the next call registers the worker again.
 -- Concurrency: an upsert of one row: callers with the same worker_id take
@@ -108,6 +111,7 @@ BEGIN
           CASE WHEN worker_seen.outages > 0 THEN now() END)
   ON CONFLICT ON CONSTRAINT workers_pkey DO UPDATE
     SET queues = excluded.queues, tasks = excluded.tasks, last_seen_at = now(),
+        started_at = CASE WHEN w.stopped_at IS NULL THEN w.started_at ELSE now() END, stopped_at = NULL,
         host = coalesce(worker_seen.host, w.host), pid = coalesce(worker_seen.pid, w.pid),
         concurrency = coalesce(worker_seen.concurrency, w.concurrency),
         refresh_every = coalesce(worker_seen.refresh_every, w.refresh_every),

@@ -454,7 +454,9 @@ async function checkWorkers(client: pg.Client, workerTimeout: string): Promise<F
   const unserved = await sql.unservedJobs(client, workerTimeout);
   const live = await runQuery<{ n: number }>(
     client,
-    "SELECT count(*)::int AS n FROM idemq.workers() w WHERE w.last_seen_at >= now() - $1::interval",
+    // A cleanly stopped worker's row is kept a while (stopped_at, since 0.2.0): it is not live. Read
+    // through to_jsonb so an installation whose workers() has no stopped_at (0.1.0) is checked too.
+    "SELECT count(*)::int AS n FROM idemq.workers() w WHERE w.last_seen_at >= now() - $1::interval AND to_jsonb(w)->>'stopped_at' IS NULL",
     [workerTimeout],
   );
   const liveWorkers = live[0]!.n;

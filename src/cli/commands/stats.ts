@@ -3,8 +3,8 @@
 // Counts per queue, task and state, expired leases and the age of the oldest
 // runnable job (per queue and task), and duplicate and rejection events per
 // task, from idemq.stats(); throughput and failure rate over the last
-// --window minutes from idemq.overview() (the admin's: another role gets the
-// counts and a line saying the rates need the admin role). --watch redraws every
+// --window minutes from idemq.overview() (the admin's and the viewer's: another
+// role gets the counts and a line saying the rates need one of those roles). --watch redraws every
 // few seconds until Ctrl-C (exit 0); with --json it prints one JSON object
 // per line.
 import type { Command } from "commander";
@@ -108,7 +108,7 @@ export function registerStatsCommand(program: Command): void {
     "idemq stats --window 60          # rates over the last hour",
     "",
     "Rates (jobs finished per minute, the share of them that failed) come from",
-    "idemq.overview(), the admin's; another role gets the counts without them.",
+    "idemq.overview(), the admin's and the viewer's; another role gets the counts without them.",
     "Events count deduplicated enqueues, bulk rejections, key conflicts and guard",
     "duplicates since install; a rejection raised by a single enqueue rolls back",
     "with its statement and is not counted by the database.",
@@ -156,7 +156,7 @@ async function statsReport(client: Client, filter: Filter & { window: number }):
     report.rates = [...finished.values()].map((f) => ({ ...f, ...recentRates(f.succeeded, f.failed, filter.window) }));
   } catch (error) {
     if ((error as { code?: string }).code !== NOT_PERMITTED) throw error;
-    report.ratesUnavailable = "rates need EXECUTE on idemq.overview() (the installation's admin role, `idemq roles list`); the counts are complete";
+    report.ratesUnavailable = "rates need EXECUTE on idemq.overview() (the installation's admin or viewer role, `idemq roles list`); the counts are complete";
   }
   return report;
 }

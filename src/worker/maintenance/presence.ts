@@ -2,7 +2,8 @@
 // idemq.workers (its queues and task names, last_seen_at) says it is there,
 // so `idemq doctor` can tell runnable jobs no live worker claims. Registered
 // at start, refreshed here (a few statements a minute, never one per claim),
-// removed by worker_stopped() at a clean stop; a crashed worker's row goes
+// marked stopped by worker_stopped() at a clean stop (kept a while for the
+// dashboard, pruned by apply_retention()); a crashed worker's row goes
 // stale and apply_retention() deletes it later. Each call is one statement
 // with no session state (it works through a transaction pooler), and it
 // upserts, so the first refresh after a database restart registers the
