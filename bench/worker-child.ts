@@ -13,12 +13,12 @@ import {
   machineCpuSeconds,
   readBackendCpu,
   readMachineCpu,
-  wallMs,
+  sharedClockMs,
   type MachineCpu,
 } from "./measure.ts";
 import { SYSTEMS } from "./systems/index.ts";
 import type { BenchPayload } from "./systems/types.ts";
-import type { ChildConfig, ChildMessage } from "./child.ts";
+import type { ChildConfig, ChildMessage, ParentMessage } from "./child.ts";
 
 const config = JSON.parse(process.argv[2]!) as ChildConfig;
 
@@ -58,7 +58,7 @@ function onJob(payload: BenchPayload): void {
     statements0 = statements;
     backends0 = readBackendCpu(monitor).catch(() => null);
   }
-  if (config.kind === "latency" && payload.t !== undefined) latencies.push(wallMs() - payload.t);
+  if (config.kind === "latency" && payload.t !== undefined) latencies.push(sharedClockMs() - payload.t);
   // A share of a queue ends when the queue does: finish() waits for that.
   const last = config.kind === "share" ? count === 1 : count === config.expect;
   if (last && !finishing) {
@@ -92,6 +92,11 @@ async function finish(): Promise<void> {
   await monitor.end().catch(() => {});
   process.exit(0);
 }
+
+// The parent reads this process's clock to prove it shares its own (bench/workloads/latency.ts).
+process.on("message", (message: ParentMessage) => {
+  if (message.type === "clock") send({ type: "clock", ms: sharedClockMs() });
+});
 
 function fail(err: unknown): void {
   send({ type: "error", message: err instanceof Error ? err.stack ?? err.message : String(err) });
