@@ -37,6 +37,8 @@ export interface ChildResult {
   /** Statements the worker's pg clients sent during the window: its round trips. */
   statements: number;
   latenciesMs: number[];
+  /** Latency runs: where each job's latency went (worker-child.ts, pathOf), for the jobs whose path the statements show. */
+  paths: { wake: number; fetch: number; dispatch: number }[];
 }
 
 export type ChildMessage =

@@ -95,16 +95,28 @@ export const latencyWorkload: Workload = {
         await checkSharedClock(() => child.readClock());
         await sleep(IDLE_MS);
         const start = sharedClockMs();
+        const enqueues: number[] = [];
         for (let i = 0; i < count; i++) {
           const wait = start + i * gap - sharedClockMs();
           if (wait > 0) await sleep(wait);
-          await producer.enqueueOne({ task: NOOP_TASK, payload: { i, t: sharedClockMs() } });
+          const t = sharedClockMs();
+          await producer.enqueueOne({ task: NOOP_TASK, payload: { i, t } });
+          enqueues.push(sharedClockMs() - t);
         }
         const result = await child.done;
         const l = result.latenciesMs;
         checkLatencies(l, count, sharedClockMs() - start);
+        const p = result.paths;
         return {
-          metrics: { p50_ms: percentile(l, 50), p95_ms: percentile(l, 95), max_ms: Math.max(...l) },
+          metrics: {
+            p50_ms: percentile(l, 50),
+            p95_ms: percentile(l, 95),
+            max_ms: Math.max(...l),
+            enqueue_p50_ms: percentile(enqueues, 50),
+            wake_p50_ms: percentile(p.map((x) => x.wake), 50),
+            fetch_p50_ms: percentile(p.map((x) => x.fetch), 50),
+            dispatch_p50_ms: percentile(p.map((x) => x.dispatch), 50),
+          },
         };
       } finally {
         child.kill();
