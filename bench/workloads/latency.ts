@@ -26,6 +26,17 @@ const CLOCK_PROBES = 20;
  * disagreed by about 1 ms) fail here, before any latency is measured with them.
  */
 export async function checkSharedClock(read: () => Promise<number>, probes = CLOCK_PROBES): Promise<void> {
+  // First that the clock is process.hrtime's at all: a per-process wall clock on both sides would
+  // pass the probes below whenever the wall clock was not stepped between the two processes' starts.
+  const before = Number(process.hrtime.bigint()) / 1e6;
+  const ours = sharedClockMs();
+  const after = Number(process.hrtime.bigint()) / 1e6;
+  if (!(ours >= before && ours <= after)) {
+    throw new Error(
+      `latency: sharedClockMs() read ${ours} ms, not process.hrtime's ${before}-${after} ms: it must read the monotonic ` +
+        `clock every process of the machine shares (bench/measure.ts), not a per-process wall clock.`,
+    );
+  }
   const misses: string[] = [];
   for (let i = 0; i < probes; i++) {
     const before = sharedClockMs();
