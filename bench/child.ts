@@ -37,17 +37,25 @@ export interface ChildResult {
   /** Statements the worker's pg clients sent during the window: its round trips. */
   statements: number;
   latenciesMs: number[];
+  /** Latency runs: where each job's latency went (worker-child.ts, pathOf), for the jobs whose path the statements show. */
+  paths: { wake: number; fetch: number; dispatch: number }[];
 }
 
 export type ChildMessage =
   | { type: "ready" }
   | { type: "done"; result: ChildResult }
-  | { type: "error"; message: string };
+  | { type: "error"; message: string }
+  /** The child's sharedClockMs(), answering a ParentMessage "clock". */
+  | { type: "clock"; ms: number };
+
+export type ParentMessage = { type: "clock" };
 
 export interface WorkerChild {
   ready: Promise<void>;
   done: Promise<ChildResult>;
   exited: Promise<void>;
+  /** The child's sharedClockMs() (bench/measure.ts), read on request. */
+  readClock(): Promise<number>;
   kill(): void;
 }
 
@@ -83,8 +91,10 @@ export function spawnWorker(config: ChildConfig, timeoutMs: number): WorkerChild
     child.kill("SIGKILL");
   }, timeoutMs);
 
+  const clockReads: ((ms: number) => void)[] = [];
   child.on("message", (message: ChildMessage) => {
-    if (message.type === "ready") markReady();
+    if (message.type === "clock") clockReads.shift()?.(message.ms);
+    else if (message.type === "ready") markReady();
     else if (message.type === "done") markDone(message.result);
     else failAll(new Error(`${prefix}${message.message}`));
   });
@@ -95,5 +105,10 @@ export function spawnWorker(config: ChildConfig, timeoutMs: number): WorkerChild
       resolve();
     });
   });
-  return { ready, done, exited, kill: () => child.kill("SIGKILL") };
+  const readClock = () =>
+    new Promise<number>((resolve, reject) => {
+      clockReads.push(resolve);
+      child.send({ type: "clock" } satisfies ParentMessage, (err) => err && reject(err));
+    });
+  return { ready, done, exited, readClock, kill: () => child.kill("SIGKILL") };
 }

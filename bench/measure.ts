@@ -185,7 +185,15 @@ export function minMax(values: readonly number[]): [number, number] {
   return [Math.min(...values), Math.max(...values)];
 }
 
-/** Milliseconds on a clock shared by all processes of this machine, sub-millisecond. */
-export function wallMs(): number {
-  return performance.timeOrigin + performance.now();
+/**
+ * Milliseconds on a clock every process of this machine reads alike, sub-microsecond: a stamp taken
+ * in the bench process can be read against it in a worker process. process.hrtime is libuv's
+ * uv_hrtime: CLOCK_MONOTONIC on Linux (mach_absolute_time on macOS, QueryPerformanceCounter on
+ * Windows), one system-wide counter. Not `performance.timeOrigin + performance.now()`: timeOrigin
+ * is each process's own reading of the wall clock at its start, and two processes' readings
+ * disagreed by about a millisecond, which made every system's latency p50 negative.
+ * bench/workloads/latency.ts checks the sharing against each worker process before it measures.
+ */
+export function sharedClockMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
 }

@@ -27,7 +27,7 @@ export const LEDGER_INSERT = "INSERT INTO bench_ledger (k) VALUES ($1)";
 export interface BenchPayload {
   /** Sequence number of the job in its workload. */
   i: number;
-  /** Enqueue time (wallMs) for latency runs. */
+  /** Enqueue time (sharedClockMs, bench/measure.ts) for latency runs. */
   t?: number;
 }
 
