@@ -42,7 +42,7 @@ export type OpenConnection = () => Promise<void>;
  */
 export async function openConnection(pool: pg.Pool, timeoutMs: number): Promise<void> {
   const { max: _max, min: _min, idleTimeoutMillis: _idle, ...config } = pool.options as pg.PoolConfig;
-  const client = new pg.Client({ connectionTimeoutMillis: timeoutMs, ...config });
+  const client = new pg.Client({ ...config, connectionTimeoutMillis: config.connectionTimeoutMillis || timeoutMs });
   client.on("error", () => {}); // a cut after the answer says nothing more
   try {
     await client.connect();
