@@ -216,8 +216,8 @@ describe("Outage, on a clock of its own", () => {
     expect(outage.failed(terminated)).toBe(true); // connection A cut: the outage begins at 1000
     clock.now = 1001;
     await outage.reached(1000.5); // made after it began, answered on connection B, not signalled yet
-    expect(server.probes).toBe(1);
     expect(ended).toEqual([]);
+    expect(server.probes).toBe(1); // refused: the server is shutting down
     clock.now = 1002;
     expect(outage.failed(terminated)).toBe(false); // B cut: the same outage, not a second report
     expect(outage.failed(refused)).toBe(false); // the server is down
