@@ -29,7 +29,7 @@ import { normalizeTasks, WorkerConfigError } from "./task-config.ts";
 import { sleep } from "./timers.ts";
 import type { WorkerOptions } from "./types.ts";
 import { safeEmit, timedCalls, type WorkerState } from "./worker-state.ts";
-import { Outage } from "./outage.ts";
+import { openConnection, Outage } from "./outage.ts";
 import { Presence } from "./maintenance/presence.ts";
 
 type Lifecycle = "new" | "starting" | "running" | "stopping" | "stopped";
@@ -70,9 +70,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private wakeUps: WakeUps;
   /** Where the LISTEN and wait-marker connections go (listen mode). */
   private readonly listenConfig: pg.ClientConfig;
-  private readonly outage = new Outage((downMs, failedCalls) =>
-    this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
-  );
+  private readonly outage: Outage;
   private stopping: Promise<void> | undefined;
   /** start()'s worker_seen(): a stop() during start waits for it before worker_stopped(), so no row is left live behind. */
   private registered: Promise<unknown> = Promise.resolve();
@@ -126,6 +124,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.listenConfig = listenConfig;
     // Without a listener an idle client's error (a server restart) would crash the process.
     this.pool.on("error", this.onPoolError);
+    this.outage = new Outage(
+      (downMs, failedCalls) => this.state.emit("worker:reconnected", { workerId: this.workerId, downMs, failedCalls }),
+      () => openConnection(this.pool, this.settings.callTimeoutMs),
+    );
 
     this.state = {
       pool: this.pool,
