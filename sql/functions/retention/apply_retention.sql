@@ -17,6 +17,8 @@
 --   * It also deletes up to batch_size rows of idemq.workers not seen
 --     (worker_seen) for worker_retention_seconds (default a day: a worker
 --     that crashed never said it stopped); they are not in the count.
+--   * And up to batch_size events emitted more than event_retention_seconds
+--     ago (_prune_events; default 7 days); not in the count either.
 --   * Then it corrects the slot counts of up to batch_size concurrency
 --     limits that disagree with the jobs processing (_repair_slots: a write
 --     the jobs trigger missed); they are not in the count either.
@@ -73,6 +75,8 @@ BEGIN
     WHERE s.last_seen_at < now() - make_interval(secs => idemq._limit('worker_retention_seconds'))
     LIMIT batch_size
     FOR UPDATE SKIP LOCKED);
+
+  PERFORM idemq._prune_events(batch_size);
 
   -- One rule at a time: the overrides of tasks, of queues, then each state's
   -- default, each rule excluding the rows a more specific one governs. Each
