@@ -52,7 +52,7 @@ try {
   for (const task of ["noop", "credit"] as const) {
     for (const concurrency of CONCURRENCIES) {
       await client.pool.query(
-        "TRUNCATE idemq.jobs, idemq.keys, idemq.processed, idemq.counters, public.bench_ledger",
+        "TRUNCATE idemq.jobs, idemq.job_steps, idemq.keys, idemq.processed, idemq.counters, public.bench_ledger",
       );
       for (let i = 0; i < JOBS; i += 5000) {
         await client.enqueueMany(

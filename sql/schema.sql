@@ -630,6 +630,54 @@ CREATE TABLE idemq.installation (
 );
 COMMENT ON TABLE idemq.installation IS 'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
 
+-- ==== Durable steps ====
+
+-- Durable steps (issue 28; docs/design.md, "Durable steps"): a job's ledger
+-- of completed steps, sleeps and event waits, one row per (job, step name).
+-- Written by the attempt that holds the job (step_record, sleep,
+-- await_event, fenced like complete()) and by emit(); read by steps().
+-- Deleted with its job by the foreign key (retention, purge, delete_jobs,
+-- a completion with retention 0): a TRUNCATE of idemq.jobs needs CASCADE.
+CREATE TABLE idemq.job_steps (
+    job_id bigint NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    status text NOT NULL,
+    result jsonb,
+    attempt integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    wake_at timestamp with time zone,
+    event text,
+    event_key text,
+    event_id bigint,
+    CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name),
+    CONSTRAINT job_steps_job_id_fkey FOREIGN KEY (job_id) REFERENCES idemq.jobs(id) ON DELETE CASCADE,
+    CONSTRAINT job_steps_kind_known CHECK ((kind = ANY (ARRAY['step'::text, 'sleep'::text, 'wait'::text]))),
+    CONSTRAINT job_steps_status_of_kind CHECK ((((kind = 'step'::text) AND (status = 'done'::text)) OR ((kind = 'sleep'::text) AND (status = 'sleeping'::text) AND (wake_at IS NOT NULL)) OR ((kind = 'wait'::text) AND (status = ANY (ARRAY['waiting'::text, 'received'::text, 'timed_out'::text])) AND (wake_at IS NOT NULL) AND (event IS NOT NULL)))),
+    CONSTRAINT job_steps_name_not_empty CHECK ((name <> ''::text))
+);
+COMMENT ON TABLE idemq.job_steps IS 'Each job''s recorded steps, sleeps and event waits (step_record, sleep, await_event, emit); deleted with the job.';
+-- emit(): the waits an event answers.
+CREATE INDEX job_steps_waiting ON idemq.job_steps USING btree (event, (COALESCE(event_key, ''::text))) WHERE (status = 'waiting'::text);
+
+-- Events emitted (emit), kept event_retention_seconds for waits reached
+-- after their emit (await_event's matching rule); apply_retention deletes
+-- older ones (_prune_events).
+CREATE TABLE idemq.events (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event text NOT NULL,
+    key text,
+    payload jsonb NOT NULL,
+    emitted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_event_not_empty CHECK ((event <> ''::text)),
+    CONSTRAINT events_key_not_empty CHECK ((key <> ''::text))
+);
+COMMENT ON TABLE idemq.events IS 'Events emitted (emit), kept event_retention_seconds for waits reached later (await_event); deleted by apply_retention.';
+-- await_event(): the first event of a pair after a given one.
+CREATE INDEX events_by_pair ON idemq.events USING btree (event, (COALESCE(key, ''::text)), id);
+-- _prune_events(): the oldest first.
+CREATE INDEX events_by_time ON idemq.events USING btree (emitted_at);
+
 -- ==== after the functions ====
 
 -- claim()'s index, walked one (task, queue) pair at a time. Keyed by a
@@ -674,7 +722,8 @@ INSERT INTO idemq.settings (name, value, min_value, max_value, description) VALU
   ('retention_expired_seconds', 2592000, 0, 3153600000, 'how long an expired job is kept, in seconds (default 30 days)'),
   ('worker_names', 10000, 1, 100000, 'most queue and task names one worker_seen() call may list, together'),
   ('worker_retention_seconds', 86400, 60, 3153600000, 'how long the row of a worker not seen is kept in idemq.workers, in seconds (default a day)'),
-  ('stopped_worker_seconds', 3600, 60, 3153600000, 'how long the row of a cleanly stopped worker is kept in idemq.workers, in seconds (default an hour)');
+  ('stopped_worker_seconds', 3600, 60, 3153600000, 'how long the row of a cleanly stopped worker is kept in idemq.workers, in seconds (default an hour)'),
+  ('event_retention_seconds', 604800, 60, 3153600000, 'how long an emitted event is kept for waits reached after it (await_event), in seconds (default 7 days)');
 
 -- The installation's roles: named, created (when this role may) and granted;
 -- PUBLIC gets EXECUTE on no function.

@@ -170,6 +170,17 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     }
   }
 
+  /**
+   * idemq.emit(event, key, payload): wakes the jobs waiting for the event
+   * (ctx.waitFor) and keeps it for waits reached later; `client` runs it in
+   * your transaction, so it counts only if that commits. Returns how many
+   * waiting jobs it woke. (Not `emit`: that is the Client's EventEmitter.)
+   */
+  async emitEvent(event: string, opts: { key?: string | undefined; payload?: unknown } & InTransaction = {}): Promise<number> {
+    const { client, ...options } = opts;
+    return sql.emit(this.db({ client }), event, options);
+  }
+
   /** Bulk enqueue: rejections and conflicts are row outcomes, never raised. */
   async enqueueMany(jobs: readonly EnqueueManyJob<ClientPayloads<T>>[], opts: InTransaction = {}): Promise<EnqueueManyResult[]> {
     const db = this.db(opts);

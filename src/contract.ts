@@ -171,6 +171,19 @@ export const LIMIT_BOUNDS = {
 export const PROGRESS_BOUNDS = { min: 0, max: 100 } as const;
 
 /**
+ * The largest step result or event payload (ctx.step, ctx.waitFor, emit), in
+ * bytes of its JSON text: idemq._step_result_limit(), which step_record and
+ * emit enforce; test/sql/steps.test.ts holds the two equal.
+ */
+export const STEP_RESULT_BYTES = 1_048_576;
+
+/** The `kind` and `status` values of a job's step ledger (idemq.steps(), the CHECK job_steps_status_of_kind). */
+export const STEP_KINDS = ["step", "sleep", "wait"] as const;
+export type StepKind = (typeof STEP_KINDS)[number];
+export const STEP_STATUSES = ["done", "sleeping", "waiting", "received", "timed_out"] as const;
+export type StepStatus = (typeof STEP_STATUSES)[number];
+
+/**
  * The fields of a job filter (find_jobs, count_jobs, the bulk actions): the
  * TypeScript name (JobFilter) -> the SQL field of the filter object, which
  * sql/functions/search/_check_job_filter.sql defines and checks;

@@ -432,3 +432,40 @@ export function isConnectionFailure(error: unknown): boolean {
   }
   return false;
 }
+
+/**
+ * A durable step used wrongly (docs/worker.md, "Durable steps"): a step name
+ * used twice in one run, a result that is not JSON or is over
+ * STEP_RESULT_BYTES, a step in a transactional task. The same code fails the
+ * same way on every attempt, so it is permanent: the job fails at once.
+ */
+export class StepError extends PermanentError {
+  readonly jobId: string;
+  readonly step: string;
+  constructor(jobId: string, step: string, problem: string, options?: ErrorOptions) {
+    super(`job ${jobId}, step "${step}": ${problem}`, options);
+    this.name = "StepError";
+    this.jobId = jobId;
+    this.step = step;
+  }
+}
+
+/**
+ * ctx.waitFor's timeout passed before the event (event, key) was emitted.
+ * Recorded in the job's step ledger, so every later attempt gets it again:
+ * permanent unless the handler catches it (and, say, takes another path).
+ */
+export class WaitTimeoutError extends PermanentError {
+  readonly jobId: string;
+  readonly step: string;
+  readonly event: string;
+  readonly key: string | null;
+  constructor(jobId: string, step: string, event: string, key: string | null) {
+    super(`job ${jobId}, step "${step}": no event "${event}"${key === null ? "" : ` with key "${key}"`} came before the wait's timeout`);
+    this.name = "WaitTimeoutError";
+    this.jobId = jobId;
+    this.step = step;
+    this.event = event;
+    this.key = key;
+  }
+}

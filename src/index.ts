@@ -42,8 +42,12 @@ export {
   PermanentError,
   RateLimitedError,
   SchemaMissingError,
+  StepError,
   TimeoutError,
+  WaitTimeoutError,
 } from "./errors.ts";
+export { JobParked } from "./worker/steps.ts";
+export type { ExternalStepOptions, SleepOptions, StepContext, TransactionalStepOptions, WaitForOptions } from "./worker/steps.ts";
 
 export {
   ACTIVE_STATES,
@@ -54,6 +58,7 @@ export {
   NOTIFY_CHANNEL,
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
+  STEP_RESULT_BYTES,
   TERMINAL_STATES,
   WAITING_REASONS,
 } from "./contract.ts";

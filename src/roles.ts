@@ -19,7 +19,7 @@ export type InstallationRoles = Record<RoleKind, string>;
  * grants.
  */
 export const ROLE_FUNCTIONS = {
-  producer: ["enqueue", "enqueue_many", "job"],
+  producer: ["enqueue", "enqueue_many", "job", "emit"],
   worker: [
     "job",
     "claim",
@@ -46,6 +46,10 @@ export const ROLE_FUNCTIONS = {
     "declare_limit",
     "progress",
     "roll_up",
+    "step_record",
+    "steps",
+    "sleep",
+    "await_event",
   ],
   /** The read-only operator (the dashboard as a viewer): reads, no writes, no payload. */
   viewer: [

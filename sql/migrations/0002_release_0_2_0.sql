@@ -262,7 +262,78 @@ ALTER TABLE idemq.workers
 ALTER TABLE idemq.workers ADD COLUMN stopped_at timestamp with time zone;
 INSERT INTO idemq.settings (name, value, min_value, max_value, description) VALUES
   ('stopped_worker_seconds', 3600, 60, 3153600000, 'how long the row of a cleanly stopped worker is kept in idemq.workers, in seconds (default an hour)');
+-- Durable steps (issue 28; docs/design.md, "Durable steps"): a job's ledger
+-- of completed steps, sleeps and event waits, one row per (job, step name).
+-- Written by the attempt that holds the job (step_record, sleep,
+-- await_event, fenced like complete()) and by emit(); read by steps().
+-- Deleted with its job by the foreign key (retention, purge, delete_jobs,
+-- a completion with retention 0): a TRUNCATE of idemq.jobs needs CASCADE.
+CREATE TABLE idemq.job_steps (
+    job_id bigint NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    status text NOT NULL,
+    result jsonb,
+    attempt integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    wake_at timestamp with time zone,
+    event text,
+    event_key text,
+    event_id bigint,
+    CONSTRAINT job_steps_pkey PRIMARY KEY (job_id, name),
+    CONSTRAINT job_steps_job_id_fkey FOREIGN KEY (job_id) REFERENCES idemq.jobs(id) ON DELETE CASCADE,
+    CONSTRAINT job_steps_kind_known CHECK ((kind = ANY (ARRAY['step'::text, 'sleep'::text, 'wait'::text]))),
+    CONSTRAINT job_steps_status_of_kind CHECK ((((kind = 'step'::text) AND (status = 'done'::text)) OR ((kind = 'sleep'::text) AND (status = 'sleeping'::text) AND (wake_at IS NOT NULL)) OR ((kind = 'wait'::text) AND (status = ANY (ARRAY['waiting'::text, 'received'::text, 'timed_out'::text])) AND (wake_at IS NOT NULL) AND (event IS NOT NULL)))),
+    CONSTRAINT job_steps_name_not_empty CHECK ((name <> ''::text))
+);
+COMMENT ON TABLE idemq.job_steps IS 'Each job''s recorded steps, sleeps and event waits (step_record, sleep, await_event, emit); deleted with the job.';
+-- emit(): the waits an event answers.
+CREATE INDEX job_steps_waiting ON idemq.job_steps USING btree (event, (COALESCE(event_key, ''::text))) WHERE (status = 'waiting'::text);
+
+-- Events emitted (emit), kept event_retention_seconds for waits reached
+-- after their emit (await_event's matching rule); apply_retention deletes
+-- older ones (_prune_events).
+CREATE TABLE idemq.events (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event text NOT NULL,
+    key text,
+    payload jsonb NOT NULL,
+    emitted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT events_event_not_empty CHECK ((event <> ''::text)),
+    CONSTRAINT events_key_not_empty CHECK ((key <> ''::text))
+);
+COMMENT ON TABLE idemq.events IS 'Events emitted (emit), kept event_retention_seconds for waits reached later (await_event); deleted by apply_retention.';
+-- await_event(): the first event of a pair after a given one.
+CREATE INDEX events_by_pair ON idemq.events USING btree (event, (COALESCE(key, ''::text)), id);
+-- _prune_events(): the oldest first.
+CREATE INDEX events_by_time ON idemq.events USING btree (emitted_at);
 -- ==== end hand-written ====
+
+-- ---- sql/functions/steps/_check_event.sql ----
+CREATE OR REPLACE FUNCTION idemq._check_event(operation text, event text, key text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF _check_event.event IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: event must not be NULL', operation),
+      HINT = 'Name the event, e.g. ''order.paid''; the key (e.g. the order id) says which one.';
+  END IF;
+  IF _check_event.event = '' OR _check_event.key = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: event and key must not be empty strings', operation),
+      HINT = 'Leave key out (NULL) for an event without a key.';
+  END IF;
+  PERFORM idemq._check_size(operation, 'event', _check_event.event, 'key_bytes', 'Use a shorter event name.');
+  PERFORM idemq._check_size(operation, 'key', _check_event.key, 'key_bytes', 'Use a shorter key, e.g. an id.');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_event(text, text, text) IS
+  'Raise 22004/22023 for a bad event name or key (emit, await_event).';
 
 -- ---- sql/functions/flow/_check_limit_values.sql ----
 CREATE OR REPLACE FUNCTION idemq._check_limit_values(operation text, concurrency int, rate int, per interval, per_key int)
@@ -405,6 +476,21 @@ RETURN '{1,2,5,10,20,50,100,200,500,1000,2000,5000,10000,20000,50000,100000,2000
 
 COMMENT ON FUNCTION idemq._duration_buckets() IS
   'Bounds (ms) of the run and wait time buckets of idemq.job_minutes.';
+
+-- ---- sql/functions/steps/_event_lock.sql ----
+CREATE OR REPLACE FUNCTION idemq._event_lock(event text, key text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtext('idemq.event'), hashtext(_event_lock.event || chr(1) || coalesce(_event_lock.key, '')));
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._event_lock(text, text) IS
+  'Transaction advisory lock on one (event, key): emit and await_event never miss each other.';
 
 -- ---- sql/functions/checks/_excerpt.sql ----
 CREATE OR REPLACE FUNCTION idemq._excerpt(value text)
@@ -665,6 +751,34 @@ $$;
 COMMENT ON FUNCTION idemq._per_key(text, text) IS
   'How many jobs of one concurrency key may be admitted at once for a job of this queue and task: the lower per_key, else 1.';
 
+-- ---- sql/functions/steps/_prune_events.sql ----
+CREATE OR REPLACE FUNCTION idemq._prune_events(batch_size int)
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_count int;
+BEGIN
+  WITH gone AS (
+    DELETE FROM idemq.events e
+    WHERE e.id IN (
+      SELECT o.id FROM idemq.events o
+      WHERE o.emitted_at < now() - make_interval(secs => idemq._limit('event_retention_seconds'))
+      ORDER BY o.emitted_at
+      LIMIT _prune_events.batch_size
+      FOR UPDATE SKIP LOCKED)
+    RETURNING e.id
+  )
+  SELECT count(*) INTO v_count FROM gone;
+  RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._prune_events(int) IS
+  'Delete at most batch_size events past event_retention_seconds (apply_retention).';
+
 -- ---- sql/functions/attempts/_raise_not_held.sql ----
 CREATE OR REPLACE FUNCTION idemq._raise_not_held(job_id bigint, attempt int, operation text)
 RETURNS void
@@ -769,6 +883,15 @@ $$;
 
 COMMENT ON FUNCTION idemq._size_slots(bigint, int) IS
   'Fold a concurrency limit''s releases and size its stripes for concurrency: room only while fewer than concurrency are held.';
+
+-- ---- sql/functions/steps/_step_result_limit.sql ----
+CREATE OR REPLACE FUNCTION idemq._step_result_limit()
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN 1048576;
+
+COMMENT ON FUNCTION idemq._step_result_limit() IS
+  'The largest step result or event payload, in bytes of its JSON text (1 MiB).';
 
 -- ---- sql/functions/flow/_stripe_of.sql ----
 CREATE OR REPLACE FUNCTION idemq._stripe_of(named int, first_slot int)
@@ -1016,6 +1139,42 @@ $$;
 
 COMMENT ON FUNCTION idemq._check_job_filter(text, jsonb) IS
   'Raise 22023 (22004 for NULL) naming the field when a job filter has an unknown field or a bad value.';
+
+-- ---- sql/functions/steps/_check_step.sql ----
+CREATE OR REPLACE FUNCTION idemq._check_step(operation text, job_id bigint, name text, result jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_bytes int;
+BEGIN
+  IF _check_step.name IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: job %s: the step name must not be NULL', operation, _check_step.job_id),
+      HINT = 'Name each step of a job once, e.g. ''charge-card''.';
+  END IF;
+  IF _check_step.name = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: job %s: the step name must not be empty', operation, _check_step.job_id),
+      HINT = 'Name each step of a job once, e.g. ''charge-card''.';
+  END IF;
+  PERFORM idemq._check_size(operation, 'the step name', _check_step.name, 'key_bytes',
+                            'Use a shorter step name: it identifies the step within its job.');
+  v_bytes := octet_length(_check_step.result::text);
+  IF v_bytes > idemq._step_result_limit() THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: job %s, step "%s": the result is %s bytes of JSON, over the limit of %s bytes',
+                       operation, _check_step.job_id, idemq._excerpt(_check_step.name), v_bytes,
+                       idemq._step_result_limit()),
+      HINT = 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.';
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_step(text, bigint, text, jsonb) IS
+  'Raise 22004/22023 for a bad step name or a step result over _step_result_limit, naming the job and step.';
 
 -- ---- sql/functions/flow/_claim_take.sql ----
 CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], key_task text, key_queue text,
@@ -1306,11 +1465,12 @@ DECLARE
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit'];
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up',
+                           'step_record', 'steps', 'sleep', 'await_event'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
                            'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history'];
 BEGIN
@@ -1530,6 +1690,29 @@ $$;
 
 COMMENT ON FUNCTION idemq._limit_scope(text, text, text) IS
   'The one queue or task a flow-control call names (exactly one, non-empty, within the name limits), as (kind, name).';
+
+-- ---- sql/functions/steps/_lock_held.sql ----
+CREATE OR REPLACE FUNCTION idemq._lock_held(operation text, job_id bigint, attempt int, lease_token uuid,
+                                            OUT queue text, OUT created_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  SELECT j.queue, j.created_at INTO _lock_held.queue, _lock_held.created_at
+  FROM idemq.jobs j
+  WHERE j.id = _lock_held.job_id AND j.attempt = _lock_held.attempt
+    AND j.lease_token IS NOT DISTINCT FROM _lock_held.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(_lock_held.job_id, _lock_held.attempt, operation);
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._lock_held(text, bigint, int, uuid) IS
+  'Lock the job (job_id, attempt, lease_token) holds, or raise IQ410/IQ404: the fencing of the step functions.';
 
 -- ---- sql/functions/reads/_oldest_runnable.sql ----
 CREATE OR REPLACE FUNCTION idemq._oldest_runnable()
@@ -2563,6 +2746,8 @@ BEGIN
     LIMIT batch_size
     FOR UPDATE SKIP LOCKED);
 
+  PERFORM idemq._prune_events(batch_size);
+
   -- One rule at a time: the overrides of tasks, of queues, then each state's
   -- default, each rule excluding the rows a more specific one governs. Each
   -- lock query is a range scan of jobs_by_finish (state, finished_at) in
@@ -2659,6 +2844,97 @@ $$;
 
 COMMENT ON FUNCTION idemq.apply_retention(int) IS
   'Delete at most batch_size finished jobs past their retention (task, queue override or state default); keys stay.';
+
+-- ---- sql/functions/steps/await_event.sql ----
+CREATE OR REPLACE FUNCTION idemq.await_event(job_id bigint, attempt int, name text, event text, key text,
+                                             timeout interval, lease_token uuid DEFAULT NULL)
+RETURNS TABLE(status text, payload jsonb)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_job record;
+  v_step record;
+  v_event record;
+BEGIN
+  PERFORM idemq._check_step('await_event', await_event.job_id, await_event.name, NULL);
+  PERFORM idemq._check_event('await_event', await_event.event, await_event.key);
+  IF await_event.timeout IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('await_event: job %s, step "%s": timeout must not be NULL', await_event.job_id,
+                       idemq._excerpt(await_event.name)),
+      HINT = 'Pass how long to wait for the event at most, e.g. interval ''3 days''.';
+  END IF;
+  IF await_event.timeout <= interval '0' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('await_event: job %s, step "%s": timeout must be positive, not %s', await_event.job_id,
+                       idemq._excerpt(await_event.name), await_event.timeout),
+      HINT = 'Pass how long to wait for the event at most, e.g. interval ''3 days''.';
+  END IF;
+  PERFORM idemq._check_duration('await_event', 'timeout', await_event.timeout);
+  -- The event's lock before the job's, in emit()'s order: no deadlock.
+  PERFORM idemq._event_lock(await_event.event, await_event.key);
+  SELECT * INTO v_job FROM idemq._lock_held('await_event', await_event.job_id, await_event.attempt,
+                                            await_event.lease_token);
+
+  INSERT INTO idemq.job_steps AS s (job_id, name, kind, status, attempt, wake_at, event, event_key)
+  VALUES (await_event.job_id, await_event.name, 'wait', 'waiting', await_event.attempt,
+          now() + await_event.timeout, await_event.event, await_event.key)
+  ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING;
+  SELECT s.kind, s.status, s.result, s.wake_at, s.event, s.event_key INTO v_step FROM idemq.job_steps s
+  WHERE s.job_id = await_event.job_id AND s.name = await_event.name
+  FOR UPDATE;
+  IF v_step.kind <> 'wait' OR v_step.event <> await_event.event
+     OR v_step.event_key IS DISTINCT FROM await_event.key THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('await_event: job %s recorded step "%s" as %s, not a wait for (%s, %s)', await_event.job_id,
+                       idemq._excerpt(await_event.name),
+                       CASE WHEN v_step.kind = 'wait'
+                            THEN format('a wait for (%s, %s)', idemq._excerpt(v_step.event), idemq._excerpt(v_step.event_key))
+                            ELSE 'a ' || v_step.kind END,
+                       idemq._excerpt(await_event.event), idemq._excerpt(await_event.key)),
+      HINT = 'The handler no longer takes its steps in the order its recorded ones were taken: name the wait, '
+             'or keep the old handler for jobs already running (docs/worker.md, "Changing a workflow").';
+  END IF;
+  IF v_step.status = 'received' OR v_step.status = 'timed_out' THEN
+    status := v_step.status;
+    payload := v_step.result;
+    RETURN NEXT;
+    RETURN;
+  END IF;
+
+  -- An event emitted before the wait was reached.
+  SELECT e.id, e.payload INTO v_event FROM idemq.events e
+  WHERE e.event = await_event.event AND coalesce(e.key, '') = coalesce(await_event.key, '')
+    AND e.emitted_at >= v_job.created_at
+    AND e.id > coalesce((SELECT max(t.event_id) FROM idemq.job_steps t
+                         WHERE t.job_id = await_event.job_id AND t.event = await_event.event
+                           AND coalesce(t.event_key, '') = coalesce(await_event.key, '')), 0)
+  ORDER BY e.id
+  LIMIT 1;
+  IF FOUND THEN
+    UPDATE idemq.job_steps AS s SET status = 'received', result = v_event.payload, event_id = v_event.id
+    WHERE s.job_id = await_event.job_id AND s.name = await_event.name;
+    status := 'received';
+    payload := v_event.payload;
+  ELSIF v_step.wake_at <= now() THEN
+    UPDATE idemq.job_steps AS s SET status = 'timed_out'
+    WHERE s.job_id = await_event.job_id AND s.name = await_event.name;
+    status := 'timed_out';
+    payload := NULL;
+  ELSE
+    PERFORM idemq.snooze(await_event.job_id, await_event.attempt, v_step.wake_at, await_event.lease_token);
+    status := 'waiting';
+    payload := NULL;
+  END IF;
+  RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.await_event(bigint, int, text, text, text, interval, uuid) IS
+  'A held job''s wait for (event, key): the payload when emitted (now or before), timed_out past the deadline, else park the job until either.';
 
 -- ---- sql/functions/admin/cancel_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq.cancel_jobs(filter jsonb, before_id bigint DEFAULT NULL, max_jobs int DEFAULT 1000)
@@ -3363,6 +3639,60 @@ $$;
 
 COMMENT ON FUNCTION idemq.effect_claim(text, text, interval, bigint, int, uuid) IS
   'Claim-first record for an external effect: claimed | reclaimed (stale) | done (with result) | busy.';
+
+-- ---- sql/functions/steps/emit.sql ----
+CREATE OR REPLACE FUNCTION idemq.emit(event text, key text DEFAULT NULL, payload jsonb DEFAULT '{}')
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_id bigint;
+  v_woken int;
+  v_queues text[];
+  v_queue text;
+  v_bytes int;
+BEGIN
+  PERFORM idemq._check_event('emit', emit.event, emit.key);
+  IF emit.payload IS NULL THEN
+    PERFORM idemq._raise_null_argument('emit', 'payload');
+  END IF;
+  v_bytes := octet_length(emit.payload::text);
+  IF v_bytes > idemq._step_result_limit() THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('emit: the payload of event %s is %s bytes of JSON, over the limit of %s bytes',
+                       idemq._excerpt(emit.event), v_bytes, idemq._step_result_limit()),
+      HINT = 'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.';
+  END IF;
+  PERFORM idemq._event_lock(emit.event, emit.key);
+  INSERT INTO idemq.events (event, key, payload)
+  VALUES (emit.event, emit.key, emit.payload)
+  RETURNING id INTO v_id;
+
+  WITH woken AS (
+    UPDATE idemq.job_steps AS s SET status = 'received', result = emit.payload, event_id = v_id
+    WHERE s.status = 'waiting' AND s.event = emit.event
+      AND coalesce(s.event_key, '') = coalesce(emit.key, '')
+    RETURNING s.job_id
+  ), moved AS (
+    UPDATE idemq.jobs AS j SET run_at = now()
+    FROM woken w
+    WHERE j.id = w.job_id AND j.state = 'scheduled' AND j.run_at > now()
+    RETURNING j.queue
+  )
+  SELECT (SELECT count(*) FROM woken), (SELECT array_agg(DISTINCT m.queue) FROM moved m)
+  INTO v_woken, v_queues;
+  FOREACH v_queue IN ARRAY coalesce(v_queues, '{}') LOOP
+    PERFORM idemq._notify_waiting(v_queue);
+  END LOOP;
+  RETURN v_woken;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.emit(text, text, jsonb) IS
+  'Emit (event, key) with a payload in the caller''s transaction: wakes the jobs waiting for it; kept for waits reached later.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.enqueue;
@@ -4588,6 +4918,51 @@ $$;
 COMMENT ON FUNCTION idemq.set_limit(text, text, int, int, interval, int) IS
   'Set the flow control of one queue or task: concurrency (at most N processing), rate per per (starts per period), per_key; fields left NULL are kept.';
 
+-- ---- sql/functions/steps/sleep.sql ----
+CREATE OR REPLACE FUNCTION idemq.sleep(job_id bigint, attempt int, name text, wake_at timestamptz,
+                                       lease_token uuid DEFAULT NULL)
+RETURNS TABLE(parked boolean, run_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_step record;
+BEGIN
+  PERFORM idemq._check_step('sleep', sleep.job_id, sleep.name, NULL);
+  IF sleep.wake_at IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('sleep: job %s, step "%s": wake_at must not be NULL', sleep.job_id, idemq._excerpt(sleep.name)),
+      HINT = 'Pass when the sleep ends, e.g. now() + interval ''1 hour''.';
+  END IF;
+  PERFORM idemq._check_instant('sleep', 'wake_at', sleep.wake_at);
+  PERFORM idemq._lock_held('sleep', sleep.job_id, sleep.attempt, sleep.lease_token);
+
+  INSERT INTO idemq.job_steps AS s (job_id, name, kind, status, attempt, wake_at)
+  VALUES (sleep.job_id, sleep.name, 'sleep', 'sleeping', sleep.attempt, sleep.wake_at)
+  ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING;
+  SELECT s.kind, s.wake_at INTO v_step FROM idemq.job_steps s
+  WHERE s.job_id = sleep.job_id AND s.name = sleep.name;
+  IF v_step.kind <> 'sleep' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('sleep: job %s recorded step "%s" as a %s, not a sleep', sleep.job_id,
+                       idemq._excerpt(sleep.name), v_step.kind),
+      HINT = 'The handler no longer takes its steps in the order its recorded ones were taken: name the sleep, '
+             'or keep the old handler for jobs already running (docs/worker.md, "Changing a workflow").';
+  END IF;
+  run_at := v_step.wake_at;
+  parked := v_step.wake_at > now();
+  IF parked THEN
+    PERFORM idemq.snooze(sleep.job_id, sleep.attempt, v_step.wake_at, sleep.lease_token);
+  END IF;
+  RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.sleep(bigint, int, text, timestamptz, uuid) IS
+  'Durable sleep of a held job: record the wake time once, park the job until then without spending an attempt, or say it is over.';
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.snooze;
 -- ---- sql/functions/attempts/snooze.sql ----
@@ -4667,6 +5042,61 @@ $$;
 
 COMMENT ON FUNCTION idemq.stats() IS
   'Counts per queue, task and state, expired leases, oldest runnable age (with why runnable jobs wait: waiting_for), and duplicate/rejection events per task.';
+
+-- ---- sql/functions/steps/step_record.sql ----
+CREATE OR REPLACE FUNCTION idemq.step_record(job_id bigint, attempt int, name text, result jsonb DEFAULT NULL,
+                                             lease_token uuid DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  PERFORM idemq._check_step('step_record', step_record.job_id, step_record.name, step_record.result);
+  PERFORM idemq._lock_held('step_record', step_record.job_id, step_record.attempt, step_record.lease_token);
+  INSERT INTO idemq.job_steps AS s (job_id, name, kind, status, result, attempt)
+  VALUES (step_record.job_id, step_record.name, 'step', 'done', step_record.result, step_record.attempt)
+  ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '23505',
+      MESSAGE = format('step_record: job %s already recorded step "%s"', step_record.job_id,
+                       idemq._excerpt(step_record.name)),
+      DETAIL = jsonb_build_object('job_id', step_record.job_id, 'name', step_record.name)::text,
+      HINT = 'A step is recorded once: read the job''s steps (idemq.steps) first and use the recorded result.';
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.step_record(bigint, int, text, jsonb, uuid) IS
+  'Record a held job''s completed step with its result, fenced like complete(); in the transaction of the step''s writes.';
+
+-- ---- sql/functions/steps/steps.sql ----
+CREATE OR REPLACE FUNCTION idemq.steps(job_id bigint)
+RETURNS TABLE(name text, kind text, status text, result jsonb, attempt int, recorded_at timestamptz,
+              wake_at timestamptz, event text, event_key text, over boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF steps.job_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'steps: job_id must not be NULL',
+      HINT = 'Pass the id of the job whose steps to read.';
+  END IF;
+  RETURN QUERY
+  SELECT s.name, s.kind, s.status, s.result, s.attempt, s.recorded_at, s.wake_at, s.event, s.event_key,
+         s.status IN ('done', 'received', 'timed_out') OR (s.status = 'sleeping' AND s.wake_at <= now())
+  FROM idemq.job_steps s
+  WHERE s.job_id = steps.job_id
+  ORDER BY s.recorded_at, s.name;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.steps(bigint) IS
+  'A job''s step ledger (steps, sleeps, event waits) with results, oldest first; over: a replay passes it without a call.';
 
 -- ---- sql/functions/workers/unserved_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq.unserved_jobs(seen_within interval)
@@ -4853,29 +5283,35 @@ COMMENT ON FUNCTION idemq.workers() IS
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._action_states FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._bulk_batch FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._check_event FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_job_filter FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_limit_values FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._check_step FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_capped FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_gate FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._count_jobs FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._duration_buckets FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._duration_percentile FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._event_lock FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._history_kept FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._job_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_promote FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._lock_held FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._lock_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._matching_jobs FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._minute_of FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._prune_events FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._scope_waits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._size_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._step_result_limit FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_of FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
@@ -4923,4 +5359,7 @@ ALTER TABLE idemq.jobs ADD COLUMN queue_slot integer, ADD COLUMN task_slot integ
 -- A held attempt's progress (progress()); NOT VALID as above: every row is NULL.
 ALTER TABLE idemq.jobs ADD COLUMN progress smallint,
     ADD CONSTRAINT jobs_progress_percent CHECK (((progress >= 0) AND (progress <= 100))) NOT VALID;
+-- Durable steps: how long an emitted event is kept for waits reached later.
+INSERT INTO idemq.settings (name, value, min_value, max_value, description) VALUES
+  ('event_retention_seconds', 604800, 60, 3153600000, 'how long an emitted event is kept for waits reached after it (await_event), in seconds (default 7 days)');
 -- ==== end hand-written ====

@@ -99,6 +99,11 @@ export const SQL_FUNCTIONS = {
   limits: [],
   held_keys: [],
   declare_limit: ["task", "concurrency", "rate", "per"],
+  step_record: ["job_id", "attempt", "name", "result", "lease_token"],
+  steps: ["job_id"],
+  sleep: ["job_id", "attempt", "name", "wake_at", "lease_token"],
+  await_event: ["job_id", "attempt", "name", "event", "key", "timeout", "lease_token"],
+  emit: ["event", "key", "payload"],
 } as const satisfies Record<string, readonly string[]>;
 
 export type SqlFunction = keyof typeof SQL_FUNCTIONS;

@@ -4,6 +4,7 @@ import { PROGRESS_BOUNDS, type Duration } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
 import { runEffect } from "./effect.ts";
 import { signalOf, type HeldJob } from "./held-jobs.ts";
+import { makeStepContext, type StepContext } from "./steps.ts";
 import type { EffectOptions, JobContext, JobInfo, JobLog } from "./types.ts";
 import type { WorkerState } from "./worker-state.ts";
 import * as sql from "../sql/index.ts";
@@ -55,6 +56,7 @@ class HandlerContext implements JobContext {
   #snooze: JobContext["snooze"] | undefined;
   #effect: JobContext["effect"] | undefined;
   #progress: JobContext["progress"] | undefined;
+  #steps: StepContext | undefined;
 
   constructor(
     state: WorkerState,
@@ -95,6 +97,23 @@ class HandlerContext implements JobContext {
 
   get progress(): JobContext["progress"] {
     return (this.#progress ??= makeProgress(this.#state, this.#held));
+  }
+
+  // Durable steps (steps.ts): one replay state per attempt, shared by the four.
+  get #stepContext(): StepContext {
+    return (this.#steps ??= makeStepContext(this.#state, this.#held, this.tx !== undefined));
+  }
+  get step(): StepContext["step"] {
+    return this.#stepContext.step;
+  }
+  get sleep(): StepContext["sleep"] {
+    return this.#stepContext.sleep;
+  }
+  get sleepUntil(): StepContext["sleepUntil"] {
+    return this.#stepContext.sleepUntil;
+  }
+  get waitFor(): StepContext["waitFor"] {
+    return this.#stepContext.waitFor;
   }
 }
 

@@ -29,6 +29,7 @@ import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";
 import { abortAttempt, isReleased, type HeldJob } from "./held-jobs.ts";
 import { makeContext } from "./job-context.ts";
+import { parkedAt } from "./steps.ts";
 import { asLost, attemptLost } from "./lost.ts";
 import { jitter } from "./timers.ts";
 import type { NormalizedTask } from "./task-config.ts";
@@ -112,6 +113,7 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
   }
   handlerOver(state, held);
   if (isReleased(held)) return held.trace?.end("released"); // handed back at shutdown; the attempt is already recorded
+  if (parkedAt(held) !== undefined) return parkedJob(state, held, parkedAt(held)!);
   if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
   if (failed) return failJob(state, held, returned);
   // A heartbeat found the lease gone (held.fencedOut): complete anyway. It is
@@ -446,6 +448,19 @@ async function snoozeJob(state: WorkerState, held: HeldJob): Promise<void> {
   } finally {
     state.held.remove(held);
   }
+}
+
+/**
+ * ctx.sleep or ctx.waitFor parked the job (sleep(), await_event()): the
+ * database already ended the attempt without spending it, so nothing is left
+ * to record, whatever the handler did after. The claim loop wakes at `until`
+ * (a wait's event wakes it sooner, by NOTIFY).
+ */
+function parkedJob(state: WorkerState, held: HeldJob, until: Date): void {
+  held.trace?.end("snoozed");
+  state.emit("job:snoozed", { ...jobEvent(state, held), durationMs: durationOf(held), delay: `${Math.max(0, until.getTime() - Date.now())}ms` });
+  state.wakeAt(until.getTime());
+  state.held.remove(held);
 }
 
 /**

@@ -3,6 +3,7 @@ import type pg from "pg";
 import type { Backoff, Duration } from "../contract.ts";
 import type { ScheduleDefinition } from "../sql/index.ts";
 import type { WakeUpMode } from "./defaults.ts";
+import type { StepContext } from "./steps.ts";
 
 /**
  * A payload as the handler receives it (parsed jsonb). `any`, because it is
@@ -60,7 +61,7 @@ export interface EffectOptions<T> {
  * The ctx a handler receives; P is the task's payload type. A plain task's
  * ctx has `tx: undefined`, a transactional task's is a TransactionalJobContext.
  */
-export interface JobContext<P = Payload> {
+export interface JobContext<P = Payload> extends StepContext {
   job: JobInfo<P>;
   /** Aborts when the lease is lost, or when shutdownTimeout runs out during shutdown. */
   signal: AbortSignal;

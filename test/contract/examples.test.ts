@@ -5,7 +5,8 @@
 // with psql), examples/worker.js (the producer and worker roles, plus CREATE
 // on schema public for its own table) and examples/tasks.js (`idemq worker
 // --tasks`, the worker role, plus CREATE on public; its jobs enqueued by a
-// producer login).
+// producer login), examples/workflow.js (durable steps: the producer and
+// worker roles, plus CREATE on public).
 import { execFile } from "node:child_process";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
@@ -126,6 +127,28 @@ describe("examples/worker.js", () => {
     expect(result.stdout).toMatch(/^failed +send_receipt#\d+ attempt 1: not an email address: nobody$/m);
     expect(result.stdout).toMatch(/^retry +flaky_report#\d+ attempt 1: the report service timed out$/m);
     expect(result.stdout).toMatch(/^success +flaky_report#\d+ attempt 2$/m);
+  }, 90_000);
+});
+
+describe("examples/workflow.js", () => {
+  it("runs to the end as a login in the producer and worker roles only: a crash, a wait and a sleep, and still one reservation and one charge", async () => {
+    const result = await new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+      execFile(
+        process.execPath,
+        ["examples/workflow.js"],
+        { cwd: ROOT, env: { ...process.env, DATABASE_URL: producerWorker.urlFor(db.name) }, timeout: 60_000 },
+        (error, stdout, stderr) => done({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+    expect(result.stderr).toBe("");
+    expect(result.code).toBe(0);
+    expect(result.stdout.match(/^ {2}step reserve ran$/gm)).toHaveLength(1);
+    expect(result.stdout.match(/^ {2}\[payments\] charged order \d+$/gm)).toHaveLength(1);
+    expect(result.stdout).toMatch(/^retry +attempt 1: the worker fell over after the charge$/m);
+    expect(result.stdout).toMatch(/^emitted +example\.shipped \(woke 1 job\)$/m);
+    expect(result.stdout.match(/^parked +attempt \d+$/gm)).toHaveLength(2);
+    expect(result.stdout).toContain('succeeded: result {"chargeId":"ch-1","shipment":{"carrier":"ups"}}');
+    expect(result.stdout).toContain("reservations: 1, charges: 1 (one each, over 4 attempts)");
   }, 90_000);
 });
 

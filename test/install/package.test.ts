@@ -116,7 +116,7 @@ describe("the tarball", () => {
     }
     // The README runs them from node_modules/idemq/examples/: every one of them ships.
     const examples = (await readdir(join(ROOT, "examples"))).map((file) => `examples/${file}`).sort();
-    expect(examples).toEqual(["examples/sql-only.sql", "examples/tasks.js", "examples/worker.js"]);
+    expect(examples).toEqual(["examples/sql-only.sql", "examples/tasks.js", "examples/worker.js", "examples/workflow.js"]);
     expect(packedFiles.filter((file) => file.startsWith("examples/")).sort()).toEqual(examples);
     // The function files ship in their family folders (the README among them).
     const functionFiles = [...functionPaths(join(ROOT, "sql", "functions")).map((f) => `sql/functions/${f.file}`), "sql/functions/README.md"].sort();

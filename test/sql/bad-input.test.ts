@@ -292,9 +292,29 @@ const CASES: Case[] = [
   c("declare_limit", "per under a second", "SELECT * FROM idemq.declare_limit(task => 't', rate => 10, per => '500 milliseconds')", "22023"),
   c("pause", "empty queue name", "SELECT idemq.pause(queue => '')", "22023"),
   c("resume", "both queue and task", "SELECT idemq.resume(queue => 'q', task => 't')", "22023"),
+  // durable steps (more in test/sql/steps.test.ts)
+  c("step_record", "NULL name", "SELECT idemq.step_record(job_id => ${processing}, attempt => ${attempt}, name => NULL)", "22004"),
+  c("step_record", "empty name", "SELECT idemq.step_record(job_id => ${processing}, attempt => ${attempt}, name => '')", "22023"),
+  c("step_record", "name over key_bytes", "SELECT idemq.step_record(job_id => ${processing}, attempt => ${attempt}, name => repeat('n', 513))", "22023"),
+  c("step_record", "result over the limit", "SELECT idemq.step_record(job_id => ${processing}, attempt => ${attempt}, name => 's', result => to_jsonb(repeat('x', 1048576)))", "22023"),
+  c("step_record", "NULL job_id", "SELECT idemq.step_record(job_id => NULL, attempt => 1, name => 's')", "22004"),
+  c("steps", "NULL job_id", "SELECT * FROM idemq.steps(job_id => NULL)", "22004"),
+  c("sleep", "NULL wake_at", "SELECT * FROM idemq.sleep(job_id => ${processing}, attempt => ${attempt}, name => 's', wake_at => NULL)", "22004"),
+  c("sleep", "wake_at infinity", "SELECT * FROM idemq.sleep(job_id => ${processing}, attempt => ${attempt}, name => 's', wake_at => 'infinity')", "22023"),
+  c("sleep", "empty name", "SELECT * FROM idemq.sleep(job_id => ${processing}, attempt => ${attempt}, name => '', wake_at => now())", "22023"),
+  c("await_event", "NULL event", "SELECT * FROM idemq.await_event(job_id => ${processing}, attempt => ${attempt}, name => 'w', event => NULL, key => NULL, timeout => '1 hour')", "22004"),
+  c("await_event", "empty key", "SELECT * FROM idemq.await_event(job_id => ${processing}, attempt => ${attempt}, name => 'w', event => 'e', key => '', timeout => '1 hour')", "22023"),
+  c("await_event", "NULL timeout", "SELECT * FROM idemq.await_event(job_id => ${processing}, attempt => ${attempt}, name => 'w', event => 'e', key => NULL, timeout => NULL)", "22004"),
+  c("await_event", "timeout 0", "SELECT * FROM idemq.await_event(job_id => ${processing}, attempt => ${attempt}, name => 'w', event => 'e', key => NULL, timeout => '0')", "22023"),
+  c("await_event", "timeout over duration_days", "SELECT * FROM idemq.await_event(job_id => ${processing}, attempt => ${attempt}, name => 'w', event => 'e', key => NULL, timeout => '1000000 days')", "22023"),
+  c("emit", "NULL event", "SELECT idemq.emit(event => NULL)", "22004"),
+  c("emit", "empty event", "SELECT idemq.emit(event => '')", "22023"),
+  c("emit", "empty key", "SELECT idemq.emit(event => 'e', key => '')", "22023"),
+  c("emit", "NULL payload", "SELECT idemq.emit(event => 'e', payload => NULL)", "22004"),
+  c("emit", "payload over the limit", "SELECT idemq.emit(event => 'e', payload => to_jsonb(repeat('x', 1048576)))", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts", "key_holds"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts", "key_holds", "job_steps", "events"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(

@@ -192,6 +192,29 @@ const OPERATIONS: Operation[] = [
   { name: "clear_limit", sql: () => ["SELECT idemq.clear_limit(queue => $1 || '-limited') AS r", [fx.queue]] },
   { name: "overview", sql: () => ["SELECT * FROM idemq.overview()", []], check: (r) => expect(r.length).toBeGreaterThan(0) },
   { name: "roll_up", sql: () => ["SELECT idemq.roll_up() AS n", []], check: (r) => expect(r).toHaveLength(1) },
+  // Durable steps: the worker's calls on the job it holds, fenced like complete(); emit by the role that enqueues.
+  {
+    name: "step_record",
+    sql: () => ["SELECT idemq.step_record(job_id => $1, attempt => $2, name => 'roles-step', result => '1', lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
+  },
+  {
+    name: "steps",
+    sql: () => ["SELECT * FROM idemq.steps(job_id => $1)", [fx.held]],
+  },
+  {
+    name: "sleep",
+    sql: () => ["SELECT * FROM idemq.sleep(job_id => $1, attempt => $2, name => 'roles-sleep', wake_at => now(), lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
+    check: (r) => expect(r).toMatchObject([{ parked: false }]),
+  },
+  {
+    name: "await_event",
+    sql: () => [
+      "SELECT * FROM idemq.await_event(job_id => $1, attempt => $2, name => 'roles-wait', event => 'roles-event', key => NULL, timeout => '1 hour', lease_token => $3)",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
+    check: (r) => expect(r).toEqual([{ status: "waiting", payload: null }]),
+  },
+  { name: "emit", sql: () => ["SELECT idemq.emit(event => 'roles-event', key => 'k', payload => '{}') AS woken", []], check: (r) => expect(r).toEqual([{ woken: 0 }]) },
   { name: "history", sql: () => ["SELECT * FROM idemq.history(since => '1 day')", []] },
   {
     name: "worker_seen",
@@ -256,6 +279,7 @@ const WORKER_OPS = [
   "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
   "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress", "roll_up",
+  "step_record", "steps", "sleep", "await_event",
 ];
 // Reads, and nothing that writes (the dashboard as a read-only operator).
 const VIEWER_OPS = [
@@ -264,7 +288,7 @@ const VIEWER_OPS = [
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {
-  producer: ["enqueue", "enqueue_many", "job", ...CONSTANTS],
+  producer: ["enqueue", "enqueue_many", "job", "emit", ...CONSTANTS],
   worker: [...WORKER_OPS, ...CONSTANTS],
   admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "read a job's links and key entry", "read jobs' results", "change a limit (idemq.settings.value)"],
   viewer: [...VIEWER_OPS, ...CONSTANTS, "read a job's links and key entry"],

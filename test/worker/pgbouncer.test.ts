@@ -280,3 +280,43 @@ describe("poll mode on the server itself", () => {
     }
   }, 60_000);
 });
+
+describe("durable steps behind a transaction-pooling PgBouncer", () => {
+  it("a step, a sleep and a wait woken by emitEvent through the pooler: the job succeeds, no session state left", async () => {
+    await direct.query("CREATE TABLE IF NOT EXISTS public.pooled_steps (job_id bigint NOT NULL)");
+    try {
+      await startTestWorker(
+        bouncer.url("idemq"),
+        {
+          pooled_workflow: async (_p: unknown, ctx: import("../../src/index.ts").JobContext) => {
+            await ctx.step("write", async (tx) => {
+              await tx.query("INSERT INTO public.pooled_steps (job_id) VALUES ($1)", [ctx.job.id]);
+              return null;
+            });
+            await ctx.sleep(200);
+            return ctx.waitFor("pooled.go", { key: ctx.job.id, timeout: "1 minute" });
+          },
+        },
+        { queues: ["pooled-steps"], wakeUp: "poll", pollInterval: "200ms" },
+      );
+      const { jobId } = await producer.enqueue("pooled_workflow", {}, { queue: "pooled-steps" });
+      await waitFor(
+        async () => (await direct.query("SELECT 1 FROM idemq.steps($1) WHERE name = 'wait:1' AND status = 'waiting'", [jobId])).rowCount === 1,
+        { what: "the job to wait for its event" },
+      );
+      expect(await producer.emitEvent("pooled.go", { key: jobId, payload: { through: "pgbouncer" } })).toBe(1);
+      const job = await waitFor(
+        async () => {
+          const j = await producer.getJob(jobId);
+          return j?.state === "succeeded" ? j : undefined;
+        },
+        { what: "the job to succeed" },
+      );
+      expect(job.result).toEqual({ through: "pgbouncer" });
+      expect((await direct.query("SELECT count(*)::int AS n FROM public.pooled_steps WHERE job_id = $1", [jobId])).rows[0].n).toBe(1);
+    } finally {
+      await stopWorkers();
+    }
+    await expectNoSessionStateLeft();
+  }, 120_000);
+});

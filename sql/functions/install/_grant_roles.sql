@@ -18,7 +18,7 @@
 --     script a DBA runs to create them and call this again.
 --   * PUBLIC has EXECUTE on no function of idemq, public or private.
 --   * producer: enqueue, enqueue_many, job (a job's state and outcome, no
---     payload). worker: job, claim, complete,
+--     payload), emit (an event, in the transaction that enqueues). worker: job, claim, complete,
 --     complete_many, fail, heartbeat, snooze, hold, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
@@ -27,7 +27,9 @@
 --     payload: a worker's --metrics-port serves them), limits (the flow
 --     control it is held to, and its use: no payload), declare_limit (its
 --     tasks' declared limits, applied lower-only: it can never raise one),
---     progress (its held attempts' progress, fenced as complete()).
+--     progress (its held attempts' progress, fenced as complete()),
+--     step_record, sleep and await_event (its held jobs' steps, fenced as
+--     complete()) and steps (a job's step ledger, which a replay reads).
 --     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). viewer (a read-only operator, the dashboard's
@@ -82,11 +84,12 @@ DECLARE
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit'];
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
-                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up'];
+                           'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up',
+                           'step_record', 'steps', 'sleep', 'await_event'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
                            'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history'];
 BEGIN

@@ -19,6 +19,8 @@
 --     that crashed never said it stopped), or stopped (worker_stopped) more
 --     than stopped_worker_seconds ago (default an hour); they are not in
 --     the count.
+--   * And up to batch_size events emitted more than event_retention_seconds
+--     ago (_prune_events; default 7 days); not in the count either.
 --   * Then it corrects the slot counts of up to batch_size concurrency
 --     limits that disagree with the jobs processing (_repair_slots: a write
 --     the jobs trigger missed); they are not in the count either.
@@ -76,6 +78,8 @@ BEGIN
        OR s.stopped_at < now() - make_interval(secs => idemq._limit('stopped_worker_seconds'))
     LIMIT batch_size
     FOR UPDATE SKIP LOCKED);
+
+  PERFORM idemq._prune_events(batch_size);
 
   -- One rule at a time: the overrides of tasks, of queues, then each state's
   -- default, each rule excluding the rows a more specific one governs. Each
