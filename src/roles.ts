@@ -19,7 +19,7 @@ export type InstallationRoles = Record<RoleKind, string>;
  * grants.
  */
 export const ROLE_FUNCTIONS = {
-  producer: ["enqueue", "enqueue_many", "job"],
+  producer: ["enqueue", "enqueue_many", "job", "job_result", "children", "enqueue_batch"],
   worker: [
     "job",
     "claim",
@@ -46,6 +46,10 @@ export const ROLE_FUNCTIONS = {
     "declare_limit",
     "progress",
     "roll_up",
+    "job_result",
+    "children",
+    "spawn",
+    "wait_for_children",
   ],
   /** The read-only operator (the dashboard as a viewer): reads, no writes, no payload. */
   viewer: [
@@ -62,6 +66,7 @@ export const ROLE_FUNCTIONS = {
     "schedule_next",
     "retry_horizon",
     "history",
+    "children",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 
