@@ -132,6 +132,12 @@ export type StatsMetric = JobState | (typeof STATS_EVENT_METRICS)[number];
 /** NOTIFY channel on which a runnable job is announced (payload: queue name). */
 export const NOTIFY_CHANNEL = "idemq_jobs";
 
+/**
+ * NOTIFY channel on which a job marked by job_result(..., notify => true)
+ * announces that it finished (payload: its id); Client.result listens.
+ */
+export const RESULTS_CHANNEL = "idemq_results";
+
 // ------------------------------------------------------------ error codes
 
 /** The SQLSTATEs idemq raises, with their meaning (docs/design.md, "Error codes"). */

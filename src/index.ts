@@ -32,15 +32,18 @@ export type {
 
 export {
   BadArgumentError,
+  ChildFailedError,
   DuplicateJobError,
   EffectClaimLostError,
   IdemqError,
   InvalidStateError,
   JobNotFoundError,
+  JobNotSucceededError,
   KeyReuseError,
   LeaseLostError,
   PermanentError,
   RateLimitedError,
+  ResultTimeoutError,
   SchemaMissingError,
   TimeoutError,
 } from "./errors.ts";
@@ -52,6 +55,7 @@ export {
   ERROR_CODES,
   JOB_STATES,
   NOTIFY_CHANNEL,
+  RESULTS_CHANNEL,
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
   TERMINAL_STATES,
@@ -87,6 +91,10 @@ export type {
   ScheduleDefinition,
   ScheduleNextOptions,
   StatsRow,
+  ChildJob,
+  ChildOutcome,
+  JobOutcome,
+  SpawnedChild,
 } from "./sql/index.ts";
 export type { Job, JobFilter, ListJobsFilter } from "./job-reads.ts";
 export type { BulkOptions, BulkProgress } from "./bulk-actions.ts";

@@ -4932,20 +4932,28 @@ BEGIN
       MESSAGE = format('spawn: children must be a JSON array of objects, not %s', jsonb_typeof(spawn.children)),
       HINT = 'Pass children as a JSON array like [{"name": "a", "task": "resize", "payload": {}}].';
   END IF;
-  SELECT format('children[%s] %s', x.ord, CASE
-           WHEN jsonb_typeof(x.e) <> 'object' THEN format('must be an object, not %s', jsonb_typeof(x.e))
-           WHEN NOT x.e ? 'name' THEN 'has no "name"'
-           WHEN jsonb_typeof(x.e -> 'name') <> 'string' THEN format('has a name that is not a string: %s', idemq._excerpt((x.e -> 'name')::text))
-           WHEN x.e ->> 'name' = '' THEN 'has an empty name'
-           WHEN length(x.e ->> 'name') > 200 THEN format('has a name of %s characters, over 200', length(x.e ->> 'name'))
-           ELSE format('has the name "%s" of an earlier element', idemq._excerpt(x.e ->> 'name')) END)
-  INTO v_problem
-  FROM (SELECT y.e, y.ord, row_number() OVER (PARTITION BY y.e -> 'name' ORDER BY y.ord) AS nth
-        FROM jsonb_array_elements(spawn.children) WITH ORDINALITY AS y(e, ord)) x
-  WHERE jsonb_typeof(x.e) <> 'object' OR jsonb_typeof(x.e -> 'name') IS DISTINCT FROM 'string'
-     OR x.e ->> 'name' = '' OR length(x.e ->> 'name') > 200 OR x.nth > 1
-  ORDER BY x.ord
-  LIMIT 1;
+  -- One pass over the elements (a hash of the names); only a call that
+  -- fails it looks for its first bad element, in order.
+  IF EXISTS (SELECT FROM jsonb_array_elements(spawn.children) AS x(e)
+             WHERE jsonb_typeof(x.e) <> 'object' OR jsonb_typeof(x.e -> 'name') IS DISTINCT FROM 'string'
+                OR x.e ->> 'name' = '' OR length(x.e ->> 'name') > 200)
+     OR EXISTS (SELECT FROM jsonb_array_elements(spawn.children) AS x(e)
+                GROUP BY x.e ->> 'name' HAVING count(*) > 1) THEN
+    SELECT format('children[%s] %s', x.ord, CASE
+             WHEN jsonb_typeof(x.e) <> 'object' THEN format('must be an object, not %s', jsonb_typeof(x.e))
+             WHEN NOT x.e ? 'name' THEN 'has no "name"'
+             WHEN jsonb_typeof(x.e -> 'name') <> 'string' THEN format('has a name that is not a string: %s', idemq._excerpt((x.e -> 'name')::text))
+             WHEN x.e ->> 'name' = '' THEN 'has an empty name'
+             WHEN length(x.e ->> 'name') > 200 THEN format('has a name of %s characters, over 200', length(x.e ->> 'name'))
+             ELSE format('has the name "%s" of an earlier element', idemq._excerpt(x.e ->> 'name')) END)
+    INTO v_problem
+    FROM (SELECT y.e, y.ord, row_number() OVER (PARTITION BY y.e -> 'name' ORDER BY y.ord) AS nth
+          FROM jsonb_array_elements(spawn.children) WITH ORDINALITY AS y(e, ord)) x
+    WHERE jsonb_typeof(x.e) <> 'object' OR jsonb_typeof(x.e -> 'name') IS DISTINCT FROM 'string'
+       OR x.e ->> 'name' = '' OR length(x.e ->> 'name') > 200 OR x.nth > 1
+    ORDER BY x.ord
+    LIMIT 1;
+  END IF;
   IF v_problem IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = 'spawn: ' || v_problem,

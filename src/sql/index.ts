@@ -21,3 +21,4 @@ export * from "./presence.ts";
 export * from "./reads.ts";
 export * from "./search.ts";
 export * from "./flow.ts";
+export * from "./children.ts";

@@ -1,7 +1,8 @@
-// The ctx a handler receives: job, tx, signal, log, snooze, effect, progress.
+// The ctx a handler receives: job, tx, signal, log, snooze, effect, progress, spawn, children.
 import type pg from "pg";
 import { PROGRESS_BOUNDS, type Duration } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
+import { makeChildren, makeSpawn } from "./children.ts";
 import { runEffect } from "./effect.ts";
 import { signalOf, type HeldJob } from "./held-jobs.ts";
 import type { EffectOptions, JobContext, JobInfo, JobLog } from "./types.ts";
@@ -55,6 +56,8 @@ class HandlerContext implements JobContext {
   #snooze: JobContext["snooze"] | undefined;
   #effect: JobContext["effect"] | undefined;
   #progress: JobContext["progress"] | undefined;
+  #spawn: JobContext["spawn"] | undefined;
+  #children: JobContext["children"] | undefined;
 
   constructor(
     state: WorkerState,
@@ -95,6 +98,14 @@ class HandlerContext implements JobContext {
 
   get progress(): JobContext["progress"] {
     return (this.#progress ??= makeProgress(this.#state, this.#held));
+  }
+
+  get spawn(): JobContext["spawn"] {
+    return (this.#spawn ??= makeSpawn(this.#state, this.#held));
+  }
+
+  get children(): JobContext["children"] {
+    return (this.#children ??= makeChildren(this.#state, this.#held));
   }
 }
 

@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { expectSqlError, useTestDatabase } from "../helpers/db.ts";
 import { makeJob, stateOf, unique } from "../helpers/jobs.ts";
 import { claimJobRow } from "../helpers/work.ts";
+import { RESULTS_CHANNEL } from "../../src/contract.ts";
 
 const db = useTestDatabase();
 
@@ -40,9 +41,10 @@ beforeEach(async () => {
   await listener.connect();
   heard = [];
   listener.on("notification", (n) => {
-    if (n.channel === "idemq_results") heard.push(n.payload ?? "");
+    if (n.channel === RESULTS_CHANNEL) heard.push(n.payload ?? "");
   });
-  await listener.query("LISTEN idemq_results");
+  // The channel's TypeScript name: what the SQL notifies on is what Client.result listens to.
+  await listener.query(`LISTEN ${RESULTS_CHANNEL}`);
 });
 
 afterEach(async () => {

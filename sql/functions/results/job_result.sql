@@ -30,7 +30,7 @@
 --   transaction that holds the job's row (a completion in flight), then
 --   sees that job finished and returns its outcome.
 -- Errors: 22004 job_id or notify NULL.
--- Tests: test/sql/job-result.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts
+-- Tests: test/sql/job-result.test.ts, test/worker/fan-out.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts
 CREATE OR REPLACE FUNCTION idemq.job_result(job_id bigint, notify boolean DEFAULT false)
 RETURNS TABLE(state idemq.job_state, result jsonb, last_error jsonb, finished_at timestamptz)
 LANGUAGE plpgsql VOLATILE
