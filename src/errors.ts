@@ -266,7 +266,7 @@ export class JobNotSucceededError extends Error {
   readonly lastError: Record<string, unknown> | null;
 
   constructor(jobId: string, state: Exclude<JobState, "succeeded">, lastError: Record<string, unknown> | null) {
-    const why = lastError === null ? "" : `: ${String(lastError.class ?? "Error")}: ${String(lastError.message ?? "")}`;
+    const why = lastError === null ? "" : `: ${String(lastError["class"] ?? "Error")}: ${String(lastError["message"] ?? "")}`;
     super(`job ${jobId} ${state}${why}`);
     this.name = "JobNotSucceededError";
     this.jobId = jobId;
@@ -285,7 +285,7 @@ export class ChildFailedError extends PermanentError {
   readonly child: { name: string; jobId: string; state: JobState; lastError: Record<string, unknown> | null };
 
   constructor(parentJobId: string, child: ChildFailedError["child"]) {
-    const why = child.lastError === null ? "" : ` (${String(child.lastError.class ?? "Error")}: ${String(child.lastError.message ?? "")})`;
+    const why = child.lastError === null ? "" : ` (${String(child.lastError["class"] ?? "Error")}: ${String(child.lastError["message"] ?? "")})`;
     super(`child "${child.name}" (job ${child.jobId}) of job ${parentJobId} ${child.state}${why}`);
     this.name = "ChildFailedError";
     this.parentJobId = parentJobId;

@@ -70,7 +70,7 @@ export async function parkJob(state: WorkerState, held: HeldJob): Promise<void> 
       ...jobEvent(state, held),
       durationMs: durationOf(held),
       delay: parked ? "children" : "0",
-      ...(parked ? { children: held.awaitingChildren } : {}),
+      ...(parked && held.awaitingChildren !== undefined ? { children: held.awaitingChildren } : {}),
     });
   } catch (caught) {
     const error = asLost(caught);
