@@ -314,3 +314,48 @@ describe("the last two children finishing at once", () => {
     }
   });
 });
+
+describe("20,000 children", () => {
+  it("one spawn links and counts them all; the parent stays parked until the last batch of completions, then children() has every result", async () => {
+    const c = await db.pool.connect();
+    try {
+      const parent = await claimedParent(c);
+      const queue = unique("many");
+      const n = 20_000;
+      const rows = await spawn(
+        c,
+        parent,
+        Array.from({ length: n }, (_, i) => ({ name: `c${i}`, task: "child", queue, payload: { i } })),
+      );
+      expect(rows).toHaveLength(n);
+      expect(new Set(rows.map((r) => r.child_job_id)).size).toBe(n);
+      expect(rows.every((r, i) => r.name === `c${i}` && r.outcome === "created" && r.state === "enqueued")).toBe(true);
+      expect(await park(c, parent)).toBe(true);
+      // 1,000 at a time, each batch its own transaction (claim + complete() with a result per job).
+      for (let done = 0; done < n; ) {
+        expect(await stateOf(c, parent.job_id)).toBe("awaiting");
+        await c.query("BEGIN");
+        const { rows: claimed } = await c.query<{ job_id: string; attempt: number; lease_token: string; payload: { i: number } }>(
+          "SELECT job_id, attempt, lease_token, payload FROM idemq.claim(worker_id => 'many', queues => ARRAY[$1], batch_size => 1000, token => true)",
+          [queue],
+        );
+        await c.query(
+          `SELECT idemq.complete(job_id => u.id, attempt => u.attempt, result => to_jsonb(u.i * 2), lease_token => u.token)
+             FROM unnest($1::bigint[], $2::int[], $3::uuid[], $4::int[]) AS u(id, attempt, token, i)`,
+          [claimed.map((j) => j.job_id), claimed.map((j) => j.attempt), claimed.map((j) => j.lease_token), claimed.map((j) => j.payload.i)],
+        );
+        await c.query("COMMIT");
+        done += claimed.length;
+        expect(claimed.length).toBeGreaterThan(0);
+      }
+      expect(await stateOf(c, parent.job_id)).toBe("enqueued");
+      const out = await childrenOf(c, parent.job_id);
+      expect(out).toHaveLength(n);
+      expect(out.every((r) => r.state === "succeeded" && r.result === Number(r.name.slice(1)) * 2)).toBe(true);
+      const { rows: count } = await c.query("SELECT pending, failed FROM idemq.child_waits WHERE parent_id = $1", [parent.job_id]);
+      expect(count).toEqual([{ pending: 0, failed: 0 }]);
+    } finally {
+      c.release();
+    }
+  }, 300_000);
+});
