@@ -60,6 +60,34 @@ describe("ctx.spawn", () => {
     expect(w.of("job:success").filter((e) => e.task === "double")).toHaveLength(3);
   });
 
+  it("children that finished before the park (wait_for_children says false): the job runs again at once, attempt not spent", async () => {
+    const queue = unique("fan");
+    const runs: number[] = [];
+    const w = await startTestWorker(
+      db.url,
+      {
+        quick: async () => "quick",
+        parent: async (_payload, ctx) => {
+          runs.push(ctx.job.attempt);
+          try {
+            return (await ctx.spawn([{ name: "a", task: "quick", queue }])).map((c) => c.result);
+          } catch (error) {
+            // Hold the attempt until the child has finished: the park then finds nothing to wait for.
+            await waitFor(async () => (await ctx.children())[0]?.state === "succeeded", { what: "the child done" });
+            throw error;
+          }
+        },
+      },
+      { queues: [queue], concurrency: 2 },
+    );
+    const id = await makeJob(db.pool, { task: "parent", queue });
+    expect(await client().result(id, { timeout: "30s" })).toEqual(["quick"]);
+    expect(runs).toEqual([1, 2]);
+    const row = await jobRow(db.pool, id);
+    expect(row.attempt - row.uncounted).toBe(1);
+    expect(w.of("job:snoozed")).toEqual([expect.objectContaining({ jobId: id, delay: "0" })]);
+  });
+
   it("failFast: the first child that does not succeed releases the parent, whose ctx.spawn throws ChildFailedError (permanent)", async () => {
     const queue = unique("fan");
     const w = await startTestWorker(
