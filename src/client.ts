@@ -150,7 +150,7 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
       throw new TypeError("new Client(): listenConnectionString must be a connection string");
     }
     // result()'s LISTEN connection cannot come from the pool (it is held): the pool's settings, a client of its own.
-    const { max: _max, min: _min, idleTimeoutMillis: _idle, ...poolClientConfig } = this.pool.options as pg.PoolConfig;
+    const { max: _max, min: _min, idleTimeoutMillis: _idle, ...poolClientConfig } = (this.pool.options ?? {}) as pg.PoolConfig;
     this.results = new ResultWaiter(this.pool, listenUrl === undefined ? poolClientConfig : { connectionString: listenUrl }, this.onPoolError);
   }
 
