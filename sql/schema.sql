@@ -78,6 +78,7 @@ CREATE TYPE idemq.schedule_misfire AS ENUM (
 CREATE TYPE idemq.waiting_reason AS ENUM (
     'parents',
     'concurrency_key',
+    'children',
     'paused',
     'held',
     'concurrency',
@@ -188,6 +189,10 @@ CREATE TABLE idemq.jobs (
     locked_at timestamp with time zone,
     lease_expires_at timestamp with time zone,
     lease_lost boolean DEFAULT false NOT NULL,
+    -- Its finish must run the jobs trigger (_on_job_finished) for others:
+    -- jobs enqueued `after` it, a parent it is the spawned child of
+    -- (job_children), its own children (spawn), or a client waiting for its
+    -- result (result_watched). A completion with retention 0 keeps it.
     has_children boolean DEFAULT false NOT NULL,
     errors jsonb DEFAULT '[]'::jsonb NOT NULL,
     result jsonb,
@@ -214,6 +219,11 @@ CREATE TABLE idemq.jobs (
     -- The attempt's progress, a percentage its handler reports (progress()):
     -- kept after the attempt ends, cleared by the next claim.
     progress smallint,
+    -- A client waits for the job's outcome (job_result(..., notify => true)):
+    -- its finish sends NOTIFY idemq_results with its id (_on_job_finished).
+    -- Set together with has_children, which makes that trigger run and a
+    -- retention of 0 keep the row for the reader.
+    result_watched boolean DEFAULT false NOT NULL,
     CONSTRAINT jobs_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT jobs_lease_iff_processing CHECK (((state = 'processing'::idemq.job_state) = ((lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)))),
     CONSTRAINT jobs_max_attempts_positive CHECK ((max_attempts >= 1)),
@@ -270,6 +280,45 @@ CREATE TABLE idemq.job_dependencies (
     PRIMARY KEY (parent_id, child_id)
 );
 CREATE INDEX job_dependencies_child ON idemq.job_dependencies USING btree (child_id);
+
+-- Fan-out and fan-in (spawn, enqueue_batch; docs/design.md, "Children and
+-- batches"): a parent's children by name. The link is written with the
+-- child and is the spawn's idempotency (a replay names the same children,
+-- which are linked already); when the child finishes, the jobs trigger
+-- (_child_finished) copies its outcome here, so the parent reads it even
+-- after retention deleted the child. Deleted with the parent (_delete_jobs).
+CREATE TABLE idemq.job_children (
+    parent_id bigint NOT NULL,
+    name text NOT NULL,
+    child_id bigint NOT NULL,
+    -- The child's terminal state, result (succeeded) or latest error entry
+    -- (the others), copied when it finished; NULL while it is active.
+    state idemq.job_state,
+    result jsonb,
+    last_error jsonb,
+    finished_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT job_children_pkey PRIMARY KEY (parent_id, name),
+    CONSTRAINT job_children_name_not_empty CHECK ((name <> ''::text)),
+    CONSTRAINT job_children_name_length CHECK ((length(name) <= 200)),
+    CONSTRAINT job_children_finished_consistent CHECK (((state IS NULL) = (finished_at IS NULL))),
+    CONSTRAINT job_children_state_terminal CHECK ((state = ANY (ARRAY['succeeded'::idemq.job_state, 'failed'::idemq.job_state, 'expired'::idemq.job_state, 'cancelled'::idemq.job_state])))
+);
+-- The trigger's look-up: the unfinished links of a child that finishes.
+CREATE INDEX job_children_active_child ON idemq.job_children USING btree (child_id) WHERE (state IS NULL);
+
+-- A parent's count of unfinished and unsuccessful children, one row per
+-- parent that spawned: the finishing child that takes pending to 0 (or,
+-- with fail_fast, makes failed 1) releases a parent parked by
+-- wait_for_children. Updated in place under its row lock, so exactly one
+-- finishing child sees the count reach 0 (see docs/design.md).
+CREATE TABLE idemq.child_waits (
+    parent_id bigint PRIMARY KEY,
+    pending integer NOT NULL,
+    failed integer DEFAULT 0 NOT NULL,
+    fail_fast boolean DEFAULT false NOT NULL,
+    CONSTRAINT child_waits_counts_not_negative CHECK (((pending >= 0) AND (failed >= 0)))
+) WITH (fillfactor = 50);
 
 -- Job counts per (queue, task, state), for stats() and overview(): rows the
 -- trigger function _count_jobs appends (its triggers are after the

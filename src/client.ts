@@ -9,6 +9,7 @@ import { runBulkAction, type BulkOptions, type BulkProgress } from "./bulk-actio
 import { defaultConnectionString } from "./database-url.ts";
 import { DuplicateJobError } from "./errors.ts";
 import { getJob, listJobs, sqlJobFilter, type Job, type JobFilter, type ListJobsFilter } from "./job-reads.ts";
+import { ResultWaiter, type ResultOptions } from "./results.ts";
 import * as sql from "./sql/index.ts";
 import { loadOtelApi, otelApiIfLoaded } from "./tracing/otel-api.ts";
 import { ProducerTracing } from "./tracing/spans.ts";
@@ -38,6 +39,14 @@ interface CommonClientOptions {
    * Without the API, or with false, nothing is loaded and nothing stored.
    */
   tracing?: boolean | undefined;
+  /**
+   * Where result() LISTENs (one connection of its own, opened by the first
+   * result() and kept until close()): a direct connection to the database
+   * (or a session pooler). Default: the Client's own connection settings.
+   * Behind a transaction pooler (PgBouncer) LISTEN cannot work: set this,
+   * or pass result()'s pollInterval.
+   */
+  listenConnectionString?: string | undefined;
 }
 
 export type ClientOptions =
@@ -104,6 +113,7 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
   private closed = false;
   /** null: tracing off (disabled, or @opentelemetry/api absent); undefined: not known until the API's import settles. */
   private producer: ProducerTracing | null | undefined;
+  private readonly results: ResultWaiter;
 
   constructor(options: ClientOptions | pg.Pool = {}) {
     super();
@@ -135,6 +145,13 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
       else console.warn("[idemq] idle PostgreSQL connection error:", err.message);
     };
     this.pool.on("error", this.onPoolError);
+    const listenUrl = isPool(options) ? undefined : options.listenConnectionString;
+    if (listenUrl !== undefined && (typeof listenUrl !== "string" || listenUrl === "")) {
+      throw new TypeError("new Client(): listenConnectionString must be a connection string");
+    }
+    // result()'s LISTEN connection cannot come from the pool (it is held): the pool's settings, a client of its own.
+    const { max: _max, min: _min, idleTimeoutMillis: _idle, ...poolClientConfig } = (this.pool.options ?? {}) as pg.PoolConfig;
+    this.results = new ResultWaiter(this.pool, listenUrl === undefined ? poolClientConfig : { connectionString: listenUrl }, this.onPoolError);
   }
 
   /** The producer spans, once known; a promise only until the first import of @opentelemetry/api settles. */
@@ -365,10 +382,45 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return runBulkAction(this.db(opts), action, filter, opts);
   }
 
+  /**
+   * Waits for a job's outcome without polling (LISTEN on idemq_results, and
+   * job_result(..., notify => true)): resolves with its result (what its
+   * handler returned; null for none) once it succeeded; rejects with
+   * JobNotSucceededError (failed, expired or cancelled; its latest error),
+   * ResultTimeoutError after `timeout` (the job goes on), or
+   * JobNotFoundError. Works from any process. Behind a transaction pooler,
+   * set listenConnectionString or pass `pollInterval` (job_result polled).
+   */
+  result<R = unknown>(jobId: JobIdInput, opts: ResultOptions = {}): Promise<R> {
+    if (this.closed) return Promise.reject(new Error("idemq Client is closed"));
+    return this.results.wait(jobId, opts) as Promise<R>;
+  }
+
+  /** A job's children (spawn, or a batch's jobs for its callback) with their outcomes, in the order they were linked. */
+  children(jobId: JobIdInput, opts: InTransaction = {}): Promise<sql.ChildOutcome[]> {
+    return sql.children(this.db(opts), jobId);
+  }
+
+  /**
+   * A batch: enqueues `jobs` and a `callback` job that runs once, when all of
+   * them have finished (with failFast, at the first that did not succeed),
+   * and reads their outcomes with ctx.children() (each named by its ordinal,
+   * "1", "2", ...). An idempotencyKey on the callback makes the batch
+   * idempotent: a second call with it enqueues nothing.
+   */
+  enqueueBatch(
+    jobs: readonly EnqueueManyJob<ClientPayloads<T>>[],
+    callback: EnqueueManyJob<ClientPayloads<T>>,
+    opts: { failFast?: boolean | undefined } & InTransaction = {},
+  ): Promise<{ callback: EnqueueManyResult; jobs: EnqueueManyResult[] }> {
+    return sql.enqueueBatch(this.db(opts), jobs as readonly EnqueueManyJob[], callback as EnqueueManyJob, opts);
+  }
+
   /** Ends the pool if this Client created it; idempotent. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.results.close();
     if (this.ownsPool) {
       // Our listener stays on our ended pool: a connection still closing can
       // report 57P01 (server shutting down) after end() resolves.

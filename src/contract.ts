@@ -44,12 +44,12 @@ export function isTerminalState(state: JobState): state is TerminalState {
 /**
  * Every value of `idemq.waiting_reason`, in the enum's order: why a job that
  * is not running waits (job()'s and stats()'s waiting_for). An awaiting job:
- * "parents", "concurrency_key". A runnable one, held back by its queue or
+ * "parents", "concurrency_key", "children" (parked by wait_for_children). A runnable one, held back by its queue or
  * task: "paused", "held", "concurrency" (no slot free), "rate" (no start left
  * in the period), in precedence order (the first that holds is said). A
  * runnable job with none of them (waiting_for null) waits for a worker.
  */
-export const WAITING_REASONS = ["parents", "concurrency_key", "paused", "held", "concurrency", "rate"] as const;
+export const WAITING_REASONS = ["parents", "concurrency_key", "children", "paused", "held", "concurrency", "rate"] as const;
 export type WaitingReason = (typeof WAITING_REASONS)[number];
 
 /** The reasons a runnable job waits for its queue or task (the rest of WAITING_REASONS are an awaiting job's). */
@@ -131,6 +131,12 @@ export type StatsMetric = JobState | (typeof STATS_EVENT_METRICS)[number];
 
 /** NOTIFY channel on which a runnable job is announced (payload: queue name). */
 export const NOTIFY_CHANNEL = "idemq_jobs";
+
+/**
+ * NOTIFY channel on which a job marked by job_result(..., notify => true)
+ * announces that it finished (payload: its id); Client.result listens.
+ */
+export const RESULTS_CHANNEL = "idemq_results";
 
 // ------------------------------------------------------------ error codes
 

@@ -238,6 +238,62 @@ export class TimeoutError extends Error {
 }
 
 /**
+ * Client.result(): the job did not finish within `timeout` (it may still:
+ * wait again, or read it later with job_result). Not a database error.
+ */
+export class ResultTimeoutError extends Error {
+  readonly jobId: string;
+  readonly timeoutMs: number;
+  /** The job's state when the wait gave up. */
+  readonly state: JobState;
+
+  constructor(jobId: string, timeoutMs: number, state: JobState) {
+    super(`job ${jobId} did not finish within ${timeoutMs} ms (it is ${state}); result() gave up waiting, the job goes on`);
+    this.name = "ResultTimeoutError";
+    this.jobId = jobId;
+    this.timeoutMs = timeoutMs;
+    this.state = state;
+  }
+}
+
+/**
+ * Client.result(): the job finished without succeeding (failed, expired or
+ * cancelled); `lastError` is its latest error entry (class, message, ...).
+ */
+export class JobNotSucceededError extends Error {
+  readonly jobId: string;
+  readonly state: Exclude<JobState, "succeeded">;
+  readonly lastError: Record<string, unknown> | null;
+
+  constructor(jobId: string, state: Exclude<JobState, "succeeded">, lastError: Record<string, unknown> | null) {
+    const why = lastError === null ? "" : `: ${String(lastError["class"] ?? "Error")}: ${String(lastError["message"] ?? "")}`;
+    super(`job ${jobId} ${state}${why}`);
+    this.name = "JobNotSucceededError";
+    this.jobId = jobId;
+    this.state = state;
+    this.lastError = lastError;
+  }
+}
+
+/**
+ * ctx.spawn(children, { failFast: true }): a child did not succeed. A
+ * PermanentError: the parent fails at once (a retry would find the same
+ * child, linked by its name, in the same state).
+ */
+export class ChildFailedError extends PermanentError {
+  readonly parentJobId: string;
+  readonly child: { name: string; jobId: string; state: JobState; lastError: Record<string, unknown> | null };
+
+  constructor(parentJobId: string, child: ChildFailedError["child"]) {
+    const why = child.lastError === null ? "" : ` (${String(child.lastError["class"] ?? "Error")}: ${String(child.lastError["message"] ?? "")})`;
+    super(`child "${child.name}" (job ${child.jobId}) of job ${parentJobId} ${child.state}${why}`);
+    this.name = "ChildFailedError";
+    this.parentJobId = parentJobId;
+    this.child = child;
+  }
+}
+
+/**
  * What a RateLimitedError holds back: the job's queue (every task calling the
  * API), its task, or its concurrency key (one customer's API key: the job
  * must have been enqueued with a concurrencyKey).

@@ -32,15 +32,18 @@ export type {
 
 export {
   BadArgumentError,
+  ChildFailedError,
   DuplicateJobError,
   EffectClaimLostError,
   IdemqError,
   InvalidStateError,
   JobNotFoundError,
+  JobNotSucceededError,
   KeyReuseError,
   LeaseLostError,
   PermanentError,
   RateLimitedError,
+  ResultTimeoutError,
   SchemaMissingError,
   StepError,
   TimeoutError,
@@ -56,6 +59,7 @@ export {
   ERROR_CODES,
   JOB_STATES,
   NOTIFY_CHANNEL,
+  RESULTS_CHANNEL,
   SCHEDULE_MISFIRES,
   SCHEDULE_OVERLAPS,
   STEP_RESULT_BYTES,
@@ -92,6 +96,10 @@ export type {
   ScheduleDefinition,
   ScheduleNextOptions,
   StatsRow,
+  ChildJob,
+  ChildOutcome,
+  JobOutcome,
+  SpawnedChild,
 } from "./sql/index.ts";
 export type { Job, JobFilter, ListJobsFilter } from "./job-reads.ts";
 export type { BulkOptions, BulkProgress } from "./bulk-actions.ts";

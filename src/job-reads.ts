@@ -166,6 +166,7 @@ export function toJob(r: JobRow): Job {
 const WAITING_SENTENCES: Record<WaitingReason | RunnableWait, string> = {
   parents: "its parents (after)",
   concurrency_key: "a place of its concurrency key",
+  children: "its children to finish (spawn, wait_for_children; or a batch's jobs)",
   paused: "its queue or task to be resumed (paused)",
   held: "its queue's or task's hold to end (hold(): an API's Retry-After)",
   concurrency: "a free slot: its queue's or task's concurrency limit has every slot held",
@@ -260,9 +261,12 @@ export async function jobLinks(db: Queryable, jobId: JobIdInput): Promise<{ pare
   const id = toJobId(jobId);
   const rows = await runQuery<LinkedJob & { side: "parent" | "child" }>(
     db,
-    `SELECT 'parent' AS side, j.id, j.task, j.state FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.parent_id WHERE d.child_id = $1
+    // (id, id) is the gate of a job parked by wait_for_children, not a link.
+    `SELECT 'parent' AS side, j.id, j.task, j.state FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.parent_id
+       WHERE d.child_id = $1 AND d.parent_id <> d.child_id
      UNION ALL
-     SELECT 'child', j.id, j.task, j.state FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.child_id WHERE d.parent_id = $1
+     SELECT 'child', j.id, j.task, j.state FROM idemq.job_dependencies d JOIN idemq.jobs j ON j.id = d.child_id
+       WHERE d.parent_id = $1 AND d.parent_id <> d.child_id
      ORDER BY 1, 2`,
     [id],
   );

@@ -19,7 +19,7 @@ export type InstallationRoles = Record<RoleKind, string>;
  * grants.
  */
 export const ROLE_FUNCTIONS = {
-  producer: ["enqueue", "enqueue_many", "job", "emit"],
+  producer: ["enqueue", "enqueue_many", "job", "emit", "job_result", "children", "enqueue_batch"],
   worker: [
     "job",
     "claim",
@@ -50,6 +50,10 @@ export const ROLE_FUNCTIONS = {
     "steps",
     "sleep",
     "await_event",
+    "job_result",
+    "children",
+    "spawn",
+    "wait_for_children",
   ],
   /** The read-only operator (the dashboard as a viewer): reads, no writes, no payload. */
   viewer: [
@@ -66,6 +70,7 @@ export const ROLE_FUNCTIONS = {
     "schedule_next",
     "retry_horizon",
     "history",
+    "children",
   ],
 } as const satisfies Record<Exclude<RoleKind, "admin">, readonly string[]>;
 

@@ -29,9 +29,9 @@ COMMENT ON TABLE idemq.installation IS
   'This installation''s role names, chosen once at install (_grant_roles); shared_members_pending: upgraded from 0.1.0, the cluster-wide roles'' members not yet moved to these roles.';
 
 -- Why a job that is not running waits (job()'s and stats()'s waiting_for):
--- awaiting ('parents', 'concurrency_key') or runnable and held back by its
+-- awaiting ('parents', 'concurrency_key', 'children') or runnable and held back by its
 -- queue or task ('paused', 'held', 'concurrency', 'rate', in precedence order).
-CREATE TYPE idemq.waiting_reason AS ENUM ('parents', 'concurrency_key', 'paused', 'held', 'concurrency', 'rate');
+CREATE TYPE idemq.waiting_reason AS ENUM ('parents', 'concurrency_key', 'children', 'paused', 'held', 'concurrency', 'rate');
 
 -- What idemq.job() returns: a type, not RETURNS TABLE, because a TABLE column
 -- may not share its name with the parameter job_id.
@@ -307,6 +307,32 @@ COMMENT ON TABLE idemq.events IS 'Events emitted (emit), kept event_retention_se
 CREATE INDEX events_by_pair ON idemq.events USING btree (event, (COALESCE(key, ''::text)), id);
 -- _prune_events(): the oldest first.
 CREATE INDEX events_by_time ON idemq.events USING btree (emitted_at);
+-- Fan-out and fan-in (issue 28; docs/design.md, "Children and batches"):
+-- a parent's children by name, with each child's outcome copied when it
+-- finishes, and per parent the count of children still running.
+CREATE TABLE idemq.job_children (
+    parent_id bigint NOT NULL,
+    name text NOT NULL,
+    child_id bigint NOT NULL,
+    state idemq.job_state,
+    result jsonb,
+    last_error jsonb,
+    finished_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT job_children_pkey PRIMARY KEY (parent_id, name),
+    CONSTRAINT job_children_name_not_empty CHECK ((name <> ''::text)),
+    CONSTRAINT job_children_name_length CHECK ((length(name) <= 200)),
+    CONSTRAINT job_children_finished_consistent CHECK (((state IS NULL) = (finished_at IS NULL))),
+    CONSTRAINT job_children_state_terminal CHECK ((state = ANY (ARRAY['succeeded'::idemq.job_state, 'failed'::idemq.job_state, 'expired'::idemq.job_state, 'cancelled'::idemq.job_state])))
+);
+CREATE INDEX job_children_active_child ON idemq.job_children USING btree (child_id) WHERE (state IS NULL);
+CREATE TABLE idemq.child_waits (
+    parent_id bigint PRIMARY KEY,
+    pending integer NOT NULL,
+    failed integer DEFAULT 0 NOT NULL,
+    fail_fast boolean DEFAULT false NOT NULL,
+    CONSTRAINT child_waits_counts_not_negative CHECK (((pending >= 0) AND (failed >= 0)))
+) WITH (fillfactor = 50);
 -- ==== end hand-written ====
 
 -- ---- sql/functions/steps/_check_event.sql ----
@@ -467,6 +493,36 @@ $$;
 
 COMMENT ON FUNCTION idemq._claim_gate(text[], text[], int) IS
   'claim() under flow control: the keys not paused and with free slots and starts, and how many jobs to walk at most.';
+
+-- ---- sql/functions/retention/_delete_jobs.sql ----
+CREATE OR REPLACE FUNCTION idemq._delete_jobs(job_ids bigint[])
+RETURNS int
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_count int;
+BEGIN
+  WITH gone AS (
+    DELETE FROM idemq.jobs AS j
+    WHERE j.id = ANY (_delete_jobs.job_ids) AND j.finished_at IS NOT NULL
+    RETURNING j.id
+  ), deps AS (
+    DELETE FROM idemq.job_dependencies AS dep USING gone g WHERE dep.parent_id = g.id
+  ), links AS (
+    -- A parent's children links and count go with it (the children stay).
+    DELETE FROM idemq.job_children AS c USING gone g WHERE c.parent_id = g.id
+  ), waits AS (
+    DELETE FROM idemq.child_waits AS w USING gone g WHERE w.parent_id = g.id
+  )
+  SELECT count(*) INTO v_count FROM gone;
+  RETURN v_count;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._delete_jobs(bigint[]) IS
+  'Delete locked finished jobs and their dependency rows (never their keys); returns how many.';
 
 -- ---- sql/functions/reads/_duration_buckets.sql ----
 CREATE OR REPLACE FUNCTION idemq._duration_buckets()
@@ -1465,14 +1521,16 @@ DECLARE
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit', 'job_result', 'children', 'enqueue_batch'];
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up',
-                           'step_record', 'steps', 'sleep', 'await_event'];
+                           'step_record', 'steps', 'sleep', 'await_event',
+                           'job_result', 'children', 'spawn', 'wait_for_children'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
-                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history'];
+                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history',
+                           'children'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;
@@ -2275,81 +2333,44 @@ $$;
 COMMENT ON FUNCTION idemq._matching_jobs(text, jsonb, idemq.job_state[], bigint, int) IS
   'The ids of the jobs a filter matches (checked first), newest first, below before_id, at most max_rows.';
 
--- ---- sql/functions/attempts/_on_job_finished.sql ----
-CREATE OR REPLACE FUNCTION idemq._on_job_finished()
-RETURNS trigger
+-- ---- sql/functions/children/_release_waiting.sql ----
+CREATE OR REPLACE FUNCTION idemq._release_waiting(job_id bigint)
+RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_children bigint[];
-  v_queues text[];
-  v_keys text[];
+  v_moved record;
+  v_key text;
 BEGIN
-  IF NEW.idempotency_key IS NOT NULL THEN
-    UPDATE idemq.keys AS k
-    SET finished_state = NEW.state, finished_at = NEW.finished_at
-    WHERE k.key = NEW.idempotency_key AND k.job_id = NEW.id;
+  DELETE FROM idemq.job_dependencies AS d
+  WHERE d.parent_id = _release_waiting.job_id AND d.child_id = _release_waiting.job_id;
+  IF NOT FOUND THEN
+    RETURN;
   END IF;
-
-  IF NEW.has_children THEN
-    WITH released AS (
-      DELETE FROM idemq.job_dependencies AS d
-      WHERE d.parent_id = NEW.id
-      RETURNING d.child_id
-    )
-    SELECT array_agg(r.child_id) INTO v_children FROM released r;
-    IF v_children IS NULL THEN
-      RETURN NULL;
+  UPDATE idemq.jobs AS j
+  SET state = idemq._initial_state(j.run_at)
+  WHERE j.id = _release_waiting.job_id AND j.state = 'awaiting' AND j.concurrency_key IS NULL
+    AND NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+  RETURNING j.queue, j.state INTO v_moved;
+  IF FOUND THEN
+    IF v_moved.state = 'enqueued' THEN
+      PERFORM idemq._notify_waiting(v_moved.queue);
     END IF;
-    -- Lock the children (in id order) before looking at what else they wait
-    -- on, and look in statements of their own: each takes its snapshot after
-    -- the lock, so it sees what a concurrent parent's transaction committed.
-    -- Read in the statement that deletes the dependency rows, two parents
-    -- succeeding at once would each still see the other's row, and neither
-    -- would release the child.
-    PERFORM 1 FROM idemq.jobs j
-    WHERE j.id = ANY (v_children)
-    ORDER BY j.id
-    FOR NO KEY UPDATE;
-
-    IF NEW.state = 'succeeded' THEN
-      WITH moved AS (
-        UPDATE idemq.jobs AS j
-        SET state = idemq._initial_state(j.run_at)
-        WHERE j.id = ANY (v_children)
-          AND j.state = 'awaiting'
-          AND j.concurrency_key IS NULL
-          AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id)
-        RETURNING j.queue, j.state
-      )
-      SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
-      PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
-      -- A child with a concurrency key stays awaiting, now for its key, and
-      -- is admitted when the key has room (_key_promote).
-      SELECT array_agg(DISTINCT j.concurrency_key) INTO v_keys
-      FROM idemq.jobs j
-      WHERE j.id = ANY (v_children) AND j.state = 'awaiting' AND j.concurrency_key IS NOT NULL
-        AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id);
-      IF v_keys IS NOT NULL THEN
-        PERFORM idemq._key_promote(v_keys);
-      END IF;
-    ELSE
-      UPDATE idemq.jobs AS j
-      SET state = 'cancelled', finished_at = now(),
-          errors = idemq._append_error(j.errors, jsonb_build_object(
-            'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
-            'message', format('parent job %s ended %s before this job could run', NEW.id, NEW.state)))
-      WHERE j.id = ANY (v_children) AND j.state = 'awaiting';
-    END IF;
+    RETURN;
   END IF;
-  RETURN NULL;
+  SELECT j.concurrency_key INTO v_key
+  FROM idemq.jobs j
+  WHERE j.id = _release_waiting.job_id AND j.state = 'awaiting' AND j.concurrency_key IS NOT NULL;
+  IF v_key IS NOT NULL THEN
+    PERFORM idemq._key_promote(ARRAY[v_key]);
+  END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._on_job_finished() IS
-  'Trigger: on a job entering a terminal state, finish its key in the ledger and release or cancel its children.';
+COMMENT ON FUNCTION idemq._release_waiting(bigint) IS
+  'End a parked job''s wait for its children: remove its gate and make it runnable (or let its concurrency key admit it).';
 
 -- ---- sql/functions/flow/_repair_slots.sql ----
 CREATE OR REPLACE FUNCTION idemq._repair_slots(batch_size int)
@@ -2463,6 +2484,40 @@ $$;
 
 COMMENT ON FUNCTION idemq._bulk_batch(text, jsonb, text, bigint, int) IS
   'One batch of a bulk action: the matching jobs in the action''s states, locked SKIP LOCKED, and where the next batch starts.';
+
+-- ---- sql/functions/children/_child_finished.sql ----
+CREATE OR REPLACE FUNCTION idemq._child_finished(child_id bigint, state idemq.job_state, result jsonb, errors jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_parent bigint;
+  v_wait record;
+  v_failed int := CASE WHEN _child_finished.state = 'succeeded' THEN 0 ELSE 1 END;
+BEGIN
+  FOR v_parent IN
+    UPDATE idemq.job_children AS c
+    SET state = _child_finished.state, finished_at = now(),
+        result = CASE WHEN _child_finished.state = 'succeeded' THEN _child_finished.result END,
+        last_error = CASE WHEN _child_finished.state <> 'succeeded' THEN _child_finished.errors -> -1 END
+    WHERE c.child_id = _child_finished.child_id AND c.state IS NULL
+    RETURNING c.parent_id
+  LOOP
+    UPDATE idemq.child_waits AS w
+    SET pending = w.pending - 1, failed = w.failed + v_failed
+    WHERE w.parent_id = v_parent
+    RETURNING w.pending, w.failed, w.fail_fast INTO v_wait;
+    IF FOUND AND (v_wait.pending = 0 OR (v_wait.fail_fast AND v_failed = 1)) THEN
+      PERFORM idemq._release_waiting(v_parent);
+    END IF;
+  END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._child_finished(bigint, idemq.job_state, jsonb, jsonb) IS
+  'Trigger helper: record a finished child''s outcome in its links, count it, and release a parent whose wait it ends.';
 
 -- ---- sql/functions/enqueue/_enqueue_planned.sql ----
 CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
@@ -2721,6 +2776,89 @@ $$;
 COMMENT ON FUNCTION idemq._parse_jobs(jsonb) IS
   'Parse and check enqueue_many''s JSON array into planned jobs, raising 22023 for the first bad element.';
 
+-- ---- sql/functions/attempts/_on_job_finished.sql ----
+CREATE OR REPLACE FUNCTION idemq._on_job_finished()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_children bigint[];
+  v_queues text[];
+  v_keys text[];
+BEGIN
+  IF NEW.idempotency_key IS NOT NULL THEN
+    UPDATE idemq.keys AS k
+    SET finished_state = NEW.state, finished_at = NEW.finished_at
+    WHERE k.key = NEW.idempotency_key AND k.job_id = NEW.id;
+  END IF;
+
+  IF NEW.has_children THEN
+    -- A client waits for this outcome (job_result's notify), and parents
+    -- wait for this child (spawn, enqueue_batch): before the continuations,
+    -- which may end the trigger early.
+    IF NEW.result_watched THEN
+      PERFORM pg_notify('idemq_results', NEW.id::text);
+    END IF;
+    PERFORM idemq._child_finished(NEW.id, NEW.state, NEW.result, NEW.errors);
+    WITH released AS (
+      DELETE FROM idemq.job_dependencies AS d
+      WHERE d.parent_id = NEW.id
+      RETURNING d.child_id
+    )
+    SELECT array_agg(r.child_id) INTO v_children FROM released r;
+    IF v_children IS NULL THEN
+      RETURN NULL;
+    END IF;
+    -- Lock the children (in id order) before looking at what else they wait
+    -- on, and look in statements of their own: each takes its snapshot after
+    -- the lock, so it sees what a concurrent parent's transaction committed.
+    -- Read in the statement that deletes the dependency rows, two parents
+    -- succeeding at once would each still see the other's row, and neither
+    -- would release the child.
+    PERFORM 1 FROM idemq.jobs j
+    WHERE j.id = ANY (v_children)
+    ORDER BY j.id
+    FOR NO KEY UPDATE;
+
+    IF NEW.state = 'succeeded' THEN
+      WITH moved AS (
+        UPDATE idemq.jobs AS j
+        SET state = idemq._initial_state(j.run_at)
+        WHERE j.id = ANY (v_children)
+          AND j.state = 'awaiting'
+          AND j.concurrency_key IS NULL
+          AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+        RETURNING j.queue, j.state
+      )
+      SELECT array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_queues FROM moved m;
+      PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) q;
+      -- A child with a concurrency key stays awaiting, now for its key, and
+      -- is admitted when the key has room (_key_promote).
+      SELECT array_agg(DISTINCT j.concurrency_key) INTO v_keys
+      FROM idemq.jobs j
+      WHERE j.id = ANY (v_children) AND j.state = 'awaiting' AND j.concurrency_key IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM idemq.job_dependencies d WHERE d.child_id = j.id);
+      IF v_keys IS NOT NULL THEN
+        PERFORM idemq._key_promote(v_keys);
+      END IF;
+    ELSE
+      UPDATE idemq.jobs AS j
+      SET state = 'cancelled', finished_at = now(),
+          errors = idemq._append_error(j.errors, jsonb_build_object(
+            'attempt', j.attempt, 'failed_at', now(), 'class', 'ParentNotSucceeded',
+            'message', format('parent job %s ended %s before this job could run', NEW.id, NEW.state)))
+      WHERE j.id = ANY (v_children) AND j.state = 'awaiting';
+    END IF;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._on_job_finished() IS
+  'Trigger: on a job entering a terminal state, finish its key in the ledger and release or cancel its children.';
+
 -- ---- sql/functions/retention/apply_retention.sql ----
 CREATE OR REPLACE FUNCTION idemq.apply_retention(batch_size int DEFAULT 1000)
 RETURNS int
@@ -2965,6 +3103,32 @@ $$;
 
 COMMENT ON FUNCTION idemq.cancel_jobs(jsonb, bigint, int) IS
   'Cancel the active jobs a filter matches, one batch of at most max_jobs per call (cancel() each).';
+
+-- ---- sql/functions/children/children.sql ----
+CREATE OR REPLACE FUNCTION idemq.children(job_id bigint)
+RETURNS TABLE(name text, child_job_id bigint, state idemq.job_state, result jsonb, last_error jsonb, finished_at timestamptz)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF children.job_id IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = 'children: job_id must not be NULL',
+      HINT = 'Pass the id of the job that spawned them (or of a batch''s callback).';
+  END IF;
+  RETURN QUERY
+  SELECT c.name, c.child_id, coalesce(c.state, j.state), c.result, c.last_error, c.finished_at
+  FROM idemq.job_children c
+  LEFT JOIN idemq.jobs j ON j.id = c.child_id AND c.state IS NULL
+  WHERE c.parent_id = children.job_id
+  ORDER BY c.created_at, c.child_id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.children(bigint) IS
+  'A job''s children by name (spawn, enqueue_batch): state, result or latest error, finished_at.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.claim;
@@ -3843,6 +4007,99 @@ $$;
 COMMENT ON FUNCTION idemq.enqueue(text, jsonb, text, timestamptz, int, int, text, idemq.duplicate_policy, jsonb, timestamptz, bigint[], interval, text, text, interval) IS
   'Add a job, or return the active job holding its idempotency key; the duplicate policy decides after a terminal job.';
 
+-- ---- sql/functions/children/enqueue_batch.sql ----
+CREATE OR REPLACE FUNCTION idemq.enqueue_batch(jobs jsonb, callback jsonb, fail_fast boolean DEFAULT false)
+RETURNS TABLE(ordinal int, job_id bigint, outcome text)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_parsed record;
+  v_callback idemq._planned_job[];
+  v_cb idemq._planned_job;
+  v_planned idemq._planned_job[];
+  v_message text;
+  v_wait record;
+BEGIN
+  IF enqueue_batch.jobs IS NULL OR enqueue_batch.callback IS NULL OR enqueue_batch.fail_fast IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('enqueue_batch: %s must not be NULL',
+                       CASE WHEN enqueue_batch.jobs IS NULL THEN 'jobs' WHEN enqueue_batch.callback IS NULL THEN 'callback'
+                            ELSE 'fail_fast' END),
+      HINT = 'Pass jobs as enqueue_many takes them and callback as one such job, e.g. {"task": "report"}.';
+  END IF;
+  IF jsonb_typeof(enqueue_batch.callback) <> 'object' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('enqueue_batch: callback must be a JSON object, not %s', jsonb_typeof(enqueue_batch.callback)),
+      HINT = 'Pass the callback as one job object, e.g. {"task": "report", "payload": {}}.';
+  END IF;
+  -- Both checked before anything is written.
+  BEGIN
+    v_parsed := idemq._parse_jobs(jsonb_build_array(enqueue_batch.callback));
+  EXCEPTION WHEN SQLSTATE '22023' THEN
+    GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT;
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'enqueue_batch: callback: ' || regexp_replace(v_message, '^jobs\[1\]:? ?', ''),
+      HINT = 'The callback takes enqueue_many''s fields.';
+  END;
+  v_callback := v_parsed.planned;
+  v_parsed := idemq._parse_jobs(enqueue_batch.jobs);
+
+  v_callback := idemq._enqueue_planned(v_callback, v_callback[1].idempotency_key IS NOT NULL, v_callback[1].after IS NOT NULL);
+  v_cb := v_callback[1];
+  ordinal := 0;
+  job_id := v_cb.job_id;
+  outcome := v_cb.outcome;
+  RETURN NEXT;
+  IF v_cb.outcome <> 'created' THEN
+    RETURN;
+  END IF;
+  -- Park the callback: its gate first (as wait_for_children: the UPDATE's
+  -- trigger may promote jobs of its concurrency key, not this one).
+  INSERT INTO idemq.job_dependencies (parent_id, child_id) VALUES (v_cb.job_id, v_cb.job_id);
+  UPDATE idemq.jobs AS j SET state = 'awaiting', has_children = true
+  WHERE j.id = v_cb.job_id AND j.state IN ('enqueued', 'scheduled', 'awaiting');
+
+  v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents);
+  INSERT INTO idemq.job_children (parent_id, name, child_id)
+  SELECT v_cb.job_id, p.ordinal::text, p.job_id
+  FROM unnest(v_planned) p
+  WHERE p.outcome IN ('created', 'deduplicated');
+  PERFORM 1 FROM idemq.jobs j
+  WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome = 'deduplicated'))
+  ORDER BY j.id
+  FOR NO KEY UPDATE;
+  UPDATE idemq.jobs AS j SET has_children = true
+  WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome IN ('created', 'deduplicated')))
+    AND NOT j.has_children;
+  UPDATE idemq.job_children AS c
+  SET state = j.state, finished_at = j.finished_at,
+      result = CASE WHEN j.state = 'succeeded' THEN j.result END,
+      last_error = CASE WHEN j.state <> 'succeeded' THEN j.errors -> -1 END
+  FROM unnest(v_planned) p
+  JOIN idemq.jobs j ON j.id = p.job_id
+  WHERE p.outcome = 'deduplicated' AND j.finished_at IS NOT NULL
+    AND c.parent_id = v_cb.job_id AND c.name = p.ordinal::text;
+  INSERT INTO idemq.child_waits AS w (parent_id, pending, failed, fail_fast)
+  SELECT v_cb.job_id, count(*) FILTER (WHERE c.state IS NULL), count(*) FILTER (WHERE c.state <> 'succeeded'),
+         enqueue_batch.fail_fast
+  FROM idemq.job_children c
+  WHERE c.parent_id = v_cb.job_id
+  RETURNING w.pending, w.failed INTO v_wait;
+  IF v_wait.pending = 0 OR (enqueue_batch.fail_fast AND v_wait.failed > 0) THEN
+    PERFORM idemq._release_waiting(v_cb.job_id);
+  END IF;
+
+  RETURN QUERY SELECT p.ordinal, p.job_id, p.outcome FROM unnest(v_planned) p ORDER BY p.ordinal;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.enqueue_batch(jsonb, jsonb, boolean) IS
+  'A batch: enqueue jobs and a callback job that runs once when all of them have finished (their outcomes: children()).';
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.fail;
 -- ---- sql/functions/attempts/fail.sql ----
@@ -4247,7 +4504,10 @@ BEGIN
          j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
          j.expires_at, j.concurrency_key,
          CASE WHEN j.state = 'awaiting' THEN
-                CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+                -- The gate of wait_for_children is the row (j.id, j.id).
+                CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id AND d.parent_id = j.id)
+                       THEN 'children'::idemq.waiting_reason
+                     WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
                        THEN 'parents'::idemq.waiting_reason
                      WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
               -- The probe of limits_scope first: _scope_waits() reads
@@ -4269,6 +4529,38 @@ $$;
 
 COMMENT ON FUNCTION idemq.job(bigint) IS
   'One job''s state and outcome (no row when it does not exist); the payload only for a login that may read idemq.jobs.';
+
+-- ---- sql/functions/results/job_result.sql ----
+CREATE OR REPLACE FUNCTION idemq.job_result(job_id bigint, notify boolean DEFAULT false)
+RETURNS TABLE(state idemq.job_state, result jsonb, last_error jsonb, finished_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF job_result.job_id IS NULL OR job_result.notify IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('job_result: %s must not be NULL', CASE WHEN job_result.job_id IS NULL THEN 'job_id' ELSE 'notify' END),
+      HINT = 'Pass the id enqueue() returned, and notify => true only to be sent NOTIFY idemq_results when it finishes.';
+  END IF;
+  IF job_result.notify THEN
+    UPDATE idemq.jobs AS j SET result_watched = true, has_children = true
+    WHERE j.id = job_result.job_id AND j.finished_at IS NULL
+      AND NOT (j.result_watched AND j.has_children);
+  END IF;
+  RETURN QUERY
+  SELECT j.state,
+         CASE WHEN j.state = 'succeeded' THEN j.result END,
+         CASE WHEN j.finished_at IS NOT NULL AND j.state <> 'succeeded' THEN j.errors -> -1 END,
+         j.finished_at
+  FROM idemq.jobs j
+  WHERE j.id = job_result.job_id;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.job_result(bigint, boolean) IS
+  'A job''s state and outcome (result, or its latest error); notify => true: NOTIFY idemq_results with its id when it finishes.';
 
 -- ---- sql/functions/flow/limits.sql ----
 CREATE OR REPLACE FUNCTION idemq.limits()
@@ -5001,6 +5293,152 @@ $$;
 COMMENT ON FUNCTION idemq.snooze(bigint, int, timestamptz, uuid) IS
   'Reschedule a held job without spending an attempt (rate limits, dependencies).';
 
+-- ---- sql/functions/children/spawn.sql ----
+CREATE OR REPLACE FUNCTION idemq.spawn(job_id bigint, attempt int, children jsonb, lease_token uuid DEFAULT NULL,
+                                       fail_fast boolean DEFAULT false)
+RETURNS TABLE(name text, child_job_id bigint, state idemq.job_state, result jsonb, last_error jsonb, outcome text)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_has_children boolean;
+  v_problem text;
+  v_new jsonb;
+  v_new_names text[];
+  v_parsed record;
+  v_planned idemq._planned_job[];
+  v_refused record;
+  v_message text;
+BEGIN
+  IF spawn.children IS NULL OR spawn.fail_fast IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('spawn: %s must not be NULL', CASE WHEN spawn.children IS NULL THEN 'children' ELSE 'fail_fast' END),
+      HINT = 'Pass children as a JSON array like [{"name": "a", "task": "resize", "payload": {}}].';
+  END IF;
+  IF jsonb_typeof(spawn.children) <> 'array' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('spawn: children must be a JSON array of objects, not %s', jsonb_typeof(spawn.children)),
+      HINT = 'Pass children as a JSON array like [{"name": "a", "task": "resize", "payload": {}}].';
+  END IF;
+  -- One pass over the elements (a hash of the names); only a call that
+  -- fails it looks for its first bad element, in order.
+  IF EXISTS (SELECT FROM jsonb_array_elements(spawn.children) AS x(e)
+             WHERE jsonb_typeof(x.e) <> 'object' OR jsonb_typeof(x.e -> 'name') IS DISTINCT FROM 'string'
+                OR x.e ->> 'name' = '' OR length(x.e ->> 'name') > 200)
+     OR EXISTS (SELECT FROM jsonb_array_elements(spawn.children) AS x(e)
+                GROUP BY x.e ->> 'name' HAVING count(*) > 1) THEN
+    SELECT format('children[%s] %s', x.ord, CASE
+             WHEN jsonb_typeof(x.e) <> 'object' THEN format('must be an object, not %s', jsonb_typeof(x.e))
+             WHEN NOT x.e ? 'name' THEN 'has no "name"'
+             WHEN jsonb_typeof(x.e -> 'name') <> 'string' THEN format('has a name that is not a string: %s', idemq._excerpt((x.e -> 'name')::text))
+             WHEN x.e ->> 'name' = '' THEN 'has an empty name'
+             WHEN length(x.e ->> 'name') > 200 THEN format('has a name of %s characters, over 200', length(x.e ->> 'name'))
+             ELSE format('has the name "%s" of an earlier element', idemq._excerpt(x.e ->> 'name')) END)
+    INTO v_problem
+    FROM (SELECT y.e, y.ord, row_number() OVER (PARTITION BY y.e -> 'name' ORDER BY y.ord) AS nth
+          FROM jsonb_array_elements(spawn.children) WITH ORDINALITY AS y(e, ord)) x
+    WHERE jsonb_typeof(x.e) <> 'object' OR jsonb_typeof(x.e -> 'name') IS DISTINCT FROM 'string'
+       OR x.e ->> 'name' = '' OR length(x.e ->> 'name') > 200 OR x.nth > 1
+    ORDER BY x.ord
+    LIMIT 1;
+  END IF;
+  IF v_problem IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = 'spawn: ' || v_problem,
+      HINT = 'Each child is an object with a unique "name" (1 to 200 characters; a replay finds the child by it) and enqueue_many''s fields.';
+  END IF;
+
+  SELECT j.has_children INTO v_has_children
+  FROM idemq.jobs j
+  WHERE j.id = spawn.job_id AND j.attempt = spawn.attempt
+    AND j.lease_token IS NOT DISTINCT FROM spawn.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by)
+  FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(spawn.job_id, spawn.attempt, 'spawn');
+  END IF;
+  IF NOT v_has_children THEN
+    UPDATE idemq.jobs AS j SET has_children = true WHERE j.id = spawn.job_id;
+  END IF;
+
+  -- The children not linked yet, without their names, in the call's order.
+  SELECT jsonb_agg(x.e - 'name' ORDER BY x.ord), array_agg(x.e ->> 'name' ORDER BY x.ord)
+  INTO v_new, v_new_names
+  FROM jsonb_array_elements(spawn.children) WITH ORDINALITY AS x(e, ord)
+  WHERE NOT EXISTS (SELECT FROM idemq.job_children c WHERE c.parent_id = spawn.job_id AND c.name = x.e ->> 'name');
+
+  IF v_new IS NOT NULL THEN
+    BEGIN
+      v_parsed := idemq._parse_jobs(v_new);
+    EXCEPTION WHEN SQLSTATE '22023' OR SQLSTATE '22004' THEN
+      GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT;
+      RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'spawn: ' || v_message,
+        HINT = 'jobs[N] is the N-th child of this call not spawned before; each child takes enqueue_many''s fields besides its name.';
+    END;
+    v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents);
+    SELECT p.ordinal, p.idempotency_key, p.outcome, p.job_id, p.existing_state INTO v_refused
+    FROM unnest(v_planned) p
+    WHERE p.outcome NOT IN ('created', 'deduplicated')
+    ORDER BY p.ordinal
+    LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'IQ409',
+        MESSAGE = format('spawn: child "%s" of job %s was not enqueued: its idempotency key "%s" %s',
+                         idemq._excerpt(v_new_names[v_refused.ordinal]), spawn.job_id, idemq._excerpt(v_refused.idempotency_key),
+                         CASE WHEN v_refused.outcome = 'conflict' THEN 'is held by an active job doing different work'
+                              ELSE 'is refused by its duplicate policy' END),
+        DETAIL = jsonb_build_object('key', v_refused.idempotency_key, 'existing_job_id', v_refused.job_id,
+                                    'existing_state', v_refused.existing_state, 'name', v_new_names[v_refused.ordinal])::text,
+        HINT = 'Give the child another key, or none (its name already makes the spawn idempotent); nothing was spawned.';
+    END IF;
+
+    INSERT INTO idemq.job_children (parent_id, name, child_id)
+    SELECT spawn.job_id, v_new_names[p.ordinal], p.job_id
+    FROM unnest(v_planned) p;
+    -- Their finish must run the jobs trigger (_child_finished). The
+    -- deduplicated ones exist already: locked here (id order) before their
+    -- state is read below, in a statement of its own. (Every look-up by a
+    -- list goes through unnest and an index, never `= ANY` of a list as a
+    -- filter: that compares each row with the whole list.)
+    PERFORM 1 FROM idemq.jobs j
+    WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome = 'deduplicated'))
+    ORDER BY j.id
+    FOR NO KEY UPDATE;
+    UPDATE idemq.jobs AS j SET has_children = true
+    WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p)) AND NOT j.has_children;
+    UPDATE idemq.job_children AS c
+    SET state = j.state, finished_at = j.finished_at,
+        result = CASE WHEN j.state = 'succeeded' THEN j.result END,
+        last_error = CASE WHEN j.state <> 'succeeded' THEN j.errors -> -1 END
+    FROM unnest(v_planned) p
+    JOIN idemq.jobs j ON j.id = p.job_id
+    WHERE p.outcome = 'deduplicated' AND j.finished_at IS NOT NULL
+      AND c.parent_id = spawn.job_id AND c.name = v_new_names[p.ordinal];
+  END IF;
+
+  INSERT INTO idemq.child_waits AS w (parent_id, pending, failed, fail_fast)
+  SELECT spawn.job_id, count(*) FILTER (WHERE c.state IS NULL), count(*) FILTER (WHERE c.state <> 'succeeded'), spawn.fail_fast
+  FROM unnest(coalesce(v_new_names, '{}')) AS n(name)
+  JOIN idemq.job_children c ON c.parent_id = spawn.job_id AND c.name = n.name
+  ON CONFLICT (parent_id) DO UPDATE
+    SET pending = w.pending + EXCLUDED.pending, failed = w.failed + EXCLUDED.failed, fail_fast = EXCLUDED.fail_fast;
+
+  RETURN QUERY
+  SELECT c.name, c.child_id, coalesce(c.state, j.state), c.result, c.last_error, coalesce(p.outcome, 'existing')
+  FROM jsonb_array_elements(spawn.children) WITH ORDINALITY AS x(e, ord)
+  JOIN idemq.job_children c ON c.parent_id = spawn.job_id AND c.name = x.e ->> 'name'
+  LEFT JOIN idemq.jobs j ON j.id = c.child_id
+  LEFT JOIN (SELECT v_new_names[q.ordinal] AS name, q.outcome FROM unnest(v_planned) q) p ON p.name = c.name
+  ORDER BY x.ord;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.spawn(bigint, int, jsonb, uuid, boolean) IS
+  'Fan-out: enqueue named child jobs of the held job (idempotent by name) and count them for its wait_for_children.';
+
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.stats;
 -- ---- sql/functions/reads/stats.sql ----
@@ -5139,6 +5577,51 @@ $$;
 
 COMMENT ON FUNCTION idemq.unserved_jobs(interval) IS
   'Runnable jobs per queue and task that no worker seen within seen_within claims (count, oldest age, last seen).';
+
+-- ---- sql/functions/children/wait_for_children.sql ----
+CREATE OR REPLACE FUNCTION idemq.wait_for_children(job_id bigint, attempt int, lease_token uuid DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_wait record;
+BEGIN
+  SELECT w.pending, w.failed, w.fail_fast INTO v_wait
+  FROM idemq.child_waits w
+  WHERE w.parent_id = wait_for_children.job_id
+  FOR UPDATE;
+  IF NOT FOUND OR v_wait.pending = 0 OR (v_wait.fail_fast AND v_wait.failed > 0) THEN
+    PERFORM 1 FROM idemq.jobs j
+    WHERE j.id = wait_for_children.job_id AND j.attempt = wait_for_children.attempt
+      AND j.lease_token IS NOT DISTINCT FROM wait_for_children.lease_token
+      AND idemq._held(j.lease_expires_at, j.locked_by);
+    IF NOT FOUND THEN
+      PERFORM idemq._raise_not_held(wait_for_children.job_id, wait_for_children.attempt, 'wait_for_children');
+    END IF;
+    RETURN false;
+  END IF;
+  -- The gate first: the UPDATE's trigger (_count_jobs) may promote waiting
+  -- jobs of the job's concurrency key, and must not take this one.
+  INSERT INTO idemq.job_dependencies (parent_id, child_id)
+  VALUES (wait_for_children.job_id, wait_for_children.job_id)
+  ON CONFLICT DO NOTHING;
+  UPDATE idemq.jobs AS j
+  SET state = 'awaiting', uncounted = j.uncounted + 1, locked_by = NULL, lease_expires_at = NULL
+  WHERE j.id = wait_for_children.job_id AND j.attempt = wait_for_children.attempt
+    AND j.lease_token IS NOT DISTINCT FROM wait_for_children.lease_token
+    AND idemq._held(j.lease_expires_at, j.locked_by);
+  IF NOT FOUND THEN
+    PERFORM idemq._raise_not_held(wait_for_children.job_id, wait_for_children.attempt, 'wait_for_children');
+  END IF;
+  RETURN true;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.wait_for_children(bigint, int, uuid) IS
+  'Fan-in: park the held job (awaiting, attempt not spent) until its spawned children have finished; false when none is left to wait for.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.worker_seen;
@@ -5287,6 +5770,7 @@ REVOKE EXECUTE ON FUNCTION idemq._check_event FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_job_filter FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_limit_values FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_step FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._child_finished FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_capped FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_gate FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_take FROM PUBLIC;
@@ -5308,6 +5792,7 @@ REVOKE EXECUTE ON FUNCTION idemq._oldest_runnable FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._payload_problem FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._prune_events FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._release_waiting FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._scope_waits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._size_slots FROM PUBLIC;
@@ -5362,4 +5847,8 @@ ALTER TABLE idemq.jobs ADD COLUMN progress smallint,
 -- Durable steps: how long an emitted event is kept for waits reached later.
 INSERT INTO idemq.settings (name, value, min_value, max_value, description) VALUES
   ('event_retention_seconds', 604800, 60, 3153600000, 'how long an emitted event is kept for waits reached after it (await_event), in seconds (default 7 days)');
+-- Results (issue 28): a job a client waits for (job_result(..., notify =>
+-- true)) NOTIFYs idemq_results when it finishes. A constant default: no
+-- rewrite, the same lock as the columns above.
+ALTER TABLE idemq.jobs ADD COLUMN result_watched boolean DEFAULT false NOT NULL;
 -- ==== end hand-written ====

@@ -58,6 +58,7 @@ export const JOB_COLUMNS = ["ID", "STATE", "WAITING FOR", "QUEUE", "TASK", "ATTE
 const WAITING_WORDS: Record<WaitingReason, string> = {
   parents: "parents",
   concurrency_key: "key",
+  children: "children",
   paused: "paused",
   held: "held",
   concurrency: "concurrency",

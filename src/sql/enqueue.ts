@@ -137,34 +137,7 @@ export interface EnqueueManyResult {
 }
 
 export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]): Promise<EnqueueManyResult[]> {
-  if (!Array.isArray(jobs)) throw bad("jobs must be an array");
-  // Ids go into the JSON as exact numbers (not strings, not rounded floats):
-  // marked as strings for JSON.stringify, unquoted afterwards.
-  const marker = `idemq-id-${randomUUID()}:`;
-  const elements = jobs.map((job, i) => {
-    const what = `jobs[${i}]`;
-    if (job === null || typeof job !== "object") throw bad(`${what} must be an object`);
-    if ("delay" in job) throw bad(`${what}.delay is not supported in bulk; give runAt`);
-    const el: Record<string, unknown> = {
-      task: requiredText(job.task, `${what}.task`),
-      payload: job.payload,
-      queue: text(job.queue, `${what}.queue`),
-      run_at: instant(job.runAt, `${what}.runAt`),
-      priority: integer(job.priority, `${what}.priority`),
-      max_attempts: integer(job.maxAttempts, `${what}.maxAttempts`),
-      idempotency_key: text(job.idempotencyKey, `${what}.idempotencyKey`),
-      duplicate_policy: policy(job.duplicatePolicy),
-      backoff: job.backoff === undefined ? undefined : toBackoffJson(job.backoff),
-      expires_at: instant(job.expiresAt, `${what}.expiresAt`),
-      after: optionalJobIds(job.after, `${what}.after`)?.map((id) => marker + id),
-      key_retention: interval(job.keyRetention),
-      traceparent: text(job.traceparent, `${what}.traceparent`),
-      concurrency_key: text(job.concurrencyKey, `${what}.concurrencyKey`),
-      timeout: interval(job.timeout),
-    };
-    return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
-  });
-  const json = jsonb(elements, "jobs")!.replace(new RegExp(`"${marker}(-?\\d+)"`, "g"), "$1");
+  const json = encodeJobs(jobs, "jobs");
   const rows = await call<"enqueue_many", { ordinal: number; job_id: string | null; outcome: EnqueueOutcome }>(
     db,
     "enqueue_many",
@@ -172,4 +145,44 @@ export async function enqueueMany(db: Queryable, jobs: readonly EnqueueManyJob[]
     " ORDER BY r.ordinal",
   );
   return rows.map((r) => ({ ordinal: r.ordinal, jobId: r.job_id, outcome: r.outcome }));
+}
+
+/**
+ * enqueue_many's jsonb array from `jobs` (each checked, `what[i]` naming
+ * it); `extra(job, i)` adds fields of the caller's own (spawn's name).
+ */
+export function encodeJobs<J extends EnqueueManyJob>(
+  jobs: readonly J[],
+  what: string,
+  extra?: (job: J, i: number) => Record<string, unknown>,
+): string {
+  if (!Array.isArray(jobs)) throw bad(`${what} must be an array`);
+  // Ids go into the JSON as exact numbers (not strings, not rounded floats):
+  // marked as strings for JSON.stringify, unquoted afterwards.
+  const marker = `idemq-id-${randomUUID()}:`;
+  const elements = jobs.map((job, i) => {
+    const at = `${what}[${i}]`;
+    if (job === null || typeof job !== "object") throw bad(`${at} must be an object`);
+    if ("delay" in job) throw bad(`${at}.delay is not supported in bulk; give runAt`);
+    const el: Record<string, unknown> = {
+      ...extra?.(job, i),
+      task: requiredText(job.task, `${at}.task`),
+      payload: job.payload,
+      queue: text(job.queue, `${at}.queue`),
+      run_at: instant(job.runAt, `${at}.runAt`),
+      priority: integer(job.priority, `${at}.priority`),
+      max_attempts: integer(job.maxAttempts, `${at}.maxAttempts`),
+      idempotency_key: text(job.idempotencyKey, `${at}.idempotencyKey`),
+      duplicate_policy: policy(job.duplicatePolicy),
+      backoff: job.backoff === undefined ? undefined : toBackoffJson(job.backoff),
+      expires_at: instant(job.expiresAt, `${at}.expiresAt`),
+      after: optionalJobIds(job.after, `${at}.after`)?.map((id) => marker + id),
+      key_retention: interval(job.keyRetention),
+      traceparent: text(job.traceparent, `${at}.traceparent`),
+      concurrency_key: text(job.concurrencyKey, `${at}.concurrencyKey`),
+      timeout: interval(job.timeout),
+    };
+    return el; // undefined fields vanish in JSON.stringify, so SQL defaults apply
+  });
+  return jsonb(elements, what)!.replace(new RegExp(`"${marker}(-?\\d+)"`, "g"), "$1");
 }

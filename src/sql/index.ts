@@ -22,3 +22,4 @@ export * from "./reads.ts";
 export * from "./search.ts";
 export * from "./flow.ts";
 export * from "./steps.ts";
+export * from "./children.ts";

@@ -71,8 +71,10 @@ export interface WorkerEvents {
    * Back to `scheduled` without spending an attempt. `held`: the handler threw
    * RateLimitedError, and the job's queue or task is held back from every
    * claim until `until` (the database's clock), when the job runs again.
+   * `children`: ctx.spawn parked the job (`awaiting`, delay "children")
+   * until that many unfinished children have finished.
    */
-  "job:snoozed": [JobEndEvent & { delay: string; held?: HeldScope }];
+  "job:snoozed": [JobEndEvent & { delay: string; held?: HeldScope; children?: number }];
   /**
    * Something outside a job failed (a claim, a heartbeat, the listener...); the
    * worker keeps going. Of the connection failures of one outage only the first

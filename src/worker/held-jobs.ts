@@ -84,6 +84,8 @@ export interface HeldJob {
   endedAt: number | undefined;
   /** Set by ctx.snooze(). */
   snoozeDelay: Duration | undefined;
+  /** Set by ctx.spawn() when children are unfinished: the job is parked (children.ts) once its handler is over. */
+  awaitingChildren?: number | undefined;
   /** The job's transaction, for a transactional task. */
   tx: pg.PoolClient | undefined;
   /** The attempt's span, while tracing is on (run-job tells it how the attempt ended). */

@@ -1,6 +1,7 @@
 // The worker's public surface (re-exported by src/index.ts).
 export { createWorker, Worker } from "./create-worker.ts";
 export { EffectBusyError } from "./effect.ts";
+export { JobAwaitingChildren } from "./children.ts";
 export { JobSnoozed } from "./job-context.ts";
 export { IdleTransactionTimeoutError, UnknownTaskError } from "./run-job.ts";
 export { WorkerShutdownError } from "./shutdown.ts";

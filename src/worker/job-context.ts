@@ -1,7 +1,8 @@
-// The ctx a handler receives: job, tx, signal, log, snooze, effect, progress.
+// The ctx a handler receives: job, tx, signal, log, snooze, effect, progress, spawn, children.
 import type pg from "pg";
 import { PROGRESS_BOUNDS, type Duration } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
+import { makeChildren, makeSpawn } from "./children.ts";
 import { runEffect } from "./effect.ts";
 import { signalOf, type HeldJob } from "./held-jobs.ts";
 import { makeStepContext, type StepContext } from "./steps.ts";
@@ -57,6 +58,8 @@ class HandlerContext implements JobContext {
   #effect: JobContext["effect"] | undefined;
   #progress: JobContext["progress"] | undefined;
   #steps: StepContext | undefined;
+  #spawn: JobContext["spawn"] | undefined;
+  #children: JobContext["children"] | undefined;
 
   constructor(
     state: WorkerState,
@@ -114,6 +117,14 @@ class HandlerContext implements JobContext {
   }
   get waitFor(): StepContext["waitFor"] {
     return this.#stepContext.waitFor;
+  }
+
+  get spawn(): JobContext["spawn"] {
+    return (this.#spawn ??= makeSpawn(this.#state, this.#held));
+  }
+
+  get children(): JobContext["children"] {
+    return (this.#children ??= makeChildren(this.#state, this.#held));
   }
 }
 

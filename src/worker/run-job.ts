@@ -24,6 +24,7 @@ import type pg from "pg";
 import { toMilliseconds } from "../duration.ts";
 import { BadArgumentError, EffectClaimLostError, LeaseLostError, PermanentError, RateLimitedError, TimeoutError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
+import { parkJob } from "./children.ts";
 import type { Completer } from "./completer.ts";
 import { EffectBusyError } from "./effect.ts";
 import { asError, errorInfo, leaseLostFields } from "./events.ts";
@@ -115,6 +116,7 @@ async function runAttempt(state: WorkerState, held: HeldJob, completer: Complete
   if (isReleased(held)) return held.trace?.end("released"); // handed back at shutdown; the attempt is already recorded
   if (parkedAt(held) !== undefined) return parkedJob(state, held, parkedAt(held)!);
   if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
+  if (held.awaitingChildren !== undefined) return parkJob(state, held);
   if (failed) return failJob(state, held, returned);
   // A heartbeat found the lease gone (held.fencedOut): complete anyway. It is
   // fenced, so it changes nothing, and its IQ410 says why (a cancel included).
@@ -246,6 +248,7 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
       }
       if (limit?.fired !== undefined) throw limit.fired;
       if (held.snoozeDelay !== undefined) throw new Error("snoozed"); // roll back, then snooze
+      if (held.awaitingChildren !== undefined) throw new Error("awaiting children"); // roll back, then park
     }
     if (isReleased(held)) throw new Error("handed back at shutdown");
     // Finished before the commit: a heartbeat that sees the job succeeded is not a loss.
@@ -293,6 +296,7 @@ async function runTransactional(state: WorkerState, held: HeldJob, task: Normali
     return;
   }
   if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
+  if (held.awaitingChildren !== undefined) return parkJob(state, held);
   return failJob(state, held, outcome.error);
 }
 

@@ -1,7 +1,7 @@
 // Public types of the worker: options, task definitions, the handler's ctx.
 import type pg from "pg";
 import type { Backoff, Duration } from "../contract.ts";
-import type { ScheduleDefinition } from "../sql/index.ts";
+import type { ChildJob, ChildOutcome, ScheduleDefinition } from "../sql/index.ts";
 import type { WakeUpMode } from "./defaults.ts";
 import type { StepContext } from "./steps.ts";
 
@@ -89,6 +89,22 @@ export interface JobContext<P = Payload> extends StepContext {
    * TypeError.
    */
   progress(value: number): void;
+  /**
+   * Fan-out and fan-in: enqueues these child jobs (each with a unique
+   * `name`, and enqueue_many's fields), linked to this job, and returns
+   * their outcomes once all have finished. While any is unfinished it ends
+   * the attempt instead (it throws; do not catch it; a transactional task's
+   * transaction rolls back): the job waits `awaiting` without holding a
+   * worker slot or spending an attempt, and runs again from the top when the
+   * last child finishes; called again with the same children there, it
+   * spawns nothing twice (they are found by name) and returns their
+   * outcomes. failFast: the first child that does not succeed ends the wait,
+   * and ctx.spawn throws ChildFailedError (the job fails). The children are
+   * enqueued outside ctx.tx (they commit at once).
+   */
+  spawn(children: readonly ChildJob[], options?: { failFast?: boolean | undefined }): Promise<ChildOutcome[]>;
+  /** This job's children (every ctx.spawn's; a batch callback's: the batch's jobs) with their outcomes so far. */
+  children(): Promise<ChildOutcome[]>;
   /** The job's transaction (transactional tasks only). */
   tx: pg.PoolClient | undefined;
 }

@@ -20,7 +20,7 @@ describe("catalog snapshot", () => {
   it("the snapshot covers the tables, enums and every function of schema idemq", async () => {
     const committed = JSON.parse(readFileSync(SNAPSHOT_PATH, "utf8"));
     const tables = committed.relations.filter((r: { kind: string }) => r.kind === "r").map((r: { name: string }) => r.name);
-    expect(tables.sort()).toEqual(["counters", "effects", "enqueue_limits", "events", "installation", "job_counts", "job_dependencies", "job_minutes", "job_minutes_mark", "job_steps", "jobs", "key_holds", "keys", "limit_releases", "limit_slots", "limit_starts", "limits", "processed", "retention", "schedules", "settings", "success_retention", "workers"]);
+    expect(tables.sort()).toEqual(["child_waits", "counters", "effects", "enqueue_limits", "events", "installation", "job_children", "job_counts", "job_dependencies", "job_minutes", "job_minutes_mark", "job_steps", "jobs", "key_holds", "keys", "limit_releases", "limit_slots", "limit_starts", "limits", "processed", "retention", "schedules", "settings", "success_retention", "workers"]);
     const enums = committed.types.filter((t: { kind: string }) => t.kind === "e").map((t: { name: string }) => t.name);
     expect(enums.sort()).toEqual(["duplicate_policy", "job_state", "schedule_misfire", "schedule_overlap", "waiting_reason"]);
     const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE pronamespace = 'idemq'::regnamespace");

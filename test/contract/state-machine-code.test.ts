@@ -116,6 +116,26 @@ const onParent = (by: string, call: (job: (zoo: Zoo) => ZooJob) => Call): Step =
 const failParent = (retryable: boolean) =>
   onParent("fail", withAttempt("fail", `, error => '{"class": "SmError", "message": "x"}', retryable => ${retryable}`));
 
+// Fan-out: the processing zoo job spawns a child in queue sm_child and parks
+// (wait_for_children); the child then ends by `end`, which releases the parent.
+const spawnChild: Step = {
+  by: "spawn",
+  call: q(
+    `SELECT idemq.spawn(job_id => j.id, attempt => j.attempt, lease_token => j.lease_token,
+       children => '[{"name": "c", "task": "sm_child", "queue": "sm_child", "expires_at": "2100-01-01T00:00:00Z"}]')
+     FROM idemq.jobs j WHERE j.id = $1`,
+    (zoo) => [zoo.processing.id],
+  ),
+};
+const parkParent: Step = { by: "wait_for_children", call: withAttempt("wait_for_children")(job("processing")) };
+const theChild = "(SELECT c.child_id FROM idemq.job_children c WHERE c.name = 'c')";
+const claimChild: Step = { by: "claim", call: q("SELECT * FROM idemq.claim(worker_id => 'sm-worker', queues => ARRAY['sm_child'])") };
+const onChild = (by: string, args: string): Step => ({
+  by,
+  call: q(`SELECT idemq.${by}(job_id => j.id${args}) FROM idemq.jobs j WHERE j.id = ${theChild}`),
+});
+const childAttempt = ", attempt => j.attempt, lease_token => j.lease_token";
+
 const SCENARIOS: Scenario[] = [
   // A new job, in each state enqueue can start one in.
   { name: "enqueue (run_at unset)", steps: [enqueueCall("")] },
@@ -201,6 +221,21 @@ const SCENARIOS: Scenario[] = [
   {
     name: "parent claimed, its lease ran out, rescued",
     steps: [due("parent"), claimOf("parent"), leaseRanOut("parent"), rescue],
+  },
+  // A parked parent, released by its child's end, whatever the child's outcome.
+  { name: "spawn, park, the child completed", steps: [spawnChild, parkParent, claimChild, onChild("complete", childAttempt)] },
+  {
+    name: "spawn, park, the child failed for good",
+    steps: [spawnChild, parkParent, claimChild, onChild("fail", `${childAttempt}, error => '{"class": "SmError", "message": "x"}', retryable => false`)],
+  },
+  { name: "spawn, park, the child cancelled", steps: [spawnChild, parkParent, onChild("cancel", "")] },
+  {
+    name: "spawn, park, the child past its expires_at, rescued",
+    steps: [spawnChild, parkParent, { clock: q(`UPDATE idemq.jobs SET expires_at = now() WHERE id = ${theChild}`) }, rescue],
+  },
+  {
+    name: "enqueue_batch",
+    steps: [{ by: "enqueue_batch", call: q(`SELECT * FROM idemq.enqueue_batch(jobs => '[{"task": "sm_new"}]', callback => '{"task": "sm_new"}')`) }],
   },
   {
     name: "parent claimed, its lease ran out past its expires_at, rescued",

@@ -41,6 +41,33 @@ async function completeMany(c: C, job: { id: string; attempt: number }): Promise
   expect(rows.map((r) => r.id)).toEqual([job.id]);
 }
 
+/** A processing job that spawned one child (in a queue of its own); its attempt and lease token, and the child's id. */
+async function spawned(c: C, child: Record<string, unknown> = {}): Promise<{ id: string; attempt: number; token: string; child: string }> {
+  const job = await processing(c);
+  const token = (await c.query("SELECT lease_token FROM idemq.jobs WHERE id = $1", [job.id])).rows[0].lease_token;
+  const { rows } = await c.query("SELECT child_job_id FROM idemq.spawn(job_id => $1, attempt => $2, children => $3::jsonb, lease_token => $4)", [
+    job.id,
+    job.attempt,
+    JSON.stringify([{ name: "a", task: "sm", queue: unique("sm"), ...child }]),
+    token,
+  ]);
+  return { ...job, token, child: rows[0].child_job_id };
+}
+
+async function park(c: C, job: { id: string; attempt: number; token: string }): Promise<void> {
+  const { rows } = await c.query("SELECT idemq.wait_for_children(job_id => $1, attempt => $2, lease_token => $3) AS parked", [job.id, job.attempt, job.token]);
+  expect(rows).toEqual([{ parked: true }]);
+}
+
+/** enqueue_batch of one job with a callback: [callback id, job id]. */
+async function batch(c: C): Promise<string[]> {
+  const { rows } = await c.query("SELECT job_id FROM idemq.enqueue_batch(jobs => $1::jsonb, callback => $2::jsonb) ORDER BY ordinal", [
+    JSON.stringify([{ task: "sm", queue: unique("sm") }]),
+    JSON.stringify({ task: "sm", queue: unique("sm") }),
+  ]);
+  return rows.map((r) => r.job_id);
+}
+
 interface Transition extends DocTransition {
   /** Makes a job in `from` (checked), runs `by`, returns the job id whose state is then checked against `to`. */
   run: (c: C, expectFrom: (id: string) => Promise<void>) => Promise<string>;
@@ -302,6 +329,49 @@ const T: Transition[] = [
         },
       }),
     ),
+  ),
+  {
+    from: "processing", to: "awaiting", by: "wait_for_children",
+    run: async (c, from) => {
+      const parent = await spawned(c);
+      await from(parent.id);
+      await park(c, parent);
+      return parent.id;
+    },
+  },
+  {
+    from: "(new)", to: "enqueued", by: "spawn",
+    run: async (c) => (await spawned(c)).child,
+  },
+  {
+    from: "(new)", to: "awaiting", by: "enqueue_batch",
+    run: async (c) => (await batch(c))[0]!,
+  },
+  {
+    from: "(new)", to: "enqueued", by: "enqueue_batch",
+    run: async (c) => (await batch(c))[1]!,
+  },
+  // A parent parked by wait_for_children is released by its last child's finish, whatever the child's outcome.
+  ...(["fail", "cancel", "rescue"] as const).map(
+    (by): Transition => ({
+      from: "awaiting", to: "enqueued", by,
+      run: async (c, from) => {
+        const parent = await spawned(c, by === "rescue" ? { expires_at: "2100-01-01T00:00:00Z" } : {});
+        await park(c, parent);
+        await from(parent.id);
+        if (by === "fail") {
+          const attempt = await claimJob(c, parent.child);
+          await fail(c, parent.child, attempt, SM_ERROR, { retryable: false });
+        } else if (by === "cancel") {
+          await c.query("SELECT idemq.cancel(job_id => $1)", [parent.child]);
+        } else {
+          await c.query("UPDATE idemq.jobs SET expires_at = now() WHERE id = $1", [parent.child]);
+          await c.query("SELECT idemq.rescue()");
+          expect(await stateOf(c, parent.child), "the child").toBe("expired");
+        }
+        return parent.id;
+      },
+    }),
   ),
   {
     from: "awaiting", to: "cancelled", by: "cancel",

@@ -124,9 +124,15 @@ describe("a database at 0001 with jobs in every state, upgraded to the latest ve
     // the traces migration adds each job's traceparent, NULL for jobs enqueued before it, and
     // 0002 each job's lease_token, NULL for jobs claimed before it (their holders present none), and
     // its timeout and concurrency_key, NULL for jobs enqueued before it, and the flow-control
-    // slots of its attempt (queue_slot, task_slot) and its progress, NULL for attempts claimed before it.
+    // slots of its attempt (queue_slot, task_slot) and its progress, NULL for attempts claimed before it,
+    // and result_watched, false: nobody waits for their results yet.
     const withNull = (rows: Record<string, Record<string, unknown>>): Record<string, Record<string, unknown>> =>
-      Object.fromEntries(Object.entries(rows).map(([name, row]) => [name, { ...row, traceparent: null, lease_token: null, timeout: null, concurrency_key: null, queue_slot: null, task_slot: null, progress: null }]));
+      Object.fromEntries(
+        Object.entries(rows).map(([name, row]) => [
+          name,
+          { ...row, traceparent: null, lease_token: null, timeout: null, concurrency_key: null, queue_slot: null, task_slot: null, progress: null, result_watched: false },
+        ]),
+      );
     const withRetention = {
       ...before.zoo,
       jobs: withNull(before.zoo.jobs) as typeof before.zoo.jobs,
@@ -463,8 +469,8 @@ async function dedupeOutcomes(
 async function terminalRows(pool: pg.Pool, onlyIds?: string[]): Promise<{ ids: string[]; jobs: unknown[]; keys: unknown[]; processed: unknown[]; effects: unknown[] }> {
   const { rows: jobs } = await pool.query<{ id: string; row: Record<string, unknown> }>(
     // All columns but traceparent and the columns 0002 adds (lease_token, timeout, concurrency_key, queue_slot,
-    // task_slot, progress), which the zoo snapshot checks.
-    `SELECT j.id::text, to_jsonb(j) - 'traceparent' - 'lease_token' - 'timeout' - 'concurrency_key' - 'queue_slot' - 'task_slot' - 'progress' AS row FROM idemq.jobs j
+    // task_slot, progress, result_watched), which the zoo snapshot checks.
+    `SELECT j.id::text, to_jsonb(j) - 'traceparent' - 'lease_token' - 'timeout' - 'concurrency_key' - 'queue_slot' - 'task_slot' - 'progress' - 'result_watched' AS row FROM idemq.jobs j
       WHERE ${onlyIds ? "j.id = ANY($1::bigint[])" : "j.state = ANY(idemq.terminal_states())"} ORDER BY j.id`,
     onlyIds ? [onlyIds] : [],
   );
@@ -485,9 +491,9 @@ async function terminalRows(pool: pg.Pool, onlyIds?: string[]): Promise<{ ids: s
 }
 
 
-/** A snapshot without the jobs' columns that 0002 adds (lease_token, timeout, concurrency_key, queue_slot, task_slot, progress), which 0001 has not: comparable, key order included, with one taken at 0001. */
+/** A snapshot without the jobs' columns that 0002 adds (lease_token, timeout, concurrency_key, queue_slot, task_slot, progress, result_watched), which 0001 has not: comparable, key order included, with one taken at 0001. */
 function withoutLeaseTokens(snap: ZooSnapshot): ZooSnapshot {
   const strip = (rows: Record<string, Record<string, unknown>>) =>
-    Object.fromEntries(Object.entries(rows).map(([name, { lease_token: _token, timeout: _timeout, concurrency_key: _key, queue_slot: _queueSlot, task_slot: _taskSlot, progress: _progress, ...row }]) => [name, row]));
+    Object.fromEntries(Object.entries(rows).map(([name, { lease_token: _token, timeout: _timeout, concurrency_key: _key, queue_slot: _queueSlot, task_slot: _taskSlot, progress: _progress, result_watched: _watched, ...row }]) => [name, row]));
   return { ...snap, jobs: strip(snap.jobs) as ZooSnapshot["jobs"], others: strip(snap.others) };
 }

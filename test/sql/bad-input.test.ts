@@ -287,6 +287,27 @@ const CASES: Case[] = [
   c("clear_limit", "neither queue nor task", "SELECT idemq.clear_limit()", "22023"),
   c("declare_limit", "no task", "SELECT * FROM idemq.declare_limit(task => NULL, concurrency => 1)", "22023"),
   c("declare_limit", "no limit", "SELECT * FROM idemq.declare_limit(task => 't')", "22023"),
+  // job_result, children, spawn, wait_for_children, enqueue_batch
+  c("job_result", "NULL job_id", "SELECT * FROM idemq.job_result(job_id => NULL)", "22004"),
+  c("job_result", "NULL notify", "SELECT * FROM idemq.job_result(job_id => ${processing}, notify => NULL)", "22004"),
+  c("children", "NULL job_id", "SELECT * FROM idemq.children(job_id => NULL)", "22004"),
+  c("spawn", "NULL children", "SELECT * FROM idemq.spawn(job_id => ${processing}, attempt => ${attempt}, children => NULL)", "22004"),
+  c("spawn", "NULL job_id", `SELECT * FROM idemq.spawn(job_id => NULL, attempt => 1, children => '[]')`, "22004"),
+  c("spawn", "NULL fail_fast", `SELECT * FROM idemq.spawn(job_id => \${processing}, attempt => \${attempt}, children => '[]', fail_fast => NULL)`, "22004"),
+  c("spawn", "children an object", `SELECT * FROM idemq.spawn(job_id => \${processing}, attempt => \${attempt}, children => '{"name": "a"}')`, "22023"),
+  c("spawn", "a child without a name", `SELECT * FROM idemq.spawn(job_id => \${processing}, attempt => \${attempt}, children => '[{"task": "t"}]')`, "22023"),
+  c("spawn", "two children of one name", `SELECT * FROM idemq.spawn(job_id => \${processing}, attempt => \${attempt}, children => '[{"name": "a", "task": "t"}, {"name": "a", "task": "t"}]')`, "22023"),
+  c("spawn", "a child enqueue_many refuses", `SELECT * FROM idemq.spawn(job_id => \${processing}, attempt => \${attempt}, children => '[{"name": "a", "task": ""}]')`, "22023"),
+  c("spawn", "a job it does not hold", `SELECT * FROM idemq.spawn(job_id => \${failed}, attempt => 1, children => '[{"name": "a", "task": "t"}]')`, "IQ410"),
+  c("spawn", "no such job", `SELECT * FROM idemq.spawn(job_id => 987654321, attempt => 1, children => '[{"name": "a", "task": "t"}]')`, "IQ404"),
+  c("wait_for_children", "NULL job_id", "SELECT idemq.wait_for_children(job_id => NULL, attempt => 1)", "22004"),
+  c("wait_for_children", "NULL attempt", "SELECT idemq.wait_for_children(job_id => ${processing}, attempt => NULL)", "22004"),
+  c("wait_for_children", "no such job", "SELECT idemq.wait_for_children(job_id => 987654321, attempt => 1)", "IQ404"),
+  c("enqueue_batch", "NULL jobs", `SELECT * FROM idemq.enqueue_batch(jobs => NULL, callback => '{"task": "t"}')`, "22004"),
+  c("enqueue_batch", "NULL callback", `SELECT * FROM idemq.enqueue_batch(jobs => '[]', callback => NULL)`, "22004"),
+  c("enqueue_batch", "callback an array", `SELECT * FROM idemq.enqueue_batch(jobs => '[]', callback => '[{"task": "t"}]')`, "22023"),
+  c("enqueue_batch", "callback without a task", `SELECT * FROM idemq.enqueue_batch(jobs => '[]', callback => '{"payload": {}}')`, "22023"),
+  c("enqueue_batch", "a bad job", `SELECT * FROM idemq.enqueue_batch(jobs => '[{"task": ""}]', callback => '{"task": "t"}')`, "22023"),
   c("declare_limit", "rate without per", "SELECT * FROM idemq.declare_limit(task => 't', rate => 10)", "22023"),
   c("declare_limit", "concurrency 0", "SELECT * FROM idemq.declare_limit(task => 't', concurrency => 0)", "22023"),
   c("declare_limit", "per under a second", "SELECT * FROM idemq.declare_limit(task => 't', rate => 10, per => '500 milliseconds')", "22023"),
@@ -314,7 +335,7 @@ const CASES: Case[] = [
   c("emit", "payload over the limit", "SELECT idemq.emit(event => 'e', payload => to_jsonb(repeat('x', 1048576)))", "22023"),
 ];
 
-const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts", "key_holds", "job_steps", "events"];
+const TABLES = ["jobs", "keys", "processed", "effects", "counters", "job_dependencies", "job_children", "child_waits", "schedules", "workers", "limits", "limit_slots", "limit_releases", "limit_starts", "key_holds", "job_steps", "events"];
 
 async function rowCounts(client: pg.ClientBase): Promise<Record<string, number>> {
   const { rows } = await client.query<{ counts: Record<string, number> }>(

@@ -126,6 +126,30 @@ const OPERATIONS: Operation[] = [
     name: "progress",
     sql: () => ["SELECT idemq.progress(job_id => $1, attempt => $2, value => 40, lease_token => $3)", [fx.held, fx.heldAttempt, fx.heldToken]],
   },
+  {
+    name: "job_result",
+    sql: () => ["SELECT state::text, result FROM idemq.job_result(job_id => $1, notify => true)", [fx.enqueued]],
+    check: (r) => expect(r).toEqual([{ state: "enqueued", result: null }]),
+  },
+  {
+    name: "spawn",
+    sql: () => [
+      "SELECT name, outcome FROM idemq.spawn(job_id => $1, attempt => $2, children => $3::jsonb, lease_token => $4)",
+      [fx.held, fx.heldAttempt, JSON.stringify([{ name: "a", task: "roles", queue: fx.queue }]), fx.heldToken],
+    ],
+    check: (r) => expect(r).toEqual([{ name: "a", outcome: "created" }]),
+  },
+  {
+    name: "wait_for_children",
+    sql: () => ["SELECT idemq.wait_for_children(job_id => $1, attempt => $2, lease_token => $3) AS parked", [fx.held, fx.heldAttempt, fx.heldToken]],
+    check: (r) => expect(r).toEqual([{ parked: false }]),
+  },
+  { name: "children", sql: () => ["SELECT * FROM idemq.children(job_id => $1)", [fx.held]], check: (r) => expect(r).toEqual([]) },
+  {
+    name: "enqueue_batch",
+    sql: () => ["SELECT ordinal, outcome FROM idemq.enqueue_batch(jobs => $1::jsonb, callback => '{\"task\": \"report\"}')", [JSON.stringify([{ task: "roles", queue: fx.queue }])]],
+    check: (r) => expect(r).toEqual([{ ordinal: 0, outcome: "created" }, { ordinal: 1, outcome: "created" }]),
+  },
   { name: "guard", sql: () => ["SELECT idemq.guard(key => 'roles-guard') AS go", []], check: (r) => expect(r[0]).toEqual({ go: true }) },
   {
     name: "effect_claim",
@@ -280,15 +304,16 @@ const WORKER_OPS = [
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
   "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress", "roll_up",
   "step_record", "steps", "sleep", "await_event",
+  "job_result", "children", "spawn", "wait_for_children",
 ];
 // Reads, and nothing that writes (the dashboard as a read-only operator).
 const VIEWER_OPS = [
   "job", "find_jobs", "count_jobs", "overview", "stats", "limits", "held_keys", "workers", "unserved_jobs",
-  "schedules", "schedule_next", "retry_horizon", "history",
+  "schedules", "schedule_next", "retry_horizon", "history", "children",
 ];
 const FUNCTIONS = OPERATIONS.map((o) => o.name).filter((n) => /^[a-z_]+$/.test(n) && !n.startsWith("_"));
 const ALLOWED: Record<Who, string[]> = {
-  producer: ["enqueue", "enqueue_many", "job", "emit", ...CONSTANTS],
+  producer: ["enqueue", "enqueue_many", "job", "emit", "job_result", "children", "enqueue_batch", ...CONSTANTS],
   worker: [...WORKER_OPS, ...CONSTANTS],
   admin: [...FUNCTIONS, "read jobs (payloads)", "read keys", "read a job's links and key entry", "read jobs' results", "change a limit (idemq.settings.value)"],
   viewer: [...VIEWER_OPS, ...CONSTANTS, "read a job's links and key entry"],

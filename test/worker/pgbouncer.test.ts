@@ -5,7 +5,9 @@
 //   split   --listen-url to the server: LISTEN and the wait marker there, each
 //           job started by NOTIFY, far sooner than the (60 s) poll;
 //   listen  the default through the pooler: the worker finds out at start,
-//           says so in one line, and polls.
+//           says so in one line, and polls;
+//   fan-out ctx.spawn through the pooler, and Client.result polling through it
+//           (pollInterval) or LISTENing on a direct listenConnectionString.
 // After each worker stops, every server connection PgBouncer holds is lent to
 // this test at once and inspected: no advisory lock, no LISTEN, no prepared
 // statement, no session SET was left behind. The probe never fires against
@@ -217,6 +219,31 @@ describe("a worker behind a transaction-pooling PgBouncer", () => {
     expect(poolerLines(worker)).toHaveLength(1);
     await stopped(worker);
     expect(await succeededCount()).toEqual({ all: before + 10, succeeded: before + 10 });
+    await expectNoSessionStateLeft();
+  }, 120_000);
+
+  it("fan-out and results: ctx.spawn through the pooler; result() polls through it, or LISTENs on listenConnectionString; no session state left", async () => {
+    const before = (await succeededCount()).all;
+    const worker = await startedWorker({
+      tasks: "fan-out-tasks.ts",
+      databaseUrl: bouncer.url("idemq"),
+      args: ["--wake-up", "poll"],
+      env: { IDEMQ_TEST_POLL: "1s" },
+    });
+    const split = new Client({ connectionString: bouncer.url("idemq"), listenConnectionString: cluster.url("idemq"), onError: () => {} });
+    try {
+      const polled = await producer.enqueue("sum", { numbers: [1, 2, 3] });
+      const listened = await producer.enqueue("sum", { numbers: [4, 5] });
+      // LISTEN cannot work through the pooler: the producer polls job_result; the split Client LISTENs on the server.
+      expect(await producer.result(polled.jobId, { timeout: "60s", pollInterval: "100ms" })).toEqual({ sum: 14, runs: 2 });
+      expect(await split.result(listened.jobId, { timeout: "60s" })).toEqual({ sum: 41, runs: 2 });
+    } finally {
+      await split.close();
+    }
+    expect(worker.count("worker:error")).toBe(0);
+    await stopped(worker);
+    // Two parents and their five children.
+    expect(await succeededCount()).toEqual({ all: before + 7, succeeded: before + 7 });
     await expectNoSessionStateLeft();
   }, 120_000);
 });

@@ -16,13 +16,17 @@
 --     reason in their errors (and theirs in turn, through this trigger).
 --     Their other dependency rows stay until those parents finish; they
 --     only ever release jobs still awaiting.
+--   * A job a client waits for (result_watched: job_result's notify) sends
+--     NOTIFY idemq_results with its id, at the finishing commit.
+--   * A spawned child (job_children) records its outcome for its parents
+--     and releases a parent whose wait it ends (_child_finished).
 -- Concurrency: runs inside the finishing transaction; children are locked
 --   in id order before their remaining parents are read, so two parents of one
 --   child finishing at once serialise on the child and the later one sees the
 --   earlier one's outcome (the child is released once, or stays cancelled).
 -- Errors: none of its own.
 -- Tests: test/sql/continuations.test.ts, test/sql/enqueue-policies.test.ts,
---   test/sql/concurrency-keys.test.ts
+--   test/sql/concurrency-keys.test.ts, test/sql/job-result.test.ts, test/sql/children.test.ts
 CREATE OR REPLACE FUNCTION idemq._on_job_finished()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
@@ -41,6 +45,13 @@ BEGIN
   END IF;
 
   IF NEW.has_children THEN
+    -- A client waits for this outcome (job_result's notify), and parents
+    -- wait for this child (spawn, enqueue_batch): before the continuations,
+    -- which may end the trigger early.
+    IF NEW.result_watched THEN
+      PERFORM pg_notify('idemq_results', NEW.id::text);
+    END IF;
+    PERFORM idemq._child_finished(NEW.id, NEW.state, NEW.result, NEW.errors);
     WITH released AS (
       DELETE FROM idemq.job_dependencies AS d
       WHERE d.parent_id = NEW.id

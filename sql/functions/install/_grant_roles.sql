@@ -18,7 +18,10 @@
 --     script a DBA runs to create them and call this again.
 --   * PUBLIC has EXECUTE on no function of idemq, public or private.
 --   * producer: enqueue, enqueue_many, job (a job's state and outcome, no
---     payload), emit (an event, in the transaction that enqueues). worker: job, claim, complete,
+--     payload), emit (an event, in the transaction that enqueues),
+--     job_result (a job's outcome, and the NOTIFY when it finishes:
+--     Client.result), children (a job's children's outcomes),
+--     enqueue_batch (jobs with a callback). worker: job, claim, complete,
 --     complete_many, fail, heartbeat, snooze, hold, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
@@ -29,13 +32,16 @@
 --     tasks' declared limits, applied lower-only: it can never raise one),
 --     progress (its held attempts' progress, fenced as complete()),
 --     step_record, sleep and await_event (its held jobs' steps, fenced as
---     complete()) and steps (a job's step ledger, which a replay reads).
+--     complete()), steps (a job's step ledger, which a replay reads),
+--     job_result, children, spawn and wait_for_children (fan-out and
+--     fan-in of the jobs it holds, fenced as complete()).
 --     admin: every public function (set_retention among them),
 --     SELECT on the tables of idemq (reading jobs), and UPDATE of idemq.settings.value
 --     (the limits). viewer (a read-only operator, the dashboard's
 --     --viewer): the reads an operator looks at (job, find_jobs, count_jobs,
 --     overview, stats, limits, held_keys, workers, unserved_jobs, schedules,
---     schedule_next, retry_horizon) and nothing that writes; no SELECT on
+--     schedule_next, retry_horizon, children) and nothing that writes
+--     (not job_result, whose notify marks a job); no SELECT on
 --     idemq.jobs, so job() and find_jobs() show it no payload and
 --     schedules() no schedule's payload; SELECT on idemq.job_dependencies,
 --     on idemq.jobs' id, task and state (a job's parents and children), and
@@ -84,14 +90,16 @@ DECLARE
   v_shared constant text[] := ARRAY['idemq_producer', 'idemq_worker', 'idemq_admin'];
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
-  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit'];
+  v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit', 'job_result', 'children', 'enqueue_batch'];
   v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up',
-                           'step_record', 'steps', 'sleep', 'await_event'];
+                           'step_record', 'steps', 'sleep', 'await_event',
+                           'job_result', 'children', 'spawn', 'wait_for_children'];
   v_viewer text[] := ARRAY['job', 'find_jobs', 'count_jobs', 'overview', 'stats', 'limits', 'held_keys',
-                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history'];
+                           'workers', 'unserved_jobs', 'schedules', 'schedule_next', 'retry_horizon', 'history',
+                           'children'];
 BEGIN
   -- The installation's names, recorded once.
   SELECT i.* INTO v_installation FROM idemq.installation i FOR UPDATE;

@@ -13,7 +13,8 @@
 --   * waiting_for (idemq.waiting_reason) says why a job is not running. An
 --     awaiting job: 'parents' while a parent in its `after` has not
 --     succeeded, 'concurrency_key' while it waits for a place of its
---     concurrency key (docs/design.md, "Concurrency keys"). A runnable job
+--     concurrency key (docs/design.md, "Concurrency keys"), 'children'
+--     while wait_for_children parks it until its spawned children finish. A runnable job
 --     (claim()'s predicate: enqueued or scheduled, run_at passed, not past
 --     expires_at): 'paused' (its queue or task is paused), 'held' (its queue
 --     or task is held: hold()), 'concurrency' (its queue's or task's
@@ -78,7 +79,10 @@ BEGIN
          j.locked_at, j.lease_expires_at, j.errors, j.result, j.created_at, j.finished_at,
          j.expires_at, j.concurrency_key,
          CASE WHEN j.state = 'awaiting' THEN
-                CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
+                -- The gate of wait_for_children is the row (j.id, j.id).
+                CASE WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id AND d.parent_id = j.id)
+                       THEN 'children'::idemq.waiting_reason
+                     WHEN EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id)
                        THEN 'parents'::idemq.waiting_reason
                      WHEN j.concurrency_key IS NOT NULL THEN 'concurrency_key' END
               -- The probe of limits_scope first: _scope_waits() reads

@@ -17,7 +17,7 @@ type Subscriber = ReturnType<typeof pgListen.default>;
 
 // Node's ESM loader hands over module.exports; a bundler or tsx may hand over exports.default.
 const pgListenModule = pgListen as unknown as typeof pgListen.default | { default: typeof pgListen.default };
-const createSubscriber: typeof pgListen.default =
+export const createSubscriber: typeof pgListen.default =
   "default" in pgListenModule && typeof pgListenModule.default === "function"
     ? pgListenModule.default
     : (pgListenModule as typeof pgListen.default);
