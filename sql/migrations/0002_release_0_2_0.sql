@@ -1749,7 +1749,7 @@ $$;
 COMMENT ON FUNCTION idemq._limit_scope(text, text, text) IS
   'The one queue or task a flow-control call names (exactly one, non-empty, within the name limits), as (kind, name).';
 
--- ---- sql/functions/steps/_lock_held.sql ----
+-- ---- sql/functions/attempts/_lock_held.sql ----
 CREATE OR REPLACE FUNCTION idemq._lock_held(operation text, job_id bigint, attempt int, lease_token uuid,
                                             OUT queue text, OUT created_at timestamptz)
 LANGUAGE plpgsql VOLATILE
@@ -1770,7 +1770,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq._lock_held(text, bigint, int, uuid) IS
-  'Lock the job (job_id, attempt, lease_token) holds, or raise IQ410/IQ404: the fencing of the step functions.';
+  'Lock the job (job_id, attempt, lease_token) holds, or raise IQ410/IQ404: the fencing of the step functions, spawn and wait_for_children.';
 
 -- ---- sql/functions/reads/_oldest_runnable.sql ----
 CREATE OR REPLACE FUNCTION idemq._oldest_runnable()
@@ -5304,7 +5304,6 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error
 DECLARE
-  v_has_children boolean;
   v_problem text;
   v_new jsonb;
   v_new_names text[];
@@ -5351,18 +5350,8 @@ BEGIN
       HINT = 'Each child is an object with a unique "name" (1 to 200 characters; a replay finds the child by it) and enqueue_many''s fields.';
   END IF;
 
-  SELECT j.has_children INTO v_has_children
-  FROM idemq.jobs j
-  WHERE j.id = spawn.job_id AND j.attempt = spawn.attempt
-    AND j.lease_token IS NOT DISTINCT FROM spawn.lease_token
-    AND idemq._held(j.lease_expires_at, j.locked_by)
-  FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(spawn.job_id, spawn.attempt, 'spawn');
-  END IF;
-  IF NOT v_has_children THEN
-    UPDATE idemq.jobs AS j SET has_children = true WHERE j.id = spawn.job_id;
-  END IF;
+  PERFORM idemq._lock_held('spawn', spawn.job_id, spawn.attempt, spawn.lease_token);
+  UPDATE idemq.jobs AS j SET has_children = true WHERE j.id = spawn.job_id AND NOT j.has_children;
 
   -- The children not linked yet, without their names, in the call's order.
   SELECT jsonb_agg(x.e - 'name' ORDER BY x.ord), array_agg(x.e ->> 'name' ORDER BY x.ord)
@@ -5594,13 +5583,8 @@ BEGIN
   WHERE w.parent_id = wait_for_children.job_id
   FOR UPDATE;
   IF NOT FOUND OR v_wait.pending = 0 OR (v_wait.fail_fast AND v_wait.failed > 0) THEN
-    PERFORM 1 FROM idemq.jobs j
-    WHERE j.id = wait_for_children.job_id AND j.attempt = wait_for_children.attempt
-      AND j.lease_token IS NOT DISTINCT FROM wait_for_children.lease_token
-      AND idemq._held(j.lease_expires_at, j.locked_by);
-    IF NOT FOUND THEN
-      PERFORM idemq._raise_not_held(wait_for_children.job_id, wait_for_children.attempt, 'wait_for_children');
-    END IF;
+    PERFORM idemq._lock_held('wait_for_children', wait_for_children.job_id, wait_for_children.attempt,
+                             wait_for_children.lease_token);
     RETURN false;
   END IF;
   -- The gate first: the UPDATE's trigger (_count_jobs) may promote waiting
@@ -5608,14 +5592,11 @@ BEGIN
   INSERT INTO idemq.job_dependencies (parent_id, child_id)
   VALUES (wait_for_children.job_id, wait_for_children.job_id)
   ON CONFLICT DO NOTHING;
+  PERFORM idemq._lock_held('wait_for_children', wait_for_children.job_id, wait_for_children.attempt,
+                           wait_for_children.lease_token);
   UPDATE idemq.jobs AS j
   SET state = 'awaiting', uncounted = j.uncounted + 1, locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = wait_for_children.job_id AND j.attempt = wait_for_children.attempt
-    AND j.lease_token IS NOT DISTINCT FROM wait_for_children.lease_token
-    AND idemq._held(j.lease_expires_at, j.locked_by);
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(wait_for_children.job_id, wait_for_children.attempt, 'wait_for_children');
-  END IF;
+  WHERE j.id = wait_for_children.job_id;
   RETURN true;
 END;
 $$;

@@ -54,7 +54,6 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict error
 DECLARE
-  v_has_children boolean;
   v_problem text;
   v_new jsonb;
   v_new_names text[];
@@ -101,18 +100,8 @@ BEGIN
       HINT = 'Each child is an object with a unique "name" (1 to 200 characters; a replay finds the child by it) and enqueue_many''s fields.';
   END IF;
 
-  SELECT j.has_children INTO v_has_children
-  FROM idemq.jobs j
-  WHERE j.id = spawn.job_id AND j.attempt = spawn.attempt
-    AND j.lease_token IS NOT DISTINCT FROM spawn.lease_token
-    AND idemq._held(j.lease_expires_at, j.locked_by)
-  FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(spawn.job_id, spawn.attempt, 'spawn');
-  END IF;
-  IF NOT v_has_children THEN
-    UPDATE idemq.jobs AS j SET has_children = true WHERE j.id = spawn.job_id;
-  END IF;
+  PERFORM idemq._lock_held('spawn', spawn.job_id, spawn.attempt, spawn.lease_token);
+  UPDATE idemq.jobs AS j SET has_children = true WHERE j.id = spawn.job_id AND NOT j.has_children;
 
   -- The children not linked yet, without their names, in the call's order.
   SELECT jsonb_agg(x.e - 'name' ORDER BY x.ord), array_agg(x.e ->> 'name' ORDER BY x.ord)

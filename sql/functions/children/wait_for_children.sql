@@ -41,13 +41,8 @@ BEGIN
   WHERE w.parent_id = wait_for_children.job_id
   FOR UPDATE;
   IF NOT FOUND OR v_wait.pending = 0 OR (v_wait.fail_fast AND v_wait.failed > 0) THEN
-    PERFORM 1 FROM idemq.jobs j
-    WHERE j.id = wait_for_children.job_id AND j.attempt = wait_for_children.attempt
-      AND j.lease_token IS NOT DISTINCT FROM wait_for_children.lease_token
-      AND idemq._held(j.lease_expires_at, j.locked_by);
-    IF NOT FOUND THEN
-      PERFORM idemq._raise_not_held(wait_for_children.job_id, wait_for_children.attempt, 'wait_for_children');
-    END IF;
+    PERFORM idemq._lock_held('wait_for_children', wait_for_children.job_id, wait_for_children.attempt,
+                             wait_for_children.lease_token);
     RETURN false;
   END IF;
   -- The gate first: the UPDATE's trigger (_count_jobs) may promote waiting
@@ -55,14 +50,11 @@ BEGIN
   INSERT INTO idemq.job_dependencies (parent_id, child_id)
   VALUES (wait_for_children.job_id, wait_for_children.job_id)
   ON CONFLICT DO NOTHING;
+  PERFORM idemq._lock_held('wait_for_children', wait_for_children.job_id, wait_for_children.attempt,
+                           wait_for_children.lease_token);
   UPDATE idemq.jobs AS j
   SET state = 'awaiting', uncounted = j.uncounted + 1, locked_by = NULL, lease_expires_at = NULL
-  WHERE j.id = wait_for_children.job_id AND j.attempt = wait_for_children.attempt
-    AND j.lease_token IS NOT DISTINCT FROM wait_for_children.lease_token
-    AND idemq._held(j.lease_expires_at, j.locked_by);
-  IF NOT FOUND THEN
-    PERFORM idemq._raise_not_held(wait_for_children.job_id, wait_for_children.attempt, 'wait_for_children');
-  END IF;
+  WHERE j.id = wait_for_children.job_id;
   RETURN true;
 END;
 $$;

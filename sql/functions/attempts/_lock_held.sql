@@ -2,7 +2,9 @@
 --                  OUT queue text, OUT created_at timestamptz)
 --
 -- Locks the job an attempt holds (the fencing of complete(): same attempt,
--- same lease token, lease set), for the step functions that write its ledger.
+-- same lease token, lease set), for the functions that act for a held job
+-- in more than one statement: the step functions that write its ledger,
+-- spawn and wait_for_children.
 --
 -- Guarantees: returns the job's queue and created_at only while
 --   (job_id, attempt, lease_token) holds it, and keeps it so until the
@@ -10,7 +12,7 @@
 -- Concurrency: FOR NO KEY UPDATE on the job row; a concurrent rescue() or
 --   cancel() either commits first (then this raises IQ410) or waits.
 -- Errors: 22004 NULL job_id/attempt; IQ404 no such job; IQ410 not held.
--- Tests: test/sql/steps.test.ts
+-- Tests: test/sql/steps.test.ts, test/sql/children.test.ts
 CREATE OR REPLACE FUNCTION idemq._lock_held(operation text, job_id bigint, attempt int, lease_token uuid,
                                             OUT queue text, OUT created_at timestamptz)
 LANGUAGE plpgsql VOLATILE
@@ -31,4 +33,4 @@ END;
 $$;
 
 COMMENT ON FUNCTION idemq._lock_held(text, bigint, int, uuid) IS
-  'Lock the job (job_id, attempt, lease_token) holds, or raise IQ410/IQ404: the fencing of the step functions.';
+  'Lock the job (job_id, attempt, lease_token) holds, or raise IQ410/IQ404: the fencing of the step functions, spawn and wait_for_children.';
