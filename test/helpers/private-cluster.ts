@@ -10,6 +10,8 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import pg from "pg";
+import { migrate } from "../../src/migrate.ts";
 
 const run = promisify(execFile);
 
@@ -59,10 +61,10 @@ export async function startPrivateCluster(): Promise<PrivateCluster> {
     const gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }));
     await chown(dir, uid, gid);
   }
-  const pg = (command: string, args: string[]) =>
+  const pgBin = (command: string, args: string[]) =>
     asRoot ? run("runuser", ["-u", "postgres", "--", join(bin, command), ...args]) : run(join(bin, command), args);
   const data = join(dir, "data");
-  await pg("initdb", ["-D", data, "-U", "postgres", "-A", "trust", "--no-sync"]);
+  await pgBin("initdb", ["-D", data, "-U", "postgres", "-A", "trust", "--no-sync"]);
   const port = await freePort();
   let running = false;
   const cluster: PrivateCluster = {
@@ -70,11 +72,11 @@ export async function startPrivateCluster(): Promise<PrivateCluster> {
     url: (database = "postgres") => `postgres://postgres@127.0.0.1:${port}/${database}`,
     async start() {
       const settings = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off`;
-      await pg("pg_ctl", ["-D", data, "-l", join(dir, "server.log"), "-o", settings, "-w", "start"]);
+      await pgBin("pg_ctl", ["-D", data, "-l", join(dir, "server.log"), "-o", settings, "-w", "start"]);
       running = true;
     },
     async stop(mode) {
-      await pg("pg_ctl", ["-D", data, "-m", mode, "-w", "stop"]);
+      await pgBin("pg_ctl", ["-D", data, "-m", mode, "-w", "stop"]);
       running = false;
     },
     async destroy() {
@@ -84,4 +86,20 @@ export async function startPrivateCluster(): Promise<PrivateCluster> {
   };
   await cluster.start();
   return cluster;
+}
+
+/**
+ * A private cluster with a database "idemq" migrated to the current schema,
+ * as the restart, PgBouncer and presence tests start from; `url` is that
+ * database's connection string.
+ */
+export async function startMigratedCluster(): Promise<{ cluster: PrivateCluster; url: string }> {
+  const cluster = await startPrivateCluster();
+  const admin = new pg.Client({ connectionString: cluster.url() });
+  await admin.connect();
+  await admin.query("CREATE DATABASE idemq");
+  await admin.end();
+  const url = cluster.url("idemq");
+  await migrate({ connectionString: url });
+  return { cluster, url };
 }

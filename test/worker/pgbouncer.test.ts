@@ -15,12 +15,11 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { migrate } from "../../src/migrate.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { killAllWorkers, startedWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 import { type PgBouncer, startPgBouncer } from "../helpers/pgbouncer.ts";
-import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
+import { type PrivateCluster, startMigratedCluster } from "../helpers/private-cluster.ts";
 
 const POOL_SIZE = 20;
 /** The test's own direct connections, told apart from PgBouncer's server connections by this name. */
@@ -34,12 +33,7 @@ let direct: pg.Pool;
 let producer: Client;
 
 beforeAll(async () => {
-  cluster = await startPrivateCluster();
-  const admin = new pg.Client({ connectionString: cluster.url() });
-  await admin.connect();
-  await admin.query("CREATE DATABASE idemq");
-  await admin.end();
-  await migrate({ connectionString: cluster.url("idemq") });
+  ({ cluster } = await startMigratedCluster());
   direct = new pg.Pool({ connectionString: cluster.url("idemq"), application_name: DIRECT, max: 3 });
   direct.on("error", () => {});
   bouncer = await startPgBouncer({ serverPort: cluster.port, poolMode: "transaction", poolSize: POOL_SIZE, ignoreStartupParameters: [] });

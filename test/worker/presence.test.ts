@@ -8,10 +8,9 @@
 import { hostname } from "node:os";
 import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { migrate } from "../../src/migrate.ts";
 import { useTestDatabase } from "../helpers/db.ts";
 import { type PgBouncer, startPgBouncer } from "../helpers/pgbouncer.ts";
-import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
+import { type PrivateCluster, startMigratedCluster } from "../helpers/private-cluster.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
 
@@ -73,12 +72,7 @@ describe("presence through a transaction pooler, across a server restart", () =>
   let direct: pg.Pool;
 
   beforeAll(async () => {
-    cluster = await startPrivateCluster();
-    const admin = new pg.Client({ connectionString: cluster.url() });
-    await admin.connect();
-    await admin.query("CREATE DATABASE idemq");
-    await admin.end();
-    await migrate({ connectionString: cluster.url("idemq") });
+    ({ cluster } = await startMigratedCluster());
     direct = new pg.Pool({ connectionString: cluster.url("idemq"), max: 2 });
     direct.on("error", () => {});
     bouncer = await startPgBouncer({ serverPort: cluster.port, poolMode: "transaction", poolSize: 10, ignoreStartupParameters: [] });

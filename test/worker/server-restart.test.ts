@@ -5,14 +5,12 @@
 // every job succeeds, each order is credited once, work resumes within
 // seconds of each restart (the times are printed: p50 and max), and each
 // worker reports each restart it lived through as one outage.
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { migrate } from "../../src/migrate.ts";
 import { runCli } from "../helpers/cli.ts";
 import { killAllWorkers, startedWorker, startWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
-import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
+import { type PrivateCluster, startMigratedCluster } from "../helpers/private-cluster.ts";
 
 const JOBS = 3000;
 /** Each outage comes once this share of the jobs is done. */
@@ -30,13 +28,7 @@ let url: string;
 let client: Client;
 
 beforeAll(async () => {
-  cluster = await startPrivateCluster();
-  const admin = new pg.Client({ connectionString: cluster.url() });
-  await admin.connect();
-  await admin.query("CREATE DATABASE idemq");
-  await admin.end();
-  url = cluster.url("idemq");
-  await migrate({ connectionString: url });
+  ({ cluster, url } = await startMigratedCluster());
   client = new Client({ connectionString: url, onError: () => {} });
   await client.pool.query(`
     CREATE TABLE public.ledger (task text NOT NULL, order_id int NOT NULL, job_id bigint NOT NULL,

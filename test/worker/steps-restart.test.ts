@@ -5,26 +5,18 @@
 // are rows, so an emit after the restart wakes it, the worker process rides
 // through the outage, and the job succeeds with each write once and one
 // provider call.
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
-import { migrate } from "../../src/migrate.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
-import { type PrivateCluster, startPrivateCluster } from "../helpers/private-cluster.ts";
+import { type PrivateCluster, startMigratedCluster } from "../helpers/private-cluster.ts";
 
 let cluster: PrivateCluster;
 let url: string;
 let client: Client;
 
 beforeAll(async () => {
-  cluster = await startPrivateCluster();
-  const admin = new pg.Client({ connectionString: cluster.url() });
-  await admin.connect();
-  await admin.query("CREATE DATABASE idemq");
-  await admin.end();
-  url = cluster.url("idemq");
-  await migrate({ connectionString: url });
+  ({ cluster, url } = await startMigratedCluster());
   client = new Client({ connectionString: url, onError: () => {} });
   await client.pool.query(`
     CREATE TABLE public.step_writes (job_id bigint NOT NULL, step text NOT NULL);
