@@ -177,11 +177,12 @@ export const LIMIT_BOUNDS = {
 export const PROGRESS_BOUNDS = { min: 0, max: 100 } as const;
 
 /**
- * The largest step result or event payload (ctx.step, ctx.waitFor, emit), in
- * bytes of its JSON text: idemq._step_result_limit(), which step_record and
- * emit enforce; test/sql/steps.test.ts holds the two equal.
+ * The largest job result, step result or event payload (a handler's return
+ * value, ctx.step, ctx.waitFor, emit), in bytes of its JSON text:
+ * idemq._result_limit(), which complete, step_record and emit enforce;
+ * test/sql/steps.test.ts holds the two equal.
  */
-export const STEP_RESULT_BYTES = 1_048_576;
+export const RESULT_BYTES = 1_048_576;
 
 /** The `kind` and `status` values of a job's step ledger (idemq.steps(), the CHECK job_steps_status_of_kind). */
 export const STEP_KINDS = ["step", "sleep", "wait"] as const;

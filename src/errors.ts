@@ -492,7 +492,7 @@ export function isConnectionFailure(error: unknown): boolean {
 /**
  * A durable step used wrongly (docs/worker.md, "Durable steps"): a step name
  * used twice in one run, a result that is not JSON or is over
- * STEP_RESULT_BYTES, a step in a transactional task. The same code fails the
+ * RESULT_BYTES, a step in a transactional task. The same code fails the
  * same way on every attempt, so it is permanent: the job fails at once.
  */
 export class StepError extends PermanentError {

@@ -869,6 +869,15 @@ $$;
 COMMENT ON FUNCTION idemq._raise_not_held(bigint, int, text) IS
   'Raise IQ404 or IQ410 for a fenced call whose (job_id, attempt) matched no held job.';
 
+-- ---- sql/functions/checks/_result_limit.sql ----
+CREATE OR REPLACE FUNCTION idemq._result_limit()
+RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN 1048576;
+
+COMMENT ON FUNCTION idemq._result_limit() IS
+  'The largest job result, step result or event payload, in bytes of its JSON text (1 MiB).';
+
 -- ---- sql/functions/reads/_scope_waits.sql ----
 CREATE OR REPLACE FUNCTION idemq._scope_waits()
 RETURNS TABLE(queue text, task text, waiting_for idemq.waiting_reason)
@@ -939,15 +948,6 @@ $$;
 
 COMMENT ON FUNCTION idemq._size_slots(bigint, int) IS
   'Fold a concurrency limit''s releases and size its stripes for concurrency: room only while fewer than concurrency are held.';
-
--- ---- sql/functions/steps/_step_result_limit.sql ----
-CREATE OR REPLACE FUNCTION idemq._step_result_limit()
-RETURNS int
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN 1048576;
-
-COMMENT ON FUNCTION idemq._step_result_limit() IS
-  'The largest step result or event payload, in bytes of its JSON text (1 MiB).';
 
 -- ---- sql/functions/flow/_stripe_of.sql ----
 CREATE OR REPLACE FUNCTION idemq._stripe_of(named int, first_slot int)
@@ -1219,18 +1219,18 @@ BEGIN
   PERFORM idemq._check_size(operation, 'the step name', _check_step.name, 'key_bytes',
                             'Use a shorter step name: it identifies the step within its job.');
   v_bytes := octet_length(_check_step.result::text);
-  IF v_bytes > idemq._step_result_limit() THEN
+  IF v_bytes > idemq._result_limit() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('%s: job %s, step "%s": the result is %s bytes of JSON, over the limit of %s bytes',
                        operation, _check_step.job_id, idemq._excerpt(_check_step.name), v_bytes,
-                       idemq._step_result_limit()),
+                       idemq._result_limit()),
       HINT = 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.';
   END IF;
 END;
 $$;
 
 COMMENT ON FUNCTION idemq._check_step(text, bigint, text, jsonb) IS
-  'Raise 22004/22023 for a bad step name or a step result over _step_result_limit, naming the job and step.';
+  'Raise 22004/22023 for a bad step name or a step result over _result_limit, naming the job and step.';
 
 -- ---- sql/functions/flow/_claim_take.sql ----
 CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], key_task text, key_queue text,
@@ -3491,7 +3491,17 @@ AS $$
 DECLARE
   v_r record;
   v_gone int;
+  v_bytes int;
 BEGIN
+  -- Checked before anything is written: the job stays held, and the caller
+  -- may complete it again with less.
+  v_bytes := octet_length(complete.result::text);
+  IF v_bytes > idemq._result_limit() THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('complete: job %s: the result is %s bytes of JSON, over the limit of %s',
+                       complete.job_id, v_bytes, idemq._result_limit()),
+      HINT = 'Keep bulky data in a table of your own and return its key; nothing was written, so complete the job again with less.';
+  END IF;
   SELECT * INTO v_r FROM idemq._success_retention() z;
   IF v_r.any_zero THEN
     -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)
@@ -3824,10 +3834,10 @@ BEGIN
     PERFORM idemq._raise_null_argument('emit', 'payload');
   END IF;
   v_bytes := octet_length(emit.payload::text);
-  IF v_bytes > idemq._step_result_limit() THEN
+  IF v_bytes > idemq._result_limit() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('emit: the payload of event %s is %s bytes of JSON, over the limit of %s bytes',
-                       idemq._excerpt(emit.event), v_bytes, idemq._step_result_limit()),
+                       idemq._excerpt(emit.event), v_bytes, idemq._result_limit()),
       HINT = 'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.';
   END IF;
   PERFORM idemq._event_lock(emit.event, emit.key);
@@ -5775,9 +5785,9 @@ REVOKE EXECUTE ON FUNCTION idemq._per_key FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._prune_events FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._release_waiting FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._repair_slots FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._result_limit FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._scope_waits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._size_slots FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION idemq._step_result_limit FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_of FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;

@@ -21,6 +21,7 @@
 // With tracing on, the whole attempt runs in its span (src/tracing/spans.ts),
 // and each end below tells the span how the attempt ended (held.trace).
 import type pg from "pg";
+import { RESULT_BYTES } from "../contract.ts";
 import { toMilliseconds } from "../duration.ts";
 import { BadArgumentError, EffectClaimLostError, LeaseLostError, PermanentError, RateLimitedError, TimeoutError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
@@ -504,14 +505,23 @@ async function holdJob(state: WorkerState, held: HeldJob, error: RateLimitedErro
 /** A handler's return value as a jsonb result; undefined when there is none to store. */
 function storable(state: WorkerState, held: HeldJob, result: unknown): unknown {
   if (result === undefined || result === null) return undefined;
+  let text: string | undefined;
   try {
-    if (JSON.stringify(result) !== undefined) return result;
+    text = JSON.stringify(result);
   } catch {
     // below
   }
+  // complete() would refuse a result over the limit and leave the job held
+  // until its lease ran out and it ran again: the work is done, so the job
+  // completes and the result is what gives way, with a line saying so.
+  const bytes = text === undefined ? 0 : Buffer.byteLength(text);
+  if (text !== undefined && bytes <= RESULT_BYTES) return result;
   state.emit("log", {
     level: "warn",
-    message: "the handler's return value is not JSON; the job completes without a result",
+    message:
+      text === undefined
+        ? "the handler's return value is not JSON; the job completes without a result"
+        : `the handler's return value is ${bytes} bytes of JSON, over the limit of ${RESULT_BYTES}; the job completes without a result (keep bulky data in a table and return its key)`,
     workerId: state.settings.workerId,
     jobId: held.job.id,
     task: held.job.task,

@@ -20,7 +20,7 @@
 // so the attempt is over at once: the worker records nothing more for it.
 import { createHash } from "node:crypto";
 import type { Duration } from "../contract.ts";
-import { STEP_RESULT_BYTES } from "../contract.ts";
+import { RESULT_BYTES } from "../contract.ts";
 import { toMilliseconds, toPgInterval } from "../duration.ts";
 import { StepError, WaitTimeoutError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
@@ -58,7 +58,7 @@ export interface WaitForOptions {
 export interface StepContext {
   /**
    * Runs the step `name` once per job: the first attempt that completes it
-   * records its JSON result (at most STEP_RESULT_BYTES), every later attempt
+   * records its JSON result (at most RESULT_BYTES), every later attempt
    * returns the recorded result without calling fn. Transactional (default):
    * fn(tx) runs in the step's own transaction, whose writes commit exactly
    * once, with the record. External ({ external: true }): fn(key) calls
@@ -229,14 +229,14 @@ export function stepEffectKey(jobId: string, name: string): string {
   return `idemq-job-${jobId}-step-${createHash("sha256").update(name).digest("hex").slice(0, 32)}`;
 }
 
-/** A step's result as the ledger will give it back: JSON (undefined becomes null), at most STEP_RESULT_BYTES. */
+/** A step's result as the ledger will give it back: JSON (undefined becomes null), at most RESULT_BYTES. */
 function checkedResult<T>(jobId: string, name: string, value: T): T {
   if (value === undefined) return null as T;
   const problem = notJson(value, "the result");
   if (problem !== undefined) throw new StepError(jobId, name, `${problem}; return JSON (objects, arrays, strings, finite numbers, booleans, null)`);
   const bytes = Buffer.byteLength(JSON.stringify(value));
-  if (bytes > STEP_RESULT_BYTES) {
-    throw new StepError(jobId, name, `the result is ${bytes} bytes of JSON, over the limit of ${STEP_RESULT_BYTES}; store bulky data in a table and return its key`);
+  if (bytes > RESULT_BYTES) {
+    throw new StepError(jobId, name, `the result is ${bytes} bytes of JSON, over the limit of ${RESULT_BYTES}; store bulky data in a table and return its key`);
   }
   return value;
 }

@@ -7,6 +7,7 @@ import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, makeJob } from "../helpers/jobs.ts";
 import { byId, claim, claimOne, complete, expireLease, fail, HOLDER_TOKENS, rescue } from "../helpers/work.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
+import { RESULT_BYTES } from "../../src/contract.ts";
 
 const db = useTestDatabase();
 
@@ -32,6 +33,23 @@ describe("complete", () => {
         lease_expires_at: null,
         attempt: 1,
       });
+    });
+  });
+
+  it("keeps a result of RESULT_BYTES of JSON text; one byte over is refused with 22023 naming the job, and the job stays held", async () => {
+    await inRollback(db.pool, async (c) => {
+      const id = await makeJob(c);
+      const job = await claimOne(c);
+      const atLimit = "x".repeat(RESULT_BYTES - 2); // the JSON string's two quotes
+      await underSavepoint(c, () =>
+        expectSqlError(complete(c, id, job.attempt, atLimit + "x"), {
+          code: "22023",
+          message: `complete: job ${id}: the result is ${RESULT_BYTES + 1} bytes of JSON, over the limit of ${RESULT_BYTES}`,
+        }),
+      );
+      expect(await jobRow(c, id)).toMatchObject({ state: "processing", result: null });
+      await complete(c, id, job.attempt, atLimit);
+      expect(await jobRow(c, id)).toMatchObject({ state: "succeeded", result: atLimit });
     });
   });
 

@@ -3,7 +3,7 @@
 // attempt), await_event and emit (matching, parking, waking, timeouts), the
 // ledger's deletion with its job and the events' retention.
 import { describe, expect, it } from "vitest";
-import { STEP_KINDS, STEP_RESULT_BYTES, STEP_STATUSES } from "../../src/contract.ts";
+import { STEP_KINDS, RESULT_BYTES, STEP_STATUSES } from "../../src/contract.ts";
 import { backendPid, expectSqlError, inRollback, useTestDatabase, waitUntilBlocked } from "../helpers/db.ts";
 import { jobRow, makeJob, unique } from "../helpers/jobs.ts";
 import { underSavepoint } from "../helpers/savepoint.ts";
@@ -108,16 +108,16 @@ describe("step_record and steps", () => {
     });
   });
 
-  it("the result limit is STEP_RESULT_BYTES of JSON text: at the limit kept, one byte over refused, naming job and step", async () => {
+  it("the result limit is RESULT_BYTES of JSON text: at the limit kept, one byte over refused, naming job and step", async () => {
     await inRollback(db.pool, async (c) => {
-      expect((await c.query("SELECT idemq._step_result_limit() AS n")).rows[0].n).toBe(STEP_RESULT_BYTES);
+      expect((await c.query("SELECT idemq._result_limit() AS n")).rows[0].n).toBe(RESULT_BYTES);
       const j = await heldJob(c);
-      const atLimit = "x".repeat(STEP_RESULT_BYTES - 2); // the JSON string's two quotes
+      const atLimit = "x".repeat(RESULT_BYTES - 2); // the JSON string's two quotes
       await record(c, j, "big", atLimit);
       await underSavepoint(c, () =>
         expectSqlError(record(c, j, "too-big", atLimit + "x"), {
           code: "22023",
-          message: `job ${j.job_id}, step "too-big": the result is ${STEP_RESULT_BYTES + 1} bytes`,
+          message: `job ${j.job_id}, step "too-big": the result is ${RESULT_BYTES + 1} bytes`,
         }),
       );
     });

@@ -6,7 +6,7 @@
 // outcomes; Client.result waits for a job a worker in another process
 // finishes (LISTEN), or polls, and rejects clearly.
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { ChildFailedError, Client, JobNotFoundError, JobNotSucceededError, PermanentError, ResultTimeoutError } from "../../src/index.ts";
+import { ChildFailedError, Client, JobNotFoundError, JobNotSucceededError, PermanentError, RESULT_BYTES, ResultTimeoutError } from "../../src/index.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
 import { waitFor } from "../fixtures/worker/wait.ts";
@@ -170,6 +170,24 @@ describe("Client.result", () => {
     });
     await startedWorker({ tasks: "fan-out-tasks.ts", databaseUrl: db.url, env: { IDEMQ_TEST_POLL: "60s" } });
     expect(await waiting).toEqual({ sum: 29, runs: 2 });
+  });
+
+  it("a return value over RESULT_BYTES: the job succeeds without a result (the work is done), with a warn line naming the size and the limit", async () => {
+    const task = unique("big_result");
+    const { worker } = await startTestWorker(db.url, {
+      [task]: async () => ({ blob: "x".repeat(RESULT_BYTES) }),
+    });
+    const warnings: { message: string; jobId?: string }[] = [];
+    worker.on("log", (entry) => entry.level === "warn" && warnings.push(entry));
+    const id = await makeJob(db.pool, { task });
+    await waitFor(async () => (await stateOf(db.pool, id)) === "succeeded", { what: "the job with the big result succeeding" });
+    expect(await jobRow(db.pool, id)).toMatchObject({ state: "succeeded", result: null, attempt: 1 });
+    expect(warnings).toEqual([
+      expect.objectContaining({
+        jobId: id,
+        message: expect.stringContaining(`is ${RESULT_BYTES + 11} bytes of JSON, over the limit of ${RESULT_BYTES}; the job completes without a result`),
+      }),
+    ]);
   });
 
   it("rejects with ResultTimeoutError (the job goes on), JobNotFoundError, and JobNotSucceededError with the latest error", async () => {

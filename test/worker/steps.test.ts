@@ -5,7 +5,7 @@
 // ctx.waitFor before and after the emit, and its timeout; misuse errors name
 // the job and the step.
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Client, StepError, WaitTimeoutError, STEP_RESULT_BYTES, type JobContext } from "../../src/index.ts";
+import { Client, StepError, WaitTimeoutError, RESULT_BYTES, type JobContext } from "../../src/index.ts";
 import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
 import { startTestWorker, stopWorkers } from "../fixtures/worker/in-process.ts";
@@ -115,7 +115,7 @@ describe("ctx.step", () => {
       },
       date: (ctx) => ctx.step("when", () => new Date()),
       nan: (ctx) => ctx.step("ratio", () => ({ r: Number.NaN })),
-      big: (ctx) => ctx.step("blob", () => "x".repeat(STEP_RESULT_BYTES)),
+      big: (ctx) => ctx.step("blob", () => "x".repeat(RESULT_BYTES)),
     };
     await startTestWorker(db.url, Object.fromEntries(Object.entries(cases).map(([task, run]) => [task, (_p: unknown, ctx: JobContext) => run(ctx)])), {
       queues: [queue],
@@ -124,7 +124,7 @@ describe("ctx.step", () => {
       twice: /step "a": this step name is used twice in one run/,
       date: /step "when": the result is a Date, not a plain object/,
       nan: /step "ratio": the result\.r is NaN, which JSON cannot hold/,
-      big: new RegExp(`step "blob": the result is ${STEP_RESULT_BYTES + 2} bytes of JSON, over the limit of ${STEP_RESULT_BYTES}`),
+      big: new RegExp(`step "blob": the result is ${RESULT_BYTES + 2} bytes of JSON, over the limit of ${RESULT_BYTES}`),
     };
     for (const task of Object.keys(cases)) {
       const { jobId } = await client.enqueue(task, {}, { queue });

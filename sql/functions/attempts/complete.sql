@@ -26,7 +26,8 @@
 -- Concurrency: row lock on the job; a concurrent rescue() or cancel() either
 --   commits first (then this raises IQ410) or waits for this transaction.
 -- Errors: IQ404 no such job; IQ410 lease lost (DETAIL {"job_id","attempt",
---   "current_state"}; no token in it); 22004 NULL job_id/attempt.
+--   "current_state"}; no token in it); 22004 NULL job_id/attempt; 22023 a
+--   result over _result_limit() bytes of JSON text (nothing written).
 -- Tests: test/sql/complete.test.ts, test/sql/fencing.test.ts, test/sql/retention-zero.test.ts
 CREATE OR REPLACE FUNCTION idemq.complete(job_id bigint, attempt int, result jsonb DEFAULT NULL,
                                           lease_token uuid DEFAULT NULL)
@@ -39,7 +40,17 @@ AS $$
 DECLARE
   v_r record;
   v_gone int;
+  v_bytes int;
 BEGIN
+  -- Checked before anything is written: the job stays held, and the caller
+  -- may complete it again with less.
+  v_bytes := octet_length(complete.result::text);
+  IF v_bytes > idemq._result_limit() THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('complete: job %s: the result is %s bytes of JSON, over the limit of %s',
+                       complete.job_id, v_bytes, idemq._result_limit()),
+      HINT = 'Keep bulky data in a table of your own and return its key; nothing was written, so complete the job again with less.';
+  END IF;
   SELECT * INTO v_r FROM idemq._success_retention() z;
   IF v_r.any_zero THEN
     -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)

@@ -1,10 +1,10 @@
 -- idemq._check_step(operation text, job_id bigint, name text, result jsonb) RETURNS void
 --
 -- Refuses a bad step name or a step result (an event payload) over
--- _step_result_limit, naming the job and the step.
+-- _result_limit, naming the job and the step.
 --
 -- Guarantees: returns only when name is non-empty and at most key_bytes
---   bytes (idemq._limit), and result is NULL or at most _step_result_limit
+--   bytes (idemq._limit), and result is NULL or at most _result_limit
 --   bytes of JSON text.
 -- Concurrency: none.
 -- Errors: 22004 NULL name; 22023 empty name, name over key_bytes, result over
@@ -32,15 +32,15 @@ BEGIN
   PERFORM idemq._check_size(operation, 'the step name', _check_step.name, 'key_bytes',
                             'Use a shorter step name: it identifies the step within its job.');
   v_bytes := octet_length(_check_step.result::text);
-  IF v_bytes > idemq._step_result_limit() THEN
+  IF v_bytes > idemq._result_limit() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('%s: job %s, step "%s": the result is %s bytes of JSON, over the limit of %s bytes',
                        operation, _check_step.job_id, idemq._excerpt(_check_step.name), v_bytes,
-                       idemq._step_result_limit()),
+                       idemq._result_limit()),
       HINT = 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.';
   END IF;
 END;
 $$;
 
 COMMENT ON FUNCTION idemq._check_step(text, bigint, text, jsonb) IS
-  'Raise 22004/22023 for a bad step name or a step result over _step_result_limit, naming the job and step.';
+  'Raise 22004/22023 for a bad step name or a step result over _result_limit, naming the job and step.';

@@ -15,7 +15,7 @@
 --   * The event is kept event_retention_seconds (idemq.settings, default 7
 --     days; apply_retention deletes older ones) for waits reached later, by
 --     the rule of await_event (docs/design.md, "Durable steps").
---   * The payload is at most _step_result_limit bytes of JSON text.
+--   * The payload is at most _result_limit bytes of JSON text.
 -- Concurrency: _event_lock(event, key) until the caller's transaction ends
 --   (emits of one pair queue behind each other, and behind a wait parking on
 --   it); then the waiting steps' rows and their jobs' rows. Call it at READ
@@ -43,10 +43,10 @@ BEGIN
     PERFORM idemq._raise_null_argument('emit', 'payload');
   END IF;
   v_bytes := octet_length(emit.payload::text);
-  IF v_bytes > idemq._step_result_limit() THEN
+  IF v_bytes > idemq._result_limit() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
       MESSAGE = format('emit: the payload of event %s is %s bytes of JSON, over the limit of %s bytes',
-                       idemq._excerpt(emit.event), v_bytes, idemq._step_result_limit()),
+                       idemq._excerpt(emit.event), v_bytes, idemq._result_limit()),
       HINT = 'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.';
   END IF;
   PERFORM idemq._event_lock(emit.event, emit.key);

@@ -13,7 +13,7 @@
 --   * A step is recorded once: recording a name the job already has raises
 --     23505 (read steps() first and skip a recorded step).
 --   * result NULL means the step returned nothing; its size is at most
---     _step_result_limit bytes of JSON text.
+--     _result_limit bytes of JSON text.
 --   * The record is deleted with its job (retention, purge, delete_jobs).
 -- Concurrency: locks the job row (_lock_held) until the caller's
 --   transaction ends: a rescue or cancel waits for it, or commits first and
