@@ -5,7 +5,7 @@
 
 import { median, minMax } from "./measure.ts";
 import { SYSTEMS } from "./systems/index.ts";
-import { TARGETS, type Ref } from "./targets.ts";
+import { MEASURED, TARGETS, type Ref } from "./targets.ts";
 import type { Workload } from "./workloads/common.ts";
 
 export interface Sample {
@@ -19,6 +19,7 @@ export interface Sample {
 
 const METRICS: Record<string, { label: string; digits: number }> = {
   jobs_per_s: { label: "jobs/s", digits: 0 },
+  units_per_s: { label: "units/s", digits: 0 },
   p50_ms: { label: "p50 ms", digits: 2 },
   p95_ms: { label: "p95 ms", digits: 2 },
   max_ms: { label: "max ms", digits: 2 },
@@ -106,8 +107,20 @@ export function buildReport(workloads: Workload[], samples: Sample[], rounds: nu
     const unit = t.den ? "x" : ` ${METRICS[t.num.metric]?.label.split(" ").pop() ?? ""}`;
     return { row: t.row, target: `${t.op} ${t.bound}${unit}`, ratio: r, met: r === null ? null : t.op === ">=" ? r.median >= t.bound : r.median <= t.bound };
   });
+  const measured = MEASURED.filter((m) => [m.num, m.minus, m.den].every((r) => !r || ran.has(r.workload))).map((m) => {
+    const num = valuesOf(samples, m.num, rounds);
+    const minus = m.minus ? valuesOf(samples, m.minus, rounds) : null;
+    const den = m.den ? valuesOf(samples, m.den, rounds) : null;
+    const per = m.per ?? 1;
+    const value = num.map((x, i) => {
+      if (x === null || (minus && minus[i] === null) || (den && !den[i])) return null;
+      const v = (x - (minus ? minus[i]! : 0)) / per;
+      return den ? v / den[i]! : v;
+    });
+    return { row: m.row, unit: m.den ? "x" : m.unit ?? "", value: summarize(value) };
+  });
   const errors = samples.filter((s) => s.error).map((s) => ({ workload: s.workload, variant: s.variant, round: s.round, error: s.error! }));
-  return { meta, workloads: workloadReports, targets, errors };
+  return { meta, workloads: workloadReports, targets, measured, errors };
 }
 
 export type Report = ReturnType<typeof buildReport>;
@@ -137,6 +150,12 @@ export function toMarkdown(report: Report): string {
     for (const t of report.targets) {
       out.push(`| ${t.row} | ${t.target} | ${ratioCell(t.ratio)} | ${t.met === null ? "—" : t.met ? "yes" : "**no**"} |`);
     }
+    out.push("");
+  }
+
+  if (report.measured.length > 0) {
+    out.push("## Measured rows (no target)", "", "| row | unit | value: median (per round) |", "|---|---|---|");
+    for (const r of report.measured) out.push(`| ${r.row} | ${r.unit} | ${ratioCell(r.value)} |`);
     out.push("");
   }
 

@@ -23,6 +23,7 @@ import { flowWorkloads } from "./workloads/flow.ts";
 import { processWorkloads } from "./workloads/process.ts";
 import { scaleWorkloads } from "./workloads/scale.ts";
 import { shareWorkload } from "./workloads/share.ts";
+import { stepsWorkload } from "./workloads/steps.ts";
 
 const USAGE = `usage: npm run bench -- [--json] [--quick] [--scale] [--rounds N] [--only id,id]
        npm run bench -- profile [--concurrency N] [--jobs N] [--task noop|ledger] [--hold-xmin]   (bench/profile.ts)
@@ -57,6 +58,7 @@ let workloads: Workload[] = [
   ...enqueueWorkloads,
   ...processWorkloads,
   ...flowWorkloads,
+  stepsWorkload,
   manyQueuesWorkload,
   shareWorkload,
   latencyWorkload,

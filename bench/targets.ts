@@ -3,6 +3,8 @@
 // Graphile's jobKey): each a ratio of two measurements taken in the same
 // round, or one measurement, and the bound its median must meet.
 
+import { STEPS_PER_JOB } from "./systems/types.ts";
+
 export interface Ref {
   workload: string;
   variant: string;
@@ -54,4 +56,53 @@ export const TARGETS: Target[] = [
   { row: "worker of one task, 200,000 runnable of another task in its queue vs other queues empty", num: ref("process.many-queues", "idemq:crowded-task", JPS), den: ref("process.many-queues", "idemq:alone", JPS), op: ">=", bound: 0.9 },
   { row: "claim on an empty queue, 200,000 runnable elsewhere (ms)", num: ref("process.many-queues", "idemq:crowded", "claim_empty_queue_ms"), op: "<=", bound: 2 },
   { row: "claim of a task no job has, 200,000 runnable of another (ms)", num: ref("process.many-queues", "idemq:crowded", "claim_other_task_ms"), op: "<=", bound: 2 },
+];
+
+/**
+ * Rows the issue gives no target for, reported as measured (no "met"): per
+ * round, ((num - minus) / per) / den, each part optional but num.
+ */
+export interface MeasuredRow {
+  row: string;
+  num: Ref;
+  /** Subtracted from num in the same round (a baseline: the cost of what is left). */
+  minus?: Ref;
+  /** num (less minus) divided by this (e.g. steps per job: a cost per step). */
+  per?: number;
+  /** Absent: a value in `unit`; present: a ratio. */
+  den?: Ref;
+  /** The value's unit, for rows without den. */
+  unit?: string;
+}
+
+// Issue 28, item 8 (bench/workloads/steps.ts): per step, the steps10 job's
+// cost less the no-op job's, over its STEPS_PER_JOB (10) steps.
+const STEPS = "process.steps";
+const perStep = (metric: string, what: string, unit: string): MeasuredRow => ({
+  row: `ctx.step, transactional, no-op fn: ${what} per step`,
+  num: ref(STEPS, "idemq:steps10", metric),
+  minus: ref(STEPS, "idemq:nosteps", metric),
+  per: STEPS_PER_JOB,
+  unit,
+});
+
+// A workflow's unit is a step (10 per job), a chain's a job.
+const VS_CHAIN = `a workflow of ${STEPS_PER_JOB} steps per job vs ${STEPS_PER_JOB} jobs chained with \`after\``;
+const perUnit = (metric: string, what: string): MeasuredRow => ({
+  row: `${VS_CHAIN}: ${what} per unit`,
+  num: ref(STEPS, "idemq:steps10", metric),
+  per: STEPS_PER_JOB,
+  den: ref(STEPS, "idemq:chain10", metric),
+});
+
+export const MEASURED: MeasuredRow[] = [
+  perStep("worker_cpu_us_per_job", "worker process CPU", "µs"),
+  perStep("backend_cpu_us_per_job", "its PostgreSQL backends' CPU", "µs"),
+  perStep("cpu_us_per_job", "machine CPU", "µs"),
+  perStep("wal_bytes_per_job", "WAL", "B"),
+  perStep("statements_per_job", "worker round trips", "round trips"),
+  { row: `${VS_CHAIN}: units of work/s`, num: ref(STEPS, "idemq:steps10", "units_per_s"), den: ref(STEPS, "idemq:chain10", "units_per_s") },
+  perUnit("worker_cpu_us_per_job", "worker process CPU"),
+  perUnit("backend_cpu_us_per_job", "its PostgreSQL backends' CPU"),
+  perUnit("wal_bytes_per_job", "WAL"),
 ];

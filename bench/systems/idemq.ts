@@ -15,6 +15,8 @@ import {
   LEDGER_INSERT,
   LEDGER_TASK,
   NOOP_TASK,
+  STEPS_PER_JOB,
+  STEPS_TASK,
   type BenchPayload,
   type System,
 } from "./types.ts";
@@ -109,6 +111,12 @@ export const idemq: System = {
       ...(spec.queues ? { queues: spec.queues } : {}),
       tasks: {
         [NOOP_TASK]: async (payload: BenchPayload) => spec.onJob(payload),
+        // Each step: BEGIN, the no-op fn, step_record, COMMIT on a pool
+        // connection of its own (the ledger read once, at the first step).
+        [STEPS_TASK]: async (payload: BenchPayload, ctx) => {
+          spec.onJob(payload); // first, as every handler: the window opens at the first call
+          for (let k = 1; k <= STEPS_PER_JOB; k++) await ctx.step(`s${k}`, () => k);
+        },
         [LEDGER_TASK]: {
           transactional: true,
           guardKey: (payload: BenchPayload) => `ledger:${payload.i}`,

@@ -19,6 +19,9 @@ export type Mode = "batched" | "perjob" | "transactional";
 /** Task names every worker registers. */
 export const NOOP_TASK = "noop";
 export const LEDGER_TASK = "ledger";
+/** idemq only (process.steps): a handler of STEPS_PER_JOB transactional ctx.step calls whose fns do nothing. */
+export const STEPS_TASK = "steps";
+export const STEPS_PER_JOB = 10;
 
 /** Ledger table written by transactional handlers (created in every bench database). */
 export const LEDGER_DDL = "CREATE TABLE IF NOT EXISTS bench_ledger (k text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())";

@@ -36,11 +36,15 @@ export interface ProcessOptions {
   queues?: string[];
   /** Measured on the run's database once the worker is done; merged into the metrics. */
   after?: (db: FreshDatabase) => Promise<Metrics>;
+  /** Jobs of the run, the handler calls that end it (default ctx.sizes.process); a `seed` must enqueue that many. */
+  jobs?: number;
+  /** Units of work per job (process.steps: a step or a no-op job), for units_per_s; absent: no units_per_s. */
+  unitsPerJob?: number;
 }
 
 export async function runProcessing(ctx: Context, v: Variant, round: number, options: ProcessOptions): Promise<Measured> {
   const system = SYSTEMS[v.system];
-  const count = ctx.sizes.process;
+  const count = options.jobs ?? ctx.sizes.process;
   if (options.queues && !system.queueFilter) throw new Error(`${v.system}: its worker cannot be limited to some queues`);
   const run = async (db: FreshDatabase): Promise<Measured> => {
     if (options.seed) {
@@ -100,6 +104,7 @@ export async function runProcessing(ctx: Context, v: Variant, round: number, opt
       return {
         metrics: {
           jobs_per_s: count / result.seconds,
+          ...(options.unitsPerJob === undefined ? {} : { units_per_s: (count * options.unitsPerJob) / result.seconds }),
           wal_bytes_per_job: wal.bytes / count,
           wal_attributed: wal.attributed ? 1 : 0,
           cpu_us_per_job: (result.machineCpuSeconds * 1e6) / count,
