@@ -9,7 +9,8 @@ import { EXIT } from "../../src/cli/exit-codes.ts";
 import { installationRoles } from "../../src/roles.ts";
 import { runCli } from "../helpers/cli.ts";
 import { useTestDatabase } from "../helpers/db.ts";
-import { jobIn } from "../helpers/work.ts";
+import { makeJob, unique } from "../helpers/jobs.ts";
+import { type ClaimedJob, jobIn } from "../helpers/work.ts";
 import { createLoginRole, dropLoginRoles } from "../helpers/login-roles.ts";
 import { MARKUP, workflowJob } from "../helpers/workflow.ts";
 
@@ -64,6 +65,17 @@ describe("idemq jobs show: steps and children", () => {
       `  ship  job ${job.shipped}  succeeded  {"trackingId":"tr_9"}`,
       `  <i>notify</i>  job ${job.notified}  failed: SmtpError: mailbox <full>`,
     ]);
+  });
+
+  it("escapes control characters in step names and results (they are user data)", async () => {
+    const queue = unique("escape");
+    const id = await makeJob(db.pool, { queue, task: "escape" });
+    const { rows } = await db.pool.query<ClaimedJob>("SELECT * FROM idemq.claim('w', queues => ARRAY[$1], batch_size => 1, token => true)", [queue]);
+    await db.pool.query("SELECT idemq.step_record($1, $2, $3, $4::jsonb, $5)", [id, rows[0]!.attempt, "evil\x1b[2J", JSON.stringify("\u202eok"), rows[0]!.lease_token]);
+    const result = await show(id);
+    expect(result).toMatchObject({ code: EXIT.OK, stderr: "" });
+    expect(result.stdout).not.toMatch(/[\x1b\u202e]/);
+    expect(result.stdout).toContain("  step   evil\\x1b[2J: done (attempt 1)  \"\\u202eok\"");
   });
 
   it("prints nothing extra for a job without steps or children ([] in --json)", async () => {
