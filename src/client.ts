@@ -396,6 +396,15 @@ export class Client<T extends object = PayloadMap> extends EventEmitter<ClientEv
     return this.results.wait(jobId, opts) as Promise<R>;
   }
 
+  /**
+   * A job's step ledger (idemq.steps: its steps, sleeps and event waits with
+   * their results), oldest first; empty for a job without steps. The worker
+   * and admin roles may call it, not the producer or the viewer.
+   */
+  steps(jobId: JobIdInput, opts: InTransaction = {}): Promise<sql.StepRow[]> {
+    return sql.steps(this.db(opts), jobId);
+  }
+
   /** A job's children (spawn, or a batch's jobs for its callback) with their outcomes, in the order they were linked. */
   children(jobId: JobIdInput, opts: InTransaction = {}): Promise<sql.ChildOutcome[]> {
     return sql.children(this.db(opts), jobId);

@@ -100,6 +100,7 @@ export type {
   ChildOutcome,
   JobOutcome,
   SpawnedChild,
+  StepRow,
 } from "./sql/index.ts";
 export type { Job, JobFilter, ListJobsFilter } from "./job-reads.ts";
 export type { BulkOptions, BulkProgress } from "./bulk-actions.ts";

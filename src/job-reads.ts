@@ -247,6 +247,20 @@ export async function countJobs(db: Queryable, filter: JobFilter, atMost: number
   return { count: jobs, exact };
 }
 
+/**
+ * `read`'s rows, or null when the login's role may not call the function it
+ * reads through (42501): steps() is the worker's and admin's, not the
+ * producer's or the viewer's, and a view of a job says so rather than fail.
+ */
+export async function unlessRefused<T>(read: Promise<T>): Promise<T | null> {
+  try {
+    return await read;
+  } catch (error) {
+    if ((error as { code?: unknown }).code === "42501") return null;
+    throw error;
+  }
+}
+
 export interface LinkedJob {
   id: string;
   task: string;

@@ -2,6 +2,7 @@
 // ages, a job's summary, and the timeline of its attempts.
 import type { WaitingReason } from "../contract.ts";
 import { attemptsText, waitingFor, waitingSentence, type Job } from "../job-reads.ts";
+import type { ChildOutcome, StepRow } from "../sql/index.ts";
 import { printable } from "./terminal-text.ts";
 
 /** Columns separated by two spaces; numeric columns right-aligned. Cells are shown printable() (no control characters reach the terminal). */
@@ -290,5 +291,60 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
     retryLines(entry.attempt);
   }
   if (job.finishedAt !== null) lines.push(`  ${instant(job.finishedAt)}  ${job.state}`);
+  return lines;
+}
+
+// ---------------------------------------------------------------- steps and children
+
+/** What a step's status means, for `jobs show` (times are the ledger's wake_at: a sleep's end, a wait's timeout). */
+function stepDetail(step: StepRow, now: number): string {
+  const event = step.event === null ? "" : `event ${printable(step.event)}${step.eventKey === null ? "" : ` key ${printable(step.eventKey)}`}`;
+  const wake = `${instant(step.wakeAt)} (${relative(step.wakeAt, now)})`;
+  switch (step.status) {
+    case "sleeping":
+      return step.over ? `slept until ${wake}` : `sleeping until ${wake}`;
+    case "waiting":
+      return `waiting for ${event}, times out ${wake}`;
+    case "received":
+      return `received ${event}`;
+    case "timed_out":
+      return `timed out waiting for ${event} at ${instant(step.wakeAt)}`;
+    default:
+      return step.status;
+  }
+}
+
+/**
+ * The lines `jobs show` prints after the timeline: the job's step ledger
+ * (when recorded, kind, name, status, a result excerpt) and its spawned
+ * children (name, id, state, result or error excerpt). Nothing for a job
+ * with neither; one line for a list the login's role may not read (null).
+ */
+export function renderStepsAndChildren(steps: readonly StepRow[] | null, children: readonly ChildOutcome[] | null, now = Date.now()): string[] {
+  const lines: string[] = [];
+  if (steps === null) lines.push("steps", "  (not shown: reading a job's steps needs the worker or admin role)");
+  else if (steps.length > 0) {
+    lines.push("steps");
+    for (const step of steps) {
+      const result = step.result === null || step.result === undefined ? "" : `  ${truncate(JSON.stringify(step.result), 80)}`;
+      lines.push(
+        `  ${instant(step.recordedAt)}  ${step.kind.padEnd(5)}  ${printable(step.name)}: ${stepDetail(step, now)} (attempt ${step.attempt})${result}`,
+      );
+    }
+  }
+  if (children === null) lines.push("children", "  (not shown: this role may not read a job's children)");
+  else if (children.length > 0) {
+    lines.push("children");
+    for (const child of children) {
+      const error = child.lastError as { class?: unknown; message?: unknown } | null;
+      const outcome =
+        error !== null
+          ? `: ${truncate(String(error.class ?? "Error"), 40)}: ${truncate(String(error.message ?? "").replace(/\s+/g, " "), 80)}`
+          : child.result === null || child.result === undefined
+            ? ""
+            : `  ${truncate(JSON.stringify(child.result), 80)}`;
+      lines.push(`  ${printable(child.name)}  job ${child.jobId}  ${child.state}${outcome}`);
+    }
+  }
   return lines;
 }

@@ -1,11 +1,12 @@
 // GET /jobs/:id: the job's fields, its attempt timeline (each failed attempt
 // from the error history: claimed at, by which worker, how long, outcome,
 // error and stack; operator retries; the latest attempt from the row), its
-// payload and result, its key and the key ledger's entry, its pending
-// parents and children, and the actions its state allows.
+// payload and result, its durable steps (steps, sleeps, event waits) and the
+// children it spawned with their outcomes, its key and the key ledger's
+// entry, its pending parents and children, and the actions its state allows.
 import type { JobState } from "../contract.ts";
-import { attemptsText, getJob, jobLinks, keyEntry, waitingSentence, type Job, type LinkedJob } from "../job-reads.ts";
-import type { Queryable } from "../sql/index.ts";
+import { attemptsText, getJob, jobLinks, keyEntry, unlessRefused, waitingSentence, type Job, type LinkedJob } from "../job-reads.ts";
+import { children, steps, type ChildOutcome, type Queryable, type StepRow } from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
 import { duration, json, stateBadge, when } from "./layout.ts";
@@ -33,9 +34,12 @@ export function jobId(text: string): string {
 export async function jobPage(db: Queryable, id: string, notice?: string, readOnly = false): Promise<{ title: string; body: Html } | null> {
   const job = await getJob(db, id);
   if (job === null) return null;
-  const [links, key] = await Promise.all([
+  // steps() is the worker's and admin's: a viewer's page says so (null) rather than fail.
+  const [links, key, ledger, spawned] = await Promise.all([
     jobLinks(db, id),
     job.idempotencyKey === null ? Promise.resolve(null) : keyEntry(db, job.idempotencyKey),
+    unlessRefused(steps(db, id)),
+    unlessRefused(children(db, id)),
   ]);
   const waiting = waitingSentence(job);
   return {
@@ -57,7 +61,7 @@ ${job.progress === null ? "" : html`<dt>progress</dt><dd><progress max="100" val
 ${job.state === "processing" ? html`<dt>lease until</dt><dd>${when(job.leaseExpiresAt)}</dd>` : ""}
 </dl>
 <h2>Attempts</h2>${timeline(job)}
-<h2>Payload</h2><pre id="payload">${json(job.payload)}</pre>
+${stepsSection(ledger)}${childrenSection(spawned)}<h2>Payload</h2><pre id="payload">${json(job.payload)}</pre>
 <h2>Result</h2>${job.result === null || job.result === undefined ? html`<p class="muted">none</p>` : html`<pre id="result">${json(job.result)}</pre>`}
 <h2>Idempotency key</h2>${keySection(job, key)}
 <h2>Parents and children</h2>${linksSection(links)}`,
@@ -111,7 +115,13 @@ function timeline(job: Job): Html {
   } else if (job.state === "cancelled" || job.state === "expired") {
     rows.push(html`<tr><td></td><td>${when(job.finishedAt)}</td><td></td><td>-</td><td>${stateBadge(job.state)}</td><td></td></tr>`);
   }
-  if (rows.length === 0) return html`<p class="muted">Not claimed yet.</p>`;
+  if (rows.length === 0) {
+    // A claim that ended without finishing or failing: a snooze, or a durable sleep, wait or children's wait that parked the job.
+    if (job.attempt > 0) {
+      return html`<p class="muted" id="parked">Claimed ${job.attempt} time${job.attempt === 1 ? "" : "s"} (latest ${when(job.lockedAt)}), no attempt failed: snoozed or parked (a sleep, an event wait or its children; see its steps).</p>`;
+    }
+    return html`<p class="muted">Not claimed yet.</p>`;
+  }
   return html`<table id="timeline"><tr><th>attempt</th><th>claimed at</th><th>worker</th><th>duration</th><th>outcome</th><th>error</th></tr>${rows}</table>`;
 }
 
@@ -135,4 +145,54 @@ function linksSection(links: { parents: LinkedJob[]; children: LinkedJob[] }): H
   const list = (jobs: LinkedJob[]) =>
     jobs.length === 0 ? html`<span class="muted">none</span>` : jobs.map((j) => html`<a href="/jobs/${j.id}">${j.id}</a> ${j.task} ${stateBadge(j.state)}<br>`);
   return html`<dl><dt>waits on</dt><dd id="parents">${list(links.parents)}</dd><dt>waited on by</dt><dd id="children">${list(links.children)}</dd></dl>`;
+}
+
+/** Up to `max` characters of a value's JSON, the whole of it under a <details> when cut. */
+function excerpt(value: unknown, max = 120): Html | string {
+  if (value === null || value === undefined) return "";
+  const text = JSON.stringify(value);
+  if (text.length <= max) return html`<code>${text}</code>`;
+  return html`<details><summary><code>${text.slice(0, max - 1)}…</code></summary><pre>${json(value)}</pre></details>`;
+}
+
+/** What a step's status means; its time is the ledger's wake_at (a sleep's end, a wait's timeout). */
+function stepStatus(step: StepRow): Html {
+  const event = step.event === null ? "" : html`<code>${step.event}</code>${step.eventKey === null ? "" : html` key <code>${step.eventKey}</code>`}`;
+  switch (step.status) {
+    case "sleeping":
+      return step.over ? html`slept until ${when(step.wakeAt)}` : html`sleeping until ${when(step.wakeAt)}`;
+    case "waiting":
+      return html`waiting for ${event}, times out ${when(step.wakeAt)}`;
+    case "received":
+      return html`received ${event}`;
+    case "timed_out":
+      return html`timed out waiting for ${event} (${when(step.wakeAt)})`;
+    default:
+      return html`${step.status}`;
+  }
+}
+
+/** The job's step ledger (idemq.steps), oldest first; nothing for a job without steps. */
+function stepsSection(ledger: readonly StepRow[] | null): Html | string {
+  if (ledger === null) {
+    return html`<h2>Steps</h2><p class="muted" id="steps-hidden">Steps are not shown: reading a job's steps needs the worker or admin role.</p>`;
+  }
+  if (ledger.length === 0) return "";
+  const rows = ledger.map(
+    (step) => html`<tr class="step-${step.kind}"><td>${when(step.recordedAt)}</td><td>${step.kind}</td><td class="step-name">${step.name}</td>
+<td>${stepStatus(step)}</td><td class="n">${step.attempt}</td><td>${excerpt(step.result)}</td></tr>`,
+  );
+  return html`<h2>Steps</h2><table id="steps"><tr><th>recorded</th><th>kind</th><th>name</th><th>status</th><th>attempt</th><th>result</th></tr>${rows}</table>`;
+}
+
+/** The children the job spawned (or a batch's jobs, for its callback), with their outcomes; nothing for a job without. */
+function childrenSection(spawned: readonly ChildOutcome[] | null): Html | string {
+  if (spawned === null) return html`<h2>Children</h2><p class="muted">Children are not shown: this role may not read them.</p>`;
+  if (spawned.length === 0) return "";
+  const rows = spawned.map((child) => {
+    const error = child.lastError as { class?: unknown; message?: unknown } | null;
+    const outcome = error === null ? excerpt(child.result) : html`${String(error.class ?? "Error")}: ${String(error.message ?? "")}`;
+    return html`<tr><td class="child-name">${child.name}</td><td><a href="/jobs/${child.jobId}">${child.jobId}</a></td><td>${stateBadge(child.state)}</td><td>${outcome}</td></tr>`;
+  });
+  return html`<h2>Children</h2><table id="spawned"><tr><th>name</th><th>job</th><th>state</th><th>result or error</th></tr>${rows}</table>`;
 }

@@ -1,5 +1,5 @@
 // idemq jobs [filter flags] [--limit N]      a table, newest first (find_jobs)
-// idemq jobs show ID                          the job and a timeline of its attempts
+// idemq jobs show ID                          the job, a timeline of its attempts, its steps and children
 // idemq jobs retry|cancel ID...               operator actions, one result per id
 // idemq jobs retry|cancel|delete|run-now [ID...] <filter flags> | --all
 //                                             a bulk action in batches, after a count and a question (jobs-bulk.ts)
@@ -8,12 +8,12 @@ import { type Command, Option } from "commander";
 import { CLIENT_DEFAULTS, type JobState } from "../../contract.ts";
 import { DuplicateJobError, JobNotFoundError } from "../../errors.ts";
 import type { Client } from "../../client.ts";
-import { countJobs, type JobFilter } from "../../job-reads.ts";
+import { countJobs, type JobFilter, unlessRefused } from "../../job-reads.ts";
 import { runQuery } from "../../sql/index.ts";
 import { withClient } from "../connect.ts";
 import { type CommonOptions, databaseCommand } from "../define.ts";
 import { exitCodeFor } from "../exit-codes.ts";
-import { JOB_COLUMNS, jobRow, renderJob, retries, table, timeline } from "../format.ts";
+import { JOB_COLUMNS, jobRow, renderJob, renderStepsAndChildren, retries, table, timeline } from "../format.ts";
 import { action, emit, type ErrorJson, errorJson, errorLine, UsageError } from "../output.ts";
 import { printable } from "../terminal-text.ts";
 import { addFilterOptions, type FilterOptions, filterFrom, hasFilter } from "../job-filter.ts";
@@ -74,7 +74,7 @@ export function registerJobsCommands(program: Command): void {
 
   const show = jobs
     .command("show")
-    .description("show a job and the timeline of its attempts: claimed when, by which worker, how it ended, the error")
+    .description("show a job and the timeline of its attempts (claimed when, by which worker, how it ended, the error), then its durable steps and its children")
     .argument("<id>", "job id", parseJobId)
     .option("--stack", "print each failed attempt's stack trace under it (--json always has them, in errors)")
     .action(
@@ -85,10 +85,12 @@ export function registerJobsCommands(program: Command): void {
           if (job === null) throw new JobNotFoundError(`no job ${id}`, { hint: "idemq jobs lists the jobs there are" });
           const attempts = timeline(job);
           const retried = retries(job);
+          // null: the login's role may not read them (steps() is the worker's and admin's).
+          const [steps, children] = await Promise.all([unlessRefused(client.steps(id)), unlessRefused(client.children(id))]);
           emit(
             options,
-            { ...job, retries: retried, timeline: attempts },
-            renderJob(job, attempts, { retries: retried, stack: options.stack === true }),
+            { ...job, retries: retried, timeline: attempts, steps, children },
+            [...renderJob(job, attempts, { retries: retried, stack: options.stack === true }), ...renderStepsAndChildren(steps, children)],
           );
         });
       }),
