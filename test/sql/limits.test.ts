@@ -51,6 +51,7 @@ describe("idemq.settings and _limit", () => {
       error_history: 20,
       error_message_chars: 4096,
       error_stack_chars: 16384,
+      event_retention_seconds: 604800,
       jobs_per_call: 50000,
       key_bytes: 512,
       parents_per_job: 1000,
