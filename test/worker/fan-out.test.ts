@@ -117,7 +117,9 @@ describe("ctx.spawn", () => {
     expect(error).toBeInstanceOf(JobNotSucceededError);
     expect(error).toMatchObject({ jobId: id, state: "failed", lastError: { class: "ChildFailedError" } });
     expect(String((error as JobNotSucceededError).lastError?.message)).toMatch(/child "b" \(job \d+\) of job \d+ failed \(PermanentError: no such file\)/);
-    const failed = w.of("job:failed").find((e) => e.jobId === id);
+    // The worker emits job:failed once its fail() call has returned; the
+    // result's NOTIFY can reach the client first, so the event is awaited.
+    const failed = await waitFor(() => w.of("job:failed").find((e) => e.jobId === id), { what: "the parent's job:failed event" });
     expect(failed).toMatchObject({ permanent: true });
     expect(ChildFailedError.prototype).toBeInstanceOf(PermanentError);
   });
