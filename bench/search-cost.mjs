@@ -14,7 +14,7 @@
 //   1% cancelled, over 7 days; 20 tasks, 5 queues, a key on every tenth, a
 //   payload {n, customer (10,000 values), region}) and 2,000 enqueued, then
 //   prints the median and max wall time of --runs calls of each search (one
-//   page of 50), of count_jobs, and of one batch of 1,000 of each bulk action
+//   page of 50, and the scan of each of its passes), of count_jobs, and of one batch of 1,000 of each bulk action
 //   (rolled back), with the plan's top scan node.
 // index-cost [--index 'USING btree (task, id)']... [--jobs N]: what indexes
 //   on idemq.jobs cost a job's life (enqueue_many, claim, complete_many):
@@ -93,8 +93,10 @@ async function scanOf(filter) {
     await c.query("RESET client_min_messages; RESET auto_explain.log_min_duration");
     c.release();
   }
-  const plan = notices.find((m) => m.includes("FROM idemq.jobs j")) ?? "";
-  return /((?:Parallel )?(?:Index Only Scan|Index Scan|Bitmap Heap Scan|Seq Scan)[^(]*)/.exec(plan)?.[1]?.trim() ?? "?";
+  // The search's passes (_matching_jobs: a walk of the newest ids, then the rest scanned when the page is not full).
+  const passes = notices.filter((m) => m.includes("FROM idemq.jobs j") && m.includes("v_ids IS NULL"));
+  const scan = (plan) => /((?:Parallel )?(?:Index Only Scan|Index Scan|Bitmap Heap Scan|Seq Scan)[^(]*)/.exec(plan)?.[1]?.trim() ?? "?";
+  return passes.length === 0 ? "?" : passes.map(scan).join("; then ");
 }
 
 async function search() {

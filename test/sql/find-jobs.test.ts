@@ -119,6 +119,26 @@ describe("find_jobs: paging", () => {
       expect(await find(c, { queue }, newest.at(-1), 3)).toEqual([]);
     });
   });
+
+  it("a search walks the newest _search_walk() ids, then scans below them: rows of both passes come newest first, page_size in all", async () => {
+    await inRollback(db.pool, async (c) => {
+      const queue = unique("passes");
+      const walk = (await c.query<{ n: number }>("SELECT idemq._search_walk() AS n")).rows[0]!.n;
+      const old = await makeJobs(c, 3, { queue });
+      // Ids jump past the walk (a sequence is not rolled back: a gap only), so the old jobs lie below a search's first pass.
+      await c.query("SELECT setval('idemq.jobs_id_seq', nextval('idemq.jobs_id_seq') + $1)", [walk + 10]);
+      const recent = await makeJobs(c, 2, { queue });
+      expect(BigInt(recent[0]!) - BigInt(old.at(-1)!)).toBeGreaterThan(BigInt(walk));
+      const newest = [...old, ...recent].reverse();
+      expect(await find(c, { queue })).toEqual(newest);
+      expect(await find(c, { queue }, undefined, 2)).toEqual(newest.slice(0, 2));
+      expect(await find(c, { queue }, undefined, 4)).toEqual(newest.slice(0, 4));
+      expect(await find(c, { queue }, recent[0], 2)).toEqual(newest.slice(2, 4));
+      expect(await find(c, { queue, task: "test_task", payload: { i: 0 } })).toEqual([recent[0], old[0]]);
+      const { rows } = await c.query("SELECT * FROM idemq.count_jobs(filter => $1::jsonb, at_most => 10)", [JSON.stringify({ queue })]);
+      expect(rows[0]).toEqual({ jobs: 5, exact: true });
+    });
+  });
 });
 
 describe("count_jobs", () => {

@@ -13,28 +13,28 @@
 --     a case-insensitive substring of the last entry of the job's error
 --     history ("class: message"); created_* and finished_* are half-open
 --     ranges [after, before); payload is containment (jobs.payload @> payload).
---   * Which index serves which search (a page of 50 at 1,000,000 jobs, 2
---     cores under a load average of 7-11: bench/search-cost.mjs, numbers in
---     bench/FINDINGS.md, "Search and bulk actions at 1,000,000 jobs" and
---     "The jobs page without its count"):
---     ids: the primary key (3 ms). Terminal states with finished_after or
---     finished_before: jobs_by_finish (state, finished_at), the range read
---     and sorted (11-23 ms; 167-367 ms for 140,000 succeeded), as
---     `finished_at IS NOT NULL` is added for them (a CHECK implies it; the
---     planner cannot see a CHECK). error: the partial index
---     jobs_with_errors, only jobs with an error history read (9-15 ms
---     common, 36-189 ms for one among 20,000). Everything else (state,
---     task, queue, key, concurrency_key, created_*, payload) walks the
---     primary key backwards from before_id and stops at a page of matches:
---     fast when matches are common (a state, a task among 20, a queue and
---     task, created_after an hour ago: 4-23 ms), one scan of the table when
---     they are rare or none (a rare task or key, an old created_before, a
---     rare payload: 0.4-1.1 s under that load, about 150 ms on a quiet
---     machine). No index is added for those: (task, id) and a partial
---     index on idempotency_key together cost a job's life 17% more CPU and
---     49% more WAL (the key index alone, one job in ten keyed, 2% and 3%,
---     within the noise). payload is tested only on the jobs the cheaper
---     fields leave (it needs task, key or ids beside it).
+--   * Which index serves which search (a page of 50 at 1,000,000 jobs:
+--     bench/search-cost.mjs, numbers in bench/FINDINGS.md, "Search: the
+--     walk and the scan"): ids: the primary key (1-2 ms). Terminal states
+--     with finished_after or finished_before: jobs_by_finish (state,
+--     finished_at), the range read and sorted (4-20 ms; 60-120 ms for
+--     140,000 succeeded), as `finished_at IS NOT NULL` is added for them (a
+--     CHECK implies it; the planner cannot see a CHECK). error: the partial
+--     index jobs_with_errors, only jobs with an error history read (4-8 ms
+--     common, 30-75 ms for one among 20,000). created_before: a parallel
+--     scan of the table, the newest kept (155 ms quiet, 240-300 at a load of
+--     6-8). Everything else (state, task, queue, key, concurrency_key,
+--     created_after, payload) in two passes: the primary key walked
+--     backwards over the newest _search_walk() ids, stopping at a page of
+--     matches (common matches: 2-10 ms), then, when the page is not full,
+--     the rest of the table scanned in parallel and the newest kept (rare
+--     or no matches: a key, a task matching nothing, a rare payload:
+--     125-255 ms at that load). No index is added for those: (task, id)
+--     and a partial index on idempotency_key together cost a job's life 17%
+--     more CPU and 49% more WAL. payload is tested only on the jobs the
+--     cheaper fields leave (it needs task, key or ids beside it).
+--   * The passes' id ranges are disjoint and in order: the rows come out
+--     newest first, at most max_rows in all.
 -- Concurrency: a plain read (one snapshot); no locks.
 -- Errors: _check_job_filter's (22004, 22023).
 -- Tests: test/sql/find-jobs.test.ts, test/sql/bulk-actions.test.ts
@@ -55,9 +55,22 @@ DECLARE
   v_ids bigint[];
   v_states idemq.job_state[];
   v_error text;
+  v_created_after timestamptz;
+  v_created_before timestamptz;
+  v_finished_after timestamptz;
+  v_finished_before timestamptz;
   v_unordered boolean;
+  -- The pass: its id range [v_from, v_below) and how many it may still return.
+  v_from bigint;
+  v_below bigint := _matching_jobs.before_id;
+  v_left int := _matching_jobs.max_rows;
+  v_found int;
 BEGIN
   PERFORM idemq._check_job_filter(operation, filter);
+  v_created_after := (filter->>'created_after')::timestamptz;
+  v_created_before := (filter->>'created_before')::timestamptz;
+  v_finished_after := (filter->>'finished_after')::timestamptz;
+  v_finished_before := (filter->>'finished_before')::timestamptz;
   IF filter ? 'ids' THEN
     v_ids := ARRAY(SELECT (e #>> '{}')::bigint FROM jsonb_array_elements(filter->'ids') AS e);
   END IF;
@@ -73,6 +86,20 @@ BEGIN
                  OR (coalesce(v_states <@ idemq.terminal_states(), false)
                      AND (filter ? 'finished_after' OR filter ? 'finished_before'));
 
+  -- Planner trap: a search whose matches are rare or none (a key, a task
+  -- matching nothing, a payload) walked the primary key newest first to the
+  -- end of the table, testing each row in its heap order (task + payload
+  -- matching nothing: 288-449 ms at 1,000,000 jobs), where a parallel scan
+  -- keeping the newest reads it in 150-190. Common matches are found at the
+  -- top of the walk (2-10 ms). So an ordered search runs in two passes: the
+  -- walk over the newest _search_walk() ids, then, if the page is not full,
+  -- the rest unordered (scanned and the newest kept). The passes' id ranges
+  -- are disjoint and in order, so their rows come out newest first.
+  IF NOT v_unordered AND v_ids IS NULL THEN
+    v_from := coalesce(v_below, (SELECT max(j.id) + 1 FROM idemq.jobs j)) - idemq._search_walk();
+  END IF;
+
+  LOOP
   RETURN QUERY
   SELECT j.id
   FROM idemq.jobs j
@@ -84,10 +111,14 @@ BEGIN
     AND (filter->>'queue' IS NULL OR j.queue = filter->>'queue')
     AND (filter->>'key' IS NULL OR j.idempotency_key = filter->>'key')
     AND (filter->>'concurrency_key' IS NULL OR j.concurrency_key = filter->>'concurrency_key')
-    AND (filter->>'created_after' IS NULL OR j.created_at >= (filter->>'created_after')::timestamptz)
-    AND (filter->>'created_before' IS NULL OR j.created_at < (filter->>'created_before')::timestamptz)
-    AND (filter->>'finished_after' IS NULL OR j.finished_at >= (filter->>'finished_after')::timestamptz)
-    AND (filter->>'finished_before' IS NULL OR j.finished_at < (filter->>'finished_before')::timestamptz)
+    -- Planner trap: text -> timestamptz is a stable cast, never folded into
+    -- a constant, so `(filter->>'created_before')::timestamptz` in the query
+    -- parsed the text again for every row scanned (created_before 6 days
+    -- back: 545 ms against 155, at 1,000,000 jobs); the locals are parsed once.
+    AND (v_created_after IS NULL OR j.created_at >= v_created_after)
+    AND (v_created_before IS NULL OR j.created_at < v_created_before)
+    AND (v_finished_after IS NULL OR j.finished_at >= v_finished_after)
+    AND (v_finished_before IS NULL OR j.finished_at < v_finished_before)
     -- `errors <> '[]'` is the predicate of jobs_with_errors.
     AND (v_error IS NULL OR (j.errors <> '[]'::jsonb
          AND strpos(lower(concat_ws(': ', j.errors->-1->>'class', j.errors->-1->>'message')), v_error) > 0))
@@ -98,7 +129,8 @@ BEGIN
     AND (filter->'payload' IS NULL
          OR CASE WHEN filter->>'task' IS NULL OR j.task = filter->>'task'
                  THEN j.payload @> (filter->'payload') ELSE false END)
-    AND (_matching_jobs.before_id IS NULL OR j.id < _matching_jobs.before_id)
+    AND (v_below IS NULL OR j.id < v_below)
+    AND (v_from IS NULL OR j.id >= v_from)
   -- Planner trap: created_at and finished_at grow with id, which the
   -- planner does not know; walking the primary key for old jobs read
   -- 778,000 rows to find 51 (finished_before: 549 ms; created_before 6 days
@@ -108,7 +140,15 @@ BEGIN
   -- parallel and the newest kept (created_before: no index serves it). A
   -- custom plan folds the CASE to one of its arms.
   ORDER BY CASE WHEN v_unordered THEN j.id + 0 ELSE j.id END DESC
-  LIMIT _matching_jobs.max_rows;
+  LIMIT v_left;
+  GET DIAGNOSTICS v_found = ROW_COUNT;
+  v_left := v_left - v_found;
+  EXIT WHEN v_from IS NULL OR v_left = 0;
+  -- The second pass: below the walk, unordered.
+  v_below := v_from;
+  v_from := NULL;
+  v_unordered := true;
+  END LOOP;
 END;
 $$;
 
