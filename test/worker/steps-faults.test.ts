@@ -8,7 +8,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
 import { useTestDatabase } from "../helpers/db.ts";
 import { killAllWorkers, startedWorker, type WorkerProcess } from "../fixtures/worker/spawn.ts";
-import { waitFor } from "../fixtures/worker/wait.ts";
+import { finishedJob, waitFor } from "../fixtures/worker/wait.ts";
 
 const db = useTestDatabase({ poolSize: 3 });
 let client: Client;
@@ -48,13 +48,7 @@ describe("a durable workflow, its worker SIGKILLed at every step boundary", () =
       expect(await worker.exited).toEqual({ code: null, signal: "SIGKILL" });
       worker = await start();
     }
-    const job = await waitFor(
-      async () => {
-        const j = await client.getJob(jobId);
-        return j?.state === "succeeded" || j?.state === "failed" ? j : undefined;
-      },
-      { what: "the job to finish", timeoutMs: 30_000 },
-    );
+    const job = await finishedJob(client, jobId);
     expect(job.state).toBe("succeeded");
     const { rows: provider } = await db.pool.query<{ key: string; calls: number }>("SELECT key, calls FROM public.provider");
     // Killed after the provider took the call: the next attempt resent it with the same key (a replay at the

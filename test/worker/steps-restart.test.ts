@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
 import { killAllWorkers, startedWorker } from "../fixtures/worker/spawn.ts";
-import { waitFor } from "../fixtures/worker/wait.ts";
+import { finishedJob, waitFor } from "../fixtures/worker/wait.ts";
 import { type PrivateCluster, startMigratedCluster } from "../helpers/private-cluster.ts";
 
 let cluster: PrivateCluster;
@@ -58,13 +58,7 @@ describe("durable steps across a server crash", () => {
       { what: "the server to answer and the emit to commit", timeoutMs: 30_000 },
     );
     expect(woken).toEqual({ n: 1 });
-    const job = await waitFor(
-      async () => {
-        const j = await client.getJob(jobId).catch(() => undefined);
-        return j?.state === "succeeded" || j?.state === "failed" ? j : undefined;
-      },
-      { what: "the job to finish", timeoutMs: 30_000 },
-    );
+    const job = await finishedJob(client, jobId);
     expect(job).toMatchObject({ state: "succeeded", errors: [] });
     expect((job.result as { go: unknown }).go).toEqual({ after: "restart" });
     const { rows: writes } = await client.pool.query("SELECT step, count(*)::int AS n FROM public.step_writes GROUP BY step ORDER BY step");

@@ -18,7 +18,8 @@
 --     error messages.
 -- Concurrency: a plain read.
 -- Errors: 22004 job_id NULL.
--- Tests: test/sql/children.test.ts, test/sql/batches.test.ts, test/sql/bad-input.test.ts
+-- Tests: test/sql/children.test.ts, test/sql/batches.test.ts, test/sql/bad-input.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.children(job_id bigint)
 RETURNS TABLE(name text, child_job_id bigint, state idemq.job_state, result jsonb, last_error jsonb, finished_at timestamptz)
 LANGUAGE plpgsql STABLE

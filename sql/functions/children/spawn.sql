@@ -43,7 +43,8 @@
 --   message names it as jobs[N]: the N-th child of the call not linked
 --   before); IQ409 a child rejected by its key (DETAIL: key,
 --   existing_job_id, existing_state, name); IQ404 no such job; IQ410 lease lost.
--- Tests: test/sql/children.test.ts, test/worker/fan-out.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts
+-- Tests: test/sql/children.test.ts, test/worker/fan-out.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.spawn(job_id bigint, attempt int, children jsonb, lease_token uuid DEFAULT NULL,
                                        fail_fast boolean DEFAULT false)
 RETURNS TABLE(name text, child_job_id bigint, state idemq.job_state, result jsonb, last_error jsonb, outcome text)

@@ -25,7 +25,8 @@
 -- Concurrency: locks the job's child_waits row, then the gate row, then the
 --   job's row (the order _child_finished and _release_waiting take them).
 -- Errors: 22004 job_id or attempt NULL; IQ404 no such job; IQ410 lease lost.
--- Tests: test/sql/children.test.ts, test/worker/fan-out.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts
+-- Tests: test/sql/children.test.ts, test/worker/fan-out.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.wait_for_children(job_id bigint, attempt int, lease_token uuid DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE

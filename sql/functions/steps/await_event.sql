@@ -34,7 +34,8 @@
 --   the name recorded as another kind of step or a wait on another event;
 --   IQ404; IQ410 not held.
 -- Tests: test/sql/steps.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
---   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts
+--   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.await_event(job_id bigint, attempt int, name text, event text, key text,
                                              timeout interval, lease_token uuid DEFAULT NULL)
 RETURNS TABLE(status text, payload jsonb)

@@ -23,7 +23,8 @@
 -- Errors: 22004 NULL event or payload; 22023 empty event or key, either over
 --   key_bytes, payload over the limit.
 -- Tests: test/sql/steps.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
---   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts
+--   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.emit(event text, key text DEFAULT NULL, payload jsonb DEFAULT '{}')
 RETURNS int
 LANGUAGE plpgsql VOLATILE

@@ -23,7 +23,8 @@
 --   key_bytes, wake_at infinite, the name recorded as another kind of step;
 --   IQ404; IQ410 not held.
 -- Tests: test/sql/steps.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
---   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts
+--   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.sleep(job_id bigint, attempt int, name text, wake_at timestamptz,
                                        lease_token uuid DEFAULT NULL)
 RETURNS TABLE(parked boolean, run_at timestamptz)

@@ -22,7 +22,8 @@
 --   key_bytes, result over the limit (the message names the job and the
 --   step); IQ404 no such job; IQ410 not held; 23505 step already recorded.
 -- Tests: test/sql/steps.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
---   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts
+--   test/worker/steps.test.ts, test/worker/steps-faults.test.ts, test/worker/steps-restart.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.step_record(job_id bigint, attempt int, name text, result jsonb DEFAULT NULL,
                                              lease_token uuid DEFAULT NULL)
 RETURNS void

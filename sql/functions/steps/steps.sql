@@ -17,7 +17,8 @@
 --   * No rows for a job without steps or a job that does not exist.
 -- Concurrency: a plain read: rows committed before the statement started.
 -- Errors: 22004 NULL job_id.
--- Tests: test/sql/steps.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts
+-- Tests: test/sql/steps.test.ts, test/sql/bad-input.test.ts, test/sql/roles.test.ts,
+--   test/worker/workflow-faults.test.ts
 CREATE OR REPLACE FUNCTION idemq.steps(job_id bigint)
 RETURNS TABLE(name text, kind text, status text, result jsonb, attempt int, recorded_at timestamptz,
               wake_at timestamptz, event text, event_key text, over boolean)
