@@ -85,7 +85,7 @@ export function buildReport(workloads: Workload[], samples: Sample[], rounds: nu
     );
     const variants = w.variants.map((v) => ({
       label: v.label,
-      settings: w.concurrency === undefined ? null : SYSTEMS[v.system].settings(v.mode, w.concurrency, v.defaults),
+      settings: w.concurrency === undefined ? null : SYSTEMS[v.system].settings(v.mode, w.concurrency, v.defaults, v.task),
       metrics: Object.fromEntries(
         metricKeys.map((k) => [k, summarize(valuesOf(samples, { workload: w.id, variant: v.label, metric: k }, rounds))]),
       ),

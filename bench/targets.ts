@@ -74,16 +74,24 @@ export interface MeasuredRow {
   unit?: string;
 }
 
-// Issue 28, item 8 (bench/workloads/steps.ts): per step, the steps10 job's
-// cost less the no-op job's, over its STEPS_PER_JOB (10) steps.
+// Issue 28, item 8 (bench/workloads/steps.ts): per step, the steps10 (or
+// external10) job's cost less the no-op job's, over its STEPS_PER_JOB (10)
+// steps.
 const STEPS = "process.steps";
-const perStep = (metric: string, what: string, unit: string): MeasuredRow => ({
-  row: `ctx.step, transactional, no-op fn: ${what} per step`,
-  num: ref(STEPS, "idemq:steps10", metric),
+const perStep = (kind: "transactional" | "external", metric: string, what: string, unit: string): MeasuredRow => ({
+  row: `ctx.step, ${kind}, no-op fn: ${what} per step`,
+  num: ref(STEPS, kind === "transactional" ? "idemq:steps10" : "idemq:external10", metric),
   minus: ref(STEPS, "idemq:nosteps", metric),
   per: STEPS_PER_JOB,
   unit,
 });
+const perStepRows = (kind: "transactional" | "external"): MeasuredRow[] => [
+  perStep(kind, "worker_cpu_us_per_job", "worker process CPU", "µs"),
+  perStep(kind, "backend_cpu_us_per_job", "its PostgreSQL backends' CPU", "µs"),
+  perStep(kind, "cpu_us_per_job", "machine CPU", "µs"),
+  perStep(kind, "wal_bytes_per_job", "WAL", "B"),
+  perStep(kind, "statements_per_job", "worker round trips", "round trips"),
+];
 
 // A workflow's unit is a step (10 per job), a chain's a job.
 const VS_CHAIN = `a workflow of ${STEPS_PER_JOB} steps per job vs ${STEPS_PER_JOB} jobs chained with \`after\``;
@@ -103,11 +111,8 @@ export const MEASURED: MeasuredRow[] = [
   { row: "WAL bytes per job, batched C=10, retention 0 vs Graphile batched", num: ref("process.c10", "idemq:retention0", "wal_bytes_per_job"), den: ref("process.c10", "graphile:batched", "wal_bytes_per_job") },
   { row: "machine CPU per job, batched C=50, idemq defaults vs Graphile batched", num: ref("process.c50", "idemq:defaults", "cpu_us_per_job"), den: ref("process.c50", "graphile:batched", "cpu_us_per_job") },
   { row: "bulk enqueue with keys vs Graphile add_jobs (no keys)", num: ref("enqueue.bulk-keyed", "idemq", JPS), den: ref("enqueue.bulk", "graphile", JPS) },
-  perStep("worker_cpu_us_per_job", "worker process CPU", "µs"),
-  perStep("backend_cpu_us_per_job", "its PostgreSQL backends' CPU", "µs"),
-  perStep("cpu_us_per_job", "machine CPU", "µs"),
-  perStep("wal_bytes_per_job", "WAL", "B"),
-  perStep("statements_per_job", "worker round trips", "round trips"),
+  ...perStepRows("transactional"),
+  ...perStepRows("external"),
   { row: `${VS_CHAIN}: units of work/s`, num: ref(STEPS, "idemq:steps10", "units_per_s"), den: ref(STEPS, "idemq:chain10", "units_per_s") },
   perUnit("worker_cpu_us_per_job", "worker process CPU"),
   perUnit("backend_cpu_us_per_job", "its PostgreSQL backends' CPU"),

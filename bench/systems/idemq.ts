@@ -11,6 +11,7 @@ import { createWorker } from "../../dist/index.js";
 import { migrate } from "../../dist/migrate.js";
 import * as sql from "../../dist/sql/index.js";
 import {
+  EXTERNAL_STEPS_TASK,
   LEDGER_DDL,
   LEDGER_INSERT,
   LEDGER_TASK,
@@ -32,17 +33,31 @@ function tunedPrefetch(): number {
   return value ? Number(value) : 490;
 }
 
+/**
+ * What the handlers of the durable-step tasks do, for the settings line of
+ * the variants that run them (process.steps): the handlers are below, in
+ * startWorker.
+ */
+const STEP_TASK_SETTINGS: Record<string, string> = {
+  [STEPS_TASK]: `task of ${STEPS_PER_JOB} transactional ctx.step calls with no-op fns (each: BEGIN, fn, step_record, COMMIT on a pool connection)`,
+  [EXTERNAL_STEPS_TASK]:
+    `task of ${STEPS_PER_JOB} external ctx.step calls ({ external: true }) with no-op fns (each: effect_claim, fn(key), effect_done, ` +
+    `step_record, three single-statement transactions on the pool)`,
+};
+
 export const idemq: System = {
   name: "idemq",
   // One worker: the same run answers the "fastest settings" and "per-job default" rows.
   modes: ["batched", "transactional"],
   tables: ["idemq.jobs", "idemq.keys", "idemq.processed"],
 
-  settings(mode, concurrency, defaults) {
+  settings(mode, concurrency, defaults, task) {
     const tasks =
-      mode === "transactional"
-        ? `task { transactional: true, guardKey: p => "ledger:" + p.i } (guard + ledger insert + complete in one transaction)`
-        : "no-op task";
+      task !== undefined && STEP_TASK_SETTINGS[task] !== undefined
+        ? STEP_TASK_SETTINGS[task]
+        : mode === "transactional"
+          ? `task { transactional: true, guardKey: p => "ledger:" + p.i } (guard + ledger insert + complete in one transaction)`
+          : "no-op task";
     if (defaults) return `createWorker({ concurrency: ${concurrency} }) defaults otherwise (adaptive prefetch), ${tasks}`;
     const knob = process.env.BENCH_IDEMQ_PREFETCH ? " (BENCH_IDEMQ_PREFETCH)" : "";
     return `createWorker({ concurrency: ${concurrency}, prefetch: ${tunedPrefetch()}${knob} }) defaults otherwise, ${tasks}`;
@@ -116,6 +131,13 @@ export const idemq: System = {
         [STEPS_TASK]: async (payload: BenchPayload, ctx) => {
           spec.onJob(payload); // first, as every handler: the window opens at the first call
           for (let k = 1; k <= STEPS_PER_JOB; k++) await ctx.step(`s${k}`, () => k);
+        },
+        // Each step: effect_claim, the no-op fn (the outside call it stands
+        // for), effect_done, step_record, each a transaction of its own: the
+        // claim must be committed before the outside call is made.
+        [EXTERNAL_STEPS_TASK]: async (payload: BenchPayload, ctx) => {
+          spec.onJob(payload);
+          for (let k = 1; k <= STEPS_PER_JOB; k++) await ctx.step(`s${k}`, () => k, { external: true });
         },
         [LEDGER_TASK]: {
           transactional: true,

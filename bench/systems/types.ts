@@ -21,6 +21,8 @@ export const NOOP_TASK = "noop";
 export const LEDGER_TASK = "ledger";
 /** idemq only (process.steps): a handler of STEPS_PER_JOB transactional ctx.step calls whose fns do nothing. */
 export const STEPS_TASK = "steps";
+/** idemq only (process.steps): a handler of STEPS_PER_JOB external ctx.step calls ({ external: true }) whose fns do nothing. */
+export const EXTERNAL_STEPS_TASK = "steps-external";
 export const STEPS_PER_JOB = 10;
 
 /** Ledger table written by transactional handlers (created in every bench database). */
@@ -80,8 +82,12 @@ export interface System {
   name: SystemName;
   /** Processing modes the system has (idemq's worker has one mode for both throughput rows). */
   modes: readonly Mode[];
-  /** The settings a worker runs with, for the report and README. */
-  settings(mode: Mode, concurrency: number, defaults?: boolean): string;
+  /**
+   * The settings a worker runs with, for the report and README. `task`: the
+   * task the jobs of the run are (idemq's process.steps variants); absent,
+   * the mode's.
+   */
+  settings(mode: Mode, concurrency: number, defaults?: boolean, task?: string): string;
   /** Installs the system's schema (and the ledger table) into an empty database. */
   setup(url: string): Promise<void>;
   producer(url: string, options: ProducerOptions): Promise<Producer>;

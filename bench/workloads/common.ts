@@ -69,6 +69,8 @@ export interface Variant {
   setupSql?: string;
   /** idemq: the worker's own defaults (no prefetch), instead of the tuned settings. */
   defaults?: boolean;
+  /** The task its jobs are, where the variants of a workload differ in it (process.steps): the report's settings line names it. */
+  task?: string;
 }
 
 export type Metrics = Record<string, number | null>;
