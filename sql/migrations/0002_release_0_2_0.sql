@@ -3435,6 +3435,27 @@ BEGIN
   IF cardinality(v_ids) = 0 THEN
     RETURN;
   END IF;
+  IF claim.token THEN
+    -- Asynchronous commit (issue 29): the claim's answer does not wait for
+    -- its WAL flush, the one wait on an idle worker's path that no CPU work
+    -- removes (0.3 ms on a quiet disk, 3 ms under the shared disk's load:
+    -- bench/FINDINGS.md, "The claim's round trip"). Only a server crash can
+    -- lose the claim, within about 3 x wal_writer_delay (0.6 s at the
+    -- default) of its commit, and it loses it whole: the jobs, their
+    -- counters, flow-control slots and starts go back to before it. What
+    -- makes that safe is the token: the job is handed out again with the
+    -- same attempt but a new lease_token, so the first holder, if it
+    -- outlived the crash, is fenced out (IQ410) of complete, fail, snooze,
+    -- heartbeat, progress, steps and effect_claim. Any durable commit of a
+    -- later call (a heartbeat, an effect claim, a step, complete) flushes
+    -- the WAL through this commit first, so a holder that has written
+    -- anything through idemq holds a durable claim. Without a token the
+    -- attempt fences alone and would be handed out twice: that claim stays
+    -- synchronous. SET LOCAL lasts to the end of the caller's transaction
+    -- (no SET clause of this function names it), never past it: nothing
+    -- stays on a pooled connection.
+    SET LOCAL synchronous_commit = off;
+  END IF;
 
   IF v_queue_slots IS NULL AND v_task_slots IS NULL THEN
     RETURN QUERY

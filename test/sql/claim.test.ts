@@ -3,7 +3,7 @@
 // and times can be compared exactly.
 import { describe, expect, it } from "vitest";
 import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
-import { jobRow, makeJob, sql } from "../helpers/jobs.ts";
+import { jobRow, makeJob, sql, unique } from "../helpers/jobs.ts";
 import {
   claim,
   claimOne,
@@ -145,6 +145,35 @@ describe("claim", () => {
       await makeDue(c, id);
       expect(await claimOne(c)).toMatchObject({ job_id: id, attempt: 3, reclaimed: false });
     });
+  });
+
+  it("commits a claim that hands out lease tokens asynchronously, to the end of its transaction only; a claim without tokens, or of nothing, stays synchronous", async () => {
+    // The server's own setting (on, unless this server was started otherwise) is what a claim must leave alone.
+    const serverDefault = (await db.pool.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s")).rows[0]!.s;
+    expect(serverDefault).not.toBe("off");
+    const queue = unique("async-claim");
+    const c = await db.pool.connect();
+    try {
+      const setting = async () => (await c.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s")).rows[0]!.s;
+      await c.query("BEGIN");
+      await makeJob(c, { queue });
+      await makeJob(c, { queue });
+      expect(await claim(c, { queues: [queue], token: false })).toHaveLength(1);
+      expect(await setting()).toBe(serverDefault);
+      expect(await claim(c, { queues: [unique("empty")], token: true })).toEqual([]);
+      expect(await setting()).toBe(serverDefault);
+      const [job] = await claim(c, { queues: [queue], token: true });
+      expect(job!.lease_token).not.toBeNull();
+      expect(await setting()).toBe("off");
+      await c.query("COMMIT");
+      // SET LOCAL: nothing stays on the connection (a pooled connection, through PgBouncer too).
+      expect(await setting()).toBe(serverDefault);
+      expect((await jobRow(c, job!.job_id)).state).toBe("processing");
+    } finally {
+      await c.query("ROLLBACK").catch(() => {});
+      await c.query("DELETE FROM idemq.jobs WHERE queue = $1", [queue]);
+      c.release();
+    }
   });
 
   it("takes neither awaiting nor finished jobs", async () => {

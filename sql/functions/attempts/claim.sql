@@ -34,6 +34,19 @@
 --     the TypeScript worker always asks for one; a SQL consumer should too.
 --   * reclaimed is true when the previous attempt lost its lease (its effect
 --     may have happened: reconcile first).
+--   * Durability: a claim that hands out jobs with token => true commits
+--     asynchronously (SET LOCAL synchronous_commit = off, to the end of the
+--     caller's transaction, which it makes asynchronous too), so its answer
+--     does not wait for the WAL flush. A server crash within about 3 x
+--     wal_writer_delay of that commit (0.6 s at the default) can undo it
+--     whole (the jobs, their counts, flow-control slots and rate starts):
+--     the jobs are handed out again with the same attempt, reclaimed false,
+--     and new lease tokens, which fence the first holder out. Any later
+--     durable commit (heartbeat, progress, effect_claim, a step, complete)
+--     makes the claim durable first (the WAL is one sequence), so only a
+--     holder that wrote nothing through idemq yet can run the same attempt
+--     twice. Without a token, or when it takes no job, the commit is as the
+--     caller's settings say.
 --   * traceparent: the trace context enqueue stored (NULL without one), so
 --     the worker's attempt span continues the producer's trace.
 --   * Never takes a job in processing: a lease that ran out is taken away
@@ -347,6 +360,27 @@ BEGIN
   END IF;
   IF cardinality(v_ids) = 0 THEN
     RETURN;
+  END IF;
+  IF claim.token THEN
+    -- Asynchronous commit (issue 29): the claim's answer does not wait for
+    -- its WAL flush, the one wait on an idle worker's path that no CPU work
+    -- removes (0.3 ms on a quiet disk, 3 ms under the shared disk's load:
+    -- bench/FINDINGS.md, "The claim's round trip"). Only a server crash can
+    -- lose the claim, within about 3 x wal_writer_delay (0.6 s at the
+    -- default) of its commit, and it loses it whole: the jobs, their
+    -- counters, flow-control slots and starts go back to before it. What
+    -- makes that safe is the token: the job is handed out again with the
+    -- same attempt but a new lease_token, so the first holder, if it
+    -- outlived the crash, is fenced out (IQ410) of complete, fail, snooze,
+    -- heartbeat, progress, steps and effect_claim. Any durable commit of a
+    -- later call (a heartbeat, an effect claim, a step, complete) flushes
+    -- the WAL through this commit first, so a holder that has written
+    -- anything through idemq holds a durable claim. Without a token the
+    -- attempt fences alone and would be handed out twice: that claim stays
+    -- synchronous. SET LOCAL lasts to the end of the caller's transaction
+    -- (no SET clause of this function names it), never past it: nothing
+    -- stays on a pooled connection.
+    SET LOCAL synchronous_commit = off;
   END IF;
 
   IF v_queue_slots IS NULL AND v_task_slots IS NULL THEN
