@@ -232,6 +232,33 @@ describe("spawn and wait_for_children", () => {
     });
   });
 
+  it("a child deduplicated onto a job that finished before its link was written counts as finished, with that job's outcome", async () => {
+    await inRollback(db.pool, async (c) => {
+      const dead = await claimedParent(c);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [dead.job_id]);
+      const parent = await claimedParent(c);
+      // Both share a key: "b" is deduplicated onto "a", which _insert_jobs cancels at once (its after-parent was cancelled).
+      const twin = { task: "child", queue: unique("q"), idempotency_key: unique("k"), after: [Number(dead.job_id)] };
+      const rows = await spawn(c, parent, [
+        { name: "a", ...twin },
+        { name: "b", ...twin },
+      ]);
+      expect(rows.map((r) => [r.name, r.child_job_id, r.state, r.outcome])).toEqual([
+        ["a", rows[0]!.child_job_id, "cancelled", "created"],
+        ["b", rows[0]!.child_job_id, "cancelled", "deduplicated"],
+      ]);
+      const { rows: wait } = await c.query("SELECT pending, failed FROM idemq.child_waits WHERE parent_id = $1", [parent.job_id]);
+      expect(wait).toEqual([{ pending: 0, failed: 2 }]);
+      expect(await park(c, parent)).toBe(false);
+      // Both links name one child: children() orders them by (created_at, child_id) only.
+      const linked = (await childrenOf(c, parent.job_id)).map((r) => [r.name, r.state, r.last_error?.class]);
+      expect(linked.sort((x, y) => String(x[0]).localeCompare(String(y[0])))).toEqual([
+        ["a", "cancelled", "ParentNotSucceeded"],
+        ["b", "cancelled", "ParentNotSucceeded"],
+      ]);
+    });
+  });
+
   it("writes each new child once, has_children set at insert: spawn updates no child row", async () => {
     await inRollback(db.pool, async (c) => {
       const parent = await claimedParent(c);

@@ -17,8 +17,9 @@
 --   * The callback waits `awaiting` (waiting_for 'children', as
 --     wait_for_children parks a job) and becomes runnable in the transaction
 --     of the job that ends the batch; a batch with nothing to wait for (every
---     job rejected, or deduplicated onto finished jobs) leaves it runnable at
---     once. Jobs refused by their key (rejected, conflict) are not part of
+--     job rejected, deduplicated onto jobs that finished meanwhile, or
+--     cancelled at once because a parent in its `after` had not succeeded)
+--     leaves it runnable at once. Jobs refused by their key (rejected, conflict) are not part of
 --     the batch; jobs deduplicated onto an existing job wait for that job.
 --   * Linear in the number of jobs, as spawn; nothing is written when any
 --     element is refused by the value rules (22023, naming jobs[N] or

@@ -24,8 +24,10 @@
 --     the outcome of this call for it.
 --   * Counts the job's unfinished children (child_waits) in the same
 --     transaction as their links; `fail_fast` (the latest call's) says
---     whether the first unsuccessful child ends the wait. A deduplicated
---     child that finished before its link was written counts as finished.
+--     whether the first unsuccessful child ends the wait. A child that
+--     finished before its link was written (deduplicated onto a job that
+--     finished meanwhile, or cancelled at once because a parent in its
+--     `after` had not succeeded) counts as finished.
 --   * Linear in the number of children: one pipeline that writes each new
 --     child once (has_children set at insert, so its finish runs the jobs
 --     trigger), one INSERT of links, one upsert of the count
