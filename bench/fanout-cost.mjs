@@ -13,8 +13,9 @@
 // and spawn of N children (one call each); processing them 100 at a time,
 // claim(100) + complete_many (the worker's path for results it need not
 // store) and, with --results, claim(100) + complete() with a result per job
-// (minutes on a loaded machine: one transaction per job); the parent's
-// release (the last child's completion); children() reading all N.
+// (minutes on a loaded machine: one transaction per job), the children's
+// row without the last one; the parent's release (the last child's claim
+// and completion, alone); children() reading all N.
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
@@ -53,10 +54,12 @@ const tag = `r${Date.now()}`;
 const jobs = (queue, named) =>
   JSON.stringify(Array.from({ length: N }, (_, i) => ({ ...(named ? { name: `c${i}` } : {}), task: "work", queue, payload: { i } })));
 
-async function processAll(queue, withResults) {
-  for (;;) {
-    const { rows: claimed } = await client.query("SELECT job_id, attempt, lease_token FROM idemq.claim(worker_id => 'bench', queues => ARRAY[$1], batch_size => 100, token => true)", [queue]);
-    if (claimed.length === 0) return;
+/** Claims and completes `count` jobs of `queue`, 100 at a time. */
+async function processAll(queue, withResults, count) {
+  for (let done = 0; done < count; ) {
+    const { rows: claimed } = await client.query("SELECT job_id, attempt, lease_token FROM idemq.claim(worker_id => 'bench', queues => ARRAY[$1], batch_size => $2, token => true)", [queue, Math.min(100, count - done)]);
+    if (claimed.length === 0) throw new Error(`${queue}: ${count - done} jobs fewer than expected`);
+    done += claimed.length;
     if (withResults) {
       for (const j of claimed) {
         await client.query("SELECT idemq.complete(job_id => $1, attempt => $2, result => $3::jsonb, lease_token => $4)", [j.job_id, j.attempt, JSON.stringify({ ok: j.job_id }), j.lease_token]);
@@ -89,10 +92,12 @@ for (const withResults of args.includes("--results") ? [false, true] : [false]) 
     await client.query("SELECT count(*) FROM idemq.spawn(job_id => $1, attempt => $2, children => $3::jsonb, lease_token => $4)", [p.job_id, p.attempt, jobs(kids, true), p.lease_token]);
     await client.query("SELECT idemq.wait_for_children(job_id => $1, attempt => $2, lease_token => $3)", [p.job_id, p.attempt, p.lease_token]);
   });
-  await measure(`process the ${N} plain jobs (claim(100), ${how})`, () => processAll(plain, withResults));
-  await measure(`process the ${N} children (claim(100), ${how})`, () => processAll(kids, withResults));
-  const { rows: [released] } = await client.query("SELECT state FROM idemq.jobs WHERE id = $1", [p.job_id]);
-  if (released.state !== "enqueued") throw new Error(`the parent is ${released.state}, not released`);
+  await measure(`process the ${N} plain jobs (claim(100), ${how})`, () => processAll(plain, withResults, N));
+  await measure(`process ${N - 1} of the children (claim(100), ${how})`, () => processAll(kids, withResults, N - 1));
+  const state = async () => (await client.query("SELECT state FROM idemq.jobs WHERE id = $1", [p.job_id])).rows[0].state;
+  if ((await state()) !== "awaiting") throw new Error("the parent was released before its last child finished");
+  await measure(`the parent's release: the last child's claim + ${how}`, () => processAll(kids, withResults, 1));
+  if ((await state()) !== "enqueued") throw new Error(`the parent is ${await state()}, not released`);
   await measure(`children() of the parent (${N} rows)`, async () => {
     const { rows: out } = await client.query("SELECT * FROM idemq.children(job_id => $1)", [p.job_id]);
     if (out.length !== N || out.some((r) => r.state !== "succeeded")) throw new Error("children() is wrong");

@@ -659,6 +659,67 @@ $$;
 COMMENT ON FUNCTION idemq._key_lock(text[]) IS
   'Lock concurrency keys for the rest of the transaction (advisory, in hash order): admissions of a key are serialised.';
 
+-- ---- sql/functions/children/_link_children.sql ----
+CREATE OR REPLACE FUNCTION idemq._link_children(parent_id bigint, children idemq._planned_job[], names text[],
+                                                fail_fast boolean, OUT pending int, OUT failed int)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- Generic plans, so the children array stays a parameter: see _enqueue_planned.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict error
+DECLARE
+  v_linked int;
+  v_existing bigint[];
+  v_finished int := 0;
+  v_unsuccessful int := 0;
+BEGIN
+  INSERT INTO idemq.job_children (parent_id, name, child_id)
+  SELECT _link_children.parent_id, _link_children.names[p.ordinal], p.job_id
+  FROM unnest(_link_children.children) p
+  WHERE p.outcome IN ('created', 'deduplicated');
+  GET DIAGNOSTICS v_linked = ROW_COUNT;
+
+  v_existing := ARRAY(SELECT p.job_id FROM unnest(_link_children.children) p
+                      WHERE p.outcome = 'deduplicated' ORDER BY p.job_id);
+  IF cardinality(v_existing) > 0 THEN
+    -- `id = ANY (array)` on the primary key is an index condition: one
+    -- probe per element of the array (EXPLAIN: Index Cond), not a filter
+    -- that compares every row with the whole list.
+    PERFORM 1 FROM idemq.jobs j WHERE j.id = ANY (v_existing) ORDER BY j.id FOR NO KEY UPDATE;
+    UPDATE idemq.jobs AS j SET has_children = true WHERE j.id = ANY (v_existing) AND NOT j.has_children;
+  END IF;
+  IF cardinality(v_existing) > 0
+     OR EXISTS (SELECT FROM unnest(_link_children.children) p WHERE p.outcome = 'created' AND p.after IS NOT NULL) THEN
+    WITH copied AS (
+      UPDATE idemq.job_children AS c
+      SET state = j.state, finished_at = j.finished_at,
+          result = CASE WHEN j.state = 'succeeded' THEN j.result END,
+          last_error = CASE WHEN j.state <> 'succeeded' THEN j.errors -> -1 END
+      FROM unnest(_link_children.children) p
+      JOIN idemq.jobs j ON j.id = p.job_id
+      WHERE (p.outcome = 'deduplicated' OR (p.outcome = 'created' AND p.after IS NOT NULL))
+        AND j.finished_at IS NOT NULL
+        AND c.parent_id = _link_children.parent_id AND c.name = _link_children.names[p.ordinal]
+      RETURNING c.state
+    )
+    SELECT count(*), count(*) FILTER (WHERE x.state <> 'succeeded') INTO v_finished, v_unsuccessful
+    FROM copied x;
+  END IF;
+
+  INSERT INTO idemq.child_waits AS w (parent_id, pending, failed, fail_fast)
+  VALUES (_link_children.parent_id, v_linked - v_finished, v_unsuccessful, _link_children.fail_fast)
+  -- By constraint name: the parameter parent_id would make `(parent_id)` ambiguous.
+  ON CONFLICT ON CONSTRAINT child_waits_pkey DO UPDATE
+    SET pending = w.pending + EXCLUDED.pending, failed = w.failed + EXCLUDED.failed, fail_fast = EXCLUDED.fail_fast
+  RETURNING w.pending, w.failed INTO _link_children.pending, _link_children.failed;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._link_children(bigint, idemq._planned_job[], text[], boolean) IS
+  'Link enqueued children to their parent (job_children), record those already finished, and add them to its child_waits count.';
+
 -- ---- sql/functions/flow/_lock_slots.sql ----
 CREATE OR REPLACE FUNCTION idemq._lock_slots(limit_id bigint, need int,
                                              OUT slots int[], OUT rooms int[], OUT folded int[], OUT shrunk int[])
@@ -2089,8 +2150,11 @@ $$;
 COMMENT ON FUNCTION idemq._count_jobs() IS
   'Trigger on idemq.jobs (per statement): appends the change of each (queue, task, state) count to idemq.job_counts.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq._insert_jobs;
 -- ---- sql/functions/enqueue/_insert_jobs.sql ----
-CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean)
+CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean,
+                                              as_children boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2103,7 +2167,8 @@ DECLARE
 BEGIN
   WITH ins AS (
     INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout)
+                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout,
+                                 has_children)
     SELECT p.job_id, p.task, p.queue, p.payload,
            CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
@@ -2111,7 +2176,7 @@ BEGIN
                 WHEN p.concurrency_key IS NOT NULL THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
            p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
-           p.concurrency_key, p.timeout
+           p.concurrency_key, p.timeout, _insert_jobs.as_children
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state
@@ -2158,7 +2223,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._insert_jobs(idemq._planned_job[], boolean, boolean) IS
+COMMENT ON FUNCTION idemq._insert_jobs(idemq._planned_job[], boolean, boolean, boolean) IS
   'Write a plan''s created jobs (state, continuations), count the other outcomes, and notify waiting consumers.';
 
 -- ---- sql/functions/enqueue/_job_problem.sql ----
@@ -2568,8 +2633,11 @@ $$;
 COMMENT ON FUNCTION idemq._child_finished(bigint, idemq.job_state, jsonb, jsonb) IS
   'Trigger helper: record a finished child''s outcome in its links, count it, and release a parent whose wait it ends.';
 
+-- The signature changed: CREATE OR REPLACE cannot change it.
+DROP FUNCTION idemq._enqueue_planned;
 -- ---- sql/functions/enqueue/_enqueue_planned.sql ----
-CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
+CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean,
+                                                  as_children boolean DEFAULT false)
 RETURNS idemq._planned_job[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2589,12 +2657,12 @@ BEGIN
   IF parents THEN
     PERFORM idemq._lock_parents(v_planned);
   END IF;
-  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
+  PERFORM idemq._insert_jobs(v_planned, keyed, parents, _enqueue_planned.as_children);
   RETURN v_planned;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
+COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean, boolean) IS
   'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';
 
 -- ---- sql/functions/enqueue/_parse_jobs.sql ----
@@ -4143,32 +4211,10 @@ BEGIN
   UPDATE idemq.jobs AS j SET state = 'awaiting', has_children = true
   WHERE j.id = v_cb.job_id AND j.state IN ('enqueued', 'scheduled', 'awaiting');
 
-  v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents);
-  INSERT INTO idemq.job_children (parent_id, name, child_id)
-  SELECT v_cb.job_id, p.ordinal::text, p.job_id
-  FROM unnest(v_planned) p
-  WHERE p.outcome IN ('created', 'deduplicated');
-  PERFORM 1 FROM idemq.jobs j
-  WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome = 'deduplicated'))
-  ORDER BY j.id
-  FOR NO KEY UPDATE;
-  UPDATE idemq.jobs AS j SET has_children = true
-  WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome IN ('created', 'deduplicated')))
-    AND NOT j.has_children;
-  UPDATE idemq.job_children AS c
-  SET state = j.state, finished_at = j.finished_at,
-      result = CASE WHEN j.state = 'succeeded' THEN j.result END,
-      last_error = CASE WHEN j.state <> 'succeeded' THEN j.errors -> -1 END
-  FROM unnest(v_planned) p
-  JOIN idemq.jobs j ON j.id = p.job_id
-  WHERE p.outcome = 'deduplicated' AND j.finished_at IS NOT NULL
-    AND c.parent_id = v_cb.job_id AND c.name = p.ordinal::text;
-  INSERT INTO idemq.child_waits AS w (parent_id, pending, failed, fail_fast)
-  SELECT v_cb.job_id, count(*) FILTER (WHERE c.state IS NULL), count(*) FILTER (WHERE c.state <> 'succeeded'),
-         enqueue_batch.fail_fast
-  FROM idemq.job_children c
-  WHERE c.parent_id = v_cb.job_id
-  RETURNING w.pending, w.failed INTO v_wait;
+  v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents, as_children => true);
+  -- Each job is the callback's child named by its ordinal.
+  v_wait := idemq._link_children(v_cb.job_id, v_planned, ARRAY(SELECT p.ordinal::text FROM unnest(v_planned) p ORDER BY p.ordinal),
+                                 enqueue_batch.fail_fast);
   IF v_wait.pending = 0 OR (enqueue_batch.fail_fast AND v_wait.failed > 0) THEN
     PERFORM idemq._release_waiting(v_cb.job_id);
   END IF;
@@ -5447,7 +5493,7 @@ BEGIN
       RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'spawn: ' || v_message,
         HINT = 'jobs[N] is the N-th child of this call not spawned before; each child takes enqueue_many''s fields besides its name.';
     END;
-    v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents);
+    v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents, as_children => true);
     SELECT p.ordinal, p.idempotency_key, p.outcome, p.job_id, p.existing_state INTO v_refused
     FROM unnest(v_planned) p
     WHERE p.outcome NOT IN ('created', 'deduplicated')
@@ -5464,36 +5510,9 @@ BEGIN
         HINT = 'Give the child another key, or none (its name already makes the spawn idempotent); nothing was spawned.';
     END IF;
 
-    INSERT INTO idemq.job_children (parent_id, name, child_id)
-    SELECT spawn.job_id, v_new_names[p.ordinal], p.job_id
-    FROM unnest(v_planned) p;
-    -- Their finish must run the jobs trigger (_child_finished). The
-    -- deduplicated ones exist already: locked here (id order) before their
-    -- state is read below, in a statement of its own. (Every look-up by a
-    -- list goes through unnest and an index, never `= ANY` of a list as a
-    -- filter: that compares each row with the whole list.)
-    PERFORM 1 FROM idemq.jobs j
-    WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome = 'deduplicated'))
-    ORDER BY j.id
-    FOR NO KEY UPDATE;
-    UPDATE idemq.jobs AS j SET has_children = true
-    WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p)) AND NOT j.has_children;
-    UPDATE idemq.job_children AS c
-    SET state = j.state, finished_at = j.finished_at,
-        result = CASE WHEN j.state = 'succeeded' THEN j.result END,
-        last_error = CASE WHEN j.state <> 'succeeded' THEN j.errors -> -1 END
-    FROM unnest(v_planned) p
-    JOIN idemq.jobs j ON j.id = p.job_id
-    WHERE p.outcome = 'deduplicated' AND j.finished_at IS NOT NULL
-      AND c.parent_id = spawn.job_id AND c.name = v_new_names[p.ordinal];
   END IF;
-
-  INSERT INTO idemq.child_waits AS w (parent_id, pending, failed, fail_fast)
-  SELECT spawn.job_id, count(*) FILTER (WHERE c.state IS NULL), count(*) FILTER (WHERE c.state <> 'succeeded'), spawn.fail_fast
-  FROM unnest(coalesce(v_new_names, '{}')) AS n(name)
-  JOIN idemq.job_children c ON c.parent_id = spawn.job_id AND c.name = n.name
-  ON CONFLICT (parent_id) DO UPDATE
-    SET pending = w.pending + EXCLUDED.pending, failed = w.failed + EXCLUDED.failed, fail_fast = EXCLUDED.fail_fast;
+  -- With nothing new (a replay) it links nothing and only sets fail_fast.
+  PERFORM idemq._link_children(spawn.job_id, v_planned, v_new_names, spawn.fail_fast);
 
   RETURN QUERY
   SELECT c.name, c.child_id, coalesce(c.state, j.state), c.result, c.last_error, coalesce(p.outcome, 'existing')
@@ -5845,6 +5864,7 @@ REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_promote FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._link_children FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._lock_held FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._lock_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._matching_jobs FROM PUBLIC;
@@ -5861,6 +5881,8 @@ REVOKE EXECUTE ON FUNCTION idemq._search_walk FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._size_slots FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._stripe_of FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._enqueue_planned FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._insert_jobs FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._pairs_by_id FROM PUBLIC;
 
 -- PUBLIC gets nothing, the idemq roles what their names say (functions created here included).

@@ -12,6 +12,7 @@
 //                                         else: sleep() -> over: return;
 //                                         parked: the attempt ends (JobParked)
 //   ctx.waitFor(event, { key, timeout })  received: its payload; timed_out: WaitTimeoutError
+//                                         recorded for another event: StepError
 //                                         else: await_event() -> the same, or
 //                                         parked: the attempt ends (JobParked)
 //
@@ -134,6 +135,14 @@ export function makeStepContext(state: WorkerState, held: HeldJob, transactional
       `recorded as a ${row.kind}, but this run takes it as a ${kind}: the handler no longer takes its steps in the order its recorded ones were ` +
         `taken (see docs/worker.md, "Changing a workflow")`,
     );
+  const otherEvent = (row: StepRow, name: string, event: string, key: string | null): StepError =>
+    new StepError(
+      jobId,
+      name,
+      `recorded as a wait for event ${describeEvent(row.event, row.eventKey)}, but this run waits for event ${describeEvent(event, key)}: ` +
+        `the workflow changed while the job was parked; deploy the changed workflow as a new task name and keep the old handler ` +
+        `until its parked jobs have finished, or name the wait (see docs/design.md, "Changing a workflow while jobs are parked")`,
+    );
   const park = (name: string, until: Date): never => {
     parkedUntil.set(held, until);
     state.held.finish(held); // the lease went with the park: a heartbeat that misses the job now changes nothing
@@ -209,6 +218,10 @@ export function makeStepContext(state: WorkerState, held: HeldJob, transactional
       const key = options.key ?? null;
       const row = await recorded(name);
       if (row !== undefined && row.kind !== "wait") throw mismatch(row, name, "wait");
+      // Checked here, from the ledger, so it fails as a StepError (permanent):
+      // await_event's 22023 for it would be a BadArgumentError, which the
+      // worker retries, and every retry would meet the same record.
+      if (row !== undefined && (row.event !== event || row.eventKey !== key)) throw otherEvent(row, name, event, key);
       if (row?.status === "received") return row.result as T;
       if (row?.status === "timed_out") throw new WaitTimeoutError(jobId, name, event, key);
       const answer = await sql.awaitEvent(state.calls, attempt, name, event, key, options.timeout);
@@ -218,6 +231,11 @@ export function makeStepContext(state: WorkerState, held: HeldJob, transactional
       return park(name, until);
     },
   };
+}
+
+/** An event as a message names it: "name" with key "k", or without a key. */
+function describeEvent(event: string | null, key: string | null): string {
+  return `${JSON.stringify(event)} ${key === null ? "without a key" : `with key ${JSON.stringify(key)}`}`;
 }
 
 /**

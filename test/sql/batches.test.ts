@@ -77,6 +77,19 @@ describe("enqueue_batch", () => {
     });
   });
 
+  it("a job cancelled at once (a parent in its after had failed) counts as finished: a batch of only such jobs leaves the callback runnable", async () => {
+    await inRollback(db.pool, async (c) => {
+      const queue = unique("dead");
+      const [dead] = (await batch(c, [], { task: "gone", queue })).map((r) => r.job_id!);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [dead]);
+      const rows = await batch(c, [{ task: "part", queue: unique("p"), after: [Number(dead)] }], { task: "report", queue: unique("cb") });
+      expect(await stateOf(c, rows[1]!.job_id!)).toBe("cancelled");
+      expect(await stateOf(c, rows[0]!.job_id!)).toBe("enqueued");
+      const { rows: outcomes } = await c.query("SELECT name, state FROM idemq.children(job_id => $1)", [rows[0]!.job_id]);
+      expect(outcomes).toEqual([{ name: "1", state: "cancelled" }]);
+    });
+  });
+
   it("a key on the callback makes the batch idempotent: the second call enqueues nothing and says deduplicated", async () => {
     await inRollback(db.pool, async (c) => {
       const key = unique("batch");

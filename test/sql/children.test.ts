@@ -232,6 +232,77 @@ describe("spawn and wait_for_children", () => {
     });
   });
 
+  it("a child deduplicated onto a job that finished before its link was written counts as finished, with that job's outcome", async () => {
+    await inRollback(db.pool, async (c) => {
+      const dead = await claimedParent(c);
+      await c.query("SELECT idemq.cancel(job_id => $1)", [dead.job_id]);
+      const parent = await claimedParent(c);
+      // Both share a key: "b" is deduplicated onto "a", which _insert_jobs cancels at once (its after-parent was cancelled).
+      const twin = { task: "child", queue: unique("q"), idempotency_key: unique("k"), after: [Number(dead.job_id)] };
+      const rows = await spawn(c, parent, [
+        { name: "a", ...twin },
+        { name: "b", ...twin },
+      ]);
+      expect(rows.map((r) => [r.name, r.child_job_id, r.state, r.outcome])).toEqual([
+        ["a", rows[0]!.child_job_id, "cancelled", "created"],
+        ["b", rows[0]!.child_job_id, "cancelled", "deduplicated"],
+      ]);
+      const { rows: wait } = await c.query("SELECT pending, failed FROM idemq.child_waits WHERE parent_id = $1", [parent.job_id]);
+      expect(wait).toEqual([{ pending: 0, failed: 2 }]);
+      expect(await park(c, parent)).toBe(false);
+      // Both links name one child: children() orders them by (created_at, child_id) only.
+      const linked = (await childrenOf(c, parent.job_id)).map((r) => [r.name, r.state, r.last_error?.class]);
+      expect(linked.sort((x, y) => String(x[0]).localeCompare(String(y[0])))).toEqual([
+        ["a", "cancelled", "ParentNotSucceeded"],
+        ["b", "cancelled", "ParentNotSucceeded"],
+      ]);
+    });
+  });
+
+  it("writes each new child once, has_children set at insert: spawn updates no child row", async () => {
+    await inRollback(db.pool, async (c) => {
+      const parent = await claimedParent(c);
+      const updates = async () =>
+        Number((await c.query<{ n: string }>("SELECT n_tup_upd AS n FROM pg_stat_xact_user_tables WHERE relid = 'idemq.jobs'::regclass")).rows[0]!.n);
+      await spawn(c, parent, kids(["warm"]));
+      const before = await updates();
+      const rows = await spawn(c, parent, kids(["a", "b", "c", "d", "e"]));
+      // The parent has has_children since the first call: no row of jobs is updated now.
+      expect((await updates()) - before).toBe(0);
+      const { rows: flags } = await c.query<{ has_children: boolean }>("SELECT has_children FROM idemq.jobs WHERE id = ANY ($1::bigint[])", [
+        rows.map((r) => r.child_job_id),
+      ]);
+      expect(flags).toEqual(rows.map(() => ({ has_children: true })));
+    });
+  });
+
+  it("a child cancelled at once (a parent in its after had failed) counts as finished: the parent does not wait for it", async () => {
+    await inRollback(db.pool, async (c) => {
+      const dead = await claimedParent(c);
+      await c.query("SELECT idemq.fail(job_id => $1, attempt => $2, error => $3::jsonb, retryable => false, lease_token => $4)", [
+        dead.job_id,
+        dead.attempt,
+        JSON.stringify({ class: "Boom", message: "gone" }),
+        dead.lease_token,
+      ]);
+      const parent = await claimedParent(c);
+      const rows = await spawn(c, parent, [{ ...kids(["a"])[0], after: [Number(dead.job_id)] }, ...kids(["b"])]);
+      expect(rows.map((r) => [r.name, r.state, r.last_error?.class ?? null, r.outcome])).toEqual([
+        ["a", "cancelled", "ParentNotSucceeded", "created"],
+        ["b", "enqueued", null, "created"],
+      ]);
+      const { rows: wait } = await c.query("SELECT pending, failed FROM idemq.child_waits WHERE parent_id = $1", [parent.job_id]);
+      expect(wait).toEqual([{ pending: 1, failed: 1 }]);
+      expect(await park(c, parent)).toBe(true);
+      await finishChild(c, rows[1]!.child_job_id, 2);
+      expect(await stateOf(c, parent.job_id)).toBe("enqueued");
+      expect((await childrenOf(c, parent.job_id)).map((r) => [r.name, r.state])).toEqual([
+        ["a", "cancelled"],
+        ["b", "succeeded"],
+      ]);
+    });
+  });
+
   it("is fenced: a wrong token gets IQ410 and spawns nothing; a job it does not hold cannot be parked", async () => {
     await inRollback(db.pool, async (c) => {
       const parent = await claimedParent(c);

@@ -235,4 +235,34 @@ describe("ctx.waitFor and client.emitEvent", () => {
     expect(job.errors[0]!.message).toMatch(`job ${jobId}, step "wait:1": no event "${event}" with key "k" came before the wait's timeout`);
     expect((await db.pool.query("SELECT status FROM idemq.steps($1)", [jobId])).rows).toEqual([{ status: "timed_out" }]);
   });
+  it("a replay whose wait asks for another event than the recorded one (the workflow changed while parked) fails at once with a StepError naming both", async () => {
+    const queue = unique("changed");
+    const before = unique("order.paid");
+    const after = unique("order.settled");
+    let version = 1;
+    const attempts: number[] = [];
+    await startTestWorker(
+      db.url,
+      {
+        changed: async (_p: unknown, ctx: JobContext) => {
+          attempts.push(ctx.job.attempt);
+          return version === 1 ? ctx.waitFor(before, { key: "o-1", timeout: "1 hour" }) : ctx.waitFor(after, { timeout: "1 hour" });
+        },
+      },
+      { queues: [queue] },
+    );
+    const { jobId } = await client.enqueue("changed", {}, { queue, maxAttempts: 5, backoff: { kind: "fixed", delays: ["10ms"] } });
+    await waitFor(async () => (await stateOf(jobId)) === "scheduled", { what: "the waiter to park" });
+    version = 2; // the new handler is deployed while the job is parked
+    await db.pool.query("SELECT idemq.reschedule(job_id => $1, run_at => now())", [jobId]);
+    const job = await finished(jobId);
+    // Permanent: the attempt after the park fails the job; no retry meets the same record again.
+    expect(job).toMatchObject({ state: "failed", attempt: 2, uncounted: 1 });
+    expect(attempts).toEqual([1, 2]);
+    expect(job.errors).toHaveLength(1);
+    expect(job.errors[0]).toMatchObject({ class: "StepError" });
+    expect(job.errors[0]!.message).toMatch(`job ${jobId}, step "wait:1": recorded as a wait for event "${before}" with key "o-1", but this run waits for event "${after}" without a key`);
+    expect(job.errors[0]!.message).toMatch(/deploy the changed workflow as a new task name/);
+    expect((await db.pool.query("SELECT status, event FROM idemq.steps($1)", [jobId])).rows).toEqual([{ status: "waiting", event: before }]);
+  });
 });

@@ -17,8 +17,9 @@
 --   * The callback waits `awaiting` (waiting_for 'children', as
 --     wait_for_children parks a job) and becomes runnable in the transaction
 --     of the job that ends the batch; a batch with nothing to wait for (every
---     job rejected, or deduplicated onto finished jobs) leaves it runnable at
---     once. Jobs refused by their key (rejected, conflict) are not part of
+--     job rejected, deduplicated onto jobs that finished meanwhile, or
+--     cancelled at once because a parent in its `after` had not succeeded)
+--     leaves it runnable at once. Jobs refused by their key (rejected, conflict) are not part of
 --     the batch; jobs deduplicated onto an existing job wait for that job.
 --   * Linear in the number of jobs, as spawn; nothing is written when any
 --     element is refused by the value rules (22023, naming jobs[N] or
@@ -84,32 +85,10 @@ BEGIN
   UPDATE idemq.jobs AS j SET state = 'awaiting', has_children = true
   WHERE j.id = v_cb.job_id AND j.state IN ('enqueued', 'scheduled', 'awaiting');
 
-  v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents);
-  INSERT INTO idemq.job_children (parent_id, name, child_id)
-  SELECT v_cb.job_id, p.ordinal::text, p.job_id
-  FROM unnest(v_planned) p
-  WHERE p.outcome IN ('created', 'deduplicated');
-  PERFORM 1 FROM idemq.jobs j
-  WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome = 'deduplicated'))
-  ORDER BY j.id
-  FOR NO KEY UPDATE;
-  UPDATE idemq.jobs AS j SET has_children = true
-  WHERE j.id = ANY (ARRAY(SELECT p.job_id FROM unnest(v_planned) p WHERE p.outcome IN ('created', 'deduplicated')))
-    AND NOT j.has_children;
-  UPDATE idemq.job_children AS c
-  SET state = j.state, finished_at = j.finished_at,
-      result = CASE WHEN j.state = 'succeeded' THEN j.result END,
-      last_error = CASE WHEN j.state <> 'succeeded' THEN j.errors -> -1 END
-  FROM unnest(v_planned) p
-  JOIN idemq.jobs j ON j.id = p.job_id
-  WHERE p.outcome = 'deduplicated' AND j.finished_at IS NOT NULL
-    AND c.parent_id = v_cb.job_id AND c.name = p.ordinal::text;
-  INSERT INTO idemq.child_waits AS w (parent_id, pending, failed, fail_fast)
-  SELECT v_cb.job_id, count(*) FILTER (WHERE c.state IS NULL), count(*) FILTER (WHERE c.state <> 'succeeded'),
-         enqueue_batch.fail_fast
-  FROM idemq.job_children c
-  WHERE c.parent_id = v_cb.job_id
-  RETURNING w.pending, w.failed INTO v_wait;
+  v_planned := idemq._enqueue_planned(v_parsed.planned, v_parsed.keyed, v_parsed.parents, as_children => true);
+  -- Each job is the callback's child named by its ordinal.
+  v_wait := idemq._link_children(v_cb.job_id, v_planned, ARRAY(SELECT p.ordinal::text FROM unnest(v_planned) p ORDER BY p.ordinal),
+                                 enqueue_batch.fail_fast);
   IF v_wait.pending = 0 OR (enqueue_batch.fail_fast AND v_wait.failed > 0) THEN
     PERFORM idemq._release_waiting(v_cb.job_id);
   END IF;

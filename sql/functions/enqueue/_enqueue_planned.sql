@@ -1,12 +1,15 @@
--- idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
---   RETURNS idemq._planned_job[]
+-- idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean,
+--   as_children boolean DEFAULT false) RETURNS idemq._planned_job[]
 --
--- The pipeline shared by enqueue and enqueue_many, after parse and check:
--- resolve keys (_resolve_keys), lock parents (_lock_parents), insert
--- (_insert_jobs). Returns the plan with every element decided. `keyed`:
--- some element has an idempotency key; `parents`: some element names
--- parents in `after` (from _parse_jobs, or enqueue's arguments); without
--- them the steps that would find nothing to do are skipped.
+-- The pipeline shared by enqueue and enqueue_many (and spawn and
+-- enqueue_batch), after parse and check: resolve keys (_resolve_keys), lock
+-- parents (_lock_parents), insert (_insert_jobs). Returns the plan with
+-- every element decided. `keyed`: some element has an idempotency key;
+-- `parents`: some element names parents in `after` (from _parse_jobs, or
+-- enqueue's arguments); without them the steps that would find nothing to
+-- do are skipped. `as_children`: the created jobs are written with
+-- has_children (_insert_jobs), as the children of spawn and enqueue_batch
+-- must be.
 --
 -- Guarantees: those of its parts. The input is checked (_job_problem and
 --   _backoff_problem passed), in ordinal order, with planned ids; the output
@@ -20,7 +23,8 @@
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
 --   test/sql/enqueue-policies.test.ts, test/sql/enqueue-concurrency.test.ts,
 --   test/sql/continuations.test.ts
-CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean)
+CREATE OR REPLACE FUNCTION idemq._enqueue_planned(jobs idemq._planned_job[], keyed boolean, parents boolean,
+                                                  as_children boolean DEFAULT false)
 RETURNS idemq._planned_job[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -40,10 +44,10 @@ BEGIN
   IF parents THEN
     PERFORM idemq._lock_parents(v_planned);
   END IF;
-  PERFORM idemq._insert_jobs(v_planned, keyed, parents);
+  PERFORM idemq._insert_jobs(v_planned, keyed, parents, _enqueue_planned.as_children);
   RETURN v_planned;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean) IS
+COMMENT ON FUNCTION idemq._enqueue_planned(idemq._planned_job[], boolean, boolean, boolean) IS
   'Resolve keys, lock parents and insert a checked plan of jobs: the pipeline enqueue and enqueue_many share.';

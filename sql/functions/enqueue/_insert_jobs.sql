@@ -1,9 +1,12 @@
--- idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean) RETURNS void
+-- idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean, as_children boolean DEFAULT false)
+--   RETURNS void
 --
 -- Insert, the last part of an enqueue: writes the plan's `created` jobs,
 -- wires their continuations, counts the other outcomes, and wakes waiting
 -- consumers. `keyed` / `parents` (see _enqueue_planned): some element has a
--- key (so outcomes other than created may need counting) / parents.
+-- key (so outcomes other than created may need counting) / parents;
+-- `as_children`: the jobs are about to be linked as children (spawn,
+-- enqueue_batch), so they are written with has_children set.
 --
 -- Guarantees:
 --   * Each created job starts `awaiting` when a parent in `after` has not
@@ -15,6 +18,9 @@
 --   * A created job with a concurrency key and no parent waiting starts
 --     `awaiting` too, and _key_promote then admits the best of each key's
 --     waiting jobs up to its room (docs/design.md, "Concurrency keys").
+--   * With as_children, each created job is written with has_children (its
+--     finish runs the jobs trigger, which records it for its parent): once,
+--     not inserted and then updated.
 --   * Outcomes other than created are counted per task for stats().
 --   * NOTIFY idemq_jobs (payload: queue) once per queue with a job runnable
 --     now, when a session waits for it (_notify_waiting).
@@ -24,7 +30,8 @@
 -- Errors: none of its own.
 -- Tests: test/sql/enqueue.test.ts, test/sql/enqueue-many.test.ts,
 --   test/sql/continuations.test.ts, test/sql/wake-up.test.ts, test/sql/concurrency-keys.test.ts
-CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean)
+CREATE OR REPLACE FUNCTION idemq._insert_jobs(jobs idemq._planned_job[], keyed boolean, parents boolean,
+                                              as_children boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -37,7 +44,8 @@ DECLARE
 BEGIN
   WITH ins AS (
     INSERT INTO idemq.jobs AS j (id, task, queue, payload, state, priority, run_at, max_attempts,
-                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout)
+                                 idempotency_key, backoff, expires_at, traceparent, concurrency_key, timeout,
+                                 has_children)
     SELECT p.job_id, p.task, p.queue, p.payload,
            CASE WHEN parents AND p.after IS NOT NULL AND EXISTS (
                   SELECT 1 FROM idemq.jobs pj WHERE pj.id = ANY (p.after) AND pj.state <> 'succeeded')
@@ -45,7 +53,7 @@ BEGIN
                 WHEN p.concurrency_key IS NOT NULL THEN 'awaiting'::idemq.job_state
                 ELSE idemq._initial_state(p.run_at) END,
            p.priority, p.run_at, p.max_attempts, p.idempotency_key, p.backoff, p.expires_at, p.traceparent,
-           p.concurrency_key, p.timeout
+           p.concurrency_key, p.timeout, _insert_jobs.as_children
     FROM unnest(jobs) p
     WHERE p.outcome = 'created'
     RETURNING j.queue, j.state
@@ -92,5 +100,5 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._insert_jobs(idemq._planned_job[], boolean, boolean) IS
+COMMENT ON FUNCTION idemq._insert_jobs(idemq._planned_job[], boolean, boolean, boolean) IS
   'Write a plan''s created jobs (state, continuations), count the other outcomes, and notify waiting consumers.';
