@@ -111,10 +111,11 @@ async function runTraced(
 /**
  * One attempt, from job:start to its outcome recorded or queued. One async
  * function for the whole of it, the worker's bookkeeping included (`over`,
- * when the caller leaves it here): each async layer per job was a frame and
- * a promise more, about 1.4 KB per job with three of them (bench/FINDINGS.md,
- * "The worker's allocations per job"). The microtask before the handler
- * stays: a handler never runs inside startClaimed's loop.
+ * when the caller leaves it here): each async layer per job is a frame, a
+ * promise and an await more, and the two layers that wrapped it (the
+ * worker's, and tracing.run's without an SDK) cost 540 B per job
+ * (bench/FINDINGS.md, "The worker's allocations per job"). The microtask
+ * before the handler stays: a handler never runs inside startClaimed's loop.
  */
 async function runAttempt(state: WorkerState, held: HeldJob, completer: Completer, over: ((held: HeldJob) => void) | undefined): Promise<void> {
   try {
