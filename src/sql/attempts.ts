@@ -103,6 +103,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
   }));
 }
 
+const INT8_OID = 20;
 const JSONB_OID = 3802;
 const TIMESTAMPTZ_OID = 1184;
 const INTERVAL_OID = 1186;
@@ -118,17 +119,31 @@ function intervalMs(text: string): number {
 const asText = (text: string): string => text;
 
 /**
+ * int8 kept as the text the server sent: a bigint's text is its digits, so
+ * an id stays a string, exact, as pg's own parser keeps it, without that
+ * parser's copy and regular expression per value (170 B per job of the
+ * worker's allocations, bench/FINDINGS.md). Per query, on the calls whose ids
+ * the worker matches with each other (claim, heartbeat, its complete_many),
+ * so an application's setTypeParser for int8 (pg's parsers are global) can
+ * neither reach them nor make heartbeat's ids differ from claim's.
+ */
+const INT8_AS_TEXT: pg.CustomTypesConfig = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === INT8_OID && format !== "binary" ? asText : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"],
+};
+
+/**
  * claim()'s type parsers: jsonb parsed as pg does, noting the size of each
  * value's text, in bytes of UTF-8, in `sizes` (in the order the values
  * arrive: row by row), so a claim learns its payloads' sizes without
  * serializing them again; timestamptz left as text, since no caller reads
  * the lease's end from a claim (pg's date parsing was 4% of the worker's CPU);
- * the one interval, timeout, in ms.
+ * the one interval, timeout, in ms; int8 (id and job_id) as INT8_AS_TEXT.
  */
 function claimTypes(sizes: number[]): pg.CustomTypesConfig {
   return {
     getTypeParser: ((oid: number, format?: "text" | "binary") => {
-      if (oid === TIMESTAMPTZ_OID && format !== "binary") return asText;
+      if ((oid === TIMESTAMPTZ_OID || oid === INT8_OID) && format !== "binary") return asText;
       if (oid === INTERVAL_OID && format !== "binary") return intervalMs;
       if (oid !== JSONB_OID || format === "binary") return pg.types.getTypeParser(oid, format);
       return (text: string) => {
@@ -234,11 +249,13 @@ export async function completeClaimed(db: Queryable, jobs: readonly { readonly j
     attempts += attempts === "" ? String(job.attempt) : `,${job.attempt}`;
     tokens += tokens === "" ? job.leaseToken : `,${job.leaseToken}`;
   }
-  const rows = await call<"complete_many", { r: string }>(db, "complete_many", {
-    job_ids: `{${ids}}`,
-    attempts: `{${attempts}}`,
-    lease_tokens: `{${tokens}}`,
-  });
+  const rows = await call<"complete_many", { r: string }>(
+    db,
+    "complete_many",
+    { job_ids: `{${ids}}`, attempts: `{${attempts}}`, lease_tokens: `{${tokens}}` },
+    "",
+    INT8_AS_TEXT,
+  );
   return rows.map((row) => row.r);
 }
 
@@ -291,10 +308,7 @@ export async function heartbeat(
   jobs: readonly JobAttempt[],
   opts: { lease?: Duration } = {},
 ): Promise<string[]> {
-  const rows = await call<"heartbeat", { r: string }>(db, "heartbeat", {
-    ...attemptArrays(jobs),
-    lease: interval(opts.lease),
-  });
+  const rows = await call<"heartbeat", { r: string }>(db, "heartbeat", { ...attemptArrays(jobs), lease: interval(opts.lease) }, "", INT8_AS_TEXT);
   return rows.map((row) => row.r);
 }
 

@@ -178,6 +178,15 @@ export class AttemptTracing implements AttemptTracer {
   }
 
   /**
+   * Neither an SDK nor a context manager is registered (as of the latest
+   * refresh()): run() would only call its callback, with no trace. The
+   * worker then runs the attempt itself, one async layer fewer per job.
+   */
+  get passesThrough(): boolean {
+    return !this.recording && !this.propagating;
+  }
+
+  /**
    * Runs one attempt of `job` in a CONSUMER span whose parent is the
    * producer's stored context; `run` (the handler included) runs in the
    * span's context, so spans the handler makes are its children. Without an

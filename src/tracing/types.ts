@@ -21,4 +21,6 @@ export interface AttemptTracer {
   run(job: ClaimedJob, run: (trace: AttemptTrace | undefined) => Promise<void>): Promise<void>;
   /** Reads again whether spans are recorded (an SDK registered): once per claim batch. */
   refresh(): void;
+  /** run() would only call its callback, with no trace (no SDK, no context manager), as of the latest refresh(). */
+  readonly passesThrough: boolean;
 }

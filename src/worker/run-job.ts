@@ -75,58 +75,112 @@ type Outcome = { ok: true; result: unknown } | { ok: false; error: unknown };
  * Runs a started job: gives its slot back (HeldJobs.freeSlot) once its
  * handler (and, for a transactional task, its transaction) is over, and
  * resolves when its attempt is recorded (a plain success is then queued in
- * the Completer).
+ * the Completer), after calling `over` (the worker forgets the job: its
+ * inFlight entry). Never rejects: what escapes is reported (worker:error).
  */
-export function runJob(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
+export function runJob(state: WorkerState, held: HeldJob, completer: Completer, over: (held: HeldJob) => void): Promise<void> {
   const tracing = state.tracing;
-  if (tracing === undefined) return runAttempt(state, held, completer);
-  return tracing.run(held.job, (span) => {
-    held.trace = span;
-    return runAttempt(state, held, completer);
-  });
+  // The common case (no tracing, or the API without an SDK or a context manager): one async function per job.
+  if (tracing === undefined || tracing.passesThrough) return runAttempt(state, held, completer, over);
+  return runTraced(tracing, state, held, completer, over);
 }
 
-async function runAttempt(state: WorkerState, held: HeldJob, completer: Completer): Promise<void> {
-  if (state.listening("job:start")) state.emit("job:start", { ...jobEvent(state, held), reclaimed: held.job.reclaimed });
-  if (held.task?.transactional) {
-    await runTransactional(state, held, held.task);
-    return;
-  }
-  // The outcome as two locals, not an object: this path runs once per job, and
-  // its allocations are the largest share of the worker's (bench/FINDINGS.md,
-  // "The worker's allocations per job").
-  let failed = false;
-  let returned: unknown;
-  const limit = timeLimit(held);
+/**
+ * The attempt in its span: the bookkeeping waits for the span's end, and
+ * what escapes the attempt marks the span before it is reported.
+ */
+async function runTraced(
+  tracing: NonNullable<WorkerState["tracing"]>,
+  state: WorkerState,
+  held: HeldJob,
+  completer: Completer,
+  over: (held: HeldJob) => void,
+): Promise<void> {
   try {
-    // claim() passes this worker's tasks, so this is a guard, not a path jobs take.
-    if (held.task === undefined) throw new UnknownTaskError(held.job.task, [...state.tasks.keys()]);
-    const task = held.task;
-    // A microtask later: never inside startClaimed's loop. (`await undefined`,
-    // then the handler, allocated more: 1,099 against 873 B/job sampled.)
-    const running = Promise.resolve().then(() => task.run(held.job.payload, makeContext(state, held, undefined) as never));
-    // Past the time limit the attempt fails whether or not the handler heeds ctx.signal.
-    returned = await (limit === undefined ? running : Promise.race([running, limit.expired]));
+    await tracing.run(held.job, (span) => {
+      held.trace = span;
+      return runAttempt(state, held, completer, undefined);
+    });
   } catch (error) {
-    failed = true;
-    returned = limit?.fired ?? error;
+    state.report(`running job ${held.job.id}`, error);
   } finally {
-    limit?.clear();
+    jobOver(state, held, over);
   }
-  handlerOver(state, held);
-  if (isReleased(held)) return held.trace?.end("released"); // handed back at shutdown; the attempt is already recorded
-  if (parkedAt(held) !== undefined) return parkedJob(state, held, parkedAt(held)!);
-  if (held.snoozeDelay !== undefined) return snoozeJob(state, held);
-  if (held.awaitingChildren !== undefined) return parkJob(state, held);
-  if (failed) return failJob(state, held, returned);
-  // A heartbeat found the lease gone (held.fencedOut): complete anyway. It is
-  // fenced, so it changes nothing, and its IQ410 says why (a cancel included).
-  const result = storable(state, held, returned);
-  if (result === undefined) {
-    held.trace?.end("succeeded"); // complete_many follows in a batch, after the span
-    completer.add(held);
-    return;
+}
+
+/**
+ * One attempt, from job:start to its outcome recorded or queued. One async
+ * function for the whole of it, the worker's bookkeeping included (`over`,
+ * when the caller leaves it here): each async layer per job is a frame, a
+ * promise and an await more, and the two layers that wrapped it (the
+ * worker's, and tracing.run's without an SDK) cost 540 B per job
+ * (bench/FINDINGS.md, "The worker's allocations per job"). The microtask
+ * before the handler stays: a handler never runs inside startClaimed's loop.
+ */
+async function runAttempt(state: WorkerState, held: HeldJob, completer: Completer, over: ((held: HeldJob) => void) | undefined): Promise<void> {
+  try {
+    if (state.listening("job:start")) state.emit("job:start", { ...jobEvent(state, held), reclaimed: held.job.reclaimed });
+    if (held.task?.transactional) {
+      await runTransactional(state, held, held.task);
+      return;
+    }
+    // The outcome as two locals, not an object: this path runs once per job, and
+    // its allocations are the largest share of the worker's (bench/FINDINGS.md,
+    // "The worker's allocations per job").
+    let failed = false;
+    let returned: unknown;
+    const limit = timeLimit(held);
+    try {
+      // claim() passes this worker's tasks, so this is a guard, not a path jobs take.
+      if (held.task === undefined) throw new UnknownTaskError(held.job.task, [...state.tasks.keys()]);
+      const task = held.task;
+      // A microtask later: never inside startClaimed's loop. (`await undefined`,
+      // then the handler, allocated more: 1,099 against 873 B/job sampled.)
+      const running = Promise.resolve().then(() => task.run(held.job.payload, makeContext(state, held, undefined) as never));
+      // Past the time limit the attempt fails whether or not the handler heeds ctx.signal.
+      returned = await (limit === undefined ? running : Promise.race([running, limit.expired]));
+    } catch (error) {
+      failed = true;
+      returned = limit?.fired ?? error;
+    } finally {
+      limit?.clear();
+    }
+    handlerOver(state, held);
+    // Each end below is awaited here, not returned: the finally waits for it.
+    if (isReleased(held)) {
+      held.trace?.end("released"); // handed back at shutdown; the attempt is already recorded
+      return;
+    }
+    const parked = parkedAt(held);
+    if (parked !== undefined) return parkedJob(state, held, parked);
+    if (held.snoozeDelay !== undefined) return await snoozeJob(state, held);
+    if (held.awaitingChildren !== undefined) return await parkJob(state, held);
+    if (failed) return await failJob(state, held, returned);
+    // A heartbeat found the lease gone (held.fencedOut): complete anyway. It is
+    // fenced, so it changes nothing, and its IQ410 says why (a cancel included).
+    const result = storable(state, held, returned);
+    if (result === undefined) {
+      held.trace?.end("succeeded"); // complete_many follows in a batch, after the span
+      completer.add(held);
+      return;
+    }
+    await completeWithResult(state, held, result);
+  } catch (error) {
+    if (over === undefined) throw error; // runTraced reports it, after the span has seen it
+    state.report(`running job ${held.job.id}`, error);
+  } finally {
+    if (over !== undefined) jobOver(state, held, over);
   }
+}
+
+/** The attempt is over, however it ended: its slot is free (already, unless a throw came first), and the worker forgets it. */
+function jobOver(state: WorkerState, held: HeldJob, over: (held: HeldJob) => void): void {
+  state.held.freeSlot(held);
+  over(held);
+}
+
+/** complete() with the handler's result (the Completer's batches carry none). */
+async function completeWithResult(state: WorkerState, held: HeldJob, result: unknown): Promise<void> {
   try {
     await sql.complete(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, result);
     held.trace?.end("succeeded");

@@ -1,7 +1,9 @@
 // idemq.claim: which jobs it hands out, in which order, and what it records.
 // Every case runs in a transaction that rolls back, so now() is one instant
 // and times can be compared exactly.
+import pg from "pg";
 import { describe, expect, it } from "vitest";
+import * as tsSql from "../../src/sql/index.ts";
 import { expectSqlError, useTestDatabase, inRollback } from "../helpers/db.ts";
 import { jobRow, makeJob, sql, unique } from "../helpers/jobs.ts";
 import {
@@ -210,6 +212,29 @@ describe("claim", () => {
       expect(await claim(c, { batch_size: 1000 })).toHaveLength(1);
       expect((await jobRow(c, id)).attempt).toBe(1);
     });
+  });
+});
+
+describe("claim() in TypeScript: the worker's row parsing", () => {
+  it("returns each id as the exact digits of its bigint, even when the application made pg parse int8 as numbers", async () => {
+    // pg's type parsers are global: a user's setTypeParser(20, ...) reaches
+    // every query that does not bring its own, as claim() does.
+    const int8 = pg.types.getTypeParser(20, "text");
+    pg.types.setTypeParser(20, "text", Number);
+    try {
+      await inRollback(db.pool, async (c) => {
+        await makeJob(c, { task: "int8", queue: "int8-ids" });
+        await makeJob(c, { task: "int8", queue: "int8-ids" });
+        const { rows } = await c.query<{ id: unknown; text: string }>(
+          "SELECT id, id::text AS text FROM idemq.jobs WHERE queue = 'int8-ids' ORDER BY id",
+        );
+        expect(rows.map((r) => typeof r.id)).toEqual(["number", "number"]); // the application's parser is in force
+        const jobs = await tsSql.claim(c, { workerId: "w", queues: ["int8-ids"], batchSize: 10 });
+        expect(jobs.map((j) => j.id)).toEqual(rows.map((r) => r.text));
+      });
+    } finally {
+      pg.types.setTypeParser(20, "text", int8);
+    }
   });
 });
 
