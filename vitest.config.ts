@@ -1,5 +1,6 @@
 import { availableParallelism } from "node:os";
 import { defineConfig } from "vitest/config";
+import SlowFirstSequencer from "./test/sequencer.ts";
 
 export default defineConfig({
   test: {
@@ -10,6 +11,7 @@ export default defineConfig({
     reporters: ["default", "./test/reporter.ts"],
     pool: "forks",
     fileParallelism: true,
+    sequence: { sequencer: SlowFirstSequencer },
     // Tests wait on PostgreSQL far more than on the CPU; vitest's default (CPUs - 1) would run one file at a time on 2 cores.
     maxWorkers: Math.max(2, availableParallelism()),
     testTimeout: 60_000,
