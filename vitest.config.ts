@@ -12,8 +12,12 @@ export default defineConfig({
     pool: "forks",
     fileParallelism: true,
     sequence: { sequencer: SlowFirstSequencer },
-    // Tests wait on PostgreSQL far more than on the CPU; vitest's default (CPUs - 1) would run one file at a time on 2 cores.
-    maxWorkers: Math.max(2, availableParallelism()),
+    // Tests wait on PostgreSQL and subprocesses far more than on the CPU; vitest's default (CPUs - 1) would run
+    // one file at a time on 2 cores. With one fork per core, forks sat idle about a quarter of the run while
+    // starting and importing their file; one fork more fills that. Measured on a busy 2-core machine (noisy):
+    // 927 s with 2 forks (before test/sequencer.ts), 508 s with 3, 473 s with 4 (slow files first); 4 made each
+    // file about 30% slower (CPU-bound), more timing risk for little.
+    maxWorkers: Math.max(3, availableParallelism() + 1),
     testTimeout: 60_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,
