@@ -40,7 +40,9 @@ async function runFiles(project: TestProject): Promise<string[]> {
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   await ensureSystemTools({ files: await runFiles(project) });
-  await buildDist();
+  // The build and the template are independent: build while the server starts and migrates.
+  const built = buildDist();
+  built.catch(() => {}); // awaited below, on both paths; this only keeps an early failure from being "unhandled"
   let server: EmbeddedPostgresServer | undefined;
   let tempDir: string | undefined;
   let serverUrl = process.env.DATABASE_URL;
@@ -68,10 +70,16 @@ export default async function setup(project: TestProject): Promise<() => Promise
     // while any session is connected to the template.
     await waitForNoSessions(admin, template);
     await admin.query(`ALTER DATABASE ${admin.escapeIdentifier(template)} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false`);
+    await built;
   } catch (error) {
+    // A failed build is a common edit-time event: leave no template behind on a shared server.
+    const name = admin.escapeIdentifier(template);
+    await admin.query(`ALTER DATABASE ${name} WITH IS_TEMPLATE false`).catch(() => {});
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => {});
     await admin.end();
     await server?.stop();
     if (tempDir) await rm(tempDir, { recursive: true, force: true });
+    await built.catch(() => {});
     throw error;
   }
   await admin.end();
