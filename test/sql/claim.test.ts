@@ -150,30 +150,32 @@ describe("claim", () => {
   });
 
   it("commits a claim that hands out lease tokens asynchronously, to the end of its transaction only; a claim without tokens, or of nothing, stays synchronous", async () => {
-    // The server's own setting (on, unless this server was started otherwise) is what a claim must leave alone.
-    const serverDefault = (await db.pool.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s")).rows[0]!.s;
-    expect(serverDefault).not.toBe("off");
+    // The caller's own setting is what a claim must leave alone: set on this session here, as a server may
+    // be started with it off (the embedded one for development is).
+    const callers = "on";
     const queue = unique("async-claim");
     const c = await db.pool.connect();
     try {
       const setting = async () => (await c.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s")).rows[0]!.s;
+      await c.query(`SET synchronous_commit = ${callers}`);
       await c.query("BEGIN");
       await makeJob(c, { queue });
       await makeJob(c, { queue });
       expect(await claim(c, { queues: [queue], token: false })).toHaveLength(1);
-      expect(await setting()).toBe(serverDefault);
+      expect(await setting()).toBe(callers);
       expect(await claim(c, { queues: [unique("empty")], token: true })).toEqual([]);
-      expect(await setting()).toBe(serverDefault);
+      expect(await setting()).toBe(callers);
       const [job] = await claim(c, { queues: [queue], token: true });
       expect(job!.lease_token).not.toBeNull();
       expect(await setting()).toBe("off");
       await c.query("COMMIT");
       // SET LOCAL: nothing stays on the connection (a pooled connection, through PgBouncer too).
-      expect(await setting()).toBe(serverDefault);
+      expect(await setting()).toBe(callers);
       expect((await jobRow(c, job!.job_id)).state).toBe("processing");
     } finally {
       await c.query("ROLLBACK").catch(() => {});
       await c.query("DELETE FROM idemq.jobs WHERE queue = $1", [queue]);
+      await c.query("RESET synchronous_commit");
       c.release();
     }
   });
