@@ -174,7 +174,7 @@ describe(`an installation of ${RELEASE}, upgraded to this checkout while its wor
 
     // ---- The old worker kept working through the upgrade, with no error; both workers did work after it.
     // The message is the error events themselves (the end of stdout rarely holds them).
-    const errors = (w: WorkerProcess) => w.stdout().split("\n").filter((line) => line.includes("worker:error")).join("\n");
+    const errors = (w: WorkerProcess) => JSON.stringify(w.events.filter((e) => e.event === "worker:error"));
     expect(old.count("worker:error"), errors(old)).toBe(0);
     expect(fresh.count("worker:error"), errors(fresh)).toBe(0);
     const after = await db.pool.query<{ pid: number; n: number }>(
