@@ -197,33 +197,37 @@ function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attemp
   };
 }
 
+/**
+ * complete(); `resultJson` is the result's JSON text, already serialized
+ * (the worker measures it against the limit first: it is not serialized twice).
+ */
 export async function complete(
   db: Queryable,
   jobId: JobIdInput,
   attempt: number,
   token: string | null,
-  result?: unknown,
+  resultJson?: string,
 ): Promise<void> {
   await call(db, "complete", {
     job_id: toJobId(jobId),
     attempt: integer(attempt, "attempt"),
-    result: jsonb(result, "result"),
+    result: resultJson,
     lease_token: leaseToken(token),
   });
 }
 
-/** complete() and COMMIT in one round trip, on the connection whose transaction holds the job's writes. */
+/** complete() and COMMIT in one round trip, on the connection whose transaction holds the job's writes; `resultJson` as complete()'s. */
 export async function completeAndCommit(
   client: pg.ClientBase,
   jobId: JobIdInput,
   attempt: number,
   token: string | null,
-  result?: unknown,
+  resultJson?: string,
 ): Promise<void> {
   await callInline(
     client,
     "complete",
-    { job_id: toJobId(jobId), attempt: integer(attempt, "attempt"), result: jsonb(result, "result"), lease_token: leaseToken(token) },
+    { job_id: toJobId(jobId), attempt: integer(attempt, "attempt"), result: resultJson, lease_token: leaseToken(token) },
     { after: "COMMIT" },
   );
 }

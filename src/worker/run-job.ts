@@ -179,10 +179,10 @@ function jobOver(state: WorkerState, held: HeldJob, over: (held: HeldJob) => voi
   over(held);
 }
 
-/** complete() with the handler's result (the Completer's batches carry none). */
-async function completeWithResult(state: WorkerState, held: HeldJob, result: unknown): Promise<void> {
+/** complete() with the handler's result, as storable's JSON text (the Completer's batches carry none). */
+async function completeWithResult(state: WorkerState, held: HeldJob, resultJson: string): Promise<void> {
   try {
-    await sql.complete(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, result);
+    await sql.complete(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, resultJson);
     held.trace?.end("succeeded");
     if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {
@@ -556,8 +556,12 @@ async function holdJob(state: WorkerState, held: HeldJob, error: RateLimitedErro
   }
 }
 
-/** A handler's return value as a jsonb result; undefined when there is none to store. */
-function storable(state: WorkerState, held: HeldJob, result: unknown): unknown {
+/**
+ * A handler's return value as the JSON text of its jsonb result (serialized
+ * once: measured for the limit, then sent as is); undefined when there is
+ * none to store.
+ */
+function storable(state: WorkerState, held: HeldJob, result: unknown): string | undefined {
   if (result === undefined || result === null) return undefined;
   let text: string | undefined;
   try {
@@ -569,7 +573,7 @@ function storable(state: WorkerState, held: HeldJob, result: unknown): unknown {
   // until its lease ran out and it ran again: the work is done, so the job
   // completes and the result is what gives way, with a line saying so.
   const bytes = text === undefined ? 0 : Buffer.byteLength(text);
-  if (text !== undefined && bytes <= RESULT_BYTES) return result;
+  if (text !== undefined && bytes <= RESULT_BYTES) return text;
   state.emit("log", {
     level: "warn",
     message:

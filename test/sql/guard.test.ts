@@ -182,7 +182,7 @@ describe("guard and complete inlined with BEGIN / COMMIT (src/sql/effects.ts, sr
       expect(claimed.id).toBe(jobRows[0].job_id);
       expect(await sqlApi.beginWithGuard(c, key, task)).toBe(true);
       const result = { quote: "it's", backslash: "a\\b", nested: [1, { x: null }], text: "é ✓" };
-      await sqlApi.completeAndCommit(c, claimed.id, claimed.attempt, claimed.lease_token, result);
+      await sqlApi.completeAndCommit(c, claimed.id, claimed.attempt, claimed.lease_token, JSON.stringify(result));
       const { rows } = await c.query("SELECT key FROM idemq.processed WHERE key = $1", [key]);
       expect(rows).toEqual([{ key }]);
       const { rows: done } = await c.query("SELECT state, result FROM idemq.jobs WHERE id = $1", [claimed.id]);
