@@ -1266,41 +1266,26 @@ $$;
 COMMENT ON FUNCTION idemq._check_job_filter(text, jsonb) IS
   'Raise 22023 (22004 for NULL) naming the field when a job filter has an unknown field or a bad value.';
 
--- ---- sql/functions/steps/_check_step.sql ----
-CREATE OR REPLACE FUNCTION idemq._check_step(operation text, job_id bigint, name text, result jsonb)
+-- ---- sql/functions/checks/_check_result.sql ----
+CREATE OR REPLACE FUNCTION idemq._check_result(operation text, what text, value jsonb, hint text)
 RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
 DECLARE
-  v_bytes int;
+  v_bytes int := octet_length(_check_result.value::text);
 BEGIN
-  IF _check_step.name IS NULL THEN
-    RAISE EXCEPTION USING ERRCODE = '22004',
-      MESSAGE = format('%s: job %s: the step name must not be NULL', operation, _check_step.job_id),
-      HINT = 'Name each step of a job once, e.g. ''charge-card''.';
-  END IF;
-  IF _check_step.name = '' THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('%s: job %s: the step name must not be empty', operation, _check_step.job_id),
-      HINT = 'Name each step of a job once, e.g. ''charge-card''.';
-  END IF;
-  PERFORM idemq._check_size(operation, 'the step name', _check_step.name, 'key_bytes',
-                            'Use a shorter step name: it identifies the step within its job.');
-  v_bytes := octet_length(_check_step.result::text);
   IF v_bytes > idemq._result_limit() THEN
     RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('%s: job %s, step "%s": the result is %s bytes of JSON, over the limit of %s bytes',
-                       operation, _check_step.job_id, idemq._excerpt(_check_step.name), v_bytes,
-                       idemq._result_limit()),
-      HINT = 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.';
+      MESSAGE = format('%s: %s is %s bytes of JSON, over the limit of %s bytes', operation, what, v_bytes, idemq._result_limit()),
+      HINT = hint;
   END IF;
 END;
 $$;
 
-COMMENT ON FUNCTION idemq._check_step(text, bigint, text, jsonb) IS
-  'Raise 22004/22023 for a bad step name or a step result over _result_limit, naming the job and step.';
+COMMENT ON FUNCTION idemq._check_result(text, text, jsonb, text) IS
+  'Raise 22023 when a result or event payload is over _result_limit() bytes of JSON text.';
 
 -- ---- sql/functions/flow/_claim_take.sql ----
 CREATE OR REPLACE FUNCTION idemq._claim_take(job_ids bigint[], key_task text, key_queue text,
@@ -1949,6 +1934,34 @@ $$;
 
 COMMENT ON FUNCTION idemq._stripe_counts(bigint) IS
   'The jobs processing in a concurrency limit''s scope, per stripe they are counted in: what held less unfolded releases must equal.';
+
+-- ---- sql/functions/steps/_check_step.sql ----
+CREATE OR REPLACE FUNCTION idemq._check_step(operation text, job_id bigint, name text, result jsonb)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF _check_step.name IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '22004',
+      MESSAGE = format('%s: job %s: the step name must not be NULL', operation, _check_step.job_id),
+      HINT = 'Name each step of a job once, e.g. ''charge-card''.';
+  END IF;
+  IF _check_step.name = '' THEN
+    RAISE EXCEPTION USING ERRCODE = '22023',
+      MESSAGE = format('%s: job %s: the step name must not be empty', operation, _check_step.job_id),
+      HINT = 'Name each step of a job once, e.g. ''charge-card''.';
+  END IF;
+  PERFORM idemq._check_size(operation, 'the step name', _check_step.name, 'key_bytes',
+                            'Use a shorter step name: it identifies the step within its job.');
+  PERFORM idemq._check_result(operation, format('job %s, step "%s": the result', _check_step.job_id, idemq._excerpt(_check_step.name)),
+    _check_step.result, 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.');
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_step(text, bigint, text, jsonb) IS
+  'Raise 22004/22023 for a bad step name or a step result over _result_limit, naming the job and step.';
 
 -- ---- sql/functions/reads/_count_jobs.sql ----
 CREATE OR REPLACE FUNCTION idemq._count_jobs()
@@ -3629,17 +3642,11 @@ AS $$
 DECLARE
   v_r record;
   v_gone int;
-  v_bytes int;
 BEGIN
   -- Checked before anything is written: the job stays held, and the caller
   -- may complete it again with less.
-  v_bytes := octet_length(complete.result::text);
-  IF v_bytes > idemq._result_limit() THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('complete: job %s: the result is %s bytes of JSON, over the limit of %s',
-                       complete.job_id, v_bytes, idemq._result_limit()),
-      HINT = 'Keep bulky data in a table of your own and return its key; nothing was written, so complete the job again with less.';
-  END IF;
+  PERFORM idemq._check_result('complete', format('job %s: the result', complete.job_id), complete.result,
+    'Keep bulky data in a table of your own and return its key; nothing was written, so complete the job again with less.');
   SELECT * INTO v_r FROM idemq._success_retention() z;
   IF v_r.any_zero THEN
     -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)
@@ -3965,19 +3972,13 @@ DECLARE
   v_woken int;
   v_queues text[];
   v_queue text;
-  v_bytes int;
 BEGIN
   PERFORM idemq._check_event('emit', emit.event, emit.key);
   IF emit.payload IS NULL THEN
     PERFORM idemq._raise_null_argument('emit', 'payload');
   END IF;
-  v_bytes := octet_length(emit.payload::text);
-  IF v_bytes > idemq._result_limit() THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('emit: the payload of event %s is %s bytes of JSON, over the limit of %s bytes',
-                       idemq._excerpt(emit.event), v_bytes, idemq._result_limit()),
-      HINT = 'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.';
-  END IF;
+  PERFORM idemq._check_result('emit', format('the payload of event %s', idemq._excerpt(emit.event)), emit.payload,
+    'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.');
   PERFORM idemq._event_lock(emit.event, emit.key);
   INSERT INTO idemq.events (event, key, payload)
   VALUES (emit.event, emit.key, emit.payload)
@@ -5849,6 +5850,7 @@ REVOKE EXECUTE ON FUNCTION idemq._bulk_batch FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_event FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_job_filter FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_limit_values FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._check_result FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_step FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._child_finished FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._claim_capped FROM PUBLIC;

@@ -40,17 +40,11 @@ AS $$
 DECLARE
   v_r record;
   v_gone int;
-  v_bytes int;
 BEGIN
   -- Checked before anything is written: the job stays held, and the caller
   -- may complete it again with less.
-  v_bytes := octet_length(complete.result::text);
-  IF v_bytes > idemq._result_limit() THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('complete: job %s: the result is %s bytes of JSON, over the limit of %s',
-                       complete.job_id, v_bytes, idemq._result_limit()),
-      HINT = 'Keep bulky data in a table of your own and return its key; nothing was written, so complete the job again with less.';
-  END IF;
+  PERFORM idemq._check_result('complete', format('job %s: the result', complete.job_id), complete.result,
+    'Keep bulky data in a table of your own and return its key; nothing was written, so complete the job again with less.');
   SELECT * INTO v_r FROM idemq._success_retention() z;
   IF v_r.any_zero THEN
     -- Retention 0: delete instead of update. _on_job_finished (AFTER UPDATE)

@@ -16,8 +16,6 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict error
-DECLARE
-  v_bytes int;
 BEGIN
   IF _check_step.name IS NULL THEN
     RAISE EXCEPTION USING ERRCODE = '22004',
@@ -31,14 +29,8 @@ BEGIN
   END IF;
   PERFORM idemq._check_size(operation, 'the step name', _check_step.name, 'key_bytes',
                             'Use a shorter step name: it identifies the step within its job.');
-  v_bytes := octet_length(_check_step.result::text);
-  IF v_bytes > idemq._result_limit() THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('%s: job %s, step "%s": the result is %s bytes of JSON, over the limit of %s bytes',
-                       operation, _check_step.job_id, idemq._excerpt(_check_step.name), v_bytes,
-                       idemq._result_limit()),
-      HINT = 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.';
-  END IF;
+  PERFORM idemq._check_result(operation, format('job %s, step "%s": the result', _check_step.job_id, idemq._excerpt(_check_step.name)),
+    _check_step.result, 'Keep a step''s result small (ids, amounts, statuses); store bulky data in a table and return its key.');
 END;
 $$;
 

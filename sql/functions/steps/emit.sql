@@ -37,19 +37,13 @@ DECLARE
   v_woken int;
   v_queues text[];
   v_queue text;
-  v_bytes int;
 BEGIN
   PERFORM idemq._check_event('emit', emit.event, emit.key);
   IF emit.payload IS NULL THEN
     PERFORM idemq._raise_null_argument('emit', 'payload');
   END IF;
-  v_bytes := octet_length(emit.payload::text);
-  IF v_bytes > idemq._result_limit() THEN
-    RAISE EXCEPTION USING ERRCODE = '22023',
-      MESSAGE = format('emit: the payload of event %s is %s bytes of JSON, over the limit of %s bytes',
-                       idemq._excerpt(emit.event), v_bytes, idemq._result_limit()),
-      HINT = 'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.';
-  END IF;
+  PERFORM idemq._check_result('emit', format('the payload of event %s', idemq._excerpt(emit.event)), emit.payload,
+    'Keep an event''s payload small (ids, statuses); store bulky data in a table and send its key.');
   PERFORM idemq._event_lock(emit.event, emit.key);
   INSERT INTO idemq.events (event, key, payload)
   VALUES (emit.event, emit.key, emit.payload)
