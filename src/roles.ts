@@ -25,6 +25,7 @@ export const ROLE_FUNCTIONS = {
     "claim",
     "complete",
     "complete_many",
+    "complete_and_take_next",
     "fail",
     "heartbeat",
     "snooze",

@@ -335,6 +335,35 @@ CREATE TABLE idemq.child_waits (
 ) WITH (fillfactor = 50);
 -- ==== end hand-written ====
 
+-- ---- sql/functions/checks/_check_claimer.sql ----
+CREATE OR REPLACE FUNCTION idemq._check_claimer(operation text, worker_id text, queues text[], tasks text[], lease interval)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+BEGIN
+  IF worker_id IS NULL OR worker_id = '' THEN
+    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
+      MESSAGE = format('%s: worker_id must be a non-empty string', operation),
+      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
+  END IF;
+  PERFORM idemq._check_size(operation, 'worker_id', worker_id, 'worker_id_bytes',
+    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  IF NOT idemq._names_valid(queues) THEN
+    PERFORM idemq._raise_bad_names(operation, 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
+  END IF;
+  IF NOT idemq._names_valid(tasks) THEN
+    PERFORM idemq._raise_bad_names(operation, 'tasks', tasks, 'any task',
+      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
+  END IF;
+  PERFORM idemq._check_lease(lease, operation);
+END;
+$$;
+
+COMMENT ON FUNCTION idemq._check_claimer(text, text, text[], text[], interval) IS
+  'Raise unless worker_id, queues, tasks and lease are what claim() and complete_and_take_next() accept.';
+
 -- ---- sql/functions/steps/_check_event.sql ----
 CREATE OR REPLACE FUNCTION idemq._check_event(operation text, event text, key text)
 RETURNS void
@@ -1577,7 +1606,7 @@ DECLARE
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit', 'job_result', 'children', 'enqueue_batch'];
-  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'complete_and_take_next', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up',
@@ -1725,7 +1754,31 @@ DECLARE
   -- Without any parent edge (no job enqueued with `after` is waiting), no
   -- probe of job_dependencies per job: two index probes a promoted job less.
   v_parents boolean := EXISTS (SELECT FROM idemq.job_dependencies);
+  -- complete_and_take_next's worker: {"worker", "lease", "queues", "tasks"};
+  -- NULL (the usual case) promotes every picked job.
+  v_hand jsonb := nullif(current_setting('idemq.hand_off', true), '')::jsonb;
+  v_worker text;
+  v_lease interval;
+  v_hand_queues text[];
+  v_hand_tasks text[];
+  v_scopes_limited boolean;
+  v_keys_held boolean;
+  v_handed bigint[];
 BEGIN
+  IF v_hand IS NOT NULL THEN
+    v_worker := v_hand->>'worker';
+    v_lease := (v_hand->>'lease')::interval;
+    v_hand_queues := CASE WHEN jsonb_typeof(v_hand->'queues') = 'array'
+                          THEN ARRAY(SELECT jsonb_array_elements_text(v_hand->'queues')) END;
+    v_hand_tasks := CASE WHEN jsonb_typeof(v_hand->'tasks') = 'array'
+                         THEN ARRAY(SELECT jsonb_array_elements_text(v_hand->'tasks')) END;
+    -- One read each of the small tables: while no scope is paused, limited
+    -- or held, and no key held, no probe per job.
+    v_scopes_limited := EXISTS (SELECT FROM idemq.limits l
+                                WHERE l.paused OR l.concurrency IS NOT NULL OR l.rate IS NOT NULL
+                                   OR l.held_until > now());
+    v_keys_held := EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now());
+  END IF;
   PERFORM idemq._key_lock(keys);
   SELECT array_agg(DISTINCT k) INTO v_keys FROM unnest(keys) AS k WHERE k IS NOT NULL;
   LOOP
@@ -1751,18 +1804,62 @@ BEGIN
                                 ORDER BY b.priority DESC, b.run_at, b.id
                                 LIMIT 1) END - a.n, 0)) AS p;
     EXIT WHEN v_picked IS NULL;
+    v_handed := '{}';
+    IF v_hand IS NOT NULL THEN
+      -- The picked jobs the completing worker's next claim would take,
+      -- claimed here (as claim(token => true) claims: attempt, lease, token).
+      -- Claim order within the job's (task, queue): the first runnable job
+      -- there, one descent of jobs_runnable_by_task_queue, must not come
+      -- before it, so a worker handed a key's jobs one after another never
+      -- passes over older or higher-priority work of its task and queue.
+      WITH handed AS (
+        UPDATE idemq.jobs AS j
+        SET state = 'processing', attempt = j.attempt + 1, locked_by = v_worker,
+            locked_at = now(), lease_lost = false,
+            lease_expires_at = now() + CASE WHEN j.timeout < v_lease THEN j.timeout ELSE v_lease END,
+            lease_token = gen_random_uuid(), queue_slot = NULL, task_slot = NULL, progress = NULL
+        WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
+          AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id))
+          AND j.run_at <= now() AND (j.expires_at IS NULL OR j.expires_at > now())
+          AND NOT j.lease_lost
+          AND (v_hand_tasks IS NULL OR j.task = ANY (v_hand_tasks))
+          AND (v_hand_queues IS NULL OR j.queue = ANY (v_hand_queues))
+          AND (NOT v_scopes_limited OR NOT EXISTS (
+                 SELECT FROM idemq.limits l
+                 WHERE ((l.kind = 'queue' AND l.name = j.queue) OR (l.kind = 'task' AND l.name = j.task))
+                   AND (l.paused OR l.concurrency IS NOT NULL OR l.rate IS NOT NULL OR l.held_until > now())))
+          AND (NOT v_keys_held OR NOT EXISTS (
+                 SELECT FROM idemq.key_holds h WHERE h.concurrency_key = j.concurrency_key AND h.held_until > now()))
+          AND NOT EXISTS (
+                 SELECT FROM (SELECT r.priority, r.run_at, r.id FROM idemq.jobs r
+                              WHERE r.state IN ('enqueued', 'scheduled')
+                                AND idemq._name_key(r.task) = idemq._name_key(j.task)
+                                AND idemq._name_key(r.queue) = idemq._name_key(j.queue)
+                                AND r.task = j.task AND r.queue = j.queue
+                                AND r.run_at <= now() AND (r.expires_at IS NULL OR r.expires_at > now())
+                              ORDER BY r.priority DESC, r.run_at, r.id
+                              LIMIT 1) f
+                 WHERE f.priority > j.priority OR (f.priority = j.priority AND (f.run_at, f.id) < (j.run_at, j.id)))
+        RETURNING j.id
+      )
+      SELECT coalesce(array_agg(h.id), '{}') INTO v_handed FROM handed h;
+      IF cardinality(v_handed) > 0 THEN
+        PERFORM set_config('idemq.handed',
+          concat_ws(',', nullif(current_setting('idemq.handed', true), ''), array_to_string(v_handed, ',')), true);
+      END IF;
+    END IF;
     -- Re-judged on each row's newest version: a job cancelled or deleted
     -- meanwhile is left alone, and the keys are looked at again.
     WITH moved AS (
       UPDATE idemq.jobs AS j SET state = idemq._initial_state(j.run_at)
-      WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
+      WHERE j.id = ANY (v_picked) AND NOT j.id = ANY (v_handed) AND j.state = 'awaiting'
         AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id))
       RETURNING j.queue, j.state
     )
     SELECT count(*), array_agg(DISTINCT m.queue) FILTER (WHERE m.state = 'enqueued') INTO v_moved, v_queues
     FROM moved m;
     PERFORM idemq._notify_waiting(q) FROM unnest(v_queues) AS q;
-    EXIT WHEN v_moved = cardinality(v_picked);
+    EXIT WHEN v_moved + cardinality(v_handed) = cardinality(v_picked);
   END LOOP;
 END;
 $$;
@@ -3293,26 +3390,12 @@ DECLARE
   v_queue_slots int[];
   v_task_slots int[];
 BEGIN
-  IF worker_id IS NULL OR worker_id = '' THEN
-    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
-      MESSAGE = 'claim: worker_id must be a non-empty string',
-      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
-  END IF;
-  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
-    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  PERFORM idemq._check_claimer('claim', worker_id, queues, tasks, lease);
   IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
       MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
       HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
   END IF;
-  IF NOT idemq._names_valid(queues) THEN
-    PERFORM idemq._raise_bad_names('claim', 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
-  END IF;
-  IF NOT idemq._names_valid(tasks) THEN
-    PERFORM idemq._raise_bad_names('claim', 'tasks', tasks, 'any task',
-      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
-  END IF;
-  PERFORM idemq._check_lease(lease, 'claim');
   -- Flow control (docs/design.md, "Flow control"): with no row in
   -- idemq.limits, this one read is all a claim pays. The table's ACCESS
   -- SHARE lock, held to the end of the transaction, is what a set_limit
@@ -3685,6 +3768,57 @@ $$;
 
 COMMENT ON FUNCTION idemq.complete(bigint, int, jsonb, uuid) IS
   'Mark a job succeeded if attempt (with its lease token) still holds it; IQ410 (lease lost) otherwise, so the caller''s transaction rolls back.';
+
+-- ---- sql/functions/attempts/complete_and_take_next.sql ----
+CREATE OR REPLACE FUNCTION idemq.complete_and_take_next(
+  job_ids bigint[],
+  attempts int[],
+  lease_tokens uuid[],
+  worker_id text,
+  queues text[] DEFAULT NULL,
+  lease interval DEFAULT '30 seconds',
+  tasks text[] DEFAULT NULL)
+RETURNS TABLE (completed bigint, job_id bigint, task text, queue text, payload jsonb,
+               attempt int, max_attempts int, idempotency_key text, lease_expires_at timestamptz,
+               reclaimed boolean, traceparent text, lease_token uuid, timeout interval)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict error
+DECLARE
+  v_completed bigint[];
+  v_handed bigint[];
+BEGIN
+  PERFORM idemq._check_claimer('complete_and_take_next', worker_id, queues, tasks, lease);
+  PERFORM set_config('idemq.hand_off',
+    jsonb_build_object('worker', worker_id, 'lease', lease::text, 'queues', queues, 'tasks', tasks)::text, true);
+  PERFORM set_config('idemq.handed', '', true);
+  SELECT coalesce(array_agg(c.c), '{}') INTO v_completed
+  FROM idemq.complete_many(job_ids, attempts, lease_tokens) AS c(c);
+  PERFORM set_config('idemq.hand_off', '', true);
+  v_handed := string_to_array(nullif(current_setting('idemq.handed', true), ''), ',')::bigint[];
+  PERFORM set_config('idemq.handed', '', true);
+
+  RETURN QUERY SELECT c.id, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::int, NULL::int,
+                      NULL::text, NULL::timestamptz, NULL::boolean, NULL::text, NULL::uuid, NULL::interval
+               FROM unnest(v_completed) AS c(id);
+  IF v_handed IS NOT NULL THEN
+    -- Read back by primary key: the hand-off wrote these rows in this
+    -- transaction, for this worker (a job it handed and a later statement
+    -- of this call changed is not returned: none does).
+    RETURN QUERY
+    SELECT NULL::bigint, j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
+           j.idempotency_key, j.lease_expires_at, false, j.traceparent, j.lease_token, j.timeout
+    FROM idemq.jobs j
+    WHERE j.id = ANY (v_handed) AND j.state = 'processing' AND j.locked_by = worker_id
+    ORDER BY j.priority DESC, j.run_at, j.id;
+  END IF;
+END;
+$$;
+
+COMMENT ON FUNCTION idemq.complete_and_take_next(bigint[], int[], uuid[], text, text[], interval, text[]) IS
+  'complete_many(), and the next job of each concurrency key it frees handed to the same worker, claimed in the same statement.';
 
 -- The signature changed: CREATE OR REPLACE cannot change it.
 DROP FUNCTION idemq.complete_many;
@@ -5847,6 +5981,7 @@ COMMENT ON FUNCTION idemq.workers() IS
 -- Private helpers are for the public functions only.
 REVOKE EXECUTE ON FUNCTION idemq._action_states FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._bulk_batch FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._check_claimer FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_event FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_job_filter FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._check_limit_values FROM PUBLIC;

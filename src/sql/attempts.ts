@@ -87,8 +87,13 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     claimTypes(sizes),
   );
   if (sizes.length !== rows.length) throw new Error(`claim: ${rows.length} rows but ${sizes.length} payloads measured`);
-  return rows.map((r, i) => ({
-    payloadBytes: sizes[i]!,
+  return rows.map((r, i) => claimedJob(r, sizes[i]!));
+}
+
+/** A row of claim()'s shape (claim, complete_and_take_next) as a ClaimedJob; `payloadBytes` measured by claimTypes. */
+function claimedJob(r: ClaimedJobRow, payloadBytes: number): ClaimedJob {
+  return {
+    payloadBytes,
     id: r.job_id,
     task: r.task,
     queue: r.queue,
@@ -100,7 +105,7 @@ export async function claim(db: Queryable, opts: ClaimOptions): Promise<ClaimedJ
     traceparent: r.traceparent,
     leaseToken: r.lease_token,
     timeoutMs: r.timeout ?? null,
-  }));
+  };
 }
 
 const INT8_OID = 20;
@@ -238,13 +243,58 @@ export async function completeMany(db: Queryable, jobs: readonly JobAttempt[]): 
   return rows.map((row) => row.r);
 }
 
-/**
- * completeMany() for the worker's batches, whose ids are claim()'s (digit
- * strings), attempts integers and lease tokens claim()'s uuids: sent as
- * array literals, unchecked, since checking and pg's array escaping cost
- * more per job than the rest of the call (none of the three needs quoting).
- */
+/** completeMany() for the worker's batches (attemptLiterals). */
 export async function completeClaimed(db: Queryable, jobs: readonly { readonly job: ClaimedJob }[]): Promise<string[]> {
+  const rows = await call<"complete_many", { r: string }>(db, "complete_many", attemptLiterals(jobs), "", INT8_AS_TEXT);
+  return rows.map((row) => row.r);
+}
+
+/** Where complete_and_take_next hands the freed keys' next jobs: claim()'s options but the batch size. */
+export type TakeNextOptions = Omit<ClaimOptions, "batchSize">;
+
+/**
+ * completeClaimed(), and the next job of each concurrency key the completion
+ * frees that this worker's next claim would take first, claimed for it in
+ * the same statement (complete_and_take_next): the ids completed, and the
+ * jobs handed over, to run as claimed ones.
+ */
+export async function completeAndTakeNext(
+  db: Queryable,
+  jobs: readonly { readonly job: ClaimedJob }[],
+  opts: TakeNextOptions,
+): Promise<{ completed: string[]; handed: ClaimedJob[] }> {
+  const sizes: number[] = [];
+  const rows = await call<"complete_and_take_next", ClaimedJobRow & { completed: string | null }>(
+    db,
+    "complete_and_take_next",
+    {
+      ...attemptLiterals(jobs),
+      worker_id: opts.workerId,
+      queues: opts.queues === undefined ? undefined : [...opts.queues],
+      lease: interval(opts.lease),
+      tasks: opts.tasks === undefined ? undefined : [...opts.tasks],
+    },
+    "",
+    claimTypes(sizes),
+  );
+  const completed: string[] = [];
+  const handed: ClaimedJob[] = [];
+  // Completed rows come first and have no payload: sizes[k] is the k-th handed job's.
+  for (const r of rows) {
+    if (r.completed !== null) completed.push(r.completed);
+    else handed.push(claimedJob(r, sizes[handed.length]!));
+  }
+  if (sizes.length !== handed.length) throw new Error(`complete_and_take_next: ${handed.length} jobs but ${sizes.length} payloads measured`);
+  return { completed, handed };
+}
+
+/**
+ * The worker's attempts as array literals, unchecked: ids are claim()'s
+ * (digit strings), attempts integers and lease tokens claim()'s uuids, none
+ * of which needs quoting; checking and pg's array escaping cost more per job
+ * than the rest of the call.
+ */
+function attemptLiterals(jobs: readonly { readonly job: ClaimedJob }[]): { job_ids: string; attempts: string; lease_tokens: string } {
   let ids = "";
   let attempts = "";
   let tokens = "";
@@ -253,14 +303,7 @@ export async function completeClaimed(db: Queryable, jobs: readonly { readonly j
     attempts += attempts === "" ? String(job.attempt) : `,${job.attempt}`;
     tokens += tokens === "" ? job.leaseToken : `,${job.leaseToken}`;
   }
-  const rows = await call<"complete_many", { r: string }>(
-    db,
-    "complete_many",
-    { job_ids: `{${ids}}`, attempts: `{${attempts}}`, lease_tokens: `{${tokens}}` },
-    "",
-    INT8_AS_TEXT,
-  );
-  return rows.map((row) => row.r);
+  return { job_ids: `{${ids}}`, attempts: `{${attempts}}`, lease_tokens: `{${tokens}}` };
 }
 
 export interface FailOptions {

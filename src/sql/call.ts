@@ -45,6 +45,7 @@ export const SQL_FUNCTIONS = {
   claim: ["worker_id", "queues", "batch_size", "lease", "tasks", "token"],
   complete: ["job_id", "attempt", "result", "lease_token"],
   complete_many: ["job_ids", "attempts", "lease_tokens"],
+  complete_and_take_next: ["job_ids", "attempts", "lease_tokens", "worker_id", "queues", "lease", "tasks"],
   fail: ["job_id", "attempt", "error", "retryable", "retry_at", "backoff", "max_attempts", "counted", "lease_token"],
   heartbeat: ["job_ids", "attempts", "lease", "lease_tokens"],
   snooze: ["job_id", "attempt", "run_at", "lease_token"],

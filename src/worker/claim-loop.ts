@@ -14,7 +14,7 @@
 // as a backlog needs no wake-ups. In poll mode there is no marker: each claim
 // only sets the next poll (wake-ups/wake-ups.ts).
 import * as sql from "../sql/index.ts";
-import type { ClaimedJob } from "../sql/index.ts";
+import type { ClaimedJob, TakeNextOptions } from "../sql/index.ts";
 import { MAX_CLAIM_BATCH } from "./defaults.ts";
 import { jitter, sleep } from "./timers.ts";
 import type { WaitMarker } from "./wake-ups/wait-marker.ts";
@@ -31,6 +31,20 @@ const WAIT_RETRY_MS = 5;
  */
 const WAIT_RETRY_MAX_MS = 1000;
 
+/**
+ * What this worker takes: its id, queues, lease and the tasks it has (only
+ * jobs it can run: a job of a task it lacks waits for a worker that has it).
+ * The claim loop's claims and the Completer's hand-offs (complete_and_take_next) both use it.
+ */
+export function claimTarget(state: WorkerState): TakeNextOptions {
+  return {
+    workerId: state.settings.workerId,
+    queues: state.settings.queues,
+    lease: state.settings.lease.interval,
+    tasks: [...state.tasks.keys()],
+  };
+}
+
 export class ClaimLoop {
   private wanted = true;
   private stopped = false;
@@ -38,7 +52,7 @@ export class ClaimLoop {
   private loop: Promise<void> | undefined;
   private readonly stopping = new AbortController();
   private waitRetryMs = WAIT_RETRY_MS;
-  private readonly taskNames: string[];
+  private readonly target: TakeNextOptions;
   private waitRetry: NodeJS.Timeout | undefined;
 
   constructor(
@@ -49,7 +63,7 @@ export class ClaimLoop {
     /** The worker's wake-ups, as chosen at start (listen mode can turn out to be behind a transaction pooler). */
     private readonly wakeUps: () => WakeUps,
   ) {
-    this.taskNames = [...state.tasks.keys()];
+    this.target = claimTarget(state);
   }
 
   start(): void {
@@ -88,14 +102,7 @@ export class ClaimLoop {
       this.wanted = false;
       let jobs: ClaimedJob[];
       try {
-        jobs = await sql.claim(this.state.calls, {
-          workerId: this.state.settings.workerId,
-          queues: this.state.settings.queues,
-          batchSize: room,
-          lease: this.state.settings.lease.interval,
-          // Only jobs it can run: a job of a task it lacks waits for a worker that has it.
-          tasks: this.taskNames,
-        });
+        jobs = await sql.claim(this.state.calls, { ...this.target, batchSize: room });
       } catch (error) {
         this.state.report("claim", error);
         this.wanted = true;

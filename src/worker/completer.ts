@@ -3,8 +3,14 @@
 // first job is flushed at once, so batching never adds latency; under load
 // batches grow by themselves. complete_many skips attempts that lost their
 // lease; those jobs get job:lease-lost (or job:cancelled) instead of job:success.
+// While the worker runs, a batch is completed with complete_and_take_next: a
+// concurrency key the batch frees hands its next job to this worker in the
+// same statement (claimed there, one write instead of an admission and a
+// claim), when this worker's next claim would have taken it first; those jobs
+// go to the worker as if claimed.
 import { LeaseLostError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
+import type { ClaimedJob, TakeNextOptions } from "../sql/index.ts";
 import { leaseLostFields } from "./events.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import { asLost, attemptLost } from "./lost.ts";
@@ -14,13 +20,24 @@ import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 /** Failed complete_many calls after which a closing worker gives up; the leases then run out and rescue() hands the jobs back. */
 const ATTEMPTS_WHEN_CLOSING = 3;
 
+/** Where the jobs complete_and_take_next hands over go. */
+export interface HandOff {
+  /** The worker's claim options while it takes jobs; undefined once it stops (plain complete_many then). */
+  options(): TakeNextOptions | undefined;
+  /** Jobs handed over with a completion, held now: run them as claimed ones (or give them back when stopping). */
+  take(jobs: ClaimedJob[]): Promise<void>;
+}
+
 export class Completer {
   private pending: HeldJob[] = [];
   private flushing: Promise<void> | undefined;
   private closing = false;
   private readonly closed = new AbortController();
 
-  constructor(private readonly state: WorkerState) {}
+  constructor(
+    private readonly state: WorkerState,
+    private readonly handOff?: HandOff,
+  ) {}
 
   add(held: HeldJob): void {
     this.pending.push(held);
@@ -40,9 +57,16 @@ export class Completer {
       while (this.pending.length > 0) {
         const batch = this.pending.splice(0, this.state.settings.completionBatch);
         let completed: Set<string>;
+        let handed: ClaimedJob[] = [];
         try {
-          const ids = await sql.completeClaimed(this.state.calls, batch);
-          completed = new Set(ids);
+          const options = this.closing ? undefined : this.handOff?.options();
+          if (options === undefined) {
+            completed = new Set(await sql.completeClaimed(this.state.calls, batch));
+          } else {
+            const done = await sql.completeAndTakeNext(this.state.calls, batch, options);
+            completed = new Set(done.completed);
+            handed = done.handed;
+          }
           failures = 0;
         } catch (error) {
           failures++;
@@ -56,6 +80,8 @@ export class Completer {
           await sleep(jitter(this.state.settings.errorBackoffMs), this.closing ? undefined : this.closed.signal);
           continue;
         }
+        // Held before the batch leaves: the room the batch frees is theirs.
+        if (handed.length > 0) await this.handOff!.take(handed);
         for (const held of batch) {
           if (completed.has(held.job.id)) {
             if (this.state.listening("job:success")) this.state.emit("job:success", { ...jobEvent(this.state, held), durationMs: durationOf(held) });

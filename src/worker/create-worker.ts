@@ -7,7 +7,7 @@ import { defaultConnectionString } from "../database-url.ts";
 import { checkSchema } from "../schema-check.ts";
 import type { ClaimedJob } from "../sql/index.ts";
 import { Completer } from "./completer.ts";
-import { ClaimLoop } from "./claim-loop.ts";
+import { ClaimLoop, claimTarget } from "./claim-loop.ts";
 import { APPLICATION_NAME, type WakeUpMode } from "./defaults.ts";
 import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
@@ -147,7 +147,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.wakeUps =
       this.settings.wakeUp === "poll" ? new PollWakeUps(this.state, this.wake) : new ListenWakeUps(this.state, listenConfig, this.wake);
     this.claimLoop = new ClaimLoop(this.state, () => this.room(), (jobs, asked) => this.onClaimed(jobs, asked), () => this.wakeUps);
-    this.completer = new Completer(this.state);
+    const takeNext = claimTarget(this.state);
+    this.completer = new Completer(this.state, {
+      options: () => (this.lifecycle === "running" ? takeNext : undefined),
+      take: (jobs) => this.onHanded(jobs),
+    });
     this.heartbeat = new Heartbeat(this.state);
     this.rescuer = new Rescuer(this.state);
     this.ticker = new Ticker(this.state);
@@ -310,7 +314,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.lifecycle === "running" ? this.state.held.room() : 0;
   }
 
-  private onClaimed(jobs: ClaimedJob[], asked: number): void {
+  /** Jobs a completion handed over: run as claimed ones; while stopping, given back at once. */
+  private async onHanded(jobs: ClaimedJob[]): Promise<void> {
+    if (this.lifecycle === "running") {
+      this.onClaimed(jobs);
+      return;
+    }
+    this.state.held.claimed(jobs);
+    await releaseClaimed(this.state);
+  }
+
+  /** `asked`: the claim's batch size, for the prefetch window; none for jobs a completion handed over. */
+  private onClaimed(jobs: ClaimedJob[], asked?: number): void {
     this.state.held.claimed(jobs, asked);
     if (jobs.length === 0) return;
     this.state.tracing?.refresh();

@@ -61,6 +61,16 @@ const pairs = (fn: string) => (job: (zoo: Zoo) => ZooJob): Call =>
 const ON_ONE_JOB: Array<{ by: string; label: string; call: (job: (zoo: Zoo) => ZooJob) => Call }> = [
   { by: "complete", label: "complete", call: withAttempt("complete") },
   { by: "complete_many", label: "complete_many", call: pairs("complete_many") },
+  {
+    by: "complete_and_take_next",
+    label: "complete_and_take_next",
+    call: (job) =>
+      q(
+        `SELECT idemq.complete_and_take_next(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt], lease_tokens => ARRAY[j.lease_token],
+           worker_id => 'sm-worker') FROM idemq.jobs j WHERE j.id = $1`,
+        (zoo) => [job(zoo).id],
+      ),
+  },
   { by: "fail", label: "fail (retryable)", call: withAttempt("fail", `, error => '{"class": "SmError", "message": "x"}'`) },
   {
     by: "fail",
@@ -171,6 +181,23 @@ const SCENARIOS: Scenario[] = [
 
   { name: "claim", steps: [claimAll] },
   {
+    // The key's next job handed to the worker that completes its first.
+    name: "complete_and_take_next of a concurrency key's job with another waiting",
+    steps: [
+      enqueueCall(", queue => 'sm_keyed', concurrency_key => 'sm-next'"),
+      enqueueCall(", queue => 'sm_keyed', concurrency_key => 'sm-next'"),
+      { by: "claim", call: q("SELECT * FROM idemq.claim(worker_id => 'sm-worker', queues => ARRAY['sm_keyed'], token => true)") },
+      {
+        by: "complete_and_take_next",
+        call: q(
+          `SELECT idemq.complete_and_take_next(job_ids => array_agg(j.id), attempts => array_agg(j.attempt), lease_tokens => array_agg(j.lease_token),
+             worker_id => 'sm-worker', queues => ARRAY['sm_keyed'])
+           FROM idemq.jobs j WHERE j.queue = 'sm_keyed' AND j.state = 'processing'`,
+        ),
+      },
+    ],
+  },
+  {
     // K = 2: both jobs of the key admitted; the hold of the key moves the other one too.
     name: "hold of a concurrency key with another job of the key enqueued",
     steps: [
@@ -211,6 +238,12 @@ const SCENARIOS: Scenario[] = [
     steps: [due("parent"), later("awaiting"), claimOf("parent"), onParent("complete", withAttempt("complete"))],
   },
   { name: "parent claimed and completed by complete_many", steps: [due("parent"), claimOf("parent"), onParent("complete_many", pairs("complete_many"))] },
+  ...[[], [later("awaiting")]].map(
+    (clock, i): Scenario => ({
+      name: `parent claimed and completed by complete_and_take_next${i === 1 ? ", the child's run_at an hour on" : ""}`,
+      steps: [due("parent"), ...clock, claimOf("parent"), onParent("complete_and_take_next", ON_ONE_JOB.find((f) => f.by === "complete_and_take_next")!.call)],
+    }),
+  ),
   {
     name: "parent claimed and completed by complete_many, the child's run_at an hour on",
     steps: [due("parent"), later("awaiting"), claimOf("parent"), onParent("complete_many", pairs("complete_many"))],

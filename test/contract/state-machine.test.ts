@@ -33,6 +33,15 @@ async function enqMany(c: C, element: Record<string, unknown>): Promise<string> 
   return rows[0]!.job_id!;
 }
 
+/** complete_and_take_next of one attempt, as worker 'sm-worker' of every queue and task. */
+async function takeNext(c: C, job: { id: string; attempt: number }): Promise<void> {
+  await c.query(
+    `SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int],
+       lease_tokens => ARRAY[(SELECT lease_token FROM idemq.jobs WHERE id = $1)], worker_id => 'sm-worker')`,
+    [job.id, job.attempt],
+  );
+}
+
 async function completeMany(c: C, job: { id: string; attempt: number }): Promise<void> {
   const { rows } = await c.query(
     "SELECT * FROM idemq.complete_many(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[(SELECT lease_token FROM idemq.jobs WHERE id = $1)]) AS id",
@@ -215,6 +224,27 @@ const T: Transition[] = [
     },
   },
   {
+    from: "processing", to: "succeeded", by: "complete_and_take_next",
+    run: async (c, from) => {
+      const job = await processing(c);
+      await from(job.id);
+      await takeNext(c, job);
+      return job.id;
+    },
+  },
+  {
+    from: "awaiting", to: "processing", by: "complete_and_take_next",
+    run: async (c, from) => {
+      const queue = unique("sm-next");
+      const key = unique("sm-key");
+      const first = await makeJob(c, { task: "sm", queue, concurrency_key: key });
+      const next = await makeJob(c, { task: "sm", queue, concurrency_key: key });
+      await from(next);
+      await takeNext(c, { id: first, attempt: await claimJob(c, first) });
+      return next;
+    },
+  },
+  {
     from: "processing", to: "scheduled", by: "fail",
     run: async (c, from) => {
       const job = await processing(c);
@@ -315,7 +345,7 @@ const T: Transition[] = [
     },
   },
   // The parent completes through either function; the trigger releases the child.
-  ...(["complete", "complete_many"] as const).flatMap((by) =>
+  ...(["complete", "complete_many", "complete_and_take_next"] as const).flatMap((by) =>
     ([["enqueued", {}], ["scheduled", { run_at: sql("now() + interval '1 hour'") }]] as const).map(
       ([to, args]): Transition => ({
         from: "awaiting", to, by,
@@ -324,7 +354,8 @@ const T: Transition[] = [
           const child = await enq(c, { ...args, after: [parent.id] });
           await from(child.id);
           if (by === "complete") await c.query("SELECT idemq.complete(job_id => $1, attempt => $2, lease_token => (SELECT lease_token FROM idemq.jobs WHERE id = $1))", [parent.id, parent.attempt]);
-          else await completeMany(c, parent);
+          else if (by === "complete_many") await completeMany(c, parent);
+          else await takeNext(c, parent);
           return child.id;
         },
       }),
@@ -455,7 +486,7 @@ const T: Transition[] = [
       },
     }),
   ),
-  ...(["complete", "complete_many"] as const).map(
+  ...(["complete", "complete_many", "complete_and_take_next"] as const).map(
     (fn): Transition => ({
       from: "processing", to: "(deleted)", by: fn,
       run: async (c, from) => {
@@ -465,7 +496,9 @@ const T: Transition[] = [
         const call =
           fn === "complete"
             ? "SELECT idemq.complete(job_id => j.id, attempt => j.attempt, lease_token => j.lease_token) FROM idemq.jobs j WHERE j.id = $1"
-            : "SELECT idemq.complete_many(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt], lease_tokens => ARRAY[j.lease_token]) FROM idemq.jobs j WHERE j.id = $1";
+            : `SELECT idemq.${fn}(job_ids => ARRAY[j.id], attempts => ARRAY[j.attempt], lease_tokens => ARRAY[j.lease_token]${
+                fn === "complete_and_take_next" ? ", worker_id => 'sm-worker'" : ""
+              }) FROM idemq.jobs j WHERE j.id = $1`;
         await c.query(call, [id]);
         return id;
       },

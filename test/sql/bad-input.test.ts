@@ -126,6 +126,12 @@ const CASES: Case[] = [
   c("complete_many", "mismatched arrays", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => '{1, 2}')", "22023"),
   c("complete_many", "lease_tokens of another length", "SELECT * FROM idemq.complete_many(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => '{}')", "22023"),
   c("complete_many", "more than 10,000 ids", "SELECT * FROM idemq.complete_many(job_ids => array_fill(1::bigint, ARRAY[10001]), attempts => array_fill(1, ARRAY[10001]))", "22023"),
+  c("complete_and_take_next", "NULL worker_id", "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => NULL, worker_id => NULL)", "22004"),
+  c("complete_and_take_next", "empty worker_id", "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => NULL, worker_id => '')", "22023"),
+  c("complete_and_take_next", "queues with an empty name", "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => NULL, worker_id => 'w', queues => ARRAY[''])", "22023"),
+  c("complete_and_take_next", "tasks an empty array", "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => NULL, worker_id => 'w', tasks => '{}')", "22023"),
+  c("complete_and_take_next", "NULL lease", "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[${processing}]::bigint[], attempts => ARRAY[${attempt}], lease_tokens => NULL, worker_id => 'w', lease => NULL)", "22004"),
+  c("complete_and_take_next", "mismatched arrays", "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[${processing}]::bigint[], attempts => '{1, 2}', lease_tokens => NULL, worker_id => 'w')", "22023"),
   // fail
   c("fail", "NULL job_id", `SELECT idemq.fail(job_id => NULL, attempt => 1, error => '"x"')`, "22004"),
   c("fail", "NULL attempt", `SELECT idemq.fail(job_id => \${processing}, attempt => NULL, error => '"x"')`, "22004"),

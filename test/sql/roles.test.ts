@@ -98,6 +98,14 @@ const OPERATIONS: Operation[] = [
     check: (r) => expect(r).toHaveLength(1),
   },
   {
+    name: "complete_and_take_next",
+    sql: () => [
+      "SELECT * FROM idemq.complete_and_take_next(job_ids => ARRAY[$1::bigint], attempts => ARRAY[$2::int], lease_tokens => ARRAY[$3::uuid], worker_id => 'w')",
+      [fx.held, fx.heldAttempt, fx.heldToken],
+    ],
+    check: (r) => expect(r).toEqual([expect.objectContaining({ completed: fx.held, job_id: null })]),
+  },
+  {
     name: "fail",
     sql: () => [`SELECT * FROM idemq.fail(job_id => $1, attempt => $2, error => '{"class": "E", "message": "m"}', lease_token => $3)`, [fx.held, fx.heldAttempt, fx.heldToken]],
     check: (r) => expect(r[0]).toMatchObject({ state: "scheduled" }),
@@ -300,7 +308,7 @@ const OPERATIONS: Operation[] = [
 
 const CONSTANTS = ["active_states", "terminal_states", "schema_version"];
 const WORKER_OPS = [
-  "job", "claim", "complete", "complete_many", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
+  "job", "claim", "complete", "complete_many", "complete_and_take_next", "fail", "heartbeat", "snooze", "guard", "effect_claim", "effect_done",
   "effect_release", "rescue", "wait_for_jobs", "stop_waiting", "prune_keys", "tick", "apply_retention",
   "worker_seen", "worker_stopped", "stats", "limits", "declare_limit", "hold", "progress", "roll_up",
   "step_record", "steps", "sleep", "await_event",

@@ -138,26 +138,12 @@ DECLARE
   v_queue_slots int[];
   v_task_slots int[];
 BEGIN
-  IF worker_id IS NULL OR worker_id = '' THEN
-    RAISE EXCEPTION USING ERRCODE = CASE WHEN worker_id IS NULL THEN '22004' ELSE '22023' END,
-      MESSAGE = 'claim: worker_id must be a non-empty string',
-      HINT = 'Name the worker, e.g. hostname:pid; it is recorded as locked_by and in the error history.';
-  END IF;
-  PERFORM idemq._check_size('claim', 'worker_id', worker_id, 'worker_id_bytes',
-    'Use a shorter worker id, e.g. hostname:pid; it is stored in every job the worker claims.');
+  PERFORM idemq._check_claimer('claim', worker_id, queues, tasks, lease);
   IF batch_size IS NULL OR batch_size NOT BETWEEN 1 AND 1000 THEN
     RAISE EXCEPTION USING ERRCODE = CASE WHEN batch_size IS NULL THEN '22004' ELSE '22023' END,
       MESSAGE = format('claim: batch_size must be between 1 and 1000, not %s', coalesce(batch_size::text, 'NULL')),
       HINT = 'Claim at most as many jobs as the worker can start before their leases need a heartbeat.';
   END IF;
-  IF NOT idemq._names_valid(queues) THEN
-    PERFORM idemq._raise_bad_names('claim', 'queues', queues, 'all queues', 'Pass NULL to claim from every queue.');
-  END IF;
-  IF NOT idemq._names_valid(tasks) THEN
-    PERFORM idemq._raise_bad_names('claim', 'tasks', tasks, 'any task',
-      'Pass the names of the tasks this worker has, or NULL to claim jobs of any task.');
-  END IF;
-  PERFORM idemq._check_lease(lease, 'claim');
   -- Flow control (docs/design.md, "Flow control"): with no row in
   -- idemq.limits, this one read is all a claim pays. The table's ACCESS
   -- SHARE lock, held to the end of the transaction, is what a set_limit

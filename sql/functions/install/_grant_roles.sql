@@ -22,7 +22,7 @@
 --     job_result (a job's outcome, and the NOTIFY when it finishes:
 --     Client.result), children (a job's children's outcomes),
 --     enqueue_batch (jobs with a callback). worker: job, claim, complete,
---     complete_many, fail, heartbeat, snooze, hold, guard, effect_claim,
+--     complete_many, complete_and_take_next, fail, heartbeat, snooze, hold, guard, effect_claim,
 --     effect_done, effect_release, rescue, wait_for_jobs, stop_waiting,
 --     prune_keys, tick (the workers' maintenance timer runs the schedules),
 --     apply_retention (and deletes finished jobs past their retention),
@@ -91,7 +91,7 @@ DECLARE
   v_kinds constant text[] := ARRAY['producer', 'worker', 'admin', 'viewer'];
   v_constants text[] := ARRAY['active_states', 'terminal_states', 'schema_version'];
   v_producer text[] := ARRAY['enqueue', 'enqueue_many', 'job', 'emit', 'job_result', 'children', 'enqueue_batch'];
-  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'fail', 'heartbeat', 'snooze', 'hold',
+  v_worker text[] := ARRAY['job', 'claim', 'complete', 'complete_many', 'complete_and_take_next', 'fail', 'heartbeat', 'snooze', 'hold',
                            'guard', 'effect_claim', 'effect_done', 'effect_release', 'rescue',
                            'wait_for_jobs', 'stop_waiting', 'prune_keys', 'tick', 'apply_retention',
                            'worker_seen', 'worker_stopped', 'stats', 'limits', 'declare_limit', 'progress', 'roll_up',
