@@ -3,6 +3,8 @@
 // once never admit two at K = 1 and never leave the key with nothing
 // admitted while a job waits (interleavings by pg_blocking_pids, no sleeps);
 // and many connections looping claim + complete never run more than K of a key.
+// complete_and_take_next's hand-off is that admission with another target
+// state, under the same lock: the same interleavings hold for it.
 import type pg from "pg";
 import { describe, expect, it } from "vitest";
 import { interleave, useTestDatabase } from "../helpers/db.ts";
@@ -60,6 +62,53 @@ describe("a key's admissions under interleavings (K = 1)", () => {
     expect(run.blockers).toEqual([run.firstPid]);
     await run.second;
     expect(await stateOf(db.pool, run.held)).toBe("enqueued");
+    expect(await admitted(key)).toBe(1);
+  });
+
+  const takeNext = (c: pg.ClientBase, id: string, attempt: number): Promise<pg.QueryResult> =>
+    c.query(
+      "SELECT * FROM idemq.complete_and_take_next(ARRAY[$1::bigint], ARRAY[$2::int], ARRAY[(SELECT lease_token FROM idemq.jobs WHERE id = $1)], 'w-next')",
+      [id, attempt],
+    );
+
+  it("an enqueue waits for complete_and_take_next holding the key's lock, then sees the hand-off: one admitted (processing), the new job waits", async () => {
+    const queue = unique("i1h");
+    const key = unique("k");
+    const holder = await makeJob(db.pool, { queue, concurrency_key: key });
+    const waiting = await makeJob(db.pool, { queue, concurrency_key: key });
+    const attempt = await claimJob(db.pool, holder);
+    const [a, b] = [await db.newClient(), await db.newClient()];
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: (c) => takeNext(c, holder, attempt),
+      second: b,
+      blocks: (c) => enqueueKeyed(c, queue, key),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    expect(run.held.rows.filter((r) => r.completed === null).map((r) => r.job_id)).toEqual([waiting]);
+    const late = await run.second;
+    expect(await states(db.pool, [holder, waiting, late])).toEqual({ [holder]: "succeeded", [waiting]: "processing", [late]: "awaiting" });
+    expect(await admitted(key)).toBe(1);
+  });
+
+  it("complete_and_take_next waits for an enqueue that counted the key busy, then hands over the job it left waiting: never two admitted, never none", async () => {
+    const queue = unique("i2h");
+    const key = unique("k");
+    const holder = await makeJob(db.pool, { queue, concurrency_key: key });
+    const attempt = await claimJob(db.pool, holder);
+    const [a, b] = [await db.newClient(), await db.newClient()];
+    const run = await interleave(db.pool, {
+      first: a,
+      holds: (c) => enqueueKeyed(c, queue, key),
+      second: b,
+      blocks: (c) => takeNext(c, holder, attempt),
+      end: "COMMIT",
+    });
+    expect(run.blockers).toEqual([run.firstPid]);
+    const out = await run.second;
+    expect(out.rows.filter((r) => r.completed === null).map((r) => r.job_id)).toEqual([run.held]);
+    expect(await stateOf(db.pool, run.held)).toBe("processing");
     expect(await admitted(key)).toBe(1);
   });
 
