@@ -1,5 +1,8 @@
 // Databases of a benchmark run: one migrated template per system, and a fresh
-// clone of it for every measurement, dropped afterwards.
+// clone of it for every measurement, dropped afterwards. Every name carries
+// the run's process id (runDatabase), so two runs on one server never drop
+// each other's databases; the process keeps a list of those it made, dropped
+// at the end of the run, on a failure, and on SIGINT or SIGTERM.
 
 import pg from "pg";
 
@@ -32,17 +35,71 @@ function ident(name: string): string {
   return `"${name}"`;
 }
 
+/** `base` suffixed with this process's id: the name this run gives a database of its own. */
+export function runDatabase(base: string): string {
+  return `${base}_${process.pid}`;
+}
+
+/** The databases this process created and has not dropped yet. */
+const made = new Set<string>();
+/** Set by a signal: no database is created after the signal's clean-up read `made`. */
+let stopping = false;
+
 export async function dropDatabase(admin: pg.Client, name: string): Promise<void> {
   await admin.query(`DROP DATABASE IF EXISTS ${ident(name)} WITH (FORCE)`);
+  made.delete(name);
 }
 
 /**
- * Creates `name` empty (dropping a leftover of an interrupted run), or as a
- * copy of `template`. `fileCopy` copies the files instead of writing the
- * whole template through WAL (PostgreSQL 15's default): for big templates.
+ * Drops every database this process made and has not dropped: the end of a
+ * run, whether it failed or not. Tries each; throws naming those left.
+ */
+export async function dropMadeDatabases(admin: pg.Client): Promise<void> {
+  for (const name of [...made]) await dropDatabase(admin, name).catch(() => {});
+  if (made.size > 0) throw new Error(`could not drop ${[...made].join(", ")}`);
+}
+
+/**
+ * On SIGINT or SIGTERM (Ctrl-C reaches a run twice: from the terminal and
+ * from bench/launch.mjs), drops the databases this process made, on a
+ * connection of its own (the run's may be mid-statement), then exits as the
+ * signal would have (128 + its number). The worker children got the signal
+ * too; DROP ... WITH (FORCE) ends any session they left.
+ */
+export function dropMadeDatabasesOnSignal(server: string, log: (line: string) => void): void {
+  for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+    process.on(signal, () => {
+      if (stopping) return;
+      stopping = true;
+      log(`${signal}: dropping this run's databases (${[...made].join(", ") || "none"})`);
+      void (async () => {
+        try {
+          const admin = await adminClient(server);
+          try {
+            await dropMadeDatabases(admin);
+          } finally {
+            await admin.end().catch(() => {});
+          }
+        } catch (error) {
+          log(error instanceof Error ? error.message : String(error));
+        }
+        process.exit(code);
+      })();
+    });
+  }
+}
+
+/**
+ * Creates `name` empty, or as a copy of `template`, and adds it to the
+ * databases this process drops (dropMadeDatabases). `fileCopy` copies the
+ * files instead of writing the whole template through WAL (PostgreSQL 15's
+ * default): for big templates.
  */
 export async function createDatabase(admin: pg.Client, name: string, template?: string, fileCopy = false): Promise<void> {
-  await dropDatabase(admin, name);
+  if (stopping) throw new Error(`not creating ${name}: the run is stopping`);
+  await dropDatabase(admin, name); // a leftover of a killed run whose process had this id
+  // Listed before it exists: a signal during CREATE DATABASE still drops it.
+  made.add(name);
   if (template) {
     // CREATE DATABASE ... TEMPLATE fails while anyone is connected to the template;
     // a system's pool may still be closing its last connection.

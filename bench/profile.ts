@@ -12,7 +12,7 @@
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { spawnWorker } from "./child.ts";
-import { adminClient, createDatabase, databaseUrl, dropDatabase, serverUrl, withClient } from "./db.ts";
+import { adminClient, createDatabase, databaseUrl, dropMadeDatabases, dropMadeDatabasesOnSignal, runDatabase, serverUrl, withClient } from "./db.ts";
 import { lockBenchRuns } from "./run-lock.ts";
 import { SYSTEMS } from "./systems/index.ts";
 import { LEDGER_TASK, NOOP_TASK } from "./systems/types.ts";
@@ -33,12 +33,13 @@ const concurrency = Number(args.concurrency);
 const jobs = Number(args.jobs);
 const task = args.task === LEDGER_TASK ? LEDGER_TASK : NOOP_TASK;
 const jobsPerKey = Number(args["jobs-per-key"]);
-const DB = "bench_profile";
+const DB = runDatabase("bench_profile");
 
 const server = serverUrl();
-const releaseLock = await lockBenchRuns(server, (line) => process.stderr.write(line + "\n"));
+const log = (line: string) => process.stderr.write(line + "\n");
+dropMadeDatabasesOnSignal(server, log);
+const releaseLock = await lockBenchRuns(server, log);
 const admin = await adminClient(server);
-await createDatabase(admin, DB);
 const url = databaseUrl(server, DB);
 const idemq = SYSTEMS.idemq;
 const out = (line = "") => process.stdout.write(line + "\n");
@@ -65,6 +66,7 @@ async function enqueue(count: number): Promise<void> {
 }
 
 try {
+  await createDatabase(admin, DB);
   await idemq.setup(url);
   await enqueue(jobs);
   await withClient(url, (c) => c.query("ANALYZE"));
@@ -171,7 +173,7 @@ try {
     }
   });
 } finally {
-  await dropDatabase(admin, DB);
+  await dropMadeDatabases(admin);
   await admin.end();
   await releaseLock();
 }

@@ -1,6 +1,6 @@
-// One bench run per server at a time: runs reuse database names
-// (bench_<system>_r<round>) on the whole server, whatever database the URL
-// names, and would drop each other's, and would measure each other's load.
+// One bench run per server at a time: two runs would measure each other's
+// load (their databases are their own: each name carries the run's process
+// id, bench/db.ts).
 // Advisory locks are scoped to one database, so the lock is always taken in
 // the server's maintenance database (`postgres`), by a connection of its own
 // that holds it until the process exits. A second run waits for the first

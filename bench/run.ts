@@ -10,7 +10,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import os from "node:os";
 import { parseArgs } from "node:util";
-import { adminClient, createDatabase, databaseUrl, dropDatabase, serverFacts, serverUrl, withClient } from "./db.ts";
+import { adminClient, createDatabase, databaseUrl, dropMadeDatabases, dropMadeDatabasesOnSignal, runDatabase, serverFacts, serverUrl, withClient } from "./db.ts";
 import { buildReport, toMarkdown, type Sample } from "./report.ts";
 import { lockBenchRuns } from "./run-lock.ts";
 import { SYSTEMS } from "./systems/index.ts";
@@ -32,7 +32,7 @@ const USAGE = `usage: npm run bench -- [--json] [--quick] [--scale] [--rounds N]
   --scale      add the scale rows (1M finished jobs retained; a transaction held open)
   --rounds N   rounds (default 3; --quick: 1)
   --only ids   only workloads whose id starts with one of these (e.g. enqueue,process.c10)
-Server: DATABASE_URL, else postgres://postgres@127.0.0.1:5432. Databases bench_* are created and dropped.`;
+Server: DATABASE_URL, else postgres://postgres@127.0.0.1:5432. Databases bench_*_<pid> are created and dropped.`;
 
 const { values: args } = parseArgs({
   options: {
@@ -69,16 +69,17 @@ if (workloads.length === 0) throw new Error(`--only ${args.only} matches no work
 
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 const server = serverUrl();
+dropMadeDatabasesOnSignal(server, log);
 const releaseLock = await lockBenchRuns(server, log);
 const admin = await adminClient(server);
 const names = Object.keys(SYSTEMS) as SystemName[];
-const templateName = (system: SystemName) => `bench_tpl_${system}`;
+const templateName = (system: SystemName) => runDatabase(`bench_tpl_${system}`);
 const scaleTemplates = new Map<SystemName, Promise<string>>();
 
 async function makeScaleTemplate(system: SystemName): Promise<string> {
   const seed = SYSTEMS[system].seedFinished;
   if (!seed) throw new Error(`${system} has no scale seed`);
-  const name = `${templateName(system)}_scale`;
+  const name = runDatabase(`bench_tpl_${system}_scale`);
   log(`seeding ${name}: ${sizes.scaleFinished} finished jobs, ${sizes.scaleKeys} keys retained`);
   await createDatabase(admin, name, templateName(system));
   await withClient(databaseUrl(server, name), async (client) => {
@@ -145,8 +146,8 @@ try {
     }
   }
 } finally {
-  for (const system of names) await dropDatabase(admin, templateName(system)).catch(() => {});
-  for (const name of scaleTemplates.keys()) await dropDatabase(admin, `${templateName(name)}_scale`).catch(() => {});
+  // The templates, the scale templates, and a measurement's clone if its own drop failed.
+  await dropMadeDatabases(admin).catch((err) => log(`dropping this run's databases failed: ${err instanceof Error ? err.message : String(err)}`));
 }
 
 const facts = await serverFacts(admin);

@@ -17,6 +17,7 @@ import {
   type JobWaitingFor,
   type Queryable,
   type SqlJobFilter,
+  type StepRow,
 } from "./sql/index.ts";
 
 export interface Job {
@@ -206,6 +207,31 @@ export function attemptsText(job: Job): string {
     notes.push(`${claims}; ${job.attempt - job.countedAttempts} not counted: snoozes, hand-backs, attempts before a retry`);
   }
   return `${job.countedAttempts} of ${job.attemptLimit}${notes.length === 0 ? "" : ` (${notes.join("; ")})`}`;
+}
+
+/**
+ * One piece of a step's status phrase: words, the event the step waits for
+ * or received (null for none), or the ledger's wake_at (a sleep's end, a
+ * wait's timeout). Each view prints the event and the instant its own way.
+ */
+export type StepPhrasePart = string | { event: string | null; key: string | null } | { at: Date | null };
+
+/** A step's status as `idemq jobs show` and the dashboard's job page word it. */
+export function stepPhrase(step: StepRow): StepPhrasePart[] {
+  const event = { event: step.event, key: step.eventKey };
+  const at = { at: step.wakeAt };
+  switch (step.status) {
+    case "sleeping":
+      return [step.over ? "slept until " : "sleeping until ", at];
+    case "waiting":
+      return ["waiting for ", event, ", times out ", at];
+    case "received":
+      return ["received ", event];
+    case "timed_out":
+      return ["timed out waiting for ", event, ", ", at];
+    default:
+      return [step.status];
+  }
 }
 
 /** One job, through idemq.job() (any idemq role); null when there is no such job. */

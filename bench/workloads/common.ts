@@ -2,7 +2,7 @@
 // the fresh database each measurement runs in.
 
 import pg from "pg";
-import { createDatabase, databaseUrl, dropDatabase, installMeasurementExtensions } from "../db.ts";
+import { createDatabase, databaseUrl, dropDatabase, installMeasurementExtensions, runDatabase } from "../db.ts";
 import type { Mode, SystemName } from "../systems/types.ts";
 
 export interface Sizes {
@@ -112,7 +112,7 @@ export interface FreshDatabase {
 
 /**
  * Runs `fn` in a fresh copy of the system's template (or of `template`),
- * named bench_<system>_r<round>, dropped afterwards whatever happens.
+ * named bench_<system>_r<round>_<pid>, dropped afterwards whatever happens.
  */
 export async function withFreshDatabase<T>(
   ctx: Context,
@@ -121,7 +121,7 @@ export async function withFreshDatabase<T>(
   fn: (db: FreshDatabase) => Promise<T>,
   template = ctx.template(system),
 ): Promise<T> {
-  const name = `bench_${system}_r${round}`;
+  const name = runDatabase(`bench_${system}_r${round}`);
   // Scale templates hold a million rows: copy their files rather than WAL-log them.
   await createDatabase(ctx.admin, name, template, template !== ctx.template(system));
   const url = databaseUrl(ctx.server, name);

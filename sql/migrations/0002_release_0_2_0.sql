@@ -3350,7 +3350,8 @@ BEGIN
   FROM idemq.job_children c
   LEFT JOIN idemq.jobs j ON j.id = c.child_id AND c.state IS NULL
   WHERE c.parent_id = children.job_id
-  ORDER BY c.created_at, c.child_id;
+  -- name last: two links to one child share created_at and child_id.
+  ORDER BY c.created_at, c.child_id, c.name;
 END;
 $$;
 

@@ -1,7 +1,7 @@
 // Human-readable output shared by the CLI commands: aligned tables, times and
 // ages, a job's summary, and the timeline of its attempts.
 import type { WaitingReason } from "../contract.ts";
-import { attemptsText, waitingFor, waitingSentence, type Job } from "../job-reads.ts";
+import { attemptsText, stepPhrase, waitingFor, waitingSentence, type Job } from "../job-reads.ts";
 import type { ChildOutcome, StepRow } from "../sql/index.ts";
 import { printable } from "./terminal-text.ts";
 
@@ -296,22 +296,16 @@ export function renderJob(job: Job, attempts: readonly AttemptEntry[], options: 
 
 // ---------------------------------------------------------------- steps and children
 
-/** What a step's status means, for `jobs show` (times are the ledger's wake_at: a sleep's end, a wait's timeout). */
+/** stepPhrase() for `jobs show`: the event as "event NAME key KEY", an instant with its distance from now. */
 function stepDetail(step: StepRow, now: number): string {
-  const event = step.event === null ? "" : `event ${printable(step.event)}${step.eventKey === null ? "" : ` key ${printable(step.eventKey)}`}`;
-  const wake = `${instant(step.wakeAt)} (${relative(step.wakeAt, now)})`;
-  switch (step.status) {
-    case "sleeping":
-      return step.over ? `slept until ${wake}` : `sleeping until ${wake}`;
-    case "waiting":
-      return `waiting for ${event}, times out ${wake}`;
-    case "received":
-      return `received ${event}`;
-    case "timed_out":
-      return `timed out waiting for ${event} at ${instant(step.wakeAt)}`;
-    default:
-      return step.status;
-  }
+  return stepPhrase(step)
+    .map((part) =>
+      typeof part === "string" ? part
+      : "at" in part ? `${instant(part.at)} (${relative(part.at, now)})`
+      : part.event === null ? ""
+      : `event ${printable(part.event)}${part.key === null ? "" : ` key ${printable(part.key)}`}`,
+    )
+    .join("");
 }
 
 /**

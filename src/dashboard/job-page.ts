@@ -5,7 +5,7 @@
 // children it spawned with their outcomes, its key and the key ledger's
 // entry, its pending parents and children, and the actions its state allows.
 import type { JobState } from "../contract.ts";
-import { attemptsText, getJob, jobLinks, keyEntry, unlessRefused, waitingSentence, type Job, type LinkedJob } from "../job-reads.ts";
+import { attemptsText, getJob, jobLinks, keyEntry, stepPhrase, unlessRefused, waitingSentence, type Job, type LinkedJob } from "../job-reads.ts";
 import { children, steps, type ChildOutcome, type Queryable, type StepRow } from "../sql/index.ts";
 import { BadRequest } from "./bad-request.ts";
 import { html, type Html } from "./html.ts";
@@ -155,21 +155,14 @@ function excerpt(value: unknown, max = 120): Html | string {
   return html`<details><summary><code>${text.slice(0, max - 1)}…</code></summary><pre>${json(value)}</pre></details>`;
 }
 
-/** What a step's status means; its time is the ledger's wake_at (a sleep's end, a wait's timeout). */
+/** stepPhrase() for the page: the event and its key as code, an instant as when() prints it. */
 function stepStatus(step: StepRow): Html {
-  const event = step.event === null ? "" : html`<code>${step.event}</code>${step.eventKey === null ? "" : html` key <code>${step.eventKey}</code>`}`;
-  switch (step.status) {
-    case "sleeping":
-      return step.over ? html`slept until ${when(step.wakeAt)}` : html`sleeping until ${when(step.wakeAt)}`;
-    case "waiting":
-      return html`waiting for ${event}, times out ${when(step.wakeAt)}`;
-    case "received":
-      return html`received ${event}`;
-    case "timed_out":
-      return html`timed out waiting for ${event} (${when(step.wakeAt)})`;
-    default:
-      return html`${step.status}`;
-  }
+  return html`${stepPhrase(step).map((part) =>
+    typeof part === "string" ? part
+    : "at" in part ? when(part.at)
+    : part.event === null ? ""
+    : html`<code>${part.event}</code>${part.key === null ? "" : html` key <code>${part.key}</code>`}`,
+  )}`;
 }
 
 /** The job's step ledger (idemq.steps), oldest first; nothing for a job without steps. */

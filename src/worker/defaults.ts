@@ -81,7 +81,7 @@ export const WORKER_DEFAULTS = {
    * a worker that froze or was cut off has stopped heartbeating by then, its
    * lease ran out and the attempt can no longer commit, so its session stops
    * holding the guard row and locks (instead of until TCP gives up, hours).
-   * A live worker's heartbeats restart that idle timer (run-job.ts,
+   * A live worker's heartbeats restart that idle timer (run-transactional.ts,
    * keepTransactionBusy), so the timeout never ends a live handler's session.
    */
   idleInTransactionMargin: "5 seconds",

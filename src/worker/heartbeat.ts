@@ -10,7 +10,7 @@
 import * as sql from "../sql/index.ts";
 import type { HeldJob } from "./held-jobs.ts";
 import { reportLostInBuffer } from "./lost.ts";
-import { keepTransactionBusy } from "./run-job.ts";
+import { keepTransactionBusy } from "./run-transactional.ts";
 import { JitteredTimer } from "./timers.ts";
 import type { WorkerState } from "./worker-state.ts";
 

@@ -9,8 +9,9 @@
 --
 -- Guarantees:
 --   * One row per child, in the order they were linked (by id within one
---     spawn or batch); no row for a job without children
---     (or no such job).
+--     spawn or batch; by name between links to one child, a twin
+--     deduplicated onto another in one spawn or batch): the same order on
+--     every call. No row for a job without children (or no such job).
 --   * A finished child's outcome is the copy its finish wrote into its
 --     link: still there after retention deleted the child's own row, for as
 --     long as the parent is kept (its links go with it).
@@ -38,7 +39,8 @@ BEGIN
   FROM idemq.job_children c
   LEFT JOIN idemq.jobs j ON j.id = c.child_id AND c.state IS NULL
   WHERE c.parent_id = children.job_id
-  ORDER BY c.created_at, c.child_id;
+  -- name last: two links to one child share created_at and child_id.
+  ORDER BY c.created_at, c.child_id, c.name;
 END;
 $$;
 

@@ -197,7 +197,7 @@ async function newWorker(
  * A backstop: a connection failure emitted by a pg client that has no 'error'
  * listener must not end a worker process, whose connections all recover on
  * their own. Every client idemq creates has one (the case seen in CI during a
- * server stop was a transactional job's new connection, fixed in run-job.ts:
+ * server stop was a transactional job's new connection, fixed in run-transactional.ts:
  * checkOutListening); this covers clients idemq does not own, such as a pool a
  * handler made. It becomes a warning (the restart tests assert it never
  * fires); any other uncaught exception still ends the process.
