@@ -122,7 +122,15 @@ function timeline(job: Job): Html {
     }
     return html`<p class="muted">Not claimed yet.</p>`;
   }
-  return html`<table id="timeline"><tr><th>attempt</th><th>claimed at</th><th>worker</th><th>duration</th><th>outcome</th><th>error</th></tr>${rows}</table>`;
+  // Rows are numbered by claim (jobs.attempt, the errors' attempt), which
+  // runs ahead of the attempts counted against the limit (the header's
+  // "attempts N of M") once a claim did not count: say so where they differ.
+  const uncounted = job.attempt - job.countedAttempts;
+  const byClaim =
+    uncounted === 0
+      ? ""
+      : html`<p class="muted" id="claim-numbers">Numbered by claim: ${uncounted} of ${job.attempt} claim${job.attempt === 1 ? "" : "s"} did not count as ${uncounted === 1 ? "an attempt" : "attempts"} (snoozes, hand-backs, attempts before a retry).</p>`;
+  return html`${byClaim}<table id="timeline"><tr><th>claim</th><th>claimed at</th><th>worker</th><th>duration</th><th>outcome</th><th>error</th></tr>${rows}</table>`;
 }
 
 function keySection(job: Job, key: Awaited<ReturnType<typeof keyEntry>>): Html {
@@ -175,7 +183,7 @@ function stepsSection(ledger: readonly StepRow[] | null): Html | string {
     (step) => html`<tr class="step-${step.kind}"><td>${when(step.recordedAt)}</td><td>${step.kind}</td><td class="step-name">${step.name}</td>
 <td>${stepStatus(step)}</td><td class="n">${step.attempt}</td><td>${excerpt(step.result)}</td></tr>`,
   );
-  return html`<h2>Steps</h2><table id="steps"><tr><th>recorded</th><th>kind</th><th>name</th><th>status</th><th>attempt</th><th>result</th></tr>${rows}</table>`;
+  return html`<h2>Steps</h2><table id="steps"><tr><th>recorded</th><th>kind</th><th>name</th><th>status</th><th>claim</th><th>result</th></tr>${rows}</table>`;
 }
 
 /** The children the job spawned (or a batch's jobs, for its callback), with their outcomes; nothing for a job without. */

@@ -85,6 +85,10 @@ describe("the attempt count, the same in the dashboard and the CLI", () => {
     await db.pool.query("SELECT idemq.retry(job_id => $1)", [id]);
     const note = "0 of 1 (1 claim; 1 not counted: snoozes, hand-backs, attempts before a retry)";
     expect(await shown(id, queue)).toEqual({ dashboardList: "0/1", dashboardJob: note, cliList: "0/1", cliShow: note });
+    // The page's Attempts table numbers its rows by claim, and says so where claims and attempts differ.
+    const jobPage = await page(`/jobs/${id}`);
+    expect(jobPage).toContain("<th>claim</th>");
+    expect(jobPage).toContain("Numbered by claim: 1 of 1 claim did not count as an attempt");
   });
 
   it("a snoozed attempt does not count: 0/3 everywhere", async () => {

@@ -99,6 +99,9 @@ describe("dashboard pages", () => {
     expect(new URL(page.url()).pathname).toBe(`/jobs/${charged}`);
     const attempt = await page.locator("#timeline tr").nth(1).locator("td").allTextContents();
     expect(attempt[0]).toBe("1");
+    // Rows are numbered by claim; every claim of this job counted, so no note says otherwise.
+    expect(await page.locator("#timeline th").first().textContent()).toBe("claim");
+    expect(await page.locator("#claim-numbers").count()).toBe(0);
     // Claimed moments ago (relative to now), the exact instant on hover.
     expect(attempt[1]).toMatch(/^(now|\d+ s ago|\d+ min ago)$/);
     expect(await page.locator("#timeline tr").nth(1).locator("td time").getAttribute("title")).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
