@@ -64,6 +64,20 @@ export async function effectDone(db: Queryable, key: string, owner: string, resu
   });
 }
 
+/**
+ * BEGIN and effect_done() in one round trip, on a connection whose
+ * transaction goes on to record more with it (an external step's ledger
+ * row: stepRecordAndCommit), so both commit with one WAL flush.
+ */
+export async function beginWithEffectDone(client: pg.ClientBase, key: string, owner: string, result?: unknown): Promise<void> {
+  await callInline(
+    client,
+    "effect_done",
+    { key: requiredText(key, "key"), owner: requiredText(owner, "owner"), result: jsonb(result, "result") ?? null },
+    { before: "BEGIN" },
+  );
+}
+
 export async function effectRelease(db: Queryable, key: string, owner: string): Promise<void> {
   await call(db, "effect_release", { key: requiredText(key, "key"), owner: requiredText(owner, "owner") });
 }

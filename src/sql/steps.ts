@@ -2,11 +2,12 @@
 // (step_record, steps), its sleeps and event waits (sleep, await_event, which
 // park the job), and emit.
 
+import type pg from "pg";
 import type { Duration, StepKind, StepStatus } from "../contract.ts";
 import { toPgInterval } from "../duration.ts";
 import { instant, integer, jsonb, leaseToken, requiredText, text, toJobId, type Instant, type JobIdInput } from "../encode.ts";
 import type { JobAttempt } from "./attempts.ts";
-import { call, fromNow, scalar, type Queryable } from "./call.ts";
+import { call, callInline, fromNow, scalar, type Queryable } from "./call.ts";
 
 /** One row of a job's step ledger (idemq.steps). */
 export interface StepRow {
@@ -31,6 +32,20 @@ function attemptArgs(a: JobAttempt) {
 /** Records a completed step with its result, fenced like complete(); in the transaction of the step's writes. */
 export async function stepRecord(db: Queryable, a: JobAttempt, name: string, result: unknown): Promise<void> {
   await call(db, "step_record", { ...attemptArgs(a), name: requiredText(name, "name"), result: jsonb(result, "result") ?? null });
+}
+
+/**
+ * step_record() and COMMIT in one round trip, on the connection whose
+ * transaction holds the step's writes (beginWithEffectDone); `before`, e.g.
+ * a SAVEPOINT the caller rolls back to when the record is refused.
+ */
+export async function stepRecordAndCommit(client: pg.ClientBase, a: JobAttempt, name: string, result: unknown, before?: string): Promise<void> {
+  await callInline(
+    client,
+    "step_record",
+    { ...attemptArgs(a), name: requiredText(name, "name"), result: jsonb(result, "result") ?? null },
+    before === undefined ? { after: "COMMIT" } : { before, after: "COMMIT" },
+  );
 }
 
 /** A job's step ledger, oldest first. */

@@ -46,12 +46,16 @@ export function effectOwner(state: WorkerState, held: HeldJob): string {
   return `job:${held.job.id}:${held.job.attempt}@${state.settings.workerId}#${digest}`;
 }
 
+/** How an effect's outcome is recorded (effect_done): on its own by default; an external step records its ledger row with it. */
+export type RecordDone = (key: string, owner: string, result: unknown) => Promise<void>;
+
 export async function runEffect<T>(
   state: WorkerState,
   held: HeldJob,
   key: string,
   fn: (key: string) => Promise<T> | T,
   options: EffectOptions<T> = {},
+  recordDone: RecordDone = (k, owner, result) => sql.effectDone(state.calls, k, owner, result),
 ): Promise<T> {
   if (typeof key !== "string" || key === "") throw new TypeError("ctx.effect: key must be a non-empty string");
   if (typeof fn !== "function") throw new TypeError("ctx.effect: fn must be a function (key) => result");
@@ -72,7 +76,7 @@ export async function runEffect<T>(
         // A failing reconcile keeps the claim: nobody knows whether the effect happened.
         const earlier = await options.reconcile(key);
         if (earlier !== undefined) {
-          await sql.effectDone(state.calls, key, owner, earlier);
+          await recordDone(key, owner, earlier);
           return earlier;
         }
       }
@@ -94,6 +98,6 @@ export async function runEffect<T>(
     }
     throw error;
   }
-  await sql.effectDone(state.calls, key, owner, result);
+  await recordDone(key, owner, result);
   return result;
 }

@@ -7,7 +7,8 @@
 //   ctx.step(name, fn, { external: true }) recorded: return its result
 //                                         else: ctx.effect's claim-first protocol
 //                                         on a key of the job and step (fn(key)),
-//                                         then step_record
+//                                         then effect_done and step_record in one
+//                                         transaction (one WAL flush)
 //   ctx.sleep / ctx.sleepUntil            recorded and over: return
 //                                         else: sleep() -> over: return;
 //                                         parked: the attempt ends (JobParked)
@@ -149,6 +150,37 @@ export function makeStepContext(state: WorkerState, held: HeldJob, transactional
     throw new JobParked(jobId, name, until);
   };
 
+  /**
+   * An external step's outcome: effect_done and step_record in one
+   * transaction, one WAL flush for both (two round trips, as before). When
+   * the step cannot be recorded (this attempt lost its lease: IQ410) the
+   * transaction rolls back to the savepoint after effect_done and commits
+   * that alone, so the attempt that took over finds the effect done and does
+   * not call the provider again. The effect's row stays locked from
+   * effect_done to that commit: another attempt's effect_claim waits for it
+   * and never sees the claim without its outcome.
+   */
+  async function recordEffectAndStep(key: string, owner: string, name: string, result: unknown): Promise<void> {
+    const client = await state.pool.connect();
+    let broken: unknown;
+    let effectWritten = false;
+    try {
+      await sql.beginWithEffectDone(client, key, owner, result);
+      effectWritten = true;
+      await sql.stepRecordAndCommit(client, attempt, name, result, "SAVEPOINT step");
+    } catch (error) {
+      try {
+        await client.query(effectWritten ? "ROLLBACK TO SAVEPOINT step; COMMIT" : "ROLLBACK");
+      } catch (endError) {
+        broken = endError;
+        state.report(`effect_done of "${key}" (the claim stays and goes stale; the next attempt reconciles)`, endError);
+      }
+      throw error;
+    } finally {
+      client.release(broken as Error | undefined);
+    }
+  }
+
   async function step<T>(name: string, fn: (arg: never) => Promise<T> | T, options?: TransactionalStepOptions | ExternalStepOptions<T>): Promise<T> {
     begin(name);
     if (typeof fn !== "function") throw new StepError(jobId, name, "fn must be a function");
@@ -159,14 +191,20 @@ export function makeStepContext(state: WorkerState, held: HeldJob, transactional
     }
     if (options?.external === true) {
       const { external: _external, ...effectOptions } = options;
+      let recorded = false;
       const result = await runEffect(
         state,
         held,
         stepEffectKey(jobId, name),
         async (key) => checkedResult(jobId, name, await (fn as (key: string) => Promise<T> | T)(key)),
         effectOptions as EffectOptions<T>,
+        async (key, owner, value) => {
+          await recordEffectAndStep(key, owner, name, value);
+          recorded = true;
+        },
       );
-      await sql.stepRecord(state.calls, attempt, name, result);
+      // An effect done before (an earlier attempt's call, its step not recorded): its result, recorded now.
+      if (!recorded) await sql.stepRecord(state.calls, attempt, name, result);
       return result;
     }
     const client = await state.pool.connect();

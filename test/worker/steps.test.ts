@@ -17,6 +17,16 @@ let client: Client;
 beforeAll(async () => {
   client = new Client({ pool: db.pool });
   await db.pool.query("CREATE TABLE public.step_writes (job_id bigint, note text)");
+  // Which transaction wrote each effect outcome and step row (the test's own triggers; idemq has none of these).
+  await db.pool.query(`
+    CREATE TABLE public.step_tx (tbl text, job_id bigint, name text, tx bigint);
+    CREATE FUNCTION public.note_tx() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO public.step_tx VALUES (TG_TABLE_NAME, NEW.job_id, to_jsonb(NEW)->>'name', txid_current());
+      RETURN NULL;
+    END $$;
+    CREATE TRIGGER note_tx AFTER UPDATE ON idemq.effects FOR EACH ROW WHEN (NEW.status = 'done') EXECUTE FUNCTION public.note_tx();
+    CREATE TRIGGER note_tx AFTER INSERT ON idemq.job_steps FOR EACH ROW EXECUTE FUNCTION public.note_tx();`);
 });
 afterEach(async () => {
   await stopWorkers();
@@ -76,12 +86,50 @@ describe("ctx.step", () => {
     expect(job).toMatchObject({ state: "succeeded", attempt: 2, result: { written: { rows: 1 }, charge: { chargeId: "ch_1" } } });
     expect(calls).toEqual({ write: 1, external: 1, after: 2 });
     expect(keys[0]).toMatch(new RegExp(`^idemq-job-${jobId}-step-[0-9a-f]{32}$`));
+    // The external step's outcome and its ledger row were committed by one transaction (one WAL flush):
+    // the writes' top-level transaction ids, as the test's triggers noted them (txid_current(), which a
+    // savepoint does not change).
+    const written = await db.pool.query<{ tbl: string; tx: string }>(
+      "SELECT tbl, tx::text AS tx FROM public.step_tx WHERE tbl = 'effects' AND job_id = $1 OR tbl = 'job_steps' AND job_id = $1 AND name = 'charge' ORDER BY tbl",
+      [jobId],
+    );
+    expect(written.rows.map((r) => r.tbl)).toEqual(["effects", "job_steps"]);
+    expect(written.rows[0]!.tx).toBe(written.rows[1]!.tx);
     const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM public.step_writes WHERE job_id = $1", [jobId]);
     expect(rows[0].n).toBe(1);
     expect((await db.pool.query("SELECT name, kind, status, attempt FROM idemq.steps($1)", [jobId])).rows).toEqual([
       { name: "write", kind: "step", status: "done", attempt: 1 },
       { name: "charge", kind: "step", status: "done", attempt: 1 },
     ]);
+  });
+
+  it("an external step whose attempt lost its lease during the call still records the effect done: the next attempt does not call again", async () => {
+    const queue = unique("lost-step");
+    let calls = 0;
+    await startTestWorker(
+      db.url,
+      {
+        lost: async (_p: unknown, ctx: JobContext) => {
+          const charge = await ctx.step(
+            "charge",
+            async () => {
+              calls++;
+              // The lease runs out and rescue hands the job on while the provider answers: step_record is fenced out (IQ410).
+              await db.pool.query("UPDATE idemq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [ctx.job.id]);
+              await db.pool.query("SELECT idemq.rescue()");
+              return { chargeId: `ch_${calls}` };
+            },
+            { external: true },
+          );
+          return { charge, attempt: ctx.job.attempt };
+        },
+      },
+      { queues: [queue] },
+    );
+    const { jobId } = await client.enqueue("lost", {}, { queue });
+    const job = await finished(jobId);
+    expect(job).toMatchObject({ state: "succeeded", result: { charge: { chargeId: "ch_1" }, attempt: 2 } });
+    expect(calls).toBe(1);
   });
 
   it("a transactional step whose fn throws rolls its writes back and records nothing; the retry runs it again", async () => {
