@@ -88,7 +88,7 @@ export class ClaimLoop {
       this.wanted = false;
       let jobs: ClaimedJob[];
       try {
-        jobs = await sql.claim(this.state.calls, {
+        jobs = await sql.claim(this.state.preparedCalls, {
           workerId: this.state.settings.workerId,
           queues: this.state.settings.queues,
           batchSize: room,

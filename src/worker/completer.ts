@@ -41,7 +41,7 @@ export class Completer {
         const batch = this.pending.splice(0, this.state.settings.completionBatch);
         let completed: Set<string>;
         try {
-          const ids = await sql.completeClaimed(this.state.calls, batch);
+          const ids = await sql.completeClaimed(this.state.preparedCalls, batch);
           completed = new Set(ids);
           failures = 0;
         } catch (error) {

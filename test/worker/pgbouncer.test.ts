@@ -10,8 +10,9 @@
 //           (pollInterval) or LISTENing on a direct listenConnectionString.
 // After each worker stops, every server connection PgBouncer holds is lent to
 // this test at once and inspected: no advisory lock, no LISTEN, no prepared
-// statement, no session SET was left behind. The probe never fires against
-// the server directly or through a session-pooling PgBouncer.
+// statement, no session SET was left behind (the worker found the pooler and
+// prepared none of its calls). The probe never fires against the server
+// directly or through a session-pooling PgBouncer, where the worker prepares.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
@@ -243,7 +244,7 @@ describe("a worker behind a transaction-pooling PgBouncer", () => {
 });
 
 describe("the transaction-pooler probe", () => {
-  it("fires through the transaction pooler (worker:pooler, one log line) and never directly or through a session pooler", async () => {
+  it("fires through the transaction pooler (worker:pooler, one log line, no prepared statements) and never directly or through a session pooler", async () => {
     const session = await startPgBouncer({ serverPort: cluster.port, poolMode: "session", poolSize: 40, ignoreStartupParameters: [] });
     try {
       const tasks = { ping: async () => "pong" };
@@ -252,6 +253,10 @@ describe("the transaction-pooler probe", () => {
       const onServer = await startTestWorker(cluster.url("idemq"), tasks, { queues: ["server"], pollInterval: "60s" });
       const sessionPooled = await startTestWorker(session.url("idemq"), tasks, { queues: ["session"], pollInterval: "60s" });
       expect(pooled.of("worker:pooler")).toEqual([{ workerId: pooled.worker.workerId, evidence: expect.any(String), wakeUp: "poll" }]);
+      // The same probe decides the hot calls' prepared statements: none through the transaction pooler.
+      expect(pooled.worker.preparedStatements).toBe(false);
+      expect(onServer.worker.preparedStatements).toBe(true);
+      expect(sessionPooled.worker.preparedStatements).toBe(true);
       expect(pooled.of("log").filter((e) => String(e.message).includes("transaction pooler"))).toHaveLength(1);
       for (const w of [onServer, sessionPooled]) {
         expect(w.of("worker:pooler")).toEqual([]);
@@ -264,7 +269,10 @@ describe("the transaction-pooler probe", () => {
         await waitFor(async () => (await producer.getJob(jobId))?.state === "succeeded", { what: `job ${jobId} of queue ${queue} done`, timeoutMs: 10_000 });
         expect(w.of("job:success").map((e) => e.jobId)).toContain(jobId);
         expect(w.of("worker:error")).toEqual([]);
+        // Nothing found a statement gone (the session pooler keeps each client on its server connection).
+        expect(w.of("log").filter((e) => String(e.message).includes("prepared statement"))).toEqual([]);
       }
+      expect(sessionPooled.worker.preparedStatements).toBe(true);
     } finally {
       await stopWorkers();
       await session.stop();
