@@ -3,7 +3,8 @@
 // on the pool's connection (read from pg_prepared_statements in that very
 // session: the worker's pool is the test's, of one connection). A statement
 // gone from its connection (DEALLOCATE ALL) is sent again unprepared, said
-// once, and the worker prepares no more. Across a server restart (a private
+// once, and the worker prepares no more. A claim function replaced under its
+// statement (as a migration does) runs its new body. Across a server restart (a private
 // cluster) pg prepares again on the new connection and the worker keeps
 // claiming. Behind PgBouncer in transaction mode the worker does not prepare:
 // pgbouncer.test.ts.
@@ -106,6 +107,39 @@ describe("on a direct connection", () => {
       expect((await finishedJob(producer, third.jobId)).state).toBe("succeeded");
       expect(await preparedOn(r.pool)).toEqual([]);
       expect(r.events.filter((e) => e.event === "worker:error")).toEqual([]);
+    } finally {
+      await producer.close();
+    }
+  }, 30_000);
+});
+
+describe("across a migration", () => {
+  it("claim replaced (CREATE OR REPLACE, as a migration does) under the prepared statement: the next claim runs the new body, still prepared", async () => {
+    const producer = new Client({ connectionString: db.url, onError: () => {} });
+    try {
+      const r = await startWorker(db.url, { ping: async () => "pong" });
+      const before = await producer.enqueue("ping", {});
+      expect((await finishedJob(producer, before.jobId)).state).toBe("succeeded");
+      expect(functionsOf(await preparedOn(r.pool))).toContain("claim");
+      // The same function counting its runs in a sequence, so the claims show which body ran.
+      await db.pool.query("CREATE SEQUENCE public.replaced_claim_runs");
+      const { rows: [definition] } = await db.pool.query<{ def: string }>("SELECT pg_get_functiondef('idemq.claim'::regproc) AS def");
+      const replaced = definition!.def.replace(/\bBEGIN\b/, "BEGIN\n  PERFORM nextval('public.replaced_claim_runs');");
+      expect(replaced).not.toBe(definition!.def);
+      await db.pool.query(replaced);
+      try {
+        const after = await producer.enqueue("ping", {});
+        expect((await finishedJob(producer, after.jobId)).state).toBe("succeeded");
+        const runs = await db.pool.query<{ is_called: boolean }>("SELECT is_called FROM public.replaced_claim_runs");
+        expect(runs.rows[0]!.is_called, "the replaced body ran").toBe(true);
+        expect(functionsOf(await preparedOn(r.pool))).toEqual(["claim", "complete"]);
+        expect(r.worker.preparedStatements).toBe(true);
+        expect(goneLogs(r)).toEqual([]);
+        expect(r.events.filter((e) => e.event === "worker:error")).toEqual([]);
+      } finally {
+        await db.pool.query(definition!.def);
+        await db.pool.query("DROP SEQUENCE public.replaced_claim_runs");
+      }
     } finally {
       await producer.close();
     }
