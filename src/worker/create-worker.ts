@@ -186,10 +186,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
       await declareLimits(this.pool, this.state.tasks, this.settings.callTimeoutMs, (entry) => this.state.emit("log", entry), this.workerId);
-      // The pool's connections keep their session (a direct server or a session pooler): the hot calls can be prepared.
-      const poolEvidence = await transactionPoolerEvidence(this.poolClientConfig, this.state.calls, this.settings.markerCallTimeoutMs);
-      this.state.preparedCalls.decide(poolEvidence === undefined);
-      if (this.settings.wakeUp === "listen") await this.checkListenConnection(poolEvidence);
+      // Poll mode holds no session state, prepared statements included: only listen mode probes, and prepares.
+      if (this.settings.wakeUp === "listen") await this.checkConnections();
       await this.wakeUps.start();
       // Registered before the first claim: a doctor run now already sees this worker.
       if (this.lifecycle === "starting") {
@@ -281,9 +279,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /**
    * Whether claim, heartbeat, complete and complete_many run as named
-   * prepared statements: from start() on, when the pool's connections keep
-   * their session (not behind a transaction pooler); false again for good
-   * once one was found gone from its connection (a `warn` log line says so).
+   * prepared statements: from start() on in listen mode, when the pool's
+   * connections keep their session (not behind a transaction pooler); never
+   * in poll mode (no session state); false again for good once one was found
+   * gone from its connection (a `warn` log line says so).
    */
   get preparedStatements(): boolean {
     return this.state.preparedCalls.prepared;
@@ -372,14 +371,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly wake = (): void => this.claimLoop.wake();
 
   /**
-   * Listen mode behind a transaction pooler (wake-ups/pooler-probe.ts) would wait on its
-   * fallback poll and leave its LISTEN and wait marker on a pooled server
-   * connection: instead this worker polls (as wakeUp "poll"), and says so once.
+   * Whether the pool's and the listen connections go through a transaction
+   * pooler (wake-ups/pooler-probe.ts; one probe when they go to the same
+   * place). The pool's decide the hot calls' prepared statements
+   * (prepared-calls.ts). Listen mode behind one would wait on its fallback
+   * poll and leave its LISTEN and wait marker on a pooled server connection:
+   * instead this worker polls (as wakeUp "poll"), and says so once.
    */
-  private async checkListenConnection(poolEvidence: string | undefined): Promise<void> {
+  private async checkConnections(): Promise<void> {
+    const { markerCallTimeoutMs } = this.settings;
+    const poolEvidence = await transactionPoolerEvidence(this.poolClientConfig, this.state.calls, markerCallTimeoutMs);
+    this.state.preparedCalls.decide(poolEvidence === undefined);
     const evidence = this.listenSharesPool
       ? poolEvidence
-      : await transactionPoolerEvidence(this.listenConfig, this.state.calls, this.settings.markerCallTimeoutMs);
+      : await transactionPoolerEvidence(this.listenConfig, this.state.calls, markerCallTimeoutMs);
     if (evidence === undefined) return;
     this.wakeUps = new PollWakeUps(this.state, this.wake);
     const { minPollMs, pollMs } = this.settings;

@@ -6,9 +6,10 @@
 //
 // Only where a connection keeps its session: through a transaction pooler
 // (PgBouncer's pool_mode = transaction before 1.21) the Bind would reach a
-// server connection that never saw the Parse. The worker decides at start
-// (create-worker.ts, from the pooler probe); until then, and when it
-// decided against, every call is sent unnamed, as `calls` sends it.
+// server connection that never saw the Parse. A listen-mode worker decides
+// at start (create-worker.ts, from the pooler probe it runs anyway); poll
+// mode, which promises no session state, never prepares. Until then, and
+// when it decided against, every call is sent unnamed, as `calls` sends it.
 //
 // What can still take a statement away, and what happens then:
 // - a new connection (a server restart, a killed or timed-out connection,

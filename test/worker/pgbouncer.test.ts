@@ -281,7 +281,7 @@ describe("the transaction-pooler probe", () => {
 });
 
 describe("poll mode on the server itself", () => {
-  it("holds no listen or marker connection and no advisory lock, and enqueues send no NOTIFY on its account", async () => {
+  it("holds no listen or marker connection, no advisory lock and no prepared statement, and enqueues send no NOTIFY on its account", async () => {
     const listener = new pg.Client({ connectionString: cluster.url("idemq"), application_name: DIRECT });
     await listener.connect();
     try {
@@ -290,6 +290,8 @@ describe("poll mode on the server itself", () => {
       await listener.query("LISTEN idemq_jobs");
       await listener.query("LISTEN test_sentinel");
       const w = await startTestWorker(cluster.url("idemq"), { ping: async () => "pong" }, { wakeUp: "poll", pollInterval: "1s", queues: ["polled"] });
+      // No session state: not even a prepared statement, though the server would keep one.
+      expect(w.worker.preparedStatements).toBe(false);
       const { jobId } = await producer.enqueue("ping", {}, { queue: "polled" });
       await waitFor(async () => (await producer.getJob(jobId))?.state === "succeeded", { what: `job ${jobId} done`, timeoutMs: 10_000 });
       // Notifications arrive in commit order: had the enqueue notified, it would be heard before the sentinel.

@@ -1,9 +1,9 @@
 // Whether a connection would go through a transaction pooler (PgBouncer's
 // pool_mode = transaction or statement), where a session's state does not
-// outlive its transaction. Asked at start of the pool's connections (a named
-// prepared statement parsed on one server connection would be bound on
-// another: prepared-calls.ts) and, when they go elsewhere
-// (listenConnectionString), of the listen connections: there LISTEN would
+// outlive its transaction. Asked by a listen-mode worker at start of the
+// pool's connections (a named prepared statement parsed on one server
+// connection would be bound on another: prepared-calls.ts) and, when they go
+// elsewhere (listenConnectionString), of the listen connections: there LISTEN would
 // run on whichever server connection the pooler lent for that one
 // statement, its notifications would go to that server connection and no
 // longer reach this client (the worker would wait on its fallback poll), and
