@@ -10,9 +10,10 @@
 //           (pollInterval) or LISTENing on a direct listenConnectionString.
 // After each worker stops, every server connection PgBouncer holds is lent to
 // this test at once and inspected: no advisory lock, no LISTEN, no prepared
-// statement, no session SET was left behind (the worker found the pooler and
-// prepared none of its calls). The probe never fires against the server
-// directly or through a session-pooling PgBouncer, where the worker prepares.
+// statement, no session SET was left behind (no worker there prepares its
+// calls: poll mode never does, listen mode finds the pooler at start). The
+// probe never fires against the server directly or through a session-pooling
+// PgBouncer, where a listen-mode worker prepares.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
