@@ -141,7 +141,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.state = {
       pool: this.pool,
       calls,
-      preparedCalls: new PreparedCalls(calls, (error) => this.onPreparedGone(error)),
+      preparedCalls: new PreparedCalls(calls, (message) => this.state.emit("log", { level: "warn", message, workerId: this.workerId })),
       settings: this.settings,
       tasks,
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
@@ -397,18 +397,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
       workerId: this.workerId,
     });
     this.state.emit("worker:pooler", { workerId: this.workerId, evidence, wakeUp: "poll" });
-  }
-
-  /** A prepared statement was gone from its connection (prepared-calls.ts): the worker sends its calls unprepared from now on. */
-  private onPreparedGone(error: Error): void {
-    const { code } = error as { code?: string };
-    this.state.emit("log", {
-      level: "warn",
-      message:
-        `a prepared statement of this worker's was gone from its connection (${code ?? "no SQLSTATE"}: ${error.message}): ` +
-        `claim, heartbeat, complete and complete_many are sent unprepared from now on (docs/worker.md, "Prepared statements")`,
-      workerId: this.workerId,
-    });
   }
 
   private report(during: string, error: unknown): void {

@@ -24,7 +24,7 @@
 //   result type a migration changed (a column added to claimed_job: 0A000
 //   "cached plan must not change result type"). Each is refused before the
 //   function runs, so the call is sent again unnamed, and this worker stops
-//   preparing for good (`gaveUp` says why, once): losing 0.4 ms a call beats
+//   preparing for good (`gaveUp` says so, once): losing 0.1 ms a call beats
 //   failing calls on connections pg believes hold the statement.
 import { createHash } from "node:crypto";
 import type pg from "pg";
@@ -37,8 +37,8 @@ export class PreparedCalls implements Queryable {
 
   constructor(
     private readonly calls: Queryable,
-    /** Called once, with the server's error, when a statement was found gone and preparing stopped. */
-    private readonly gaveUp: (error: Error) => void,
+    /** Called once, with a line for the log, when a statement was found gone and preparing stopped. */
+    private readonly gaveUp: (message: string) => void,
   ) {}
 
   /** Whether calls are sent as named prepared statements now. */
@@ -59,7 +59,11 @@ export class PreparedCalls implements Queryable {
       // Calls in flight meanwhile may fail alike: each is sent again, the first says so.
       if (this.preparing) {
         this.preparing = false;
-        this.gaveUp(error as Error);
+        const { code, message } = error as { code: string; message: string };
+        this.gaveUp(
+          `a prepared statement of this worker's was gone from its connection (${code}: ${message}): claim, heartbeat, ` +
+            `complete and complete_many are sent unprepared from now on (docs/worker.md, "Prepared statements")`,
+        );
       }
       return this.calls.query(config as unknown as string);
     });
