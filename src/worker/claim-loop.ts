@@ -102,7 +102,7 @@ export class ClaimLoop {
       this.wanted = false;
       let jobs: ClaimedJob[];
       try {
-        jobs = await sql.claim(this.state.calls, { ...this.target, batchSize: room });
+        jobs = await sql.claim(this.state.preparedCalls, { ...this.target, batchSize: room });
       } catch (error) {
         this.state.report("claim", error);
         this.wanted = true;

@@ -61,9 +61,9 @@ export class Completer {
         try {
           const options = this.closing ? undefined : this.handOff?.options();
           if (options === undefined) {
-            completed = new Set(await sql.completeClaimed(this.state.calls, batch));
+            completed = new Set(await sql.completeClaimed(this.state.preparedCalls, batch));
           } else {
-            const done = await sql.completeAndTakeNext(this.state.calls, batch, options);
+            const done = await sql.completeAndTakeNext(this.state.preparedCalls, batch, options);
             completed = new Set(done.completed);
             handed = done.handed;
           }

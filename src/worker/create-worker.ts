@@ -13,6 +13,7 @@ import { asError, type WorkerEvents } from "./events.ts";
 import { Heartbeat } from "./heartbeat.ts";
 import { HeldJobs, isReleased, type HeldJob } from "./held-jobs.ts";
 import { KeyPruner } from "./maintenance/key-pruner.ts";
+import { PreparedCalls } from "./prepared-calls.ts";
 import { transactionPoolerEvidence } from "./wake-ups/pooler-probe.ts";
 import { ListenWakeUps, PollWakeUps, type WakeUps } from "./wake-ups/wake-ups.ts";
 import { Rescuer } from "./maintenance/rescuer.ts";
@@ -72,6 +73,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private wakeUps: WakeUps;
   /** Where the LISTEN and wait-marker connections go (listen mode). */
   private readonly listenConfig: pg.ClientConfig;
+  /** A connection made as the pool's are (its settings without the pool's own), for the pooler probe. */
+  private readonly poolClientConfig: pg.ClientConfig;
+  /** The listen connections go where the pool's do (no listenConnectionString): one probe answers for both. */
+  private readonly listenSharesPool: boolean;
   private readonly outage: Outage;
   private stopping: Promise<void> | undefined;
   /** start()'s worker_seen(): a stop() during start waits for it before worker_stopped(), so no row is left live behind. */
@@ -92,8 +97,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.pool = options.pool;
       this.ownsPool = false;
       // The LISTEN and wait-marker connections cannot come from the pool (they are held for good): same settings, own clients.
-      const { max: _max, min: _min, idleTimeoutMillis: _idle, ...clientConfig } = options.pool.options as pg.PoolConfig;
-      listenConfig = clientConfig;
+      listenConfig = clientConfigOf(options.pool);
     } else if (options.connectionString === undefined || (typeof options.connectionString === "string" && options.connectionString !== "")) {
       const connectionString =
         options.connectionString ?? defaultConnectionString(WORKER_NEEDS, (message) => new WorkerConfigError(message));
@@ -115,6 +119,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } else {
       throw new WorkerConfigError(WORKER_NEEDS);
     }
+    this.poolClientConfig = clientConfigOf(this.pool);
+    this.listenSharesPool = options.listenConnectionString === undefined;
     if (options.listenConnectionString !== undefined) {
       // Split: LISTEN and the wait marker on a connection that keeps its session, claims and jobs through the pool.
       listenConfig = {
@@ -131,9 +137,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       () => openConnection(this.pool, this.settings.callTimeoutMs),
     );
 
+    const calls = timedCalls(this.pool, this.settings.callTimeoutMs, (madeAt) => this.outage.reached(madeAt));
     this.state = {
       pool: this.pool,
-      calls: timedCalls(this.pool, this.settings.callTimeoutMs, (madeAt) => this.outage.reached(madeAt)),
+      calls,
+      preparedCalls: new PreparedCalls(calls, (message) => this.state.emit("log", { level: "warn", message, workerId: this.workerId })),
       settings: this.settings,
       tasks,
       held: new HeldJobs(tasks, this.settings, () => this.onRoomGrew()),
@@ -182,7 +190,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       await declareSchedules(this.pool, this.settings.schedules, this.settings.callTimeoutMs);
       await declareLimits(this.pool, this.state.tasks, this.settings.callTimeoutMs, (entry) => this.state.emit("log", entry), this.workerId);
-      if (this.settings.wakeUp === "listen") await this.checkListenConnection();
+      // Poll mode holds no session state, prepared statements included: only listen mode probes, and prepares.
+      if (this.settings.wakeUp === "listen") await this.checkConnections();
       await this.wakeUps.start();
       // Registered before the first claim: a doctor run now already sees this worker.
       if (this.lifecycle === "starting") {
@@ -270,6 +279,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** The wake-up mode in use: the configured one, or "poll" once start() found the listen connection behind a transaction pooler. */
   get wakeUp(): WakeUpMode {
     return this.wakeUps instanceof PollWakeUps ? "poll" : "listen";
+  }
+
+  /**
+   * Whether claim, heartbeat, complete and complete_many run as named
+   * prepared statements: from start() on in listen mode, when the pool's
+   * connections keep their session (not behind a transaction pooler); never
+   * in poll mode (no session state); false again for good once one was found
+   * gone from its connection (a `warn` log line says so).
+   */
+  get preparedStatements(): boolean {
+    return this.state.preparedCalls.prepared;
   }
 
   private async shutdown(): Promise<void> {
@@ -366,12 +386,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly wake = (): void => this.claimLoop.wake();
 
   /**
-   * Listen mode behind a transaction pooler (wake-ups/pooler-probe.ts) would wait on its
-   * fallback poll and leave its LISTEN and wait marker on a pooled server
-   * connection: instead this worker polls (as wakeUp "poll"), and says so once.
+   * Whether the pool's and the listen connections go through a transaction
+   * pooler (wake-ups/pooler-probe.ts; one probe when they go to the same
+   * place). The pool's decide the hot calls' prepared statements
+   * (prepared-calls.ts). Listen mode behind one would wait on its fallback
+   * poll and leave its LISTEN and wait marker on a pooled server connection:
+   * instead this worker polls (as wakeUp "poll"), and says so once.
    */
-  private async checkListenConnection(): Promise<void> {
-    const evidence = await transactionPoolerEvidence(this.listenConfig, this.state.calls, this.settings.markerCallTimeoutMs);
+  private async checkConnections(): Promise<void> {
+    const { markerCallTimeoutMs } = this.settings;
+    const poolEvidence = await transactionPoolerEvidence(this.poolClientConfig, this.state.calls, markerCallTimeoutMs);
+    this.state.preparedCalls.decide(poolEvidence === undefined);
+    const evidence = this.listenSharesPool
+      ? poolEvidence
+      : await transactionPoolerEvidence(this.listenConfig, this.state.calls, markerCallTimeoutMs);
     if (evidence === undefined) return;
     this.wakeUps = new PollWakeUps(this.state, this.wake);
     const { minPollMs, pollMs } = this.settings;
@@ -415,4 +443,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // Our connections still closing may yet report errors: keep a listener (a no-op once stopped).
     if (this.ownsPool) this.pool.on("error", () => {});
   }
+}
+
+/** A pool's connection settings without the pool's own (a client made with them connects as the pool's do). */
+function clientConfigOf(pool: pg.Pool): pg.ClientConfig {
+  const { max: _max, min: _min, idleTimeoutMillis: _idle, ...clientConfig } = pool.options as pg.PoolConfig;
+  return clientConfig;
 }

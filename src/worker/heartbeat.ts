@@ -46,7 +46,7 @@ export class Heartbeat {
       try {
         kept = new Set(
           await sql.heartbeat(
-            this.state.calls,
+            this.state.preparedCalls,
             jobs.map((h) => ({ jobId: h.job.id, attempt: h.job.attempt, leaseToken: h.job.leaseToken })),
             { lease },
           ),

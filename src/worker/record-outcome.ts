@@ -27,7 +27,7 @@ export function handlerOver(state: WorkerState, held: HeldJob): void {
 /** complete() with the handler's result, as storable's JSON text (the Completer's batches carry none). */
 export async function completeWithResult(state: WorkerState, held: HeldJob, resultJson: string): Promise<void> {
   try {
-    await sql.complete(state.calls, held.job.id, held.job.attempt, held.job.leaseToken, resultJson);
+    await sql.complete(state.preparedCalls, held.job.id, held.job.attempt, held.job.leaseToken, resultJson);
     held.trace?.end("succeeded");
     if (state.listening("job:success")) state.emit("job:success", { ...jobEvent(state, held), durationMs: durationOf(held) });
   } catch (caught) {

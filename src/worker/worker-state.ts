@@ -8,12 +8,15 @@ import type { AttemptTracer } from "../tracing/types.ts";
 import { asError, type JobEvent, type WorkerEvents } from "./events.ts";
 import type { HeldJob, HeldJobs } from "./held-jobs.ts";
 import type { Settings } from "./settings.ts";
+import type { PreparedCalls } from "./prepared-calls.ts";
 import type { NormalizedTask } from "./task-config.ts";
 
 export interface WorkerState {
   readonly pool: pg.Pool;
   /** The pool for idemq calls, each bounded by WORKER_DEFAULTS.callTimeout (timedCalls). */
   readonly calls: Queryable;
+  /** `calls` for the hot path (claim, heartbeat, complete, complete_many): named prepared statements once start() found that safe. */
+  readonly preparedCalls: PreparedCalls;
   readonly settings: Settings;
   readonly tasks: ReadonlyMap<string, NormalizedTask>;
   /** Every job this worker holds a lease on. */

@@ -10,8 +10,10 @@
 //           (pollInterval) or LISTENing on a direct listenConnectionString.
 // After each worker stops, every server connection PgBouncer holds is lent to
 // this test at once and inspected: no advisory lock, no LISTEN, no prepared
-// statement, no session SET was left behind. The probe never fires against
-// the server directly or through a session-pooling PgBouncer.
+// statement, no session SET was left behind (no worker there prepares its
+// calls: poll mode never does, listen mode finds the pooler at start). The
+// probe never fires against the server directly or through a session-pooling
+// PgBouncer, where a listen-mode worker prepares.
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Client } from "../../src/index.ts";
@@ -243,7 +245,7 @@ describe("a worker behind a transaction-pooling PgBouncer", () => {
 });
 
 describe("the transaction-pooler probe", () => {
-  it("fires through the transaction pooler (worker:pooler, one log line) and never directly or through a session pooler", async () => {
+  it("fires through the transaction pooler (worker:pooler, one log line, no prepared statements) and never directly or through a session pooler", async () => {
     const session = await startPgBouncer({ serverPort: cluster.port, poolMode: "session", poolSize: 40, ignoreStartupParameters: [] });
     try {
       const tasks = { ping: async () => "pong" };
@@ -252,6 +254,10 @@ describe("the transaction-pooler probe", () => {
       const onServer = await startTestWorker(cluster.url("idemq"), tasks, { queues: ["server"], pollInterval: "60s" });
       const sessionPooled = await startTestWorker(session.url("idemq"), tasks, { queues: ["session"], pollInterval: "60s" });
       expect(pooled.of("worker:pooler")).toEqual([{ workerId: pooled.worker.workerId, evidence: expect.any(String), wakeUp: "poll" }]);
+      // The same probe decides the hot calls' prepared statements: none through the transaction pooler.
+      expect(pooled.worker.preparedStatements).toBe(false);
+      expect(onServer.worker.preparedStatements).toBe(true);
+      expect(sessionPooled.worker.preparedStatements).toBe(true);
       expect(pooled.of("log").filter((e) => String(e.message).includes("transaction pooler"))).toHaveLength(1);
       for (const w of [onServer, sessionPooled]) {
         expect(w.of("worker:pooler")).toEqual([]);
@@ -264,7 +270,10 @@ describe("the transaction-pooler probe", () => {
         await waitFor(async () => (await producer.getJob(jobId))?.state === "succeeded", { what: `job ${jobId} of queue ${queue} done`, timeoutMs: 10_000 });
         expect(w.of("job:success").map((e) => e.jobId)).toContain(jobId);
         expect(w.of("worker:error")).toEqual([]);
+        // Nothing found a statement gone (the session pooler keeps each client on its server connection).
+        expect(w.of("log").filter((e) => String(e.message).includes("prepared statement"))).toEqual([]);
       }
+      expect(sessionPooled.worker.preparedStatements).toBe(true);
     } finally {
       await stopWorkers();
       await session.stop();
@@ -273,7 +282,7 @@ describe("the transaction-pooler probe", () => {
 });
 
 describe("poll mode on the server itself", () => {
-  it("holds no listen or marker connection and no advisory lock, and enqueues send no NOTIFY on its account", async () => {
+  it("holds no listen or marker connection, no advisory lock and no prepared statement, and enqueues send no NOTIFY on its account", async () => {
     const listener = new pg.Client({ connectionString: cluster.url("idemq"), application_name: DIRECT });
     await listener.connect();
     try {
@@ -282,6 +291,8 @@ describe("poll mode on the server itself", () => {
       await listener.query("LISTEN idemq_jobs");
       await listener.query("LISTEN test_sentinel");
       const w = await startTestWorker(cluster.url("idemq"), { ping: async () => "pong" }, { wakeUp: "poll", pollInterval: "1s", queues: ["polled"] });
+      // No session state: not even a prepared statement, though the server would keep one.
+      expect(w.worker.preparedStatements).toBe(false);
       const { jobId } = await producer.enqueue("ping", {}, { queue: "polled" });
       await waitFor(async () => (await producer.getJob(jobId))?.state === "succeeded", { what: `job ${jobId} done`, timeoutMs: 10_000 });
       // Notifications arrive in commit order: had the enqueue notified, it would be heard before the sentinel.

@@ -1,13 +1,17 @@
-// Whether the listen connections would go through a transaction pooler
-// (PgBouncer's pool_mode = transaction or statement), where a session's state
-// does not outlive its transaction: LISTEN would run on whichever server
-// connection the pooler lent for that one statement, its notifications would
-// go to that server connection and no longer reach this client (the worker
-// would wait on its fallback poll), and the LISTEN and the wait marker's
-// advisory lock would stay on that server connection after the worker stops.
+// Whether a connection would go through a transaction pooler (PgBouncer's
+// pool_mode = transaction or statement), where a session's state does not
+// outlive its transaction. Asked by a listen-mode worker at start of the
+// pool's connections (a named prepared statement parsed on one server
+// connection would be bound on another: prepared-calls.ts) and, when they go
+// elsewhere (listenConnectionString), of the listen connections: there LISTEN would
+// run on whichever server connection the pooler lent for that one
+// statement, its notifications would go to that server connection and no
+// longer reach this client (the worker would wait on its fallback poll), and
+// the LISTEN and the wait marker's advisory lock would stay on that server
+// connection after the worker stops.
 //
 // Checked once, at start, before the worker makes any session state, on a
-// short-lived connection made as the listener's would be:
+// short-lived connection made as the pool's (or the listener's) would be:
 //
 // 1. The server announces its backend pid at connect (BackendKeyData); when
 //    pg_backend_pid() says the same, this is a direct server: done. That is
@@ -30,7 +34,7 @@ import { APPLICATION_NAME } from "../defaults.ts";
 
 const ROUNDS = 3;
 
-/** What showed a transaction pooler on the listen connections, or undefined (a direct server or a session pooler). */
+/** What showed a transaction pooler on connections made with `connection`, or undefined (a direct server or a session pooler). */
 export async function transactionPoolerEvidence(
   connection: pg.ClientConfig,
   pool: Queryable,
