@@ -1,7 +1,9 @@
 // Batched completion of plain tasks: one complete_many for every job that
 // finished while the previous call was in flight. When the worker is idle the
 // first job is flushed at once, so batching never adds latency; under load
-// batches grow by themselves. complete_many skips attempts that lost their
+// batches grow by themselves. A second call goes out beside the first once
+// SECOND_CALL_AT jobs wait behind it (the completion is then what the worker
+// waits on), on another connection. complete_many skips attempts that lost their
 // lease; those jobs get job:lease-lost (or job:cancelled) instead of job:success.
 // While the worker runs, a batch is completed with complete_and_take_next: a
 // concurrency key the batch frees hands its next job to this worker in the
@@ -20,6 +22,18 @@ import { durationOf, jobEvent, type WorkerState } from "./worker-state.ts";
 /** Failed complete_many calls after which a closing worker gives up; the leases then run out and rescue() hands the jobs back. */
 const ATTEMPTS_WHEN_CLOSING = 3;
 
+/**
+ * Jobs waiting behind a call in flight that start a second call beside it
+ * (never more than two). One call at a time keeps batches large, but it runs
+ * on one backend, on one core: with concurrency keys every key's next job
+ * comes back in the call that completes its predecessor
+ * (complete_and_take_next), so the calls' backend is the worker's bottleneck
+ * and the keys' throughput was bound to one core (bench/FINDINGS.md,
+ * "Concurrency keys: the hand-off"). Two batches never share a job, and each
+ * call locks its rows in id order: they do not wait for each other.
+ */
+const SECOND_CALL_AT = 64;
+
 /** Where the jobs complete_and_take_next hands over go. */
 export interface HandOff {
   /** The worker's claim options while it takes jobs; undefined once it stops (plain complete_many then). */
@@ -30,7 +44,9 @@ export interface HandOff {
 
 export class Completer {
   private pending: HeldJob[] = [];
-  private flushing: Promise<void> | undefined;
+  /** Calls in flight (or waiting out an error), 0 to 2; counted synchronously, so the last one never leaves jobs behind. */
+  private flushers = 0;
+  private readonly flushing = new Set<Promise<void>>();
   private closing = false;
   private readonly closed = new AbortController();
 
@@ -41,20 +57,25 @@ export class Completer {
 
   add(held: HeldJob): void {
     this.pending.push(held);
-    this.flushing ??= this.flushAll();
+    if (this.flushers === 0 || (this.flushers === 1 && this.pending.length >= SECOND_CALL_AT)) {
+      this.flushers++;
+      const flusher: Promise<void> = this.flushAll().finally(() => this.flushing.delete(flusher));
+      this.flushing.add(flusher);
+    }
   }
 
   /** Flushes what is pending; afterwards, persistent failures are given up on. */
   async drain(): Promise<void> {
     this.closing = true;
     this.closed.abort();
-    while (this.flushing !== undefined) await this.flushing;
+    while (this.flushing.size > 0) await Promise.all([...this.flushing]);
   }
 
+  /** One caller of complete_many (add counted it in flushers); the second leaves once few jobs wait. */
   private async flushAll(): Promise<void> {
     let failures = 0;
     try {
-      while (this.pending.length > 0) {
+      while (this.pending.length > 0 && (this.flushers === 1 || this.pending.length >= SECOND_CALL_AT)) {
         const batch = this.pending.splice(0, this.state.settings.completionBatch);
         let completed: Set<string>;
         let handed: ClaimedJob[] = [];
@@ -92,7 +113,7 @@ export class Completer {
         }
       }
     } finally {
-      this.flushing = undefined;
+      this.flushers--;
     }
   }
   /**

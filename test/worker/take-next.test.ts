@@ -3,7 +3,7 @@
 // claimed, and the worker runs it as a claimed one: fewer claims than jobs,
 // still one job of a key at a time, in the key's order; once the worker
 // stops, its completions hand nothing.
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { Client, createWorker, type Worker, type WorkerOptions } from "../../src/index.ts";
 import { useTestDatabase } from "../helpers/db.ts";
 import { unique } from "../helpers/jobs.ts";
@@ -87,5 +87,37 @@ describe("a worker completing a keyed job takes the key's next job in the same c
     await stopped;
     const { rows } = await db.pool.query("SELECT id, state FROM idemq.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id", [[first!.jobId, second!.jobId]]);
     expect(rows.map((r) => r.state)).toEqual(["succeeded", "enqueued"]);
+  });
+});
+
+describe("the Completer's calls in flight", () => {
+  it("a second completion call goes out beside the first once jobs pile up behind it, never a third, and every job completes once", async () => {
+    const client = new Client({ pool: db.pool });
+    const queue = unique("two-calls");
+    const total = 3000;
+    await client.enqueueMany(Array.from({ length: total }, (_, i) => ({ task: "noop", queue, payload: { i } })));
+    let inFlight = 0;
+    let most = 0;
+    const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
+    const spy = vi.spyOn(db.pool, "query").mockImplementation(((config: unknown, values?: unknown) => {
+      const text = typeof config === "string" ? config : (config as { text?: string }).text ?? "";
+      if (!text.includes("complete_and_take_next")) return query(config, values);
+      inFlight++;
+      most = Math.max(most, inFlight);
+      return query(config, values).finally(() => inFlight--);
+    }) as never);
+    try {
+      let ran = 0;
+      const w = worker({ queues: [queue], concurrency: 10, prefetch: 490, tasks: { noop: async () => void ran++ } });
+      await w.start();
+      await waitFor(async () => {
+        const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
+        return rows[0].n === total;
+      }, { what: `the ${total} jobs succeeded` });
+      expect(ran).toBe(total);
+      expect(most).toBe(2);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });
