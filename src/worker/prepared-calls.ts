@@ -53,7 +53,7 @@ export class PreparedCalls implements Queryable {
   }
 
   query(text: string | pg.QueryConfig, values?: unknown[]): Promise<pg.QueryResult> {
-    const config: pg.QueryConfig = typeof text === "string" ? { text, values } : text;
+    const config: pg.QueryConfig = typeof text !== "string" ? text : values === undefined ? { text } : { text, values };
     if (!this.preparing) return this.calls.query(config as unknown as string);
     return this.calls.query({ ...config, name: this.nameOf(config.text) } as unknown as string).catch((error: unknown) => {
       if (!statementGone(error)) throw error;
