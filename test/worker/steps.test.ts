@@ -124,7 +124,8 @@ describe("ctx.step", () => {
           return { charge, attempt: ctx.job.attempt };
         },
       },
-      { queues: [queue] },
+      // One slot: the next attempt cannot start (and claim the effect) before this one's handler is over.
+      { queues: [queue], concurrency: 1 },
     );
     const { jobId } = await client.enqueue("lost", {}, { queue });
     const job = await finished(jobId);
