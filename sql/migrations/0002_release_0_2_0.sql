@@ -688,6 +688,15 @@ $$;
 COMMENT ON FUNCTION idemq._key_lock(text[]) IS
   'Lock concurrency keys for the rest of the transaction (advisory, in hash order): admissions of a key are serialised.';
 
+-- ---- sql/functions/attempts/_lease_until.sql ----
+CREATE OR REPLACE FUNCTION idemq._lease_until(locked_at timestamptz, timeout interval, lease interval)
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN least(now() + lease, locked_at + timeout);
+
+COMMENT ON FUNCTION idemq._lease_until(timestamptz, interval, interval) IS
+  'When a lease taken or renewed now runs out: lease from now, never past locked_at + timeout (the one definition claim, the hand-off and heartbeat use).';
+
 -- ---- sql/functions/children/_link_children.sql ----
 CREATE OR REPLACE FUNCTION idemq._link_children(parent_id bigint, children idemq._planned_job[], names text[],
                                                 fail_fast boolean, OUT pending int, OUT failed int)
@@ -1816,7 +1825,7 @@ BEGIN
         UPDATE idemq.jobs AS j
         SET state = 'processing', attempt = j.attempt + 1, locked_by = v_worker,
             locked_at = now(), lease_lost = false,
-            lease_expires_at = now() + CASE WHEN j.timeout < v_lease THEN j.timeout ELSE v_lease END,
+            lease_expires_at = idemq._lease_until(now(), j.timeout, v_lease),
             lease_token = gen_random_uuid(), queue_slot = NULL, task_slot = NULL, progress = NULL
         WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
           AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id))
@@ -3628,8 +3637,8 @@ BEGIN
       UPDATE idemq.jobs AS j
       SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
           locked_at = now(), lease_lost = false,
-          -- Never past the job's time limit (heartbeat() keeps to it too).
-          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          -- Never past the job's time limit (_lease_until, as heartbeat()).
+          lease_expires_at = idemq._lease_until(now(), j.timeout, lease),
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
           queue_slot = NULL, task_slot = NULL, progress = NULL
       WHERE j.id = ANY (v_ids)
@@ -3650,8 +3659,8 @@ BEGIN
       UPDATE idemq.jobs AS j
       SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
           locked_at = now(), lease_lost = false,
-          -- Never past the job's time limit (heartbeat() keeps to it too).
-          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          -- Never past the job's time limit (_lease_until, as heartbeat()).
+          lease_expires_at = idemq._lease_until(now(), j.timeout, lease),
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
           queue_slot = u.queue_slot, task_slot = u.task_slot, progress = NULL
       FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)
@@ -4556,7 +4565,7 @@ BEGIN
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
-  SET lease_expires_at = least(now() + lease, j.locked_at + j.timeout)
+  SET lease_expires_at = idemq._lease_until(j.locked_at, j.timeout, lease)
   WHERE j.id = ANY (v_ids)
     AND (j.timeout IS NULL OR j.locked_at + j.timeout > now())
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]
@@ -6001,6 +6010,7 @@ REVOKE EXECUTE ON FUNCTION idemq._job_counts FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_admits FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_lock FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._key_promote FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION idemq._lease_until FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._limit_scope FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._link_children FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION idemq._lock_held FROM PUBLIC;

@@ -2,7 +2,10 @@
 // _initial_state (scheduled if run_at > now, else enqueued), _held (the lease
 // columns, inlined so fenced calls still probe the primary key),
 // _unsuccessful_states (terminal but not succeeded), _queue_name_limit and
-// _names_valid (a queue or task filter: NULL or non-empty names, inlined).
+// _names_valid (a queue or task filter: NULL or non-empty names, inlined),
+// _lease_until (a lease's end: the one formula every lease write uses).
+import { readdirSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { enqueue, stateOf } from "../helpers/jobs.ts";
@@ -70,6 +73,62 @@ describe("_held", () => {
       expect(plan).toContain("(lease_expires_at IS NOT NULL) AND (locked_by IS NOT NULL)");
       expect(plan).not.toContain("_held");
     });
+  });
+});
+
+describe("_lease_until", () => {
+  it("is lease from now, never past locked_at + timeout; no timeout, no bound", async () => {
+    const { rows } = await db.pool.query(
+      `SELECT idemq._lease_until(now(), '5 seconds', '30 seconds') - now() AS timeout_first,
+              idemq._lease_until(now(), '10 minutes', '30 seconds') - now() AS lease_first,
+              idemq._lease_until(now(), '30 seconds', '30 seconds') - now() AS equal,
+              idemq._lease_until(now(), NULL, '30 seconds') - now() AS no_timeout,
+              idemq._lease_until(now() - interval '50 seconds', '1 minute', '30 seconds') - now() AS renewed_near_the_limit,
+              idemq._lease_until(now() - interval '2 minutes', '1 minute', '30 seconds') - now() AS past_the_limit`,
+    );
+    const text = Object.fromEntries(Object.entries(rows[0]).map(([k, v]) => [k, (v as { toPostgres(): string }).toPostgres()]));
+    expect(text).toEqual({
+      timeout_first: "5 seconds",
+      lease_first: "30 seconds",
+      equal: "30 seconds",
+      no_timeout: "30 seconds",
+      renewed_near_the_limit: "10 seconds",
+      past_the_limit: "-1 minutes",
+    });
+  });
+
+  it("is inlined into the statement that writes the lease", async () => {
+    const plan = (
+      await db.pool.query("EXPLAIN (VERBOSE, COSTS OFF) SELECT idemq._lease_until(j.locked_at, j.timeout, interval '30 seconds') FROM idemq.jobs j")
+    ).rows
+      .map((r) => r["QUERY PLAN"])
+      .join("\n");
+    expect(plan).toMatch(/LEAST\(/);
+    expect(plan).not.toContain("_lease_until");
+  });
+
+  it("is the only way a function of sql/functions sets a lease: every other write of lease_expires_at clears it", () => {
+    const root = resolve(import.meta.dirname, "..", "..", "sql", "functions");
+    const writes: string[] = [];
+    for (const family of readdirSync(root, { withFileTypes: true }).filter((e) => e.isDirectory())) {
+      for (const file of readdirSync(join(root, family.name)).filter((f) => f.endsWith(".sql"))) {
+        const code = readFileSync(join(root, family.name, file), "utf8")
+          .split("\n")
+          .filter((line) => !line.trimStart().startsWith("--"))
+          .join("\n");
+        for (const m of code.matchAll(/lease_expires_at\s*=\s*([^,\n]+)/g)) {
+          const value = m[1]!.trim();
+          if (!/^NULL\b/.test(value)) writes.push(`${family.name}/${file}: ${value}`);
+        }
+      }
+    }
+    expect(writes.filter((w) => !w.includes("idemq._lease_until("))).toEqual([]);
+    expect(writes.map((w) => w.split(":")[0]).sort()).toEqual([
+      "attempts/claim.sql",
+      "attempts/claim.sql",
+      "attempts/heartbeat.sql",
+      "flow/_key_promote.sql",
+    ]);
   });
 });
 

@@ -375,8 +375,8 @@ BEGIN
       UPDATE idemq.jobs AS j
       SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
           locked_at = now(), lease_lost = false,
-          -- Never past the job's time limit (heartbeat() keeps to it too).
-          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          -- Never past the job's time limit (_lease_until, as heartbeat()).
+          lease_expires_at = idemq._lease_until(now(), j.timeout, lease),
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
           queue_slot = NULL, task_slot = NULL, progress = NULL
       WHERE j.id = ANY (v_ids)
@@ -397,8 +397,8 @@ BEGIN
       UPDATE idemq.jobs AS j
       SET state = 'processing', attempt = j.attempt + 1, locked_by = worker_id,
           locked_at = now(), lease_lost = false,
-          -- Never past the job's time limit (heartbeat() keeps to it too).
-          lease_expires_at = now() + CASE WHEN j.timeout < lease THEN j.timeout ELSE lease END,
+          -- Never past the job's time limit (_lease_until, as heartbeat()).
+          lease_expires_at = idemq._lease_until(now(), j.timeout, lease),
           lease_token = CASE WHEN claim.token THEN gen_random_uuid() END,
           queue_slot = u.queue_slot, task_slot = u.task_slot, progress = NULL
       FROM unnest(v_ids, v_queue_slots, v_task_slots) AS u(id, queue_slot, task_slot)

@@ -53,7 +53,7 @@ BEGIN
 
   RETURN QUERY
   UPDATE idemq.jobs AS j
-  SET lease_expires_at = least(now() + lease, j.locked_at + j.timeout)
+  SET lease_expires_at = idemq._lease_until(j.locked_at, j.timeout, lease)
   WHERE j.id = ANY (v_ids)
     AND (j.timeout IS NULL OR j.locked_at + j.timeout > now())
     AND j.attempt = v_attempts[width_bucket(j.id, v_ids)]

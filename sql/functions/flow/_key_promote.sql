@@ -120,7 +120,7 @@ BEGIN
         UPDATE idemq.jobs AS j
         SET state = 'processing', attempt = j.attempt + 1, locked_by = v_worker,
             locked_at = now(), lease_lost = false,
-            lease_expires_at = now() + CASE WHEN j.timeout < v_lease THEN j.timeout ELSE v_lease END,
+            lease_expires_at = idemq._lease_until(now(), j.timeout, v_lease),
             lease_token = gen_random_uuid(), queue_slot = NULL, task_slot = NULL, progress = NULL
         WHERE j.id = ANY (v_picked) AND j.state = 'awaiting'
           AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = j.id))
