@@ -1816,7 +1816,9 @@ BEGIN
     v_handed := '{}';
     IF v_hand IS NOT NULL THEN
       -- The picked jobs the completing worker's next claim would take,
-      -- claimed here (as claim(token => true) claims: attempt, lease, token).
+      -- claimed here (as claim(token => true) claims: attempt, lease, token;
+      -- the same columns and values as claim's UPDATE, held equal by
+      -- test/sql/predicates.test.ts).
       -- Claim order within the job's (task, queue): the first runnable job
       -- there, one descent of jobs_runnable_by_task_queue, must not come
       -- before it, so a worker handed a key's jobs one after another never
@@ -3631,6 +3633,9 @@ BEGIN
     SET LOCAL synchronous_commit = off;
   END IF;
 
+  -- What starting an attempt writes: the same columns and values in both
+  -- branches (but the slots) and in the hand-off of _key_promote, held equal
+  -- by test/sql/predicates.test.ts ("what starting an attempt writes").
   IF v_queue_slots IS NULL AND v_task_slots IS NULL THEN
     RETURN QUERY
     WITH claimed AS (

@@ -132,6 +132,40 @@ describe("_lease_until", () => {
   });
 });
 
+describe("what starting an attempt writes", () => {
+  it("is the same columns in claim's two UPDATEs and the hand-off's (_key_promote), with the same values but the slots and the worker", () => {
+    const root = resolve(import.meta.dirname, "..", "..", "sql", "functions");
+    const starts = ["attempts/claim.sql", "flow/_key_promote.sql"].flatMap((file) =>
+      [...readFileSync(join(root, file), "utf8").matchAll(/SET state = 'processing',([\s\S]*?)\n\s*(?:FROM|WHERE) /g)].map((m) => ({
+        file,
+        columns: new Map(
+          m[1]!
+            .split("\n")
+            .filter((line) => !line.trimStart().startsWith("--"))
+            .join(" ")
+            .split(/,\s*(?![^()]*\))/)
+            .map((assignment) => assignment.trim().split(/\s*=\s*/) as [string, string])
+            .map(([column, value]) => [column, value.replace(/\b(worker_id|v_worker|v_lease|lease)\b/g, "<arg>").replace(/\s+/g, " ")]),
+        ),
+      })),
+    );
+    expect(starts.map((s) => s.file)).toEqual(["attempts/claim.sql", "attempts/claim.sql", "flow/_key_promote.sql"]);
+    const [claimPlain, claimSlots, handOff] = starts.map((s) => s.columns);
+    const names = [...claimPlain!.keys()].sort();
+    expect(names).toEqual(["attempt", "lease_expires_at", "lease_lost", "lease_token", "locked_at", "locked_by", "progress", "queue_slot", "task_slot"]);
+    expect([...claimSlots!.keys()].sort()).toEqual(names);
+    expect([...handOff!.keys()].sort()).toEqual(names);
+    for (const column of ["attempt", "lease_expires_at", "lease_lost", "locked_at", "locked_by", "progress"]) {
+      expect(claimSlots!.get(column), column).toBe(claimPlain!.get(column));
+      expect(handOff!.get(column), column).toBe(claimPlain!.get(column));
+    }
+    // A hand-off is claim(..., token => true); it takes no slot (a job under a concurrency limit is never handed).
+    expect(handOff!.get("lease_token")).toBe("gen_random_uuid()");
+    expect(claimPlain!.get("lease_token")).toBe("CASE WHEN claim.token THEN gen_random_uuid() END");
+    expect([handOff!.get("queue_slot"), handOff!.get("task_slot")]).toEqual(["NULL", "NULL"]);
+  });
+});
+
 describe("_unsuccessful_states", () => {
   it("is terminal_states() without succeeded: failed, cancelled, expired", async () => {
     const { rows } = await db.pool.query(

@@ -369,6 +369,9 @@ BEGIN
     SET LOCAL synchronous_commit = off;
   END IF;
 
+  -- What starting an attempt writes: the same columns and values in both
+  -- branches (but the slots) and in the hand-off of _key_promote, held equal
+  -- by test/sql/predicates.test.ts ("what starting an attempt writes").
   IF v_queue_slots IS NULL AND v_task_slots IS NULL THEN
     RETURN QUERY
     WITH claimed AS (

@@ -111,7 +111,9 @@ BEGIN
     v_handed := '{}';
     IF v_hand IS NOT NULL THEN
       -- The picked jobs the completing worker's next claim would take,
-      -- claimed here (as claim(token => true) claims: attempt, lease, token).
+      -- claimed here (as claim(token => true) claims: attempt, lease, token;
+      -- the same columns and values as claim's UPDATE, held equal by
+      -- test/sql/predicates.test.ts).
       -- Claim order within the job's (task, queue): the first runnable job
       -- there, one descent of jobs_runnable_by_task_queue, must not come
       -- before it, so a worker handed a key's jobs one after another never
