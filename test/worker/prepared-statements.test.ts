@@ -2,8 +2,10 @@
 // On a direct connection, claim, heartbeat, complete and complete_and_take_next are prepared
 // on the pool's connection (read from pg_prepared_statements in that very
 // session: the worker's pool is the test's, of one connection). A statement
-// gone from its connection (DEALLOCATE ALL) is sent again unprepared, said
-// once, and the worker prepares no more. A claim function replaced under its
+// gone from its connection (DEALLOCATE ALL, 26000), one of the same name
+// already on the server (42P05) and one whose result type a migration changed
+// (0A000) are each sent again unprepared, said once, and the worker prepares
+// no more. A claim function replaced under its
 // statement (as a migration does) runs its new body. Across a server restart (a private
 // cluster) pg prepares again on the new connection and the worker keeps
 // claiming. Behind PgBouncer in transaction mode the worker does not prepare:
@@ -57,6 +59,21 @@ async function backendPid(pool: pg.Pool): Promise<number> {
 
 const functionsOf = (statements: { statement: string }[]): string[] =>
   [...new Set(statements.map((s) => /idemq\.(\w+)\(/.exec(s.statement)?.[1] ?? s.statement))].sort();
+
+/** Statements run in one transaction, as a migration runs them. */
+async function inTransaction(statements: string[]): Promise<void> {
+  const client = await db.pool.connect();
+  try {
+    await client.query("BEGIN");
+    for (const statement of statements) await client.query(statement);
+    await client.query("COMMIT");
+  } catch (error) {
+    await client.query("ROLLBACK");
+    throw error;
+  } finally {
+    client.release();
+  }
+}
 
 const goneLogs = (r: Recorded) => r.events.filter((e) => e.event === "log" && String(e.payload.message).includes("prepared statement"));
 
@@ -113,6 +130,39 @@ describe("on a direct connection", () => {
   }, 30_000);
 });
 
+describe("a statement of the same name already on the server (42P05: a session pooler that did not reset its connection)", () => {
+  it("the call is sent again unprepared, said once, and the worker prepares no more", async () => {
+    const producer = new Client({ connectionString: db.url, onError: () => {} });
+    try {
+      // The name another worker of the same settings gives its completion with a result.
+      const first = await startWorker(db.url, { ping: async () => "pong" });
+      const warmUp = await producer.enqueue("ping", {});
+      expect((await finishedJob(producer, warmUp.jobId)).state).toBe("succeeded");
+      const complete = (await preparedOn(first.pool)).find((s) => functionsOf([s])[0] === "complete");
+      expect(complete?.name).toMatch(/^idemq_complete_[0-9a-f]{16}$/);
+      await first.worker.stop();
+
+      // A second worker whose one connection already holds a statement of that name, which pg does not know of.
+      const r = await startWorker(db.url, { ping: async () => "pong" });
+      expect(r.worker.preparedStatements).toBe(true);
+      await r.pool.query(`PREPARE ${complete!.name} AS SELECT 1`);
+      const job = await producer.enqueue("ping", {});
+      expect((await finishedJob(producer, job.jobId)).state).toBe("succeeded");
+      expect(r.worker.preparedStatements).toBe(false);
+      const lines = goneLogs(r);
+      expect(lines).toHaveLength(1);
+      expect(lines[0]!.payload).toMatchObject({ level: "warn", workerId: r.worker.workerId });
+      expect(String(lines[0]!.payload.message)).toContain(`42P05: prepared statement "${complete!.name}" already exists`);
+      const next = await producer.enqueue("ping", {});
+      expect((await finishedJob(producer, next.jobId)).state).toBe("succeeded");
+      expect(goneLogs(r)).toHaveLength(1);
+      expect(r.events.filter((e) => e.event === "worker:error")).toEqual([]);
+    } finally {
+      await producer.close();
+    }
+  }, 30_000);
+});
+
 describe("across a migration", () => {
   it("claim replaced (CREATE OR REPLACE, as a migration does) under the prepared statement: the next claim runs the new body, still prepared", async () => {
     const producer = new Client({ connectionString: db.url, onError: () => {} });
@@ -142,6 +192,34 @@ describe("across a migration", () => {
       }
     } finally {
       await producer.close();
+    }
+  }, 30_000);
+});
+
+describe("a migration that changes the claim's result type (0A000: cached plan must not change result type)", () => {
+  it("the claim is sent again unprepared and gets the new column, said once; the worker prepares no more", async () => {
+    const producer = new Client({ connectionString: db.url, onError: () => {} });
+    const { rows: [definition] } = await db.pool.query<{ def: string }>("SELECT pg_get_functiondef('idemq.claim'::regproc) AS def");
+    try {
+      const r = await startWorker(db.url, { ping: async () => "pong" });
+      const before = await producer.enqueue("ping", {});
+      expect((await finishedJob(producer, before.jobId)).state).toBe("succeeded");
+      expect(functionsOf(await preparedOn(r.pool))).toContain("claim");
+      // As a later release might: a column added to claimed_job, and claim() returning it.
+      const widened = definition!.def.replaceAll("c.lease_token, c.id, c.timeout\n", "c.lease_token, c.id, c.timeout, NULL::text\n");
+      const count = (text: string): number => text.split("c.timeout, NULL::text").length - 1;
+      expect([count(definition!.def), count(widened)], "both of claim's answers widened").toEqual([0, 2]);
+      await inTransaction(["ALTER TYPE idemq.claimed_job ADD ATTRIBUTE added_by_a_migration text", widened]);
+      const after = await producer.enqueue("ping", {});
+      expect((await finishedJob(producer, after.jobId)).state).toBe("succeeded");
+      expect(r.worker.preparedStatements).toBe(false);
+      const lines = goneLogs(r);
+      expect(lines).toHaveLength(1);
+      expect(String(lines[0]!.payload.message)).toContain("0A000: cached plan must not change result type");
+      expect(r.events.filter((e) => e.event === "worker:error")).toEqual([]);
+    } finally {
+      await producer.close();
+      await inTransaction(["ALTER TYPE idemq.claimed_job DROP ATTRIBUTE IF EXISTS added_by_a_migration", definition!.def]);
     }
   }, 30_000);
 });
