@@ -101,7 +101,8 @@ CREATE TYPE idemq.claimed_job AS (
 	traceparent text,
 	lease_token uuid,
 	job_id bigint,
-	timeout interval
+	timeout interval,
+	concurrency_key text
 );
 
 -- What job() returns: a type, not RETURNS TABLE, because a TABLE column may

@@ -77,6 +77,9 @@ CREATE TYPE idemq.job_row AS (
 ALTER TYPE idemq.claimed_job ADD ATTRIBUTE lease_token uuid, ADD ATTRIBUTE job_id bigint;
 -- A job's time limit (enqueue(..., timeout)), handed to its worker by claim().
 ALTER TYPE idemq.claimed_job ADD ATTRIBUTE timeout interval;
+-- A job's concurrency key (enqueue(..., concurrency_key)), so a worker knows
+-- which completions can hand it a key's next job (complete_and_take_next).
+ALTER TYPE idemq.claimed_job ADD ATTRIBUTE concurrency_key text;
 
 -- Job counts per (queue, task, state), for stats() and overview(): rows the
 -- trigger function _count_jobs appends (its triggers come after the
@@ -3649,10 +3652,11 @@ BEGIN
       WHERE j.id = ANY (v_ids)
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout, j.concurrency_key
     )
     SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout,
+           c.concurrency_key
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
   ELSE
@@ -3672,10 +3676,11 @@ BEGIN
       WHERE j.id = ANY (v_ids) AND j.id = u.id
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout, j.concurrency_key
     )
     SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout,
+           c.concurrency_key
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
   END IF;
@@ -3795,7 +3800,8 @@ CREATE OR REPLACE FUNCTION idemq.complete_and_take_next(
   tasks text[] DEFAULT NULL)
 RETURNS TABLE (completed bigint, job_id bigint, task text, queue text, payload jsonb,
                attempt int, max_attempts int, idempotency_key text, lease_expires_at timestamptz,
-               reclaimed boolean, traceparent text, lease_token uuid, timeout interval)
+               reclaimed boolean, traceparent text, lease_token uuid, timeout interval,
+               concurrency_key text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -3816,7 +3822,8 @@ BEGIN
   PERFORM set_config('idemq.handed', '', true);
 
   RETURN QUERY SELECT c.id, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::int, NULL::int,
-                      NULL::text, NULL::timestamptz, NULL::boolean, NULL::text, NULL::uuid, NULL::interval
+                      NULL::text, NULL::timestamptz, NULL::boolean, NULL::text, NULL::uuid, NULL::interval,
+                      NULL::text
                FROM unnest(v_completed) AS c(id);
   IF v_handed IS NOT NULL THEN
     -- Read back by primary key: the hand-off wrote these rows in this
@@ -3824,7 +3831,8 @@ BEGIN
     -- of this call changed is not returned: none does).
     RETURN QUERY
     SELECT NULL::bigint, j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
-           j.idempotency_key, j.lease_expires_at, false, j.traceparent, j.lease_token, j.timeout
+           j.idempotency_key, j.lease_expires_at, false, j.traceparent, j.lease_token, j.timeout,
+           j.concurrency_key
     FROM idemq.jobs j
     WHERE j.id = ANY (v_handed) AND j.state = 'processing' AND j.locked_by = worker_id
     ORDER BY j.priority DESC, j.run_at, j.id;

@@ -52,6 +52,12 @@ export interface ClaimedJob {
   leaseToken: string;
   /** The job's time limit per attempt (enqueue's timeout) in ms; null without one. */
   timeoutMs: number | null;
+  /**
+   * The job's concurrency key (enqueue's concurrencyKey); null without one,
+   * and from a server before 0.2.0's column. A completion of jobs none of
+   * which has one frees no key, so it can hand over nothing.
+   */
+  concurrencyKey: string | null;
 }
 
 /** The fencing token of one attempt: the job, the attempt and the lease token claim() returned with it. */
@@ -105,6 +111,7 @@ function claimedJob(r: ClaimedJobRow, payloadBytes: number): ClaimedJob {
     traceparent: r.traceparent,
     leaseToken: r.lease_token,
     timeoutMs: r.timeout ?? null,
+    concurrencyKey: r.concurrency_key ?? null,
   };
 }
 
@@ -191,6 +198,8 @@ interface ClaimedJobRow {
   lease_token: string;
   /** Parsed to ms (claimTypes); absent before 0.2.0's column. */
   timeout?: number | null;
+  /** Absent before 0.2.0's column. */
+  concurrency_key?: string | null;
 }
 
 function attemptArrays(jobs: readonly JobAttempt[]): { job_ids: string[]; attempts: number[]; lease_tokens: (string | null)[] } {

@@ -5,11 +5,13 @@
 // SECOND_CALL_AT jobs wait behind it (the completion is then what the worker
 // waits on), on another connection. complete_many skips attempts that lost their
 // lease; those jobs get job:lease-lost (or job:cancelled) instead of job:success.
-// While the worker runs, a batch is completed with complete_and_take_next: a
-// concurrency key the batch frees hands its next job to this worker in the
-// same statement (claimed there, one write instead of an admission and a
-// claim), when this worker's next claim would have taken it first; those jobs
-// go to the worker as if claimed.
+// While the worker runs, a batch with a job of a concurrency key is completed
+// with complete_and_take_next: a key the batch frees hands its next job to
+// this worker in the same statement (claimed there, one write instead of an
+// admission and a claim), when this worker's next claim would have taken it
+// first; those jobs go to the worker as if claimed. A batch without one
+// frees no key, so it goes to complete_many, which costs less per call
+// (bench/FINDINGS.md, "Where a batched job's backend time goes").
 import { LeaseLostError } from "../errors.ts";
 import * as sql from "../sql/index.ts";
 import type { ClaimedJob, TakeNextOptions } from "../sql/index.ts";
@@ -41,6 +43,9 @@ export interface HandOff {
   /** Jobs handed over with a completion, held now: run them as claimed ones (or give them back when stopping). */
   take(jobs: ClaimedJob[]): Promise<void>;
 }
+
+/** A job whose completion may free a concurrency key, and so hand over the key's next job. */
+const keyed = (held: HeldJob): boolean => held.job.concurrencyKey !== null;
 
 export class Completer {
   private pending: HeldJob[] = [];
@@ -80,7 +85,7 @@ export class Completer {
         let completed: Set<string>;
         let handed: ClaimedJob[] = [];
         try {
-          const options = this.closing ? undefined : this.handOff?.options();
+          const options = this.closing || !batch.some(keyed) ? undefined : this.handOff?.options();
           if (options === undefined) {
             completed = new Set(await sql.completeClaimed(this.state.preparedCalls, batch));
           } else {

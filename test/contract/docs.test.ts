@@ -89,7 +89,7 @@ describe("docs/sql-api.md: what each function returns", () => {
     // claim's rows (idemq.claimed_job) among them: a job's id named job_id as in enqueue's, appended after
     // id (its 0.1.0 name, kept for 0.1.0 consumers).
     expect(withRows).toBeGreaterThan(15);
-    expect(sections.get("claim")).toMatch(/^\*\*Returns:\*\* rows of `idemq\.claimed_job`, with the columns `id` bigint, `task` text, .*, `lease_token` uuid, `job_id` bigint, `timeout` interval\.$/m);
+    expect(sections.get("claim")).toMatch(/^\*\*Returns:\*\* rows of `idemq\.claimed_job`, with the columns `id` bigint, `task` text, .*, `lease_token` uuid, `job_id` bigint, `timeout` interval, `concurrency_key` text\.$/m);
   });
 });
 

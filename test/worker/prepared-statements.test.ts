@@ -1,5 +1,5 @@
 // The worker's hot calls as named prepared statements (src/worker/prepared-calls.ts).
-// On a direct connection, claim, heartbeat, complete and complete_and_take_next are prepared
+// On a direct connection, claim, heartbeat, complete and complete_many are prepared
 // on the pool's connection (read from pg_prepared_statements in that very
 // session: the worker's pool is the test's, of one connection). A statement
 // gone from its connection (DEALLOCATE ALL, 26000), one of the same name
@@ -78,7 +78,7 @@ async function inTransaction(statements: string[]): Promise<void> {
 const goneLogs = (r: Recorded) => r.events.filter((e) => e.event === "log" && String(e.payload.message).includes("prepared statement"));
 
 describe("on a direct connection", () => {
-  it("claim, heartbeat and complete_and_take_next (a job without a result) run as named prepared statements on the pool's connection", async () => {
+  it("claim, heartbeat and complete_many (a job without a result or a key) run as named prepared statements on the pool's connection", async () => {
     const producer = new Client({ connectionString: db.url, onError: () => {} });
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
@@ -91,9 +91,9 @@ describe("on a direct connection", () => {
       release();
       expect((await finishedJob(producer, jobId)).state).toBe("succeeded");
       const statements = await preparedOn(r.pool);
-      expect(functionsOf(statements)).toEqual(["claim", "complete_and_take_next", "heartbeat"]);
+      expect(functionsOf(statements)).toEqual(["claim", "complete_many", "heartbeat"]);
       for (const { name, statement } of statements) {
-        expect(name).toMatch(/^idemq_(claim|complete_and_take_next|heartbeat)_[0-9a-f]{16}$/);
+        expect(name).toMatch(/^idemq_(claim|complete_many|heartbeat)_[0-9a-f]{16}$/);
         expect(statement).toMatch(/^SELECT \* FROM idemq\.\w+\(/);
       }
       expect(r.events.filter((e) => e.event === "worker:error")).toEqual([]);
@@ -206,8 +206,8 @@ describe("a migration that changes the claim's result type (0A000: cached plan m
       expect((await finishedJob(producer, before.jobId)).state).toBe("succeeded");
       expect(functionsOf(await preparedOn(r.pool))).toContain("claim");
       // As a later release might: a column added to claimed_job, and claim() returning it.
-      const widened = definition!.def.replaceAll("c.lease_token, c.id, c.timeout\n", "c.lease_token, c.id, c.timeout, NULL::text\n");
-      const count = (text: string): number => text.split("c.timeout, NULL::text").length - 1;
+      const widened = definition!.def.replaceAll("c.concurrency_key\n", "c.concurrency_key, NULL::text\n");
+      const count = (text: string): number => text.split("c.concurrency_key, NULL::text").length - 1;
       expect([count(definition!.def), count(widened)], "both of claim's answers widened").toEqual([0, 2]);
       await inTransaction(["ALTER TYPE idemq.claimed_job ADD ATTRIBUTE added_by_a_migration text", widened]);
       const after = await producer.enqueue("ping", {});

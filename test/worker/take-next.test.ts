@@ -2,7 +2,8 @@
 // completion that frees a concurrency key brings the key's next job back
 // claimed, and the worker runs it as a claimed one: fewer claims than jobs,
 // still one job of a key at a time, in the key's order; once the worker
-// stops, its completions hand nothing.
+// stops, its completions hand nothing. A batch without a keyed job frees no
+// key: it is completed with complete_many.
 import { afterAll, describe, expect, it, vi } from "vitest";
 import { Client, createWorker, type Worker, type WorkerOptions } from "../../src/index.ts";
 import { useTestDatabase } from "../helpers/db.ts";
@@ -90,6 +91,41 @@ describe("a worker completing a keyed job takes the key's next job in the same c
   });
 });
 
+describe("which completion call a batch gets", () => {
+  it("a batch with no keyed job is completed with complete_many, one with a keyed job with complete_and_take_next", async () => {
+    const client = new Client({ pool: db.pool });
+    const queue = unique("which-call");
+    const calls: string[] = [];
+    const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
+    const spy = vi.spyOn(db.pool, "query").mockImplementation(((config: unknown, values?: unknown) => {
+      const text = typeof config === "string" ? config : (config as { text?: string }).text ?? "";
+      const fn = /idemq\.(complete_and_take_next|complete_many)\(/.exec(text)?.[1];
+      if (fn !== undefined) calls.push(fn);
+      return query(config, values);
+    }) as never);
+    try {
+      const w = worker({ queues: [queue], concurrency: 2, tasks: { noop: async () => {} } });
+      await w.start();
+      const finished = async (n: number): Promise<boolean> => {
+        const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
+        return rows[0].n === n;
+      };
+      await client.enqueueMany(Array.from({ length: 20 }, () => ({ task: "noop", queue })));
+      await waitFor(() => finished(20), { what: "the 20 jobs without a key succeeded" });
+      expect(calls.length).toBeGreaterThan(0);
+      expect(new Set(calls)).toEqual(new Set(["complete_many"]));
+      calls.length = 0;
+      const key = unique("k");
+      await client.enqueueMany(Array.from({ length: 3 }, () => ({ task: "noop", queue, concurrencyKey: key })));
+      await waitFor(() => finished(23), { what: "the 3 keyed jobs succeeded" });
+      expect(calls.length).toBeGreaterThan(0);
+      expect(new Set(calls)).toEqual(new Set(["complete_and_take_next"]));
+    } finally {
+      spy.mockRestore();
+    }
+  });
+});
+
 describe("the Completer's calls in flight", () => {
   it("a second completion call goes out beside the first once jobs pile up behind it, never a third, and every job completes once", async () => {
     const client = new Client({ pool: db.pool });
@@ -101,7 +137,7 @@ describe("the Completer's calls in flight", () => {
     const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
     const spy = vi.spyOn(db.pool, "query").mockImplementation(((config: unknown, values?: unknown) => {
       const text = typeof config === "string" ? config : (config as { text?: string }).text ?? "";
-      if (!text.includes("complete_and_take_next")) return query(config, values);
+      if (!/idemq\.complete_(and_take_next|many)\(/.test(text)) return query(config, values);
       inFlight++;
       most = Math.max(most, inFlight);
       return query(config, values).finally(() => inFlight--);

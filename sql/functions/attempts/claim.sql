@@ -14,9 +14,13 @@
 --     it instead of spending an attempt.
 --   * Returns rows of idemq.claimed_job: id, task, queue, payload,
 --     attempt, max_attempts, idempotency_key, lease_expires_at, reclaimed,
---     traceparent, lease_token, job_id, timeout, in claim order. id is job_id under
---     its 0.1.0 name, kept so 0.1.0 consumers read it through an upgrade
---     (deprecated: read job_id).
+--     traceparent, lease_token, job_id, timeout, concurrency_key, in claim
+--     order. id is job_id under its 0.1.0 name, kept so 0.1.0 consumers read
+--     it through an upgrade (deprecated: read job_id). concurrency_key is the
+--     job's key (NULL without one): a consumer that completes a batch
+--     without one keyed job with complete_many loses no hand-off
+--     (complete_and_take_next hands only jobs of the keys its completions
+--     free).
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
 --     worker_id, locked_at = now(), lease_expires_at = now() + lease, or
 --     now() + the job's timeout when that is shorter (a time limit no lease
@@ -385,10 +389,11 @@ BEGIN
       WHERE j.id = ANY (v_ids)
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout, j.concurrency_key
     )
     SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout,
+           c.concurrency_key
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
   ELSE
@@ -408,10 +413,11 @@ BEGIN
       WHERE j.id = ANY (v_ids) AND j.id = u.id
       RETURNING j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
                 j.idempotency_key, j.lease_expires_at, j.id = ANY (v_lost) AS reclaimed,
-                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout
+                j.traceparent, j.lease_token, j.priority, j.run_at, j.timeout, j.concurrency_key
     )
     SELECT c.id, c.task, c.queue, c.payload, c.attempt, c.max_attempts,
-           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout
+           c.idempotency_key, c.lease_expires_at, c.reclaimed, c.traceparent, c.lease_token, c.id, c.timeout,
+           c.concurrency_key
     FROM claimed c
     ORDER BY c.priority DESC, c.run_at, c.id;
   END IF;

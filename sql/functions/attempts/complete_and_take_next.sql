@@ -3,7 +3,8 @@
 --   tasks text[] DEFAULT NULL)
 --   RETURNS TABLE (completed bigint, job_id bigint, task text, queue text, payload jsonb,
 --     attempt int, max_attempts int, idempotency_key text, lease_expires_at timestamptz,
---     reclaimed boolean, traceparent text, lease_token uuid, timeout interval)
+--     reclaimed boolean, traceparent text, lease_token uuid, timeout interval,
+--     concurrency_key text)
 --
 -- complete_many(), and the next job of each concurrency key it frees handed
 -- to the same worker in the same statement: the job goes from awaiting
@@ -15,7 +16,7 @@
 --     completes, and returns one row per job completed: `completed` its id,
 --     the other columns NULL.
 --   * Then one row per job handed to worker_id (`completed` NULL), with the
---     columns claim() returns (job_id, task, ..., lease_token, timeout: the
+--     columns claim() returns (job_id, task, ..., timeout, concurrency_key: the
 --     same values, attempt already counted) and held as claim(token => true)
 --     holds it: processing, locked_by worker_id, a new lease_token, the lease
 --     (or the job's timeout when shorter). The caller runs and completes it
@@ -55,7 +56,8 @@ CREATE OR REPLACE FUNCTION idemq.complete_and_take_next(
   tasks text[] DEFAULT NULL)
 RETURNS TABLE (completed bigint, job_id bigint, task text, queue text, payload jsonb,
                attempt int, max_attempts int, idempotency_key text, lease_expires_at timestamptz,
-               reclaimed boolean, traceparent text, lease_token uuid, timeout interval)
+               reclaimed boolean, traceparent text, lease_token uuid, timeout interval,
+               concurrency_key text)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -76,7 +78,8 @@ BEGIN
   PERFORM set_config('idemq.handed', '', true);
 
   RETURN QUERY SELECT c.id, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::int, NULL::int,
-                      NULL::text, NULL::timestamptz, NULL::boolean, NULL::text, NULL::uuid, NULL::interval
+                      NULL::text, NULL::timestamptz, NULL::boolean, NULL::text, NULL::uuid, NULL::interval,
+                      NULL::text
                FROM unnest(v_completed) AS c(id);
   IF v_handed IS NOT NULL THEN
     -- Read back by primary key: the hand-off wrote these rows in this
@@ -84,7 +87,8 @@ BEGIN
     -- of this call changed is not returned: none does).
     RETURN QUERY
     SELECT NULL::bigint, j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
-           j.idempotency_key, j.lease_expires_at, false, j.traceparent, j.lease_token, j.timeout
+           j.idempotency_key, j.lease_expires_at, false, j.traceparent, j.lease_token, j.timeout,
+           j.concurrency_key
     FROM idemq.jobs j
     WHERE j.id = ANY (v_handed) AND j.state = 'processing' AND j.locked_by = worker_id
     ORDER BY j.priority DESC, j.run_at, j.id;
