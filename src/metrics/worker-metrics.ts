@@ -85,6 +85,15 @@ export async function collectWorkerMetrics(worker: Worker, options: WorkerMetric
     }),
   );
   listen("worker:claimed", (e) => batch.observe(e.jobs));
+  const handed = named(
+    "idemq_worker_jobs_handed_total",
+    new prom.Counter({
+      name: "idemq_worker_jobs_handed_total",
+      help: "Jobs a completion handed this worker (the next job of a concurrency key it freed, claimed in the same call: worker:handed)",
+      registers,
+    }),
+  );
+  listen("worker:handed", (e) => handed.inc(e.jobs));
 
   named(
     "idemq_worker_jobs_in_flight",
@@ -144,6 +153,18 @@ export async function collectWorkerMetrics(worker: Worker, options: WorkerMetric
       registers,
       collect() {
         for (const mode of WAKE_UP_MODES) this.set({ mode }, worker.wakeUp === mode ? 1 : 0);
+      },
+    }),
+  );
+
+  named(
+    "idemq_worker_prepared_statements",
+    new prom.Gauge({
+      name: "idemq_worker_prepared_statements",
+      help: "1 while the worker sends its per-job calls as named prepared statements, 0 when it sends them unnamed (poll mode, a transaction pooler, or after a statement was found gone)",
+      registers,
+      collect() {
+        this.set(worker.preparedStatements ? 1 : 0);
       },
     }),
   );

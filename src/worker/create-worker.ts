@@ -336,6 +336,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Jobs a completion handed over: run as claimed ones; while stopping, given back at once. */
   private async onHanded(jobs: ClaimedJob[]): Promise<void> {
+    if (this.state.listening("worker:handed")) this.state.emit("worker:handed", { workerId: this.settings.workerId, jobs: jobs.length });
     if (this.lifecycle === "running") {
       this.onClaimed(jobs);
       return;

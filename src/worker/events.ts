@@ -91,6 +91,12 @@ export interface WorkerEvents {
   "worker:pooler": [{ workerId: string; evidence: string; wakeUp: "poll" }];
   /** A claim() returned: how many jobs it brought (0 for an empty claim) and how many it asked for. */
   "worker:claimed": [{ workerId: string; jobs: number; asked: number }];
+  /**
+   * A completion (complete_and_take_next) handed this worker the next jobs of
+   * the concurrency keys it freed, claimed for it in the same call: how many.
+   * Not emitted for a completion that handed none.
+   */
+  "worker:handed": [{ workerId: string; jobs: number }];
   "worker:started": [{ workerId: string }];
   "worker:stopped": [{ workerId: string }];
   /** ctx.log lines, and the worker's own notices. */

@@ -3,6 +3,8 @@
 // strict text-format parser (test/helpers/prometheus-text.ts), and every
 // counter and histogram count is asserted against that work. A database that
 // does not answer leaves the scrape answering, with idemq_database_up 0.
+// Jobs a completion hands over are counted (worker:handed), and with the
+// claimed ones they are every job the worker ran.
 import { spawn } from "node:child_process";
 import { createServer, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
@@ -105,6 +107,9 @@ describe("idemq worker --metrics-port", () => {
     expect(v("idemq_worker_buffered_bytes")).toBe(0);
     expect(v("idemq_worker_wake_up_mode", { mode: "listen" })).toBe(1);
     expect(v("idemq_worker_wake_up_mode", { mode: "poll" })).toBe(0);
+    // A direct connection keeps its session: the per-job calls are prepared. No job had a key: none was handed.
+    expect(v("idemq_worker_prepared_statements")).toBe(1);
+    expect(v("idemq_worker_jobs_handed_total")).toBe(0);
     expect(v("idemq_worker_reconnects_total")).toBe(0);
     expect(v("idemq_worker_errors_total")).toBe(0);
 
@@ -240,6 +245,46 @@ describe("collectWorkerMetrics", () => {
     expect(mine.getMetricsAsArray()).toEqual([]); // no metric left, no listener left to count that start
     expect(worker.listenerCount("job:start")).toBe(0);
     await worker.stop();
+  });
+});
+
+describe("jobs handed over by a completion", () => {
+  it("worker:handed and idemq_worker_jobs_handed_total count them; with the claimed ones they are every job run", async () => {
+    const queue = `handed-${process.pid}-${Date.now()}`;
+    const keys = 6;
+    const perKey = 8;
+    const jobs = [];
+    for (let i = 0; i < perKey; i++) {
+      for (let k = 0; k < keys; k++) jobs.push({ task: "keyed", queue, payload: { k, i }, concurrencyKey: `${queue}:${k}` });
+    }
+    await client.enqueueMany(jobs);
+    const worker = createWorker({ pool: db.pool, queues: [queue], concurrency: 3, tasks: { keyed: async () => {} }, handleSignals: false });
+    const registry = new Registry();
+    const metrics = await collectWorkerMetrics(worker, { registry });
+    let handedEvents = 0;
+    worker.on("worker:handed", (e) => {
+      expect(e.jobs).toBeGreaterThan(0);
+      expect(e.workerId).toBe(worker.workerId);
+      handedEvents += e.jobs;
+    });
+    try {
+      await worker.start();
+      await waitFor(async () => {
+        const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
+        return rows[0].n === keys * perKey;
+      }, { what: "every keyed job succeeded" });
+      const families = parsePrometheusText(await registry.metrics());
+      const handed = sampleValue(families, "idemq_worker_jobs_handed_total", {});
+      expect(handed).toBe(handedEvents);
+      expect(handed).toBeGreaterThan(0);
+      // Each job ran once (attempt 1), and came either from a claim or from a hand-off.
+      const { rows } = await db.pool.query("SELECT max(attempt) AS a FROM idemq.jobs WHERE queue = $1", [queue]);
+      expect(rows[0].a).toBe(1);
+      expect(sampleValue(families, "idemq_worker_claim_batch_size_sum", {}) + handed).toBe(keys * perKey);
+    } finally {
+      await worker.stop();
+      await metrics.close();
+    }
   });
 });
 
