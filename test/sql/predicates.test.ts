@@ -11,6 +11,8 @@ import { useTestDatabase, inRollback } from "../helpers/db.ts";
 import { enqueue, stateOf } from "../helpers/jobs.ts";
 
 const db = useTestDatabase({ poolSize: 2 });
+/** The function files, read by the tests that hold their text to one definition. */
+const FUNCTIONS = resolve(import.meta.dirname, "..", "..", "sql", "functions");
 
 async function one<T>(sql: string, values: unknown[] = []): Promise<T> {
   return (await db.pool.query(sql, values)).rows[0].v as T;
@@ -108,11 +110,10 @@ describe("_lease_until", () => {
   });
 
   it("is the only way a function of sql/functions sets a lease: every other write of lease_expires_at clears it", () => {
-    const root = resolve(import.meta.dirname, "..", "..", "sql", "functions");
     const writes: string[] = [];
-    for (const family of readdirSync(root, { withFileTypes: true }).filter((e) => e.isDirectory())) {
-      for (const file of readdirSync(join(root, family.name)).filter((f) => f.endsWith(".sql"))) {
-        const code = readFileSync(join(root, family.name, file), "utf8")
+    for (const family of readdirSync(FUNCTIONS, { withFileTypes: true }).filter((e) => e.isDirectory())) {
+      for (const file of readdirSync(join(FUNCTIONS, family.name)).filter((f) => f.endsWith(".sql"))) {
+        const code = readFileSync(join(FUNCTIONS, family.name, file), "utf8")
           .split("\n")
           .filter((line) => !line.trimStart().startsWith("--"))
           .join("\n");
@@ -134,9 +135,8 @@ describe("_lease_until", () => {
 
 describe("what starting an attempt writes", () => {
   it("is the same columns in claim's two UPDATEs and the hand-off's (_key_promote), with the same values but the slots and the worker", () => {
-    const root = resolve(import.meta.dirname, "..", "..", "sql", "functions");
     const starts = ["attempts/claim.sql", "flow/_key_promote.sql"].flatMap((file) =>
-      [...readFileSync(join(root, file), "utf8").matchAll(/SET state = 'processing',([\s\S]*?)\n\s*(?:FROM|WHERE) /g)].map((m) => ({
+      [...readFileSync(join(FUNCTIONS, file), "utf8").matchAll(/SET state = 'processing',([\s\S]*?)\n\s*(?:FROM|WHERE) /g)].map((m) => ({
         file,
         columns: new Map(
           m[1]!

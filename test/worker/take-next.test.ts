@@ -22,6 +22,33 @@ function worker(options: Partial<WorkerOptions>): Worker {
   return w;
 }
 
+/** Until `n` jobs of `queue` have succeeded. */
+async function succeeded(queue: string, n: number, what: string): Promise<void> {
+  await waitFor(async () => {
+    const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
+    return rows[0].n === n;
+  }, { what });
+}
+
+/**
+ * Runs `body` while each completion call the workers send through db.pool
+ * (complete_many or complete_and_take_next) goes through `around`, which
+ * gets the function's name and the call to make.
+ */
+async function watchingCompletions(around: (fn: string, call: () => Promise<unknown>) => Promise<unknown>, body: () => Promise<void>): Promise<void> {
+  const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
+  const spy = vi.spyOn(db.pool, "query").mockImplementation(((config: unknown, values?: unknown) => {
+    const text = typeof config === "string" ? config : (config as { text?: string }).text ?? "";
+    const fn = /idemq\.(complete_and_take_next|complete_many)\(/.exec(text)?.[1];
+    return fn === undefined ? query(config, values) : around(fn, () => query(config, values));
+  }) as never);
+  try {
+    await body();
+  } finally {
+    spy.mockRestore();
+  }
+}
+
 const KEYS = 8;
 const PER_KEY = 12;
 
@@ -55,10 +82,7 @@ describe("a worker completing a keyed job takes the key's next job in the same c
     }
     await client.enqueueMany(jobs);
     await w.start();
-    await waitFor(async () => {
-      const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
-      return rows[0].n === KEYS * PER_KEY;
-    }, { what: `the ${KEYS * PER_KEY} keyed jobs succeeded` });
+    await succeeded(queue, KEYS * PER_KEY, `the ${KEYS * PER_KEY} keyed jobs succeeded`);
     expect(ran).toHaveLength(KEYS * PER_KEY);
     expect(overlap).toBe(1);
     for (let k = 0; k < KEYS; k++) {
@@ -96,33 +120,26 @@ describe("which completion call a batch gets", () => {
     const client = new Client({ pool: db.pool });
     const queue = unique("which-call");
     const calls: string[] = [];
-    const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
-    const spy = vi.spyOn(db.pool, "query").mockImplementation(((config: unknown, values?: unknown) => {
-      const text = typeof config === "string" ? config : (config as { text?: string }).text ?? "";
-      const fn = /idemq\.(complete_and_take_next|complete_many)\(/.exec(text)?.[1];
-      if (fn !== undefined) calls.push(fn);
-      return query(config, values);
-    }) as never);
-    try {
-      const w = worker({ queues: [queue], concurrency: 2, tasks: { noop: async () => {} } });
-      await w.start();
-      const finished = async (n: number): Promise<boolean> => {
-        const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
-        return rows[0].n === n;
-      };
-      await client.enqueueMany(Array.from({ length: 20 }, () => ({ task: "noop", queue })));
-      await waitFor(() => finished(20), { what: "the 20 jobs without a key succeeded" });
-      expect(calls.length).toBeGreaterThan(0);
-      expect(new Set(calls)).toEqual(new Set(["complete_many"]));
-      calls.length = 0;
-      const key = unique("k");
-      await client.enqueueMany(Array.from({ length: 3 }, () => ({ task: "noop", queue, concurrencyKey: key })));
-      await waitFor(() => finished(23), { what: "the 3 keyed jobs succeeded" });
-      expect(calls.length).toBeGreaterThan(0);
-      expect(new Set(calls)).toEqual(new Set(["complete_and_take_next"]));
-    } finally {
-      spy.mockRestore();
-    }
+    await watchingCompletions(
+      (fn, call) => {
+        calls.push(fn);
+        return call();
+      },
+      async () => {
+        const w = worker({ queues: [queue], concurrency: 2, tasks: { noop: async () => {} } });
+        await w.start();
+        await client.enqueueMany(Array.from({ length: 20 }, () => ({ task: "noop", queue })));
+        await succeeded(queue, 20, "the 20 jobs without a key succeeded");
+        expect(calls.length).toBeGreaterThan(0);
+        expect(new Set(calls)).toEqual(new Set(["complete_many"]));
+        calls.length = 0;
+        const key = unique("k");
+        await client.enqueueMany(Array.from({ length: 3 }, () => ({ task: "noop", queue, concurrencyKey: key })));
+        await succeeded(queue, 23, "the 3 keyed jobs succeeded");
+        expect(calls.length).toBeGreaterThan(0);
+        expect(new Set(calls)).toEqual(new Set(["complete_and_take_next"]));
+      },
+    );
   });
 });
 
@@ -134,26 +151,20 @@ describe("the Completer's calls in flight", () => {
     await client.enqueueMany(Array.from({ length: total }, (_, i) => ({ task: "noop", queue, payload: { i } })));
     let inFlight = 0;
     let most = 0;
-    const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
-    const spy = vi.spyOn(db.pool, "query").mockImplementation(((config: unknown, values?: unknown) => {
-      const text = typeof config === "string" ? config : (config as { text?: string }).text ?? "";
-      if (!/idemq\.complete_(and_take_next|many)\(/.test(text)) return query(config, values);
-      inFlight++;
-      most = Math.max(most, inFlight);
-      return query(config, values).finally(() => inFlight--);
-    }) as never);
-    try {
-      let ran = 0;
-      const w = worker({ queues: [queue], concurrency: 10, prefetch: 490, tasks: { noop: async () => void ran++ } });
-      await w.start();
-      await waitFor(async () => {
-        const { rows } = await db.pool.query("SELECT count(*)::int AS n FROM idemq.jobs WHERE queue = $1 AND state = 'succeeded'", [queue]);
-        return rows[0].n === total;
-      }, { what: `the ${total} jobs succeeded` });
-      expect(ran).toBe(total);
-      expect(most).toBe(2);
-    } finally {
-      spy.mockRestore();
-    }
+    await watchingCompletions(
+      (_fn, call) => {
+        inFlight++;
+        most = Math.max(most, inFlight);
+        return call().finally(() => inFlight--);
+      },
+      async () => {
+        let ran = 0;
+        const w = worker({ queues: [queue], concurrency: 10, prefetch: 490, tasks: { noop: async () => void ran++ } });
+        await w.start();
+        await succeeded(queue, total, `the ${total} jobs succeeded`);
+        expect(ran).toBe(total);
+        expect(most).toBe(2);
+      },
+    );
   });
 });
