@@ -17,10 +17,9 @@
 --     traceparent, lease_token, job_id, timeout, concurrency_key, in claim
 --     order. id is job_id under its 0.1.0 name, kept so 0.1.0 consumers read
 --     it through an upgrade (deprecated: read job_id). concurrency_key is the
---     job's key (NULL without one): a consumer that completes a batch
---     without one keyed job with complete_many loses no hand-off
---     (complete_and_take_next hands only jobs of the keys its completions
---     free).
+--     job's key (NULL without one). complete_and_take_next hands over only
+--     the next jobs of keys its completions free, so a batch with no keyed
+--     job can be completed with complete_many and lose nothing.
 --   * Each claimed job moves to processing with attempt + 1, locked_by =
 --     worker_id, locked_at = now(), lease_expires_at = now() + lease, or
 --     now() + the job's timeout when that is shorter (a time limit no lease
