@@ -4,8 +4,8 @@
 // worker's next claim would take first; every other freed key's job is
 // admitted for any claim, as complete_many admits it.
 import { describe, expect, it } from "vitest";
-import { expectSqlError, useTestDatabase } from "../helpers/db.ts";
-import { count, makeJob, stateOf, states, unique, type Queryable } from "../helpers/jobs.ts";
+import { expectSqlError, inRollback, useTestDatabase } from "../helpers/db.ts";
+import { count, makeJob, makeJobs, stateOf, states, unique, type Queryable } from "../helpers/jobs.ts";
 import { claim, type ClaimedJob } from "../helpers/work.ts";
 
 const db = useTestDatabase();
@@ -114,6 +114,37 @@ describe("complete_and_take_next hands a freed key's next job to the completing 
     const stale = { ...first!, lease_token: "00000000-0000-4000-8000-000000000000" };
     expect(await takeNext(db.pool, [stale], { queues: [queue] })).toEqual({ completed: [], handed: [] });
     expect(await states(db.pool, [a, b])).toEqual({ [a]: "processing", [b]: "awaiting" });
+  });
+});
+
+describe("complete_and_take_next reads the handed jobs back by id", () => {
+  // The planner trap in complete_and_take_next's read-back: with the state
+  // and worker beside the ids, a plan through jobs_leases walks every job
+  // any worker holds. Set up as it bites: statistics taken while nothing was
+  // processing, then BUSY jobs held by another worker, and 20 keys handed at
+  // once (a lookup of 20 ids costs the planner more than a walk of the
+  // "empty" jobs_leases).
+  it("reads none of the jobs other workers hold (jobs_leases tuples read in the call < their number)", async () => {
+    const BUSY = 300;
+    const KEYS = 20;
+    const queue = unique("readback");
+    const busyQueue = unique("busy");
+    await makeJobs(db.pool, BUSY, { queue: busyQueue });
+    for (let k = 0; k < KEYS; k++) await keyed(queue, `${queue}:${k}`);
+    for (let k = 0; k < KEYS; k++) await keyed(queue, `${queue}:${k}`);
+    await db.pool.query("ANALYZE idemq.jobs");
+    expect(await claim(db.pool, { worker_id: "w-busy", queues: [busyQueue], batch_size: BUSY })).toHaveLength(BUSY);
+    const heads = await claimAll(queue);
+    expect(heads).toHaveLength(KEYS);
+
+    const { handed, leasesRead } = await inRollback(db.pool, async (c) => {
+      // The transaction's own counters (pg_stat_get_xact_*): this call's reads only.
+      const { handed } = await takeNext(c, heads, { queues: [queue] });
+      const { rows } = await c.query<{ n: string }>("SELECT pg_stat_get_xact_tuples_returned('idemq.jobs_leases'::regclass) AS n");
+      return { handed, leasesRead: Number(rows[0]!.n) };
+    });
+    expect(handed).toHaveLength(KEYS);
+    expect(leasesRead).toBeLessThan(BUSY);
   });
 });
 

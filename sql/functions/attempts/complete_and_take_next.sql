@@ -85,12 +85,21 @@ BEGIN
     -- Read back by primary key: the hand-off wrote these rows in this
     -- transaction, for this worker (a job it handed and a later statement
     -- of this call changed is not returned: none does).
+    -- Planner trap: with the state and worker in the same WHERE as the ids,
+    -- the planner may walk jobs_leases (every processing job of every
+    -- worker; its statistics, taken when few were processing, say it is
+    -- small) and filter the ids: EXPLAIN ANALYZE under a worker holding
+    -- 500 jobs, a read-back of 50: Index Scan using jobs_leases, Rows
+    -- Removed by Filter: 450, each row checked against the 50 ids; 10% of
+    -- a keyed completion's instructions (bench/FINDINGS.md, "The keyed
+    -- completion's cost"). OFFSET 0 keeps the lookup by id apart, so it
+    -- can only use jobs_pkey; the state and worker are checked on its rows.
     RETURN QUERY
     SELECT NULL::bigint, j.id, j.task, j.queue, j.payload, j.attempt, j.max_attempts,
            j.idempotency_key, j.lease_expires_at, false, j.traceparent, j.lease_token, j.timeout,
            j.concurrency_key
-    FROM idemq.jobs j
-    WHERE j.id = ANY (v_handed) AND j.state = 'processing' AND j.locked_by = worker_id
+    FROM (SELECT * FROM idemq.jobs b WHERE b.id = ANY (v_handed) OFFSET 0) j
+    WHERE j.state = 'processing' AND j.locked_by = worker_id
     ORDER BY j.priority DESC, j.run_at, j.id;
   END IF;
 END;

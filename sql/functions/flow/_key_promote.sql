@@ -17,7 +17,9 @@
 --     per_key are admitted by the K of the one at the head), and none of its
 --     jobs waits for it while it has room.
 --   * Set-based: one SELECT and one UPDATE for all the keys (one trigger
---     call), again only when a picked job changed meanwhile.
+--     call), again only when a picked job changed meanwhile. With a hand-off
+--     (below), one UPDATE for the handed jobs and the promotion's only when
+--     some picked job was not handed.
 --   * A promoted job runnable now wakes its queue's waiting consumers
 --     (_notify_waiting).
 --   * Costs a key with nothing waiting one probe of jobs_key_waiting.
@@ -50,6 +52,8 @@ AS $$
 DECLARE
   v_keys text[];
   v_picked bigint[];
+  v_picked_tasks text[];
+  v_picked_queues text[];
   v_moved int;
   v_queues text[];
   -- Without any per_key set (the usual case) K is 1 for every job: no
@@ -90,13 +94,13 @@ BEGIN
     -- promotes 100 jobs in one UPDATE, one trigger call): per key, its
     -- admitted count, then as many of its best waiting jobs as K leaves
     -- room for. Started after the locks (see Concurrency).
-    SELECT array_agg(p.id) INTO v_picked
+    SELECT array_agg(p.id), array_agg(p.task), array_agg(p.queue) INTO v_picked, v_picked_tasks, v_picked_queues
     FROM unnest(v_keys) AS k(key)
     CROSS JOIN LATERAL (
       SELECT count(*) AS n FROM idemq.jobs h
       WHERE h.concurrency_key = k.key AND h.state IN ('enqueued', 'scheduled', 'processing')) AS a
     CROSS JOIN LATERAL (
-      SELECT w.id FROM idemq.jobs w
+      SELECT w.id, w.task, w.queue FROM idemq.jobs w
       WHERE w.concurrency_key = k.key AND w.state = 'awaiting'
         AND (NOT v_parents OR NOT EXISTS (SELECT FROM idemq.job_dependencies d WHERE d.child_id = w.id))
       ORDER BY w.priority DESC, w.run_at, w.id
@@ -118,7 +122,26 @@ BEGIN
       -- there, one descent of jobs_runnable_by_task_queue, must not come
       -- before it, so a worker handed a key's jobs one after another never
       -- passes over older or higher-priority work of its task and queue.
-      WITH handed AS (
+      -- One descent per (task, queue) of the picked jobs (firsts), not one
+      -- per job: the picked jobs of a completion are mostly of one task and
+      -- queue, and a descent per job was 6.6% of a keyed completion's
+      -- instructions (bench/FINDINGS.md, "The keyed completion's cost").
+      -- Read in the UPDATE's own snapshot, as a per-row probe would be. A
+      -- job's task and queue never change (no function writes them), so the
+      -- picked version's pair is the updated version's.
+      WITH firsts AS MATERIALIZED (
+        SELECT t.task, t.queue, f.priority, f.run_at, f.id
+        FROM (SELECT DISTINCT u.task, u.queue FROM unnest(v_picked_tasks, v_picked_queues) AS u(task, queue)) t
+        CROSS JOIN LATERAL (
+          SELECT r.priority, r.run_at, r.id FROM idemq.jobs r
+          WHERE r.state IN ('enqueued', 'scheduled')
+            AND idemq._name_key(r.task) = idemq._name_key(t.task)
+            AND idemq._name_key(r.queue) = idemq._name_key(t.queue)
+            AND r.task = t.task AND r.queue = t.queue
+            AND r.run_at <= now() AND (r.expires_at IS NULL OR r.expires_at > now())
+          ORDER BY r.priority DESC, r.run_at, r.id
+          LIMIT 1) f
+      ), handed AS (
         UPDATE idemq.jobs AS j
         SET state = 'processing', attempt = j.attempt + 1, locked_by = v_worker,
             locked_at = now(), lease_lost = false,
@@ -137,15 +160,9 @@ BEGIN
           AND (NOT v_keys_held OR NOT EXISTS (
                  SELECT FROM idemq.key_holds h WHERE h.concurrency_key = j.concurrency_key AND h.held_until > now()))
           AND NOT EXISTS (
-                 SELECT FROM (SELECT r.priority, r.run_at, r.id FROM idemq.jobs r
-                              WHERE r.state IN ('enqueued', 'scheduled')
-                                AND idemq._name_key(r.task) = idemq._name_key(j.task)
-                                AND idemq._name_key(r.queue) = idemq._name_key(j.queue)
-                                AND r.task = j.task AND r.queue = j.queue
-                                AND r.run_at <= now() AND (r.expires_at IS NULL OR r.expires_at > now())
-                              ORDER BY r.priority DESC, r.run_at, r.id
-                              LIMIT 1) f
-                 WHERE f.priority > j.priority OR (f.priority = j.priority AND (f.run_at, f.id) < (j.run_at, j.id)))
+                 SELECT FROM firsts f
+                 WHERE f.task = j.task AND f.queue = j.queue
+                   AND (f.priority > j.priority OR (f.priority = j.priority AND (f.run_at, f.id) < (j.run_at, j.id))))
         RETURNING j.id
       )
       SELECT coalesce(array_agg(h.id), '{}') INTO v_handed FROM handed h;
@@ -154,6 +171,9 @@ BEGIN
           concat_ws(',', nullif(current_setting('idemq.handed', true), ''), array_to_string(v_handed, ',')), true);
       END IF;
     END IF;
+    -- Every picked job handed: no promotion statement (it would find no
+    -- row, and still run the jobs trigger).
+    EXIT WHEN cardinality(v_handed) = cardinality(v_picked);
     -- Re-judged on each row's newest version: a job cancelled or deleted
     -- meanwhile is left alone, and the keys are looked at again.
     WITH moved AS (
