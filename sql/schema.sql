@@ -262,10 +262,11 @@ ALTER TABLE idemq.jobs
 CREATE INDEX jobs_leases ON idemq.jobs USING btree (lease_expires_at) WHERE (state = 'processing'::idemq.job_state);
 -- rescue(): waiting jobs past expires_at.
 CREATE INDEX jobs_deadlines ON idemq.jobs USING btree (expires_at) WHERE ((expires_at IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'awaiting'::idemq.job_state])));
--- Children waiting for their parents.
-CREATE INDEX jobs_awaiting ON idemq.jobs USING btree (id) WHERE (state = 'awaiting'::idemq.job_state);
 -- Concurrency keys: the admitted jobs of a key (counted under the key's lock),
--- and the jobs waiting for a place, in the order they are promoted.
+-- and the jobs waiting for a place, in the order they are promoted. No index
+-- holds awaiting jobs alone: the planner would walk it for a key's next job
+-- (migration 0002 drops 0.1.0's jobs_awaiting and says why); awaiting jobs
+-- are otherwise read by id.
 CREATE INDEX jobs_key_admitted ON idemq.jobs USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'processing'::idemq.job_state])));
 CREATE INDEX jobs_key_waiting ON idemq.jobs USING btree (concurrency_key, priority DESC, run_at, id) WHERE ((concurrency_key IS NOT NULL) AND (state = 'awaiting'::idemq.job_state));
 -- Retention and purge: finished jobs by state and age.

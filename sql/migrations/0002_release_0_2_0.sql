@@ -6107,6 +6107,19 @@ ALTER TABLE idemq.jobs ADD COLUMN lease_token uuid;
 ALTER TABLE idemq.jobs ADD COLUMN concurrency_key text;
 CREATE INDEX jobs_key_admitted ON idemq.jobs USING btree (concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (state = ANY (ARRAY['enqueued'::idemq.job_state, 'scheduled'::idemq.job_state, 'processing'::idemq.job_state])));
 CREATE INDEX jobs_key_waiting ON idemq.jobs USING btree (concurrency_key, priority DESC, run_at, id) WHERE ((concurrency_key IS NOT NULL) AND (state = 'awaiting'::idemq.job_state));
+-- Planner trap: 0.1.0's jobs_awaiting (id) WHERE state = 'awaiting' (made
+-- for a count the dashboard now reads from job_counts; every other read of
+-- awaiting jobs is by id, which the primary key serves) let the planner
+-- answer "a key's best waiting job" by walking every awaiting job and
+-- filtering the key, whenever the statistics were taken while few jobs
+-- waited (a table of finished jobs, then a keyed backlog): EXPLAIN ANALYZE,
+-- 20,000 finished jobs analyzed, then 10,000 keyed jobs waiting: Index Scan
+-- using jobs_awaiting, Rows Removed by Filter: 10480 per key, an
+-- enqueue_many of 1,000 keyed jobs 19 ms growing to 74 ms as the backlog
+-- grew (10.5 ms, flat, without the index). bench/FINDINGS.md, "The keyed
+-- completion's cost". Dropped: the key's lookups can then only use
+-- jobs_key_waiting.
+DROP INDEX idemq.jobs_awaiting;
 -- A job's time limit (enqueue(..., timeout)): the same lock, at the same
 -- moment; NOT VALID, so the jobs there are (all NULL) are not scanned.
 ALTER TABLE idemq.jobs ADD COLUMN timeout interval,
