@@ -13,19 +13,23 @@
 # claimed jobs (claim(batch_size => 500) when fewer than 50 are held) and
 # completes 50 a call, keys with complete_and_take_next (the jobs it hands
 # are held next), nokeys with complete_many. One transaction a call,
-# asynchronous commit. Prints the backend's instructions per job; the
-# callgrind file is kept for callgrind_annotate.
+# asynchronous commit. perjob: one job at a time, a claim(batch_size => 1)
+# and a complete() of it per call, the statements of an idle worker's or a
+# transactional task's job (where a statement's fixed costs are not shared
+# by 250 jobs: bench/FINDINGS.md, "A per-statement cost the batched loops
+# hide"). Prints the backend's instructions per job; the callgrind file is
+# kept for callgrind_annotate.
 #
-#   bench/backend-instructions.sh keys|nokeys [variant.sql]
+#   bench/backend-instructions.sh keys|nokeys|perjob [variant.sql]
 #
 # variant.sql is run in the database before the jobs are enqueued: a
 # function's CREATE OR REPLACE to compare against the shipped one. Needs
 # valgrind and PostgreSQL's server binaries (PG_BIN, else pg_config's
 # bindir); run it from the repository after `npm run build`. About a minute.
 set -euo pipefail
-mode=${1:?usage: bench/backend-instructions.sh keys|nokeys [variant.sql]}
+mode=${1:?usage: bench/backend-instructions.sh keys|nokeys|perjob [variant.sql]}
 variant=${2:-}
-case "$mode" in keys | nokeys) ;; *) echo "backend-instructions.sh: the mode is keys or nokeys, not $mode" >&2; exit 2 ;; esac
+case "$mode" in keys | nokeys | perjob) ;; *) echo "backend-instructions.sh: the mode is keys, nokeys or perjob, not $mode" >&2; exit 2 ;; esac
 command -v valgrind >/dev/null || { echo "backend-instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 bin=${PG_BIN:-$(pg_config --bindir)}
 n=${N:-20000}
@@ -69,6 +73,12 @@ BEGIN
   END IF;
   UPDATE held SET ids = v_ids, att = v_att, tok = v_tok;
 END $$;
+CREATE FUNCTION step_one() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE c record;
+BEGIN
+  SELECT * INTO c FROM idemq.claim('w', batch_size => 1, lease => '30 seconds', tasks => '{t}', token => true);
+  PERFORM idemq.complete(c.job_id, c.attempt, lease_token => c.lease_token);
+END $$;
 SQL
 key=""
 [ "$mode" = keys ] && key="'concurrency_key', 'k' || (g - 1) / 20,"
@@ -76,7 +86,11 @@ psql -c "SELECT count(*) FROM idemq.enqueue_many((SELECT jsonb_agg(jsonb_build_o
 psql -c "VACUUM ANALYZE idemq.jobs" -c "CHECKPOINT" >/dev/null
 as "$bin/pg_ctl -D $dir/data -w stop" >/dev/null
 keyed=$([ "$mode" = keys ] && echo true || echo false)
-for _ in $(seq 1 $((n / 50 + 20))); do echo "SELECT step($keyed);"; done > "$dir/loop.sql"
+if [ "$mode" = perjob ]; then
+  for _ in $(seq 1 "$n"); do echo "SELECT step_one();"; done > "$dir/loop.sql"
+else
+  for _ in $(seq 1 $((n / 50 + 20))); do echo "SELECT step($keyed);"; done > "$dir/loop.sql"
+fi
 as "valgrind --tool=callgrind --callgrind-out-file=$dir/out -q $bin/postgres --single -D $dir/data -c synchronous_commit=off postgres < $dir/loop.sql" > "$dir/single.log" 2>&1
 cp "$dir/out" "$out"
 as "$bin/pg_ctl -D $dir/data -o '-p $port -k $dir -c listen_addresses=127.0.0.1' -l $dir/log -w start" >/dev/null
