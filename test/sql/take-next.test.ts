@@ -203,6 +203,24 @@ describe("complete_and_take_next hands only what the worker's next claim would t
     });
   }
 
+  it("judges claim order per task and queue within one call: a key whose queue has older work is not handed, one beside it in a clear queue is", async () => {
+    const busy = unique("older-work");
+    const clear = unique("clear");
+    const [kBusy, kClear] = [unique("k"), unique("k")];
+    const headBusy = await keyed(busy, kBusy);
+    const nextBusy = await keyed(busy, kBusy);
+    const headClear = await keyed(clear, kClear);
+    const nextClear = await keyed(clear, kClear);
+    const heads = await claim(db.pool, { queues: [busy, clear], batch_size: 10, token: true });
+    expect(heads.map((j) => j.job_id).sort()).toEqual([headBusy, headClear].sort());
+    // Older runnable work in the busy queue only, of the same task.
+    await makeJob(db.pool, { queue: busy, run_at: new Date(Date.now() - 3_600_000) });
+    const out = await takeNext(db.pool, heads, { queues: [busy, clear] });
+    expect(out.completed.sort()).toEqual([headBusy, headClear].sort());
+    expect(out.handed.map((r) => r.job_id)).toEqual([nextClear]);
+    expect(await states(db.pool, [nextBusy, nextClear])).toEqual({ [nextBusy]: "enqueued", [nextClear]: "processing" });
+  });
+
   it("not handed: a next job whose run_at is later (it is admitted as scheduled)", async () => {
     const queue = unique("later");
     const key = unique("k");
