@@ -7,7 +7,6 @@
 import { expect, it } from "vitest";
 import { useTestDatabase } from "../helpers/db.ts";
 import { enqueueMany, stateOf } from "../helpers/jobs.ts";
-import { claim } from "../helpers/work.ts";
 
 const db = useTestDatabase();
 
