@@ -2163,56 +2163,63 @@ BEGIN
   -- Concurrency keys: a job of a key that leaves the admitted states
   -- (finishes, or is deleted) makes room for the key's next waiting job,
   -- in this same transaction (_key_promote, after the key's lock). A
-  -- statement without a keyed job that left the admitted states pays one
-  -- scan of new_jobs. The keys of the keyed jobs the statement left
+  -- statement without a keyed job on either side pays one probe of each
+  -- transition table and nothing more here. The keys of the keyed jobs the statement left
   -- runnable (v_runnable), and of those among them that came out of
   -- processing (v_retried: a retry, snooze, rescue or hold), are for the
   -- held keys below.
   IF TG_OP = 'UPDATE' THEN
-    -- Per key, from each side grouped, never joined (the planner trap of the
-    -- slots above: a join of the transition tables nests loops), and only
-    -- when it can find something: v_keys, the keys with fewer admitted jobs
-    -- after the statement than before (only if a keyed job left the
-    -- admitted states: a claim's or a promotion's cannot have); v_retried,
-    -- the keys with a job processing before and one runnable after.
-    IF EXISTS (SELECT FROM new_jobs w
-               WHERE w.concurrency_key IS NOT NULL AND w.state NOT IN ('enqueued', 'scheduled', 'processing'))
-       AND EXISTS (SELECT FROM old_jobs o
-                   WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
-      SELECT array_agg(g.k) INTO v_keys
-      FROM (SELECT d.k
-            FROM (SELECT o.concurrency_key AS k, count(*) AS n FROM old_jobs o
-                  WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
-                  GROUP BY o.concurrency_key
-                  UNION ALL
-                  SELECT w.concurrency_key, -count(*) FROM new_jobs w
-                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
-                  GROUP BY w.concurrency_key) d
-            GROUP BY d.k
-            HAVING sum(d.n) > 0) g;
-    END IF;
-    IF EXISTS (SELECT FROM old_jobs o WHERE o.concurrency_key IS NOT NULL AND o.state = 'processing')
-       AND EXISTS (SELECT FROM new_jobs w WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled')) THEN
-      SELECT array_agg(g.k) INTO v_retried
-      FROM (SELECT d.k
-            FROM (SELECT DISTINCT o.concurrency_key AS k, 1 AS side FROM old_jobs o
-                  WHERE o.concurrency_key IS NOT NULL AND o.state = 'processing'
-                  UNION ALL
-                  SELECT DISTINCT w.concurrency_key, 2 FROM new_jobs w
-                  WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled')) d
-            GROUP BY d.k
-            HAVING count(*) = 2) g;
-    END IF;
-    -- The keys of the keyed jobs left runnable, for the held keys below:
-    -- all of them while some key is held; otherwise those back from
-    -- processing, whose key's lock (below) may wait for a hold in flight,
-    -- which this probe, before the lock, cannot see.
-    IF EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now()) THEN
-      SELECT array_agg(DISTINCT w.concurrency_key) INTO v_runnable
-      FROM new_jobs w
-      WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled');
-    ELSE
-      v_runnable := v_retried;
+    -- No keyed job on either side (most statements): none of the probes
+    -- below can find anything, and each costs the executor's set-up of a
+    -- query (one probe here instead of three: 6.2% of a one-job claim and
+    -- its completion, bench/FINDINGS.md, "The keyed completion's cost").
+    IF EXISTS (SELECT FROM new_jobs w WHERE w.concurrency_key IS NOT NULL)
+       OR EXISTS (SELECT FROM old_jobs o WHERE o.concurrency_key IS NOT NULL) THEN
+      -- Per key, from each side grouped, never joined (the planner trap of the
+      -- slots above: a join of the transition tables nests loops), and only
+      -- when it can find something: v_keys, the keys with fewer admitted jobs
+      -- after the statement than before (only if a keyed job left the
+      -- admitted states: a claim's or a promotion's cannot have); v_retried,
+      -- the keys with a job processing before and one runnable after.
+      IF EXISTS (SELECT FROM new_jobs w
+                 WHERE w.concurrency_key IS NOT NULL AND w.state NOT IN ('enqueued', 'scheduled', 'processing'))
+         AND EXISTS (SELECT FROM old_jobs o
+                     WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')) THEN
+        SELECT array_agg(g.k) INTO v_keys
+        FROM (SELECT d.k
+              FROM (SELECT o.concurrency_key AS k, count(*) AS n FROM old_jobs o
+                    WHERE o.concurrency_key IS NOT NULL AND o.state IN ('enqueued', 'scheduled', 'processing')
+                    GROUP BY o.concurrency_key
+                    UNION ALL
+                    SELECT w.concurrency_key, -count(*) FROM new_jobs w
+                    WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled', 'processing')
+                    GROUP BY w.concurrency_key) d
+              GROUP BY d.k
+              HAVING sum(d.n) > 0) g;
+      END IF;
+      IF EXISTS (SELECT FROM old_jobs o WHERE o.concurrency_key IS NOT NULL AND o.state = 'processing')
+         AND EXISTS (SELECT FROM new_jobs w WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled')) THEN
+        SELECT array_agg(g.k) INTO v_retried
+        FROM (SELECT d.k
+              FROM (SELECT DISTINCT o.concurrency_key AS k, 1 AS side FROM old_jobs o
+                    WHERE o.concurrency_key IS NOT NULL AND o.state = 'processing'
+                    UNION ALL
+                    SELECT DISTINCT w.concurrency_key, 2 FROM new_jobs w
+                    WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled')) d
+              GROUP BY d.k
+              HAVING count(*) = 2) g;
+      END IF;
+      -- The keys of the keyed jobs left runnable, for the held keys below:
+      -- all of them while some key is held; otherwise those back from
+      -- processing, whose key's lock (below) may wait for a hold in flight,
+      -- which this probe, before the lock, cannot see.
+      IF EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now()) THEN
+        SELECT array_agg(DISTINCT w.concurrency_key) INTO v_runnable
+        FROM new_jobs w
+        WHERE w.concurrency_key IS NOT NULL AND w.state IN ('enqueued', 'scheduled');
+      ELSE
+        v_runnable := v_retried;
+      END IF;
     END IF;
   ELSIF TG_OP = 'INSERT' THEN
     -- Only enqueue's fast path inserts a keyed job runnable, and it holds the
@@ -2253,8 +2260,11 @@ BEGIN
   -- the empty idemq.key_holds (3 us, as the idemq.limits guard above; the
   -- probe by these keys costs 8-20). The UPDATE fires this trigger again,
   -- which finds every job of it at its hold's end already.
-  IF v_runnable IS NOT NULL
-     AND EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now())
+  -- v_runnable alone first: a condition with a subquery runs through the
+  -- executor, set-up included, even when its first operand is false.
+  IF v_runnable IS NULL THEN
+    NULL;
+  ELSIF EXISTS (SELECT FROM idemq.key_holds h WHERE h.held_until > now())
      AND EXISTS (SELECT FROM idemq.key_holds h WHERE h.concurrency_key = ANY (v_runnable) AND h.held_until > now()) THEN
     UPDATE idemq.jobs AS j SET run_at = h.held_until, state = 'scheduled'
     FROM new_jobs w JOIN idemq.key_holds h ON h.concurrency_key = w.concurrency_key
