@@ -6090,19 +6090,13 @@ SELECT count(*) FROM idemq._grant_roles();
 -- This installation's roles, named, created (when this role may), granted,
 -- and the cluster-wide roles' privileges here revoked.
 SELECT count(*) FROM idemq._grant_roles();
--- The counts start from the jobs there are. The lock waits for every
--- transaction that used jobs and makes later ones wait until this migration
--- commits, so no write falls between the count and the triggers, not even
--- one made by a 0.1.0 function still running: a write waiting here fires the
--- triggers once it goes on. ACCESS EXCLUSIVE at once, the mode the ALTER
--- TABLEs below need anyway: a weaker lock here (SHARE ROW EXCLUSIVE, which
--- lets readers on) was upgraded at the first ALTER TABLE, and a 0.1.0
--- statement that had taken ROW SHARE on jobs (its FOR UPDATE SKIP LOCKED
--- part) and then waited for ROW EXCLUSIVE (its UPDATE) deadlocked with it:
--- "deadlock detected" in a 0.1.0 worker's rescue during
--- test/install/upgrade-live.test.ts, in CI. Readers wait for the count too.
+-- The counts start from the jobs there are. The lock (CREATE TRIGGER's own)
+-- waits for every transaction that wrote jobs and makes later writers wait
+-- until this migration commits, so no write falls between the count and the
+-- triggers, not even one made by a 0.1.0 function still running: a write
+-- waiting here fires the triggers once it goes on. Readers are not blocked.
 -- The count reads every job once (bench/migrate-locks.mjs measures it).
-LOCK TABLE idemq.jobs IN ACCESS EXCLUSIVE MODE;
+LOCK TABLE idemq.jobs IN SHARE ROW EXCLUSIVE MODE;
 CREATE TRIGGER jobs_count_inserts AFTER INSERT ON idemq.jobs
     REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION idemq._count_jobs();
 CREATE TRIGGER jobs_count_updates AFTER UPDATE ON idemq.jobs
